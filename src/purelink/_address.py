@@ -1,0 +1,63 @@
+"""Parsing "HOST:PORT" and "udp://HOST:PORT" the one way everything here does.
+
+IPv6 hosts are written in brackets ("[::1]:7400"), as in URLs.  Port 0 means
+"any free port" when binding.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+__all__ = ["format_hostport", "is_loopback", "parse_hostport", "parse_url"]
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    """'127.0.0.1:7400' or '[::1]:7400' -> (host, port); ValueError if malformed."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"bad address {text!r}: expected [IPV6]:PORT")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"bad address {text!r}: expected HOST:PORT")
+        if ":" in host:
+            raise ValueError(f"bad address {text!r}: write IPv6 hosts as [HOST]:PORT")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"bad port in {text!r}")
+    return host, int(port_text)
+
+
+def parse_url(url: str) -> tuple[str, str, int]:
+    """'udp://host:port' or 'tcp://host:port' -> (scheme, host, port)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("udp", "tcp"):
+        raise ValueError(f"bad URL {url!r}: expected udp://HOST:PORT or tcp://HOST:PORT")
+    host, port = parse_hostport(rest.rstrip("/"))
+    if port == 0:
+        raise ValueError(f"bad URL {url!r}: port 0")
+    return scheme, host, port
+
+
+def format_hostport(host: str, port: int) -> str:
+    """(host, port) -> 'host:port', bracketing IPv6."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve(host: str, port: int, kind: int = socket.SOCK_DGRAM) -> tuple[int, tuple[str, int]]:
+    """(family, sockaddr) for connecting or binding; OSError if it does not resolve."""
+    infos = socket.getaddrinfo(host, port, 0, kind)
+    family, _, _, _, sockaddr = infos[0]
+    return family, (str(sockaddr[0]), int(sockaddr[1]))

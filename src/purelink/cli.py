@@ -1,0 +1,534 @@
+"""The `purelink` command: serve, send, read, streams, demo, bench (SPEC section 4).
+
+Why it exists: the command line is the product's public face for people who
+do not write Python against it, and for the one-command demo of SPEC section
+10.  It is a thin shell over the public API of SPEC section 3; it holds no
+protocol or storage logic of its own.
+
+Exit codes, for every verb (SPEC section 4):
+
+* 0   success;
+* 1   the operation failed: an unreachable listener (`ConnectError`), any other
+      `purelink.Error`, an OS error such as an address in use, a demo whose
+      read-back differs;
+* 2   bad arguments: argparse errors, a malformed address or stream name, a
+      missing file, a refused non-loopback bind;
+* 130 interrupted by SIGINT (Ctrl-C), quietly.
+
+Every failure is ONE line on stderr, `purelink: error: ...`, never a usage dump
+and never a traceback.  A closed stdout (`purelink read ... | head`) exits 0
+quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import dataclasses
+import ipaddress
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO, NoReturn
+
+from . import ConnectError, Error, Full, Link, Listener, Store, connect
+from ._demo import DemoError, run_demo
+from ._progress import Progress
+
+__all__ = ["main"]
+
+PROG = "purelink"
+
+STREAM_NAME = re.compile(r"(?!\.)[A-Za-z0-9._-]{1,200}")
+"""SPEC section 1: 1-200 chars of [A-Za-z0-9._-], not starting with '.'."""
+
+FOLLOW_POLL_SECONDS = 0.1
+"""How often `read --follow` looks for new records (see `_cmd_read`)."""
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (a missing file, a refused bind): exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit code 2.
+
+    argparse's own `error` prints the whole usage block first; SPEC section 4
+    wants one line.  Sub-parsers inherit this class (argparse creates them with
+    `type(parent)`), so every verb behaves the same.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        _fail(message)
+        raise SystemExit(2)
+
+
+def _fail(message: str) -> None:
+    """Write the one error line: newlines in `message` are folded into spaces."""
+    one_line = " ".join(str(message).split())
+    sys.stderr.write(f"{PROG}: error: {one_line}\n")
+    sys.stderr.flush()
+
+
+# --- argument types: each raises ArgumentTypeError, which argparse reports ---
+
+
+def _address(text: str) -> tuple[str, int]:
+    """Split "HOST:PORT" or "[V6]:PORT" into (host, port); raise ValueError if malformed."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"malformed address {text!r}: expected [V6ADDR]:PORT")
+        port_text = rest[1:]
+        ipaddress.IPv6Address(host)  # ValueError if it is not one
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"malformed address {text!r}: expected HOST:PORT")
+        if ":" in host:
+            raise ValueError(f"malformed address {text!r}: write an IPv6 address as [ADDR]:PORT")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"malformed address {text!r}: the port must be 0-65535")
+    return host, int(port_text)
+
+
+def _bind_address(text: str) -> str | None:
+    """--udp/--tcp value: "HOST:PORT", or "none" to disable the transport."""
+    if text.lower() == "none":
+        return None
+    try:
+        _address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _url(text: str) -> str:
+    """send's URL: udp://HOST:PORT or tcp://HOST:PORT (IPv6 as [ADDR])."""
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme not in ("udp", "tcp"):
+        raise argparse.ArgumentTypeError(
+            f"malformed URL {text!r}: expected udp://HOST:PORT or tcp://HOST:PORT"
+        )
+    try:
+        _, port = _address(rest)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"malformed URL {text!r}: port 0 cannot be reached")
+    return text
+
+
+def _stream(text: str) -> str:
+    if not STREAM_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"bad stream name {text!r}: 1-200 characters of A-Z a-z 0-9 . _ -, "
+            "not starting with '.'"
+        )
+    return text
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
+
+
+# --- helpers shared by the verbs ---
+
+
+def _read_secret(path: str | None) -> bytes | None:
+    """The file's bytes less one trailing newline (so `echo s > f` works); None if no file."""
+    if path is None:
+        return None
+    try:
+        secret = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --secret-file {path!r}: {exc.strerror}") from None
+    if secret.endswith(b"\n"):
+        secret = secret[:-1].removesuffix(b"\r")
+    if not secret:
+        raise UsageError(f"--secret-file {path!r} is empty")
+    return secret
+
+
+def _is_loopback(host: str) -> bool:
+    """True if every address `host` names is a loopback address."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False  # cannot tell: treat it as exposed
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).partition("%")[0]).is_loopback for info in infos
+    )
+
+
+def _format_address(address: object) -> str:
+    """A bound socket address as HOST:PORT, IPv6 as [HOST]:PORT."""
+    if not isinstance(address, tuple) or len(address) < 2:
+        return str(address)
+    host, port = str(address[0]), int(address[1])
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _require_dir(path: str) -> Path:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise UsageError(f"--data {path!r} is not a directory")
+    return directory
+
+
+# --- serve ---
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.udp is None and args.tcp is None:
+        raise UsageError("nothing to listen on: both --udp and --tcp are disabled")
+    secret = _read_secret(args.secret_file)
+    if secret is None and not args.insecure:
+        for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
+            if text is not None and not _is_loopback(_address(text)[0]):
+                raise UsageError(
+                    f"refusing to listen on non-loopback {flag} {text} without --secret-file "
+                    "(give --insecure to do it anyway)"
+                )
+
+    # Signals are turned into a byte on a pipe that the main thread blocks on.
+    # Why not `threading.Event.set()` in the handler: a Python signal handler
+    # runs in the main thread between bytecodes, possibly while that thread
+    # holds the Event's (non-reentrant) lock inside `wait()` -- a deadlock.
+    # A pipe write takes no lock, and a signal that arrives before the read
+    # leaves its byte waiting, so no stop request is ever lost.
+    wake_r, wake_w = os.pipe()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):  # full pipe: a stop is already pending
+            os.write(wake_w, bytes([signum & 0xFF]))
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    listener = Listener(args.data, udp=args.udp, tcp=args.tcp, sync=args.sync, secret=secret)
+    try:
+        listener.start()
+        try:
+            parts = [f"{PROG} listening"]
+            if listener.udp_address is not None:
+                parts.append(f"udp={_format_address(listener.udp_address)}")
+            if listener.tcp_address is not None:
+                parts.append(f"tcp={_format_address(listener.tcp_address)}")
+            parts.append(f"data={args.data}")
+            print(" ".join(parts), flush=True)
+        except BrokenPipeError:
+            _silence_stdout()  # nobody reads the ready line; keep serving
+        os.read(wake_r, 1)  # blocks until SIGINT or SIGTERM; PEP 475 retries on EINTR
+    finally:
+        # Signals during close are swallowed by on_signal: close flushes and
+        # syncs; SIGKILL remains for the impatient, and the store recovers.
+        listener.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+    stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
+    sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
+    return 0
+
+
+# --- send ---
+
+
+def _open_input(path: str | None) -> IO[bytes]:
+    if path is None:
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")  # closed by _cmd_send
+    except OSError as exc:
+        raise UsageError(f"cannot read --file {path!r}: {exc.strerror}") from None
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    """Queue each input line (less its b"\\n"; a b"\\r" stays payload) as one record."""
+    secret = _read_secret(args.secret_file)
+    source = _open_input(args.file)  # before connecting: a missing file is a usage error
+    try:
+        try:
+            link = connect(
+                args.url,
+                stream=args.stream,
+                producer=args.producer,
+                timeout=args.timeout,
+                secret=secret,
+            )
+        except ValueError as exc:  # the link refused an argument (e.g. a producer name)
+            raise UsageError(str(exc)) from None
+        started = time.perf_counter()
+        try:
+            count, size = _send_lines(link, source)
+        except BaseException:
+            link.close(timeout=0)  # interrupted or failed: do not wait for the rest
+            raise
+        all_stored = link.close()
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    seconds = time.perf_counter() - started
+    if not all_stored:
+        raise Error(f"only {link.stored:,} of {link.queued:,} records were stored")
+    rate = count / seconds if seconds > 0 else 0.0
+    sys.stderr.write(
+        f"{PROG} send: {count:,} records, {size:,} bytes stored in {seconds:.3f} s "
+        f"({rate:,.0f} records/s)\n"
+    )
+    return 0
+
+
+def _send_lines(link: Link, source: IO[bytes]) -> tuple[int, int]:
+    """Queue every line, never dropping one; return (records, bytes) once all are stored."""
+    progress = Progress(f"{PROG} send", None)
+    queue = link.queue
+    count = size = 0
+    for line in source:
+        record = line[:-1] if line.endswith(b"\n") else line
+        while True:
+            try:
+                queue(record)
+                break
+            except Full:
+                # Never drop: wait for the oldest unstored record, then retry.
+                link.wait_stored(link.stored + 1, timeout=0.1)
+                progress.update(count, f"stored {link.stored:,} (capacity full)")
+        count += 1
+        size += len(record)
+        if count & 1023 == 0:
+            progress.update(count, f"stored {link.stored:,}")
+    while not link.wait_stored(timeout=0.1):
+        progress.update(count, f"stored {link.stored:,}")
+    progress.close(count, f"stored {link.stored:,}")
+    return count, size
+
+
+# --- read ---
+
+
+def _cmd_read(args: argparse.Namespace) -> int:
+    """Print records [--from, --to] of a stream; with --follow, keep going.
+
+    An unknown stream reads as an empty one: no output, exit 0 (with --follow,
+    wait for it to appear).  A stream comes into being with its first record,
+    so "unknown" and "empty" are the same state, as `Store.first/last` = 0, 0 say.
+    """
+    if args.to is not None and args.to < args.start:
+        raise UsageError(f"--to {args.to} is before --from {args.start}")
+    store = Store(str(_require_dir(args.data)))
+    stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
+    out = sys.stdout.buffer
+    write = out.write
+    b64 = base64.b64encode
+    nxt = args.start
+    while True:
+        if args.stream in store.streams() and store.last(args.stream) >= nxt:
+            if args.format == "lines":
+                for position, payload in store.read(args.stream, start=nxt, stop=stop):
+                    write(payload)
+                    write(b"\n")
+                    nxt = position + 1
+            else:
+                for position, payload in store.read(args.stream, start=nxt, stop=stop):
+                    line = json.dumps({"position": position, "payload": b64(payload).decode()})
+                    write(line.encode() + b"\n")
+                    nxt = position + 1
+            out.flush()
+        if not args.follow or (stop is not None and nxt >= stop):
+            return 0
+        # A CLI loop, so a plain poll is the honest tool: the store is a
+        # directory of files written by another process, with nothing to wait
+        # on, and 10 looks a second cost nothing.  Ends with SIGINT (exit 130).
+        time.sleep(FOLLOW_POLL_SECONDS)
+
+
+# --- streams ---
+
+
+def _stream_bytes(directory: Path, name: str) -> int:
+    """Bytes on disk of a stream's segment files (when Store gives no stream_info)."""
+    return sum(p.stat().st_size for p in (directory / "streams" / name).glob("*.seg"))
+
+
+def _cmd_streams(args: argparse.Namespace) -> int:
+    directory = _require_dir(args.data)
+    store = Store(str(directory))
+    rows: list[tuple[str, int, int, int, int]] = []
+    for name in sorted(store.streams()):
+        info = getattr(store, "stream_info", None)
+        if info is not None:
+            i = info(name)
+            rows.append((name, i.first, i.last, i.records, i.bytes))
+        else:
+            first, last = store.first(name), store.last(name)
+            records = last - first + 1 if last else 0
+            rows.append((name, first, last, records, _stream_bytes(directory, name)))
+    header = ("stream", "first", "last", "records", "bytes")
+    cells = [header, *[(r[0], *(str(n) for n in r[1:])) for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        left = row[0].ljust(widths[0])
+        right = "  ".join(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))
+        print(f"{left}  {right}")
+    return 0
+
+
+# --- demo and bench ---
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(records=args.records, size=args.size)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """Hand over to the benchmark suite: `purelink.bench` or, in a checkout, `bench`.
+
+    The suite's module exposes `main(argv: list[str]) -> int`.
+    """
+    import importlib  # noqa: PLC0415
+
+    argv = [*args.names, *(["--json"] if args.json else [])]
+    for name in ("purelink.bench", "bench"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue  # this candidate does not exist; a missing dependency would raise
+            raise
+        bench_main = getattr(module, "main", None)
+        if callable(bench_main):
+            return int(bench_main(argv))
+    raise UsageError("the benchmarks are not available yet (no purelink.bench or bench module)")
+
+
+# --- the parser ---
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Ship records to durable storage and learn exactly which are stored.",
+        allow_abbrev=False,
+    )
+    verbs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def verb(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> _Parser:
+        sub: _Parser = verbs.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(func=func)
+        return sub
+
+    p = verb("serve", "run a listener until SIGINT/SIGTERM", _cmd_serve)
+    p.add_argument("--data", required=True, metavar="DIR", help="store directory")
+    p.add_argument(
+        "--udp",
+        type=_bind_address,
+        default="127.0.0.1:7400",
+        metavar="HOST:PORT",
+        help="UDP address, port 0 = any free port, 'none' = no UDP (default 127.0.0.1:7400)",
+    )
+    p.add_argument("--no-udp", dest="udp", action="store_const", const=None, help="no UDP")
+    p.add_argument("--tcp", type=_bind_address, metavar="HOST:PORT", help="TCP address")
+    p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
+    p.add_argument("--secret-file", metavar="F", help="authenticate every datagram with this key")
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback address without a secret"
+    )
+
+    p = verb("send", "send each line of stdin (or a file) as one record", _cmd_send)
+    p.add_argument("url", type=_url, metavar="URL", help="udp://HOST:PORT or tcp://HOST:PORT")
+    p.add_argument("--stream", required=True, type=_stream, metavar="S")
+    p.add_argument("--producer", metavar="NAME", help="a named producer (default: anonymous)")
+    p.add_argument("--file", metavar="F", help="read lines from F instead of stdin")
+    p.add_argument("--secret-file", metavar="F")
+    p.add_argument(
+        "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="handshake timeout"
+    )
+
+    p = verb("read", "print the records of a stream in order", _cmd_read)
+    p.add_argument("--data", required=True, metavar="DIR", help="store directory")
+    p.add_argument("--stream", required=True, type=_stream, metavar="S")
+    p.add_argument("--from", dest="start", type=_int_at_least(1), default=1, metavar="N")
+    p.add_argument("--to", type=_int_at_least(1), metavar="M", help="last position (inclusive)")
+    p.add_argument("--follow", action="store_true", help="keep printing new records")
+    p.add_argument("--format", choices=("lines", "json"), default="lines")
+
+    p = verb("streams", "list the streams of a store", _cmd_streams)
+    p.add_argument("--data", required=True, metavar="DIR", help="store directory")
+
+    p = verb("demo", "the main job in one command, with a summary", _cmd_demo)
+    p.add_argument("--records", type=_int_at_least(1), default=1_000_000, metavar="N")
+    p.add_argument(
+        "--size", type=_int_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
+    )
+
+    p = verb("bench", "run the benchmark suite", _cmd_bench)
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point fd 1 at /dev/null so the interpreter's final flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (see the module docstring)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except UsageError as exc:
+        _fail(str(exc))
+        return 2
+    except DemoError as exc:
+        _fail(f"demo: {exc}")
+        return 1
+    except ConnectError as exc:
+        _fail(f"cannot reach the listener: {exc}" if str(exc) else "cannot reach the listener")
+        return 1
+    except Error as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+        return 1
+    except OSError as exc:
+        _fail(str(exc))
+        return 1

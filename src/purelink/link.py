@@ -1,0 +1,525 @@
+"""Link: the application-facing object and its own thread (the sending side's only I/O).
+
+`queue()` is the hot path.  It takes no lock and makes no system call unless
+the link thread sleeps (mechanism 1): a seq comes from an `itertools.count`
+(one C call, so two threads never get the same seq), the record goes into
+slot `seq & mask` of a ring (each seq owns its slot, so threads never
+overwrite each other and the order of seqs is the order in the stream), and
+the wakeup's flags decide whether the eventfd is written.
+
+The link thread, in a loop: take every record from the ring (stopping at a
+slot not yet written, which its writer will mark), hand them to the sans-IO
+`Sender`, put its datagrams on the wire (up to 64 per system call with UDP
+GSO, padded to equal segments; one `send` each where the kernel refuses GSO),
+read answers until EAGAIN, run timers, tell the owner (`on_stored`,
+`wait_stored` via the Parker, mechanism 2), and sleep in epoll on the socket
+and the eventfd only when there is nothing left to do and no mark was set.
+
+The ring has room for `capacity` records plus slack; `queue` refuses (Full)
+before taking a seq when `capacity` records or `capacity_bytes` bytes are
+unstored, so a slot is never reused while its record may still be unread.
+With several application threads the check can pass for each of them at
+once; the slack (4,096 slots) covers that many threads racing at the very
+edge.  Byte accounting is exact for one application thread; with several,
+the bound holds up to one record per racing thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+from . import _address
+from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
+from .primitives.parker import Parker
+from .primitives.wakeup import Wakeup
+from .protocol import events
+from .protocol.sender import Sender, SenderConfig, SenderState
+
+__all__ = ["Link", "LinkStats", "connect"]
+
+log = logging.getLogger("purelink.link")
+
+SOL_UDP: Final = 17
+UDP_SEGMENT: Final = 103
+GSO_MAX_SEGMENTS: Final = 64
+GSO_MAX_BYTES: Final = 65000
+RING_SLACK: Final = 4096
+_MAX_RECORD: Final = 16 << 20
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """A snapshot of a link's counters."""
+
+    queued: int
+    """Last seq queued."""
+    stored: int
+    """Last seq the listener said is stored."""
+    told: int
+    """Last seq the owner was told about (on_stored / waiters)."""
+    wakeups: int
+    """eventfd writes by queue() (mechanism 1)."""
+    sleeps: int
+    """Times the link thread went to sleep in epoll."""
+    datagrams: int
+    """Datagrams sent."""
+    bytes_sent: int
+    """Bytes of datagrams sent."""
+    send_calls: int
+    """System calls that sent datagrams (one per GSO group, or per datagram)."""
+    gso: bool
+    """Whether UDP GSO is in use."""
+    batches: int
+    """Batches packed (first transmissions)."""
+    retransmits: int
+    """Datagrams sent again after a loss."""
+    probes: int
+    """Probes sent because answers stopped."""
+    acks: int
+    """Answers received."""
+    reconnects: int
+    """New handshakes after a lost session."""
+    parks: int
+    """Times a waiter (wait_stored) parked (mechanism 2)."""
+    unparks: int
+    """Times the link thread signalled a parked waiter."""
+    rtt: float
+    """Smoothed round-trip time, seconds."""
+    cwnd: int
+    """Congestion window, bytes."""
+    send_errors: int
+    """Datagrams the kernel refused to send (counted, then resent as lost)."""
+
+
+class Link:
+    """One producer session writing to one stream.  Create it with `connect()`."""
+
+    def __init__(
+        self,
+        url: str,
+        stream: str,
+        producer: str | None = None,
+        capacity: int = 1_000_000,
+        capacity_bytes: int = 256 << 20,
+        datagram_size: int = 1400,
+        timeout: float = 10.0,
+        secret: bytes | None = None,
+        on_stored: Callable[[int], Any] | None = None,
+    ) -> None:
+        scheme, host, port = _address.parse_url(url)
+        if scheme != "udp":
+            raise ValueError("tcp:// links are not available yet; use udp://")
+        if capacity < 1 or capacity_bytes < 1:
+            raise ValueError("capacity and capacity_bytes must be positive")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.url = url
+        self.stream = stream
+        self._timeout = timeout
+        self._on_stored = on_stored
+        try:
+            family, sockaddr = _address.resolve(host, port)
+        except OSError as exc:
+            raise ConnectError(f"cannot resolve {host!r}: {exc}") from None
+        self._sender = Sender(
+            SenderConfig(
+                stream=stream, producer=producer or "", datagram_size=datagram_size,
+                secret=secret, pad=True,
+            )
+        )
+        self._sock = socket.socket(family, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+            except OSError:  # pragma: no cover - only on unusual kernels
+                pass
+        self._sock.connect(sockaddr)
+        self._gso = True
+        self._wakeup = Wakeup()
+        self._parker = Parker()
+        # the hand-off ring (see the module header)
+        size = 1 << (capacity + RING_SLACK - 1).bit_length()
+        self._ring: list[bytes | None] = [None] * size
+        self._mask = size - 1
+        self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
+        self._max_record = _MAX_RECORD
+        self._counter = itertools.count(1)
+        self._next_seq = self._counter.__next__
+        self._queued = 0  # hint for the capacity check; the exact value is the counter's
+        self._stored = 0
+        self._told = 0
+        self._taken = 0
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._error: Error | None = None
+        self._closing = False
+        self._connected = threading.Event()
+        self._stop = False
+        self._sleeps = 0
+        self._send_calls = 0
+        self._send_errors = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"purelink-link-{stream}", daemon=True
+        )
+
+    # ------------------------------------------------------------ the API
+    def queue(self, record: bytes, seq: int | None = None) -> int:
+        """Queue one record; returns its seq.  Never blocks.  Raises Full."""
+        if seq is not None or record.__class__ is not bytes or self._error is not None:
+            return self._queue_slow(record, seq)
+        n = len(record)
+        if (
+            self._queued - self._stored >= self._capacity
+            or self._bytes_in + n - self._bytes_out > self._capacity_bytes
+            or n > self._max_record
+        ):
+            return self._queue_slow(record, seq)
+        s = self._next_seq()
+        self._ring[s & self._mask] = record
+        self._queued = s
+        self._bytes_in += n
+        w = self._wakeup
+        w.pending = True
+        if w.sleeping and not w.signaled:
+            w.signal()
+        return s
+
+    def _queue_slow(self, record: Any, seq: int | None) -> int:
+        if self._error is not None:
+            raise self._error
+        if not isinstance(record, bytes):
+            if isinstance(record, str):
+                raise TypeError("queue() takes bytes, not str (encode it first)")
+            try:
+                record = bytes(memoryview(record))
+            except TypeError:
+                raise TypeError(
+                    f"queue() takes a bytes-like object, not {type(record).__name__}"
+                ) from None
+        n = len(record)
+        if n > self._max_record:
+            raise ValueError(f"record of {n} bytes is larger than max_record ({self._max_record})")
+        if seq is not None:
+            if seq != self.queued + 1:
+                raise ValueError(f"seq must be queued + 1 = {self.queued + 1}, not {seq}")
+        if self._queued - self._stored >= self._capacity:
+            raise Full(f"{self._capacity} records are queued and not yet stored")
+        if self._bytes_in + n - self._bytes_out > self._capacity_bytes:
+            raise Full(f"{self._capacity_bytes} bytes are queued and not yet stored")
+        s = self._next_seq()
+        self._ring[s & self._mask] = record
+        self._queued = s
+        self._bytes_in += n
+        self._wakeup.mark_and_signal()
+        return s
+
+    @property
+    def queued(self) -> int:
+        """The last seq queued."""
+        return int(self._counter.__reduce__()[1][0]) - 1
+
+    @property
+    def stored(self) -> int:
+        """The last seq the listener said is stored."""
+        return self._stored
+
+    def wait_stored(self, seq: int | None = None, timeout: float | None = None) -> bool:
+        """Wait until `seq` (default: the last queued) is stored; False on timeout.
+        Raises the link's error (Fenced, LinkError) if it fails meanwhile."""
+        target = self.queued if seq is None else seq
+        ok = self._parker.wait(lambda: self._stored >= target or self._error is not None, timeout)
+        if self._stored >= target:
+            return True
+        if self._error is not None and not isinstance(self._error, Closed):
+            raise self._error
+        return ok and self._stored >= target
+
+    async def wait_stored_async(self, seq: int | None = None, timeout: float | None = None) -> bool:
+        """`wait_stored` for asyncio: the event loop keeps running meanwhile."""
+        target = self.queued if seq is None else seq
+        await self._parker.wait_async(
+            lambda: self._stored >= target or self._error is not None, timeout
+        )
+        if self._stored >= target:
+            return True
+        if self._error is not None and not isinstance(self._error, Closed):
+            raise self._error
+        return False
+
+    def stats(self) -> LinkStats:
+        """A snapshot of the counters."""
+        s = self._sender
+        p = self._parker.statistics()
+        return LinkStats(
+            queued=self.queued, stored=self._stored, told=self._told,
+            wakeups=self._wakeup.writes, sleeps=self._sleeps,
+            datagrams=s.stats.datagrams, bytes_sent=s.stats.bytes, send_calls=self._send_calls,
+            gso=self._gso, batches=s.stats.batches, retransmits=s.stats.retransmits,
+            probes=s.stats.probes, acks=s.stats.acks, reconnects=s.stats.reconnects,
+            parks=p.parks, unparks=p.unparks, rtt=s.rtt.srtt, cwnd=s.cc.cwnd,
+            send_errors=self._send_errors,
+        )
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Wait until every queued record is stored (or `timeout`), then close.
+        Returns whether everything queued was stored.  Idempotent."""
+        if self._closing:
+            return self._stored >= self.queued
+        target = self.queued
+        if self._error is None:
+            self._parker.wait(lambda: self._stored >= target or self._error is not None, timeout)
+        ok = self._stored >= target
+        self._closing = True
+        if self._error is None:
+            self._error = Closed("the link is closed")
+        self._stop = True
+        self._wakeup.mark_and_signal()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        self._sock.close()
+        self._wakeup.close()
+        self._parker.unpark()
+        return ok
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Link {self.url} stream={self.stream!r} queued={self.queued} stored={self._stored}"
+            f" state={self._sender.state}>"
+        )
+
+    # ------------------------------------------------------- the handshake
+    def _start(self) -> None:
+        self._thread.start()
+        if not self._connected.wait(self._timeout) or self._sender.state != SenderState.OPEN:
+            error = self._error
+            self._stop = True
+            self._wakeup.mark_and_signal()
+            self._thread.join(5.0)
+            self._sock.close()
+            self._wakeup.close()
+            if isinstance(error, Fenced):
+                raise ConnectError(f"{self.url}: {error}")
+            if error is not None:
+                raise ConnectError(f"{self.url}: {error}") from None
+            raise ConnectError(f"no answer from {self.url} within {self._timeout:g} s")
+
+    # ------------------------------------------------------ the link thread
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # pragma: no cover - a bug; fail loudly, not silently
+            log.exception("purelink link thread crashed")
+            self._error = LinkError(f"the link thread crashed: {exc!r}")
+            self._connected.set()
+            self._parker.unpark()
+
+    def _loop(self) -> None:
+        sender = self._sender
+        wakeup = self._wakeup
+        ep = select.epoll()
+        sock_fd = self._sock.fileno()
+        ep.register(sock_fd, select.EPOLLIN)
+        ep.register(wakeup.fileno(), select.EPOLLIN)
+        monotonic = time.monotonic
+        sender.connect(monotonic())
+        try:
+            while not self._stop:
+                wakeup.begin_look()
+                now = monotonic()
+                if sender.state == SenderState.OPEN:
+                    self._take()
+                self._transmit(now)
+                self._handle_events()
+                if sender.state in (SenderState.FENCED, SenderState.FAILED):
+                    break
+                if not wakeup.prepare_sleep():
+                    continue
+                timer = sender.get_timer()
+                timeout = -1.0 if timer is None else max(timer - monotonic(), 0.0)
+                self._sleeps += 1
+                ready = ep.poll(timeout)
+                wakeup.after_wake()
+                now = monotonic()
+                for fd, _ in ready:
+                    if fd == sock_fd:
+                        self._receive(now)
+                sender.handle_timer(now)
+            if self._closing and sender.state == SenderState.OPEN:
+                sender.close()
+                self._transmit(monotonic())
+        finally:
+            ep.close()
+
+    def _take(self) -> None:
+        """Move every record written to the ring into the sender."""
+        start = self._taken + 1
+        end = int(self._counter.__reduce__()[1][0]) - 1
+        if end < start:
+            return
+        ring = self._ring
+        mask = self._mask
+        i, j = start & mask, (end & mask) + 1
+        if i < j:
+            chunk = ring[i:j]
+        else:
+            chunk = ring[i:] + ring[:j]
+        if None in chunk:
+            chunk = chunk[: chunk.index(None)]
+            if not chunk:
+                return
+        n = len(chunk)
+        j = (start + n - 1 & mask) + 1
+        if i < j:
+            ring[i:j] = itertools.repeat(None, n)
+        else:
+            ring[i:] = itertools.repeat(None, len(ring) - i)
+            ring[:j] = itertools.repeat(None, j)
+        self._taken += n
+        self._sender.push(chunk)  # type: ignore[arg-type]
+
+    def _transmit(self, now: float) -> None:
+        sender = self._sender
+        while True:
+            out = sender.datagrams_to_send(now)
+            if not out:
+                return
+            self._send(out)
+
+    def _send(self, datagrams: list[bytes]) -> None:
+        sock = self._sock
+        i = 0
+        n = len(datagrams)
+        while i < n:
+            size = len(datagrams[i])
+            j = i + 1
+            if self._gso:
+                limit = min(GSO_MAX_SEGMENTS, GSO_MAX_BYTES // size)
+                while j < n and j - i < limit and len(datagrams[j]) == size:
+                    j += 1
+                if j < n and j - i < limit and len(datagrams[j]) < size:
+                    j += 1  # a shorter last segment is allowed
+            group = datagrams[i:j]
+            try:
+                if len(group) > 1:
+                    sock.sendmsg(
+                        [b"".join(group)], [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))]
+                    )
+                else:
+                    sock.send(group[0])
+                self._send_calls += 1
+            except OSError as exc:
+                if len(group) > 1 and exc.errno in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT,
+                                                    errno.EOPNOTSUPP, errno.EMSGSIZE):
+                    log.info("UDP GSO refused (%s); sending one datagram per call", exc)
+                    self._gso = False
+                    self._sender.pad = False
+                    continue  # the same group again, one at a time
+                # buffer full, or the listener is down (ECONNREFUSED): the datagrams
+                # are lost here; the sender's loss detection resends them
+                self._send_errors += len(group)
+            i = j
+
+    def _receive(self, now: float) -> None:
+        sock = self._sock
+        sender = self._sender
+        for _ in range(1024):
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                continue  # ECONNREFUSED from an ICMP error: nobody listens right now
+            sender.receive_datagram(data, now)
+
+    def _handle_events(self) -> None:
+        sender = self._sender
+        advanced = False
+        while (ev := sender.next_event()) is not None:
+            if isinstance(ev, events.StoredAdvanced):
+                self._stored = ev.stored
+                self._bytes_out = sender.stored_bytes
+                advanced = True
+            elif isinstance(ev, events.Connected):
+                if not self._connected.is_set():
+                    self._counter = itertools.count(ev.stored + 1)
+                    self._next_seq = self._counter.__next__
+                    self._queued = self._stored = self._told = self._taken = ev.stored
+                    self._connected.set()
+                elif ev.stored > self._stored:
+                    self._stored = ev.stored
+                    self._bytes_out = sender.stored_bytes
+                    advanced = True
+            elif isinstance(ev, events.Reconnecting):
+                log.info("link %s: session lost (%s); reconnecting", self.url, ev.reason)
+            elif isinstance(ev, events.Fenced):
+                self._error = Fenced(
+                    f"a newer session of this producer took over stream {self.stream!r}"
+                )
+                self._connected.set()
+                self._parker.unpark()
+            elif isinstance(ev, events.Failed):
+                if ev.kind == "refused" and not self._connected.is_set():
+                    self._error = ConnectError(ev.message)
+                else:
+                    self._error = LinkError(ev.message)
+                self._connected.set()
+                self._parker.unpark()
+        if advanced:
+            self._told = self._stored
+            self._parker.unpark()
+            callback = self._on_stored
+            if callback is not None:
+                try:
+                    callback(self._stored)
+                except Exception:
+                    log.exception("on_stored callback raised")
+
+
+def connect(
+    url: str,
+    stream: str,
+    producer: str | None = None,
+    capacity: int = 1_000_000,
+    capacity_bytes: int = 256 << 20,
+    datagram_size: int = 1400,
+    timeout: float = 10.0,
+    secret: bytes | None = None,
+    on_stored: Callable[[int], Any] | None = None,
+) -> Link:
+    """Open a link to a listener and return once the handshake is done.
+
+    Raises ConnectError if the listener does not answer within `timeout`
+    seconds or refuses the link; ValueError for bad arguments.
+    """
+    link = Link(
+        url, stream, producer, capacity, capacity_bytes, datagram_size, timeout, secret, on_stored
+    )
+    link._start()
+    return link
+
+
+def _unused() -> None:  # pragma: no cover - keeps asyncio and os imported for type checkers
+    del asyncio, os

@@ -1,0 +1,438 @@
+"""Listener: sockets, the drain loop, the protocol core, the store, group commit.
+
+One thread runs the loop; a second does the fdatasyncs.  The loop:
+
+1. sleeps in epoll on the UDP socket and the sync thread's eventfd (no timer:
+   an idle listener burns nothing);
+2. on readiness drains the socket until EAGAIN (mechanism 3), within a
+   budget of receive calls so that a flood cannot starve answers, each
+   receive into a buffer from an O(1) free list (mechanism 4); with UDP GRO
+   one receive may hold many datagrams of one sender, split by the segment
+   size the kernel reports;
+3. hands every datagram to the sans-IO `ListenerCore`, appends the batches
+   now in order to their streams (one writev per stream per drain), and
+   returns the buffers;
+4. answers: one ACK per link per drain.
+
+Durability (SPEC section 2.2).  With sync="batch" the loop never calls
+fdatasync: it tells the sync thread which streams are dirty, and the sync
+thread syncs them (group commit: everything written while one sync ran is
+covered by the next) and reports the durable positions back through an
+eventfd, after which the loop answers "stored".  With sync="always" the loop
+syncs after each drain's writes, before answering.  With sync="none"
+"stored" means written to the OS: a power cut can lose it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from . import _address
+from .errors import Error
+from .primitives.pool import BufferPool
+from .protocol.listener_core import CoreConfig, ListenerCore
+from .store.log import StreamLog
+from .store.store import DataDir
+
+__all__ = ["Listener", "ListenerStats"]
+
+log = logging.getLogger("purelink.listener")
+
+SOL_UDP: Final = 17
+UDP_GRO: Final = 104
+RECV_BUFFER: Final = 65536
+DRAIN_BUDGET: Final = 512
+SOCKET_BUFFER: Final = 32 << 20
+_CMSG_SPACE: Final = socket.CMSG_SPACE(4)
+SYNC_MODES: Final = ("batch", "always", "none")
+
+
+@dataclass(frozen=True)
+class ListenerStats:
+    """A snapshot of a listener's counters."""
+
+    datagrams: int
+    """Datagrams received (after splitting GRO buffers)."""
+    bytes: int
+    """Bytes received."""
+    recv_calls: int
+    """Receive system calls that returned data."""
+    drains: int
+    """Readiness events drained (mechanism 3)."""
+    accepts: int
+    """Sessions accepted (handshakes completed)."""
+    links: int
+    """Sessions open now."""
+    batches_stored: int
+    """Batches appended to the store."""
+    records_stored: int
+    """Records appended to the store."""
+    syncs: int
+    """fdatasync calls (group commits)."""
+    duplicates: int
+    """Batches received again and dropped (resends)."""
+    held: int
+    """Batches held out of order."""
+    retries: int
+    """RETRY answers (address proofs asked for)."""
+    fenced: int
+    """Sessions fenced by a newer one."""
+    acks: int
+    """Answers sent."""
+    gro: bool
+    """Whether UDP GRO is on."""
+    rcvbuf: int
+    """The socket's receive buffer, bytes."""
+    pool_hits: int
+    """Receive buffers reused from the free list (mechanism 4)."""
+    pool_misses: int
+    """Receive buffers allocated because the free list was empty."""
+    memory: int
+    """Bytes held out of order across all links."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Datagrams dropped, by reason."""
+
+
+class _Store:
+    """The core's StoreView over a DataDir."""
+
+    def __init__(self, data: DataDir) -> None:
+        self.data = data
+
+    def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
+        log_ = self.data.stream(stream)
+        state = log_.producers.get(pid)
+        return (state.epoch, state.last_seq) if state is not None else (0, 0)
+
+    def new_epoch(self, stream: str, pid: int, durable: bool) -> int:
+        return self.data.stream(stream).new_epoch(pid, durable=durable)
+
+
+class Listener:
+    """Receives links' datagrams and stores their records durably."""
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str],
+        udp: str | None = "127.0.0.1:7400",
+        tcp: str | None = None,
+        sync: str = "batch",
+        secret: bytes | None = None,
+        *,
+        segment_bytes: int = 64 << 20,
+        max_links: int = 100_000,
+        max_streams: int = 10_000,
+        max_record: int = 16 << 20,
+        max_reorder: int = 4 << 20,
+        max_memory: int = 1 << 30,
+    ) -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
+        if tcp is not None:
+            raise ValueError("tcp= is not available yet; use udp=")
+        if udp is None:
+            raise ValueError("udp= is required (tcp= is not available yet)")
+        self._udp_bind = _address.parse_hostport(udp)
+        if secret is not None and len(secret) < 16:
+            raise ValueError("secret must be at least 16 bytes")
+        self.path = Path(data)
+        self.sync = sync
+        self._secret = secret
+        self._segment_bytes = segment_bytes
+        self._max_streams = max_streams
+        self._core_config = CoreConfig(
+            secret=secret, max_links=max_links, max_record=max_record, max_reorder=max_reorder,
+            max_memory=max_memory,
+        )
+        self.udp_address: tuple[str, int] | None = None
+        self.tcp_address: tuple[str, int] | None = None
+        self._data: DataDir | None = None
+        self._core: ListenerCore | None = None
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._sync_thread: threading.Thread | None = None
+        self._stop = False
+        self._wake_fd = -1
+        self._synced_fd = -1
+        self._sync_cond = threading.Condition()
+        self._dirty: set[str] = set()
+        self._synced: deque[tuple[str, int]] = deque()
+        self._pool = BufferPool(RECV_BUFFER, 1024)
+        self._gro = False
+        self._rcvbuf = 0
+        self._recv_calls = 0
+        self._drains = 0
+        self._datagrams = 0
+        self._bytes = 0
+        self._syncs = 0
+        self._stored_batches = 0
+        self._stored_records = 0
+        self._started = False
+        self._closed = False
+        self.error: BaseException | None = None
+        """What stopped the loop, if it died (it should not)."""
+
+    # -------------------------------------------------------------- control
+    def start(self) -> None:
+        """Recover the store, bind the sockets, start the threads; returns when ready."""
+        if self._started:
+            raise Error("the listener was started already")
+        self._started = True
+        self._data = DataDir(
+            self.path, segment_bytes=self._segment_bytes, max_streams=self._max_streams
+        )
+        try:
+            self._core = ListenerCore(_Store(self._data), self._core_config)
+            self._sock = self._bind_udp(*self._udp_bind)
+            self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except BaseException:
+            self._release()
+            raise
+        self._thread = threading.Thread(target=self._run, name="purelink-listener", daemon=True)
+        self._thread.start()
+        if self.sync == "batch":
+            self._sync_thread = threading.Thread(
+                target=self._sync_loop, name="purelink-sync", daemon=True
+            )
+            self._sync_thread.start()
+
+    def close(self) -> None:
+        """Stop, write and sync everything received, close the files.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop = True
+        if self._wake_fd >= 0:
+            os.eventfd_write(self._wake_fd, 1)
+        if self._thread is not None:
+            self._thread.join()
+        with self._sync_cond:
+            self._sync_cond.notify_all()
+        if self._sync_thread is not None:
+            self._sync_thread.join()
+        if self._data is not None and self.sync != "none":
+            for name in self._data.streams():
+                with contextlib.suppress(OSError):
+                    self._data.stream(name, create=False).sync()
+                    self._syncs += 1
+        self._release()
+
+    def _release(self) -> None:
+        for fd in (self._wake_fd, self._synced_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_fd = self._synced_fd = -1
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+
+    def __enter__(self) -> Listener:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def stats(self) -> ListenerStats:
+        """A snapshot of the counters."""
+        core = self._core
+        c = core.stats if core is not None else None
+        pool = self._pool.statistics()
+        return ListenerStats(
+            datagrams=self._datagrams, bytes=self._bytes, recv_calls=self._recv_calls,
+            drains=self._drains, accepts=c.accepts if c else 0,
+            links=core.links if core is not None else 0,
+            batches_stored=self._stored_batches, records_stored=self._stored_records,
+            syncs=self._syncs, duplicates=c.duplicates if c else 0, held=c.held if c else 0,
+            retries=c.retries if c else 0, fenced=c.fenced if c else 0, acks=c.acks if c else 0,
+            gro=self._gro, rcvbuf=self._rcvbuf, pool_hits=pool.hits, pool_misses=pool.misses,
+            memory=core.memory if core is not None else 0,
+            dropped=dict(c.dropped) if c else {},
+        )
+
+    def stats_dict(self) -> dict[str, Any]:
+        """stats() as plain data (for JSON)."""
+        return asdict(self.stats())
+
+    # -------------------------------------------------------------- sockets
+    def _bind_udp(self, host: str, port: int) -> socket.socket:
+        family, sockaddr = _address.resolve(host, port)
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, SOCKET_BUFFER)
+            except (OSError, AttributeError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            self._rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            try:
+                sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+                self._gro = True
+            except OSError:
+                self._gro = False
+            sock.bind(sockaddr)
+        except OSError as exc:
+            sock.close()
+            raise Error(f"cannot bind udp {_address.format_hostport(host, port)}: {exc}") from None
+        bound = sock.getsockname()
+        self.udp_address = (str(bound[0]), int(bound[1]))
+        return sock
+
+    # ------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # pragma: no cover - a bug: log it loudly
+            self.error = exc
+            log.exception("purelink listener loop crashed")
+
+    def _loop(self) -> None:
+        assert self._sock is not None and self._core is not None
+        ep = select.epoll()
+        sock_fd = self._sock.fileno()
+        ep.register(sock_fd, select.EPOLLIN)
+        ep.register(self._wake_fd, select.EPOLLIN)
+        ep.register(self._synced_fd, select.EPOLLIN)
+        monotonic = time.monotonic
+        try:
+            while not self._stop:
+                ready = ep.poll()
+                for fd, _ in ready:
+                    if fd == sock_fd:
+                        self._drain(monotonic())
+                    elif fd == self._synced_fd:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._synced_fd)
+                        self._take_synced()
+                    else:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._wake_fd)
+                self._answer(monotonic())
+            # last words: what was received is written (close() syncs it)
+            self._take_synced()
+        finally:
+            ep.close()
+
+    def _drain(self, now: float) -> None:
+        """Take datagrams until EAGAIN (or the budget), then store what is in order."""
+        sock = self._sock
+        core = self._core
+        assert sock is not None and core is not None
+        self._drains += 1
+        pool = self._pool
+        used: list[bytearray] = []
+        receive = core.receive_datagram
+        recvmsg_into = sock.recvmsg_into
+        gro = self._gro
+        for _ in range(DRAIN_BUDGET):
+            buf = pool.get()
+            try:
+                nbytes, ancdata, _flags, addr = recvmsg_into([buf], _CMSG_SPACE if gro else 0)
+            except BlockingIOError:
+                pool.put(buf)
+                break
+            except OSError as exc:
+                pool.put(buf)
+                if exc.errno in (errno.ECONNREFUSED, errno.EINTR):
+                    continue
+                raise
+            used.append(buf)
+            self._recv_calls += 1
+            self._bytes += nbytes
+            view = memoryview(buf)[:nbytes]
+            segment = 0
+            if ancdata:
+                for level, kind, cdata in ancdata:
+                    if level == SOL_UDP and kind == UDP_GRO:
+                        (segment,) = struct.unpack("=i", cdata[:4])
+            if segment and segment < nbytes:
+                for start in range(0, nbytes, segment):
+                    self._datagrams += 1
+                    receive(view[start : start + segment], addr, now)
+            else:
+                self._datagrams += 1
+                receive(view, addr, now)
+        self._write(core)
+        for buf in used:
+            pool.put(buf)
+
+    def _write(self, core: ListenerCore) -> None:
+        data = self._data
+        assert data is not None
+        for stream, writes in core.take_writes().items():
+            if not writes:
+                continue
+            log_: StreamLog = data.stream(stream)
+            last = log_.append(writes)
+            self._stored_batches += len(writes)
+            self._stored_records += sum(h.count for _, h in writes)
+            core.written(stream, last)
+            if self.sync == "none":
+                core.synced(stream, last)
+            elif self.sync == "always":
+                core.synced(stream, log_.sync())
+                self._syncs += 1
+            else:
+                with self._sync_cond:
+                    self._dirty.add(stream)
+                    self._sync_cond.notify()
+
+    def _answer(self, now: float) -> None:
+        sock = self._sock
+        core = self._core
+        assert sock is not None and core is not None
+        for data, addr in core.datagrams_to_send(now):
+            try:
+                sock.sendto(data, addr)
+            except OSError:
+                core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
+
+    # ------------------------------------------------------- group commit
+    def _take_synced(self) -> None:
+        core = self._core
+        assert core is not None
+        synced = self._synced
+        while synced:
+            stream, position = synced.popleft()
+            core.synced(stream, position)
+
+    def _sync_loop(self) -> None:
+        data = self._data
+        assert data is not None
+        cond = self._sync_cond
+        while True:
+            with cond:
+                while not self._dirty and not self._stop:
+                    cond.wait()
+                if self._stop and not self._dirty:
+                    return
+                dirty, self._dirty = self._dirty, set()
+            for stream in dirty:
+                try:
+                    position = data.stream(stream, create=False).sync()
+                except Exception:  # pragma: no cover - a disk error: never answer "stored"
+                    log.exception("purelink: sync of stream %s failed", stream)
+                    continue
+                self._syncs += 1
+                self._synced.append((stream, position))
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._synced_fd, 1)

@@ -1,0 +1,238 @@
+# Wake a thread only when it sleeps, and only once (SPEC section 6, mechanism 1).
+#
+# Prior art: the C link's commit "Wake a link's thread only when it sleeps, once"
+# (serve/link.c: `sleeping, signaled, queued_new`), which took queuing from 400k to
+# 730k records/s by not writing the eventfd for every record; trio's
+# `_wakeup_socketpair.py` for the shape of a wakeup fd (non-blocking, drained until
+# EAGAIN, a pipe where nothing better exists).
+#
+# Theory of operation. One owner thread sleeps in poll() on `fileno()` (and its
+# sockets); any number of producer threads hand it work. Three plain attributes:
+#
+#   pending   work was handed over since the owner last looked (the "mark")
+#   sleeping  the owner is in poll(), or about to be
+#   signaled  a write to the fd is in it or on its way since the owner went to sleep
+#
+# Producer (the link's queue() inlines exactly this):
+#     <store the item>; w.pending = True; if w.sleeping and not w.signaled: w.signal()
+# Owner loop:
+#     w.begin_look(); <take all work>; if w.prepare_sleep(): poll(...); w.after_wake()
+#
+# Why no wakeup is lost. The producer stores the item, then stores `pending`, then
+# loads `sleeping`; the owner stores `sleeping` (in prepare_sleep), then loads
+# `pending`. This is Dekker's pattern: in every interleaving at least one side sees
+# the other's store. Either the owner sees pending and looks again instead of
+# sleeping (and finds the item, which was stored before pending), or the producer
+# sees sleeping and writes the fd unless `signaled` says a write is already coming.
+# The last clause needs the invariant "signaled implies a byte is in the fd or on its
+# way", which is why after_wake() drains the fd FIRST and clears `signaled` AFTER:
+# signal() sets `signaled` and then writes, so a signal that sets the flag after the
+# owner cleared it writes after the owner drained, and the byte stays for the next
+# poll. (Clearing first and draining second loses a wakeup: a producer preempted
+# between its check and its store could set `signaled` after the clear and have its
+# byte eaten by the drain, leaving signaled=True over an empty fd. The model test in
+# tests/test_primitives_wakeup.py finds that schedule.)
+#
+# The benign races: two producers can both see sleeping and not signaled and both
+# write (two writes for one sleep); a producer can write just after the owner woke
+# for another reason, which costs the owner one spurious wake later. Neither loses
+# work; both are counted (writes, spurious).
+#
+# What is assumed of the interpreter. Under the GIL (CPython 3.11, the target) every
+# attribute store and load here is one bytecode on a plain instance attribute, and
+# the GIL hand-off between threads is a mutex, so all threads see one total order of
+# these stores and loads: the argument above holds as written. On a free-threaded
+# build (3.13t+) attribute stores take a per-object lock but loads may be lock-free
+# atomic reads, and CPython does not promise the store-load fence Dekker's pattern
+# needs. On x86-64 the lock's compare-exchange is a full fence, so it holds there in
+# practice; elsewhere we are not sure. A driver on such a build should keep its poll
+# timeout finite as a backstop (and count the timeouts that found work).
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import TracebackType
+
+__all__ = ["Wakeup", "WakeupStatistics"]
+
+_EVENTFD_ONE = (1).to_bytes(8, "little")
+
+
+@dataclass(frozen=True, slots=True)
+class WakeupStatistics:
+    """A snapshot of a Wakeup's counters."""
+
+    backend: str
+    """"eventfd" or "pipe"."""
+    writes: int
+    """Writes to the fd (the SPEC's `wakeups`); under contention a rare increment may be lost."""
+    sleeps: int
+    """prepare_sleep() calls that let the owner sleep."""
+    rechecks: int
+    """prepare_sleep() calls that found work marked and sent the owner back to look."""
+    drains: int
+    """after_wake() calls that found the fd written and emptied it."""
+    spurious: int
+    """Drains with no work marked: a late write (see the header) or a signal with no item."""
+
+
+class Wakeup:
+    """An eventfd (or a pipe) written only when its owner sleeps, and only once.
+
+    `pending`, `sleeping` and `signaled` are plain attributes on purpose: the link's
+    queue() reads and writes them inline. See the module header for the protocol.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_read_fd",
+        "_write_fd",
+        "backend",
+        "drains",
+        "pending",
+        "rechecks",
+        "signaled",
+        "sleeping",
+        "sleeps",
+        "spurious",
+        "writes",
+    )
+
+    def __init__(self, use_eventfd: bool | None = None) -> None:
+        """Open the fd: an eventfd if available (or `use_eventfd=True`), else a pipe."""
+        have_eventfd = hasattr(os, "eventfd")
+        if use_eventfd is None:
+            use_eventfd = have_eventfd
+        if use_eventfd and not have_eventfd:
+            raise ValueError("eventfd is not available on this platform")
+        if use_eventfd:
+            fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._read_fd = self._write_fd = fd
+            self.backend = "eventfd"
+        else:
+            self._read_fd, self._write_fd = os.pipe()  # non-inheritable (PEP 446)
+            os.set_blocking(self._read_fd, False)
+            os.set_blocking(self._write_fd, False)
+            self.backend = "pipe"
+        self._closed = False
+        self.pending = False
+        self.sleeping = False
+        self.signaled = False
+        self.writes = 0
+        self.sleeps = 0
+        self.rechecks = 0
+        self.drains = 0
+        self.spurious = 0
+
+    def fileno(self) -> int:
+        """The fd to poll for POLLIN."""
+        return self._read_fd
+
+    # ---- producer side ---------------------------------------------------------
+
+    def mark_and_signal(self) -> None:
+        """Mark work pending; write the fd if the owner sleeps and nobody woke it yet."""
+        self.pending = True
+        if self.sleeping and not self.signaled:
+            self.signal()
+
+    def signal(self) -> None:
+        """Set `signaled`, then write the fd. Callers check `sleeping and not signaled` first."""
+        self.signaled = True  # before the write: see the header for why the order matters
+        self._write()
+        self.writes += 1
+
+    def _write(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._read_fd == self._write_fd:
+                os.write(self._write_fd, _EVENTFD_ONE)
+            else:
+                os.write(self._write_fd, b"\0")
+        except BlockingIOError:
+            pass  # counter or pipe full: the fd is readable already, which is all we need
+
+    # ---- owner side ------------------------------------------------------------
+
+    def begin_look(self) -> None:
+        """Clear the mark; call it before taking work, so work handed over later is seen."""
+        self.pending = False
+
+    def prepare_sleep(self) -> bool:
+        """Announce the sleep, then re-check the mark. False: work arrived, look again."""
+        self.sleeping = True
+        if self.pending:
+            self.sleeping = False
+            self.rechecks += 1
+            return False
+        self.sleeps += 1
+        return True
+
+    def after_wake(self) -> None:
+        """After poll() returns, for whatever reason: drain the fd, then clear the flags."""
+        if self._drain():
+            self.drains += 1
+            if not self.pending:
+                self.spurious += 1
+        self.sleeping = False
+        self.signaled = False  # after the drain: the header explains why
+
+    def _drain(self) -> bool:
+        """Read until EAGAIN; True if anything was read."""
+        got = False
+        while True:
+            try:
+                data = os.read(self._read_fd, 4096)
+            except BlockingIOError:
+                return got
+            if not data:  # pipe writer closed: nothing more will come
+                return got
+            got = True
+            if self._read_fd == self._write_fd:
+                return got  # an eventfd read takes the whole counter at once
+
+    # ---- life cycle and observation ----------------------------------------------
+
+    def close(self) -> None:
+        """Close the fd(s); later signals are ignored. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.sleeping = False
+        self.signaled = True  # an inlined producer check now never calls signal()
+        os.close(self._read_fd)
+        if self._write_fd != self._read_fd:
+            os.close(self._write_fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Wakeup:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def statistics(self) -> WakeupStatistics:
+        return WakeupStatistics(
+            backend=self.backend,
+            writes=self.writes,
+            sleeps=self.sleeps,
+            rechecks=self.rechecks,
+            drains=self.drains,
+            spurious=self.spurious,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Wakeup {self.backend} fd={self._read_fd} pending={self.pending} "
+            f"sleeping={self.sleeping} signaled={self.signaled} closed={self._closed}>"
+        )

@@ -1,0 +1,619 @@
+"""The link's state machine: records in, datagrams out, answers in, timers.
+
+Sans-IO in the manner of aioquic's QuicConnection: the driver hands in
+records (`push`), datagrams (`receive_datagram`) and the time; it takes out
+datagrams (`datagrams_to_send`), the next deadline (`get_timer`) and events
+(`next_event`).  Nothing here touches a socket, a thread or a clock.
+
+States (the only legal moves are in `_MOVES`):
+
+    CONNECTING --ACCEPT--> OPEN --REFUSE(unknown) or silence--> CONNECTING
+        |                   |--REFUSE(fenced)--> FENCED
+        |--REFUSE-->FAILED  |--stored went backwards--> FAILED
+    OPEN --close()--> CLOSED
+
+Invariants:
+* every record pushed stays in `_recs` until the listener says it is stored;
+  a reconnect re-packs everything above the listener's `received` seq, so no
+  record is lost to a listener restart and none is stored twice (the listener
+  deduplicates by producer and seq);
+* `stored` never goes backwards; if the listener ever reports less than it
+  told before, the sender fails with kind "lost" (SPEC section 2.4);
+* each datagram in flight remembers what it carried (a batch, or a byte range
+  of one large record) and is resolved acked or lost (aioquic's
+  packet_builder/recovery); retransmissions resend the same batch bytes under
+  a new packet number, so RTT samples are never ambiguous;
+* a timer is armed only while something is unstored or a handshake runs: an
+  idle link sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
+from typing import Final
+
+from ..errors import ProtocolError
+from . import wire
+from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
+from .window import CongestionWindow, RttEstimator
+
+__all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
+
+# packet and time thresholds for declaring a datagram lost (QUIC, RFC 9002 6.1)
+PACKET_THRESHOLD: Final = 3
+TIME_THRESHOLD: Final = 9 / 8
+
+
+class SenderState:
+    """The sender's states."""
+
+    CONNECTING = "connecting"
+    OPEN = "open"
+    FENCED = "fenced"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+_MOVES: Final = {
+    (SenderState.CONNECTING, SenderState.OPEN),
+    (SenderState.CONNECTING, SenderState.FAILED),
+    (SenderState.CONNECTING, SenderState.FENCED),
+    (SenderState.CONNECTING, SenderState.CLOSED),
+    (SenderState.OPEN, SenderState.CONNECTING),
+    (SenderState.OPEN, SenderState.FENCED),
+    (SenderState.OPEN, SenderState.FAILED),
+    (SenderState.OPEN, SenderState.CLOSED),
+    (SenderState.FENCED, SenderState.CLOSED),
+    (SenderState.FAILED, SenderState.CLOSED),
+}
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    """How a sender behaves."""
+
+    stream: str
+    """The stream written to."""
+    producer: str = ""
+    """Producer name; empty for an anonymous producer."""
+    anonymous_id: int = 0
+    """An anonymous producer's id (top bit set); 0 to draw one at random."""
+    datagram_size: int = 1400
+    """Largest datagram put on the wire."""
+    secret: bytes | None = None
+    """Key for the datagram MAC, or None."""
+    pad: bool = False
+    """Pad DATA datagrams of a burst (all but the last) to datagram_size, so the
+    driver can hand them to the kernel as equal UDP GSO segments."""
+    handshake_rto: float = 0.1
+    """First handshake retry interval; doubled on each retry up to max_handshake_rto."""
+    max_handshake_rto: float = 1.0
+    """Ceiling of the handshake retry interval (also the reconnect backoff cap)."""
+    silence_probes: int = 8
+    """Unanswered probes in a row after which the session is taken as lost and
+    the sender reconnects."""
+    burst: int = 64
+    """Most datagrams returned by one datagrams_to_send call."""
+
+
+@dataclass
+class SenderStats:
+    """Counters of a sender (plain ints; the driver snapshots them)."""
+
+    datagrams: int = 0
+    bytes: int = 0
+    batches: int = 0
+    fragments: int = 0
+    retransmits: int = 0
+    probes: int = 0
+    acks: int = 0
+    lost: int = 0
+    handshakes: int = 0
+    reconnects: int = 0
+    dropped: int = 0
+
+
+class _Flight:
+    """One datagram in flight and what it carried."""
+
+    __slots__ = ("end", "first", "last", "offset", "pn", "sent", "size", "batch")
+
+    def __init__(
+        self, pn: int, first: int, last: int, size: int, sent: float, batch: bytes | None,
+        offset: int = 0, end: int = 0,
+    ) -> None:
+        self.pn = pn
+        self.first = first
+        self.last = last
+        self.size = size
+        self.sent = sent
+        self.batch = batch  # None for a fragment
+        self.offset = offset
+        self.end = end
+
+
+class Sender:
+    """The sending side of one link."""
+
+    def __init__(self, config: SenderConfig) -> None:
+        if config.datagram_size < 128 or config.datagram_size > 65507:
+            raise ValueError("datagram_size must be between 128 and 65507")
+        wire.encode_hello(wire.Hello(0, config.stream, config.producer, 0, 0, b""))  # validates
+        self.config = config
+        self.stats = SenderStats()
+        self.state = SenderState.CONNECTING
+        self.rtt = RttEstimator()
+        self.cc = CongestionWindow(datagram_size=config.datagram_size)
+        self._key = config.secret
+        self.pad = config.pad
+        """Pad DATA datagrams of a burst for GSO (the driver turns it off if GSO fails)."""
+        self.stored_bytes = 0
+        """Payload bytes of the records released as stored."""
+        anon = config.anonymous_id
+        if not config.producer and not anon:
+            anon = int.from_bytes(os.urandom(8), "little") | (1 << 63)
+        self._anon_id = 0 if config.producer else anon
+        self._events: deque[Event] = deque()
+        # records: _recs[i] has seq _base + i; _recs[:_head] are stored and released lazily
+        self._recs: list[bytes] = []
+        self._head = 0
+        self._base = 1
+        self.stored = 0
+        """Last seq the listener said is stored."""
+        self.pushed = 0
+        """Last seq handed in with push()."""
+        self._received = 0  # last seq the listener has in order
+        self._next = 1  # next seq to put in a first transmission
+        self._frag_offset = 0  # bytes of record _next already sent as fragments
+        self._flights: dict[int, _Flight] = {}
+        self._lost: deque[_Flight] = deque()
+        self._in_flight = 0
+        self._peer_window = 1 << 20
+        self._max_record = 16 << 20
+        self._pn = 0
+        self._largest_acked_pn = 0
+        self._probe_due = False
+        self._probe_sent: dict[int, float] = {}
+        self._unanswered = 0
+        self._timer: float | None = None  # the loss/probe deadline while OPEN
+        # handshake
+        self.conn_id = 0
+        self.producer_id = 0
+        self.epoch = 0
+        self._nonce = 0
+        self._cookie = b""
+        self._hello_due: float | None = 0.0
+        self._hello_rto = config.handshake_rto
+        self._connected_once = False
+        self._close_due = False
+        budget = config.datagram_size - wire.DATA_OVERHEAD - wire.BATCH_HEADER
+        budget -= wire.MAC_SIZE if self._key is not None else 0
+        self._budget = budget  # payload bytes of a DATA datagram, 2 per record included
+        frag = config.datagram_size - wire.FRAGMENT_OVERHEAD
+        self._frag_size = frag - (wire.MAC_SIZE if self._key is not None else 0)
+
+    # ------------------------------------------------------------ inputs
+    def connect(self, now: float) -> None:
+        """Start (or restart) the handshake at `now`."""
+        self._nonce = int.from_bytes(os.urandom(8), "little") or 1
+        self._cookie = b""
+        self._hello_due = now
+        self.stats.handshakes += 1
+
+    def push(self, records: list[bytes]) -> None:
+        """Hand in records with seqs pushed+1, pushed+2, ... (the list is taken over)."""
+        if self._recs:
+            self._recs.extend(records)
+        else:
+            self._recs = records
+            self._head = 0
+            self._base = self.stored + 1
+        self.pushed += len(records)
+
+    def close(self) -> None:
+        """Say goodbye (one CLOSE datagram) and stop."""
+        if self.state == SenderState.OPEN:
+            self._close_due = True
+        self._move(SenderState.CLOSED)
+
+    def receive_datagram(self, data: bytes | memoryview, now: float) -> None:
+        """Take one datagram from the listener.  Anything malformed, forged or
+        stale is dropped and counted; nothing raises."""
+        try:
+            msg = wire.decode_datagram(data, self._key)
+        except ProtocolError:
+            self.stats.dropped += 1
+            return
+        if isinstance(msg, wire.Ack):
+            if self.state == SenderState.OPEN and msg.conn_id == self.conn_id and (
+                msg.epoch == self.epoch
+            ):
+                self._on_ack(msg, now)
+            else:
+                self.stats.dropped += 1
+        elif isinstance(msg, wire.Retry):
+            if self.state == SenderState.CONNECTING and msg.nonce == self._nonce:
+                self._cookie = msg.cookie
+                self._hello_due = now
+            else:
+                self.stats.dropped += 1
+        elif isinstance(msg, wire.Accept):
+            if self.state == SenderState.CONNECTING and msg.nonce == self._nonce:
+                self._on_accept(msg, now)
+            else:
+                self.stats.dropped += 1
+        elif isinstance(msg, wire.Refuse):
+            self._on_refuse(msg, now)
+        else:
+            self.stats.dropped += 1
+
+    # ----------------------------------------------------------- outputs
+    def next_event(self) -> Event | None:
+        """The next event, or None."""
+        return self._events.popleft() if self._events else None
+
+    def get_timer(self) -> float | None:
+        """When handle_timer must run next, or None (nothing to wait for)."""
+        if self.state == SenderState.CONNECTING:
+            return self._hello_due
+        if self.state != SenderState.OPEN:
+            return None
+        return self._timer
+
+    @property
+    def unstored(self) -> int:
+        """Records pushed and not yet stored."""
+        return self.pushed - self.stored
+
+    @property
+    def in_flight(self) -> int:
+        """Bytes of datagrams in flight."""
+        return self._in_flight
+
+    @property
+    def window(self) -> int:
+        """Bytes that may be in flight now."""
+        return min(self.cc.cwnd, self._peer_window)
+
+    def handle_timer(self, now: float) -> None:
+        """Run what is due at `now`."""
+        if self.state == SenderState.CONNECTING:
+            if self._hello_due is not None and now >= self._hello_due:
+                pass  # datagrams_to_send sends the HELLO
+            return
+        if self.state != SenderState.OPEN or self._timer is None or now < self._timer:
+            return
+        self._detect_time_losses(now)
+        if self._timer is not None and now >= self._timer:
+            # probe timeout: data outstanding, no answers for an RTO
+            if self._unanswered >= self.config.silence_probes:
+                self._reconnect(now, "silent")
+                return
+            self._probe_due = True
+            self._unanswered += 1
+            self.rtt.backoff()
+            if self._unanswered > 1:
+                self.cc.on_timeout(now)
+            self._timer = now + self.rtt.rto
+
+    def datagrams_to_send(self, now: float) -> list[bytes]:
+        """Datagrams to put on the wire now, at most config.burst of them."""
+        out: list[bytes] = []
+        if self._close_due:
+            self._close_due = False
+            out.append(wire.encode_close(self.conn_id, self.epoch, self._key))
+            return out
+        if self.state == SenderState.CONNECTING:
+            if self._hello_due is not None and now >= self._hello_due:
+                out.append(self._hello())
+                self._hello_due = now + self._hello_rto
+                self._hello_rto = min(self._hello_rto * 2, self.config.max_handshake_rto)
+            return out
+        if self.state != SenderState.OPEN:
+            return out
+        key = self._key
+        conn_id = self.conn_id
+        burst = self.config.burst
+        pending: list[tuple[_Flight, bytes | None, bytes | memoryview | None]] = []
+        window = self.window
+        flights = self._flights
+        while len(pending) < burst and self._in_flight < window:
+            if self._lost:
+                f = self._lost.popleft()
+                if self._covered_by_stored(f):
+                    continue
+                self.stats.retransmits += 1
+                chunk = None if f.batch is not None else self._fragment_bytes(f)
+                if f.batch is None and chunk is None:
+                    continue
+            elif self._next <= self.pushed:
+                made = self._pack(now)
+                if made is None:
+                    break
+                f, chunk = made
+            else:
+                break
+            self._pn += 1
+            f.pn = self._pn
+            f.sent = now
+            flights[f.pn] = f
+            self._in_flight += f.size
+            pending.append((f, f.batch, chunk))
+        if self._probe_due:
+            self._probe_due = False
+            if not pending:
+                self._pn += 1
+                self._probe_sent[self._pn] = now
+                self.stats.probes += 1
+                out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
+        last = len(pending) - 1
+        pad = self.config.datagram_size if self.pad else 0
+        for i, (f, batch, chunk) in enumerate(pending):
+            if batch is not None:
+                out.append(wire.encode_data(conn_id, f.pn, batch, key, pad if i < last else 0))
+            else:
+                assert chunk is not None
+                out.append(wire.encode_fragment(
+                    conn_id, f.pn, self.epoch, f.first, len(self._record(f.first)), f.offset,
+                    chunk, key,
+                ))
+        if pending:
+            self.stats.datagrams += len(pending)
+            if self._timer is None:
+                self._timer = now + self.rtt.rto
+        for d in out:
+            self.stats.bytes += len(d)
+        return out
+
+    # ---------------------------------------------------------- internals
+    def _move(self, state: str) -> None:
+        if state == self.state:
+            return
+        if (self.state, state) not in _MOVES:
+            raise AssertionError(f"sender: illegal move {self.state} -> {state}")
+        self.state = state
+
+    def _hello(self) -> bytes:
+        msg = wire.Hello(
+            self._nonce, self.config.stream, self.config.producer, self._anon_id,
+            self.config.datagram_size, self._cookie,
+        )
+        return wire.encode_hello(msg, self._key)
+
+    def _record(self, seq: int) -> bytes:
+        return self._recs[seq - self._base]
+
+    def _pack(self, now: float) -> tuple[_Flight, bytes | memoryview | None] | None:
+        """Take the next records into one batch (or the next piece of a large record)."""
+        seq = self._next
+        i = seq - self._base
+        recs = self._recs
+        budget = self._budget
+        if self._frag_offset == 0:
+            chunk = recs[i : i + budget // 2]
+            cum = list(accumulate(map(add, map(len, chunk), repeat(2))))
+            n = bisect_right(cum, budget)
+            if n:
+                batch_recs = chunk[:n] if n < len(chunk) else chunk
+                batch = wire.encode_batch(self.producer_id, self.epoch, seq, batch_recs)
+                self._next = seq + n
+                self.stats.batches += 1
+                size = len(batch) + wire.DATA_OVERHEAD
+                return _Flight(0, seq, seq + n - 1, size, now, batch), None
+        # a record too large for one datagram: send its next piece
+        record = recs[i]
+        start = self._frag_offset
+        end = min(start + self._frag_size, len(record))
+        if end >= len(record):
+            self._frag_offset = 0
+            self._next = seq + 1
+        else:
+            self._frag_offset = end
+        self.stats.fragments += 1
+        size = wire.FRAGMENT_OVERHEAD + end - start
+        f = _Flight(0, seq, seq, size, now, None, start, end)
+        return f, memoryview(record)[start:end]
+
+    def _fragment_bytes(self, f: _Flight) -> memoryview | None:
+        if f.first <= self.stored:
+            return None
+        return memoryview(self._record(f.first))[f.offset : f.end]
+
+    def _covered_by_stored(self, f: _Flight) -> bool:
+        return f.last <= self._received
+
+    def _on_accept(self, msg: wire.Accept, now: float) -> None:
+        if msg.stored < self.stored:
+            self._fail("lost", f"the listener has seq {msg.stored} stored but told {self.stored}")
+            return
+        if self._connected_once and msg.stored > self.pushed:
+            self._fail(
+                "conflict",
+                f"another session of producer {self.config.producer!r} stored up to seq "
+                f"{msg.stored}, past this link's {self.pushed}",
+            )
+            return
+        self.conn_id = msg.conn_id
+        self.producer_id = msg.producer
+        self.epoch = msg.epoch
+        self._max_record = msg.max_record
+        self._peer_window = max(msg.window, self.config.datagram_size)
+        if not self._connected_once:
+            # a fresh link starts where its producer left off
+            self.stored = self.pushed = msg.stored
+            self._base = msg.stored + 1
+            self._recs = []
+            self._head = 0
+        self._connected_once = True
+        self._release(msg.stored)
+        self._received = max(msg.received, self.stored)
+        self._next = self._received + 1
+        self._frag_offset = 0
+        self._flights.clear()
+        self._lost.clear()
+        self._in_flight = 0
+        self._probe_sent.clear()
+        self._unanswered = 0
+        self._timer = None
+        self._hello_due = None
+        self._hello_rto = self.config.handshake_rto
+        self._move(SenderState.OPEN)
+        self._events.append(Connected(msg.producer, msg.epoch, msg.stored))
+        self._arm(now)
+
+    def _on_refuse(self, msg: wire.Refuse, now: float) -> None:
+        reason = msg.reason
+        if self.state == SenderState.CONNECTING:
+            if msg.nonce != self._nonce:
+                self.stats.dropped += 1
+                return
+            if reason == wire.RefuseReason.FENCED:
+                self._move(SenderState.FENCED)
+                self._events.append(Fenced(self.epoch))
+            else:
+                name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
+                self._fail("refused", f"the listener refused the link: {name}")
+            return
+        if self.state != SenderState.OPEN or msg.conn_id != self.conn_id:
+            self.stats.dropped += 1
+            return
+        if msg.epoch != self.epoch:
+            self.stats.dropped += 1
+            return
+        if reason == wire.RefuseReason.FENCED:
+            self._move(SenderState.FENCED)
+            self._events.append(Fenced(self.epoch))
+        elif reason == wire.RefuseReason.UNKNOWN:
+            self._reconnect(now, "unknown")
+        else:
+            name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
+            self._fail("refused", f"the listener refused the link: {name}")
+
+    def _fail(self, kind: str, message: str) -> None:
+        self._move(SenderState.FAILED)
+        self._events.append(Failed(kind, message))
+        self._timer = None
+
+    def _reconnect(self, now: float, reason: str) -> None:
+        self._move(SenderState.CONNECTING)
+        self.stats.reconnects += 1
+        self._events.append(Reconnecting(reason))
+        self._timer = None
+        self._flights.clear()
+        self._lost.clear()
+        self._in_flight = 0
+        self._hello_rto = min(self.rtt.rto, self.config.max_handshake_rto)
+        self.connect(now)
+
+    def _release(self, stored: int) -> None:
+        """Forget records up to `stored` (compacting the list now and then)."""
+        if stored <= self.stored:
+            return
+        self.stored = stored
+        head = stored - self._base + 1
+        self.stored_bytes += sum(map(len, self._recs[self._head : head]))
+        if head >= len(self._recs):
+            self._recs = []
+            self._head = 0
+            self._base = stored + 1
+        elif head > 4096 and head * 2 > len(self._recs):
+            del self._recs[:head]
+            self._base = stored + 1
+            self._head = 0
+        else:
+            self._head = head
+
+    def _on_ack(self, ack: wire.Ack, now: float) -> None:
+        self.stats.acks += 1
+        self._unanswered = 0
+        self.rtt.reset_backoff()
+        # Within a session the listener's stored seq never goes back; a lower one
+        # is an older answer that the network reordered (stale, so max() below).
+        # Data loss by a restarted listener shows in the ACCEPT of the next session.
+        if ack.received > self.pushed:
+            self.stats.dropped += 1
+            return
+        self._peer_window = max(ack.window, self.config.datagram_size)
+        if ack.stored > self.stored:
+            self._release(ack.stored)
+            self._events.append(StoredAdvanced(ack.stored))
+        if ack.received > self._received:
+            self._received = ack.received
+        received = self._received
+        largest = ack.largest_pn
+        sent = self._probe_sent.pop(largest, None)
+        if sent is not None:
+            self.rtt.on_sample(now - sent, ack.ack_delay / 1e6)
+        if largest > self._largest_acked_pn:
+            self._largest_acked_pn = largest
+        if self._probe_sent and largest:
+            for pn in [p for p in self._probe_sent if p <= largest]:
+                del self._probe_sent[pn]
+        ranges = ack.ranges
+        frags = dict(ack.fragments) if ack.fragments else None
+        flights = self._flights
+        acked_bytes = 0
+        largest_acked = self._largest_acked_pn
+        loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
+        cc = self.cc
+        for pn, f in list(flights.items()):
+            if f.last <= received or _in_ranges(f, ranges) or (
+                frags is not None and f.batch is None and _in_spans(f, frags.get(f.first))
+            ):
+                del flights[pn]
+                self._in_flight -= f.size
+                acked_bytes += f.size
+                cc.on_acked(f.size, f.sent)
+                if pn == largest:
+                    self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
+            elif pn + PACKET_THRESHOLD <= largest_acked or (
+                pn < largest_acked and now - f.sent > loss_delay
+            ):
+                self._declare_lost(pn, f, now)
+        self._arm(now)
+
+    def _declare_lost(self, pn: int, f: _Flight, now: float) -> None:
+        del self._flights[pn]
+        self._in_flight -= f.size
+        self.stats.lost += 1
+        self.cc.on_lost(f.sent, now)
+        self._lost.append(f)
+
+    def _detect_time_losses(self, now: float) -> None:
+        largest = self._largest_acked_pn
+        if not largest:
+            return
+        loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
+        for pn, f in list(self._flights.items()):
+            if pn >= largest:
+                break
+            if now - f.sent > loss_delay:
+                self._declare_lost(pn, f, now)
+
+    def _arm(self, now: float) -> None:
+        """Arm the probe timer while anything is unstored, else disarm."""
+        if self.pushed > self.stored or self._flights:
+            self._timer = now + self.rtt.rto
+        else:
+            self._timer = None
+
+
+def _in_ranges(f: _Flight, ranges: tuple[tuple[int, int], ...]) -> bool:
+    for a, b in ranges:
+        if a <= f.first and f.last <= b:
+            return True
+    return False
+
+
+def _in_spans(f: _Flight, spans: tuple[tuple[int, int], ...] | None) -> bool:
+    if not spans:
+        return False
+    for a, b in spans:
+        if a <= f.offset and f.end <= b:
+            return True
+    return False

@@ -1,0 +1,262 @@
+"""One stream's log: append batches, sync them, remember its producers.
+
+Theory of operation.  The listener thread appends verified batches; a sync
+thread makes them durable (group commit).  Positions are stamped here, in
+order, contiguously: batch k gets `last_position + 1` and moves
+`last_position` by its record count.  The bytes of each batch are written as
+they arrived except for their first 8, which become the position -- two iovec
+entries per batch, one `pwritev` per 512 batches, no record re-encoded.
+
+Invariants that make `sync` safe from another thread without slowing `append`:
+
+* `_last` is published only after the bytes holding it were written, so any
+  position <= `_last` is in the page cache of the active segment or of a
+  closed segment;
+* a segment is fdatasynced *before* its successor becomes active, and the
+  swap happens under `_lock`;
+* `sync` reads (`_active`, `_last`) under `_lock` and fdatasyncs that segment
+  while holding it, so the fd cannot be closed under it and every position
+  it reports is durable.  `append` takes the lock only to roll a segment
+  (once per `segment_bytes`), never around its writes.
+
+A failed fdatasync is not retried into success: after one, the page cache may
+have dropped the dirty pages (the 2018 "fsyncgate"), so the log refuses all
+further work and the listener must stop.  A failed write is cut back and
+raised; the log stays usable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from purelink.errors import Closed, Error
+from purelink.protocol.wire import BatchHeader, position_bytes
+
+from .epochs import EpochsFile
+from .format import EPOCHS_FILE, ProducerState
+from .segment import SegmentWriter, recover, write_summary
+
+__all__ = ["IOV_MAX", "ProducerState", "StreamLog"]
+
+IOV_MAX: Final = 1024
+"""Linux's limit on buffers per writev; each batch takes two."""
+_BATCHES_PER_WRITE: Final = IOV_MAX // 2
+_MAX_EPOCH: Final = 0xFFFF_FFFF
+
+
+class StreamLog:
+    """The writer's view of one stream: a folder of segment files.
+
+    `append`, `new_epoch`, `forget` and `close` belong to one thread (the
+    listener's); `sync` may be called from any thread at any time.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], name: str, *, segment_bytes: int) -> None:
+        """Open (and recover) the stream in `folder`, which must exist."""
+        if segment_bytes < 1:
+            raise ValueError("segment_bytes must be positive")
+        self.name = name
+        """The stream's name."""
+        self.folder = Path(folder)
+        """The stream's folder."""
+        self.producers: dict[int, ProducerState] = {}
+        """Every producer known on the stream (rebuilt on open, updated by append)."""
+        self._segment_bytes = segment_bytes
+        self._lock = threading.Lock()
+        self._closed = False
+        self._failed: OSError | None = None
+        self._first, self._active, self._last = recover(self.folder, name, self.producers)
+        self._synced = self._last
+        try:
+            self._epochs = EpochsFile(self.folder / EPOCHS_FILE)
+        except BaseException:
+            self._active.close()
+            raise
+        for producer, epoch in self._epochs.epochs.items():
+            state = self.producers.get(producer)
+            if state is None:
+                self.producers[producer] = ProducerState(epoch, 0)
+            elif epoch > state.epoch:
+                state.epoch = epoch
+
+    def __repr__(self) -> str:
+        return f"<StreamLog {self.name!r} last={self._last} synced={self._synced}>"
+
+    @property
+    def last_position(self) -> int:
+        """Position of the last record written (0 when empty)."""
+        return self._last
+
+    @property
+    def synced_position(self) -> int:
+        """Position of the last record known durable."""
+        return self._synced
+
+    @property
+    def first_position(self) -> int:
+        """Position of the first record retained (0 when empty)."""
+        return self._first if self._last >= self._first else 0
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, batches: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
+        """Write verified batches in order, stamping their positions; return
+        the new last position.  The records are in the OS page cache only
+        until `sync`.
+
+        Raises ValueError if a batch's length is not its header's, Closed
+        after `close`, and purelink.Error if the disk refuses (the batches
+        not written are left out; `last_position` says how far it got).
+        """
+        if self._failed is not None or self._closed:
+            self._check()
+        seg = self._active
+        limit = self._segment_bytes
+        stamp = position_bytes
+        position = self._last + 1
+        size = seg.size
+        iov: list[bytes | memoryview] = []
+        chunk: list[BatchHeader] = []
+        total = 0
+        for batch, header in batches:
+            length = header.length
+            if len(batch) != length:
+                if chunk:
+                    self._flush(seg, iov, total, chunk, position)
+                raise ValueError(f"batch is {len(batch)} bytes, its header says {length}")
+            if size + total + length > limit and size + total > 0:
+                if chunk:
+                    self._flush(seg, iov, total, chunk, position)
+                    iov, chunk, total = [], [], 0
+                seg = self._roll(position)
+                size = 0
+            iov.append(stamp(position))
+            iov.append(memoryview(batch)[8:] if isinstance(batch, bytes) else batch[8:])
+            chunk.append(header)
+            total += length
+            position += header.count
+            if len(chunk) == _BATCHES_PER_WRITE:
+                self._flush(seg, iov, total, chunk, position)
+                size = seg.size
+                iov, chunk, total = [], [], 0
+        if chunk:
+            self._flush(seg, iov, total, chunk, position)
+        return self._last
+
+    def _flush(
+        self,
+        seg: SegmentWriter,
+        iov: list[bytes | memoryview],
+        total: int,
+        chunk: list[BatchHeader],
+        end_position: int,
+    ) -> None:
+        """Write one chunk of batches, then publish it (producers, last)."""
+        try:
+            seg.write(iov, total)
+        except OSError as exc:
+            if os.fstat(seg.fd).st_size > seg.size:  # could not cut the partial write back
+                self._failed = exc
+            raise Error(f"stream {self.name!r}: writing {seg.path} failed: {exc}") from exc
+        producers = self.producers
+        for h in chunk:
+            state = producers.get(h.producer)
+            if state is None:
+                producers[h.producer] = ProducerState(h.epoch, h.first_seq + h.count - 1)
+            else:
+                state.last_seq = h.first_seq + h.count - 1
+                if h.epoch > state.epoch:  # noqa: PLR1730 - a compare is cheaper than max()
+                    state.epoch = h.epoch
+        self._last = end_position - 1  # published last: the bytes are written
+
+    def _roll(self, base: int) -> SegmentWriter:
+        """Close the active segment (synced first) and start one at `base`."""
+        with self._lock:
+            old = self._active
+            try:
+                os.fdatasync(old.fd)
+            except OSError as exc:
+                self._failed = exc
+                raise Error(f"stream {self.name!r}: fdatasync of {old.path} failed: {exc}") from exc
+            self._synced = self._last
+            try:
+                new = SegmentWriter.create(self.folder, base)
+            except OSError as exc:
+                raise Error(f"stream {self.name!r}: cannot create a segment: {exc}") from exc
+            # the summary only speeds up the next open; recovery scans without it
+            with contextlib.suppress(OSError):
+                write_summary(self.folder, old.base, old.size, base, self.producers)
+            self._active = new
+            old.close()
+            return new
+
+    def sync(self) -> int:
+        """fdatasync what was appended so far; return the position now durable.
+
+        Safe from any thread while another appends.  Raises purelink.Error
+        if an fdatasync ever failed on this log.
+        """
+        with self._lock:
+            if self._failed is not None:
+                self._check()
+            if self._closed:
+                return self._synced
+            last = self._last
+            if last > self._synced:
+                try:
+                    os.fdatasync(self._active.fd)
+                except OSError as exc:
+                    self._failed = exc
+                    raise Error(
+                        f"stream {self.name!r}: fdatasync of {self._active.path} failed: {exc}"
+                    ) from exc
+                self._synced = last
+            return self._synced
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise Error(
+                f"stream {self.name!r} failed earlier and accepts no more work: {self._failed}"
+            )
+        raise Closed(f"stream {self.name!r} is closed")
+
+    # ------------------------------------------------------------ producers
+
+    def new_epoch(self, producer: int, *, durable: bool) -> int:
+        """The next epoch for `producer`: 1 + the highest known.  With
+        durable=True (named producers) it is recorded in the epochs file and
+        fdatasynced first, so no restart hands it out again."""
+        if self._failed is not None or self._closed:
+            self._check()
+        state = self.producers.get(producer)
+        epoch = (state.epoch if state is not None else 0) + 1
+        if epoch > _MAX_EPOCH:
+            raise Error(f"stream {self.name!r}: producer {producer} ran out of epochs")
+        if durable:
+            try:
+                self._epochs.record(producer, epoch)
+            except OSError as exc:
+                raise Error(f"stream {self.name!r}: cannot record an epoch: {exc}") from exc
+        if state is None:
+            self.producers[producer] = ProducerState(epoch, 0)
+        else:
+            state.epoch = epoch
+        return epoch
+
+    def forget(self, producer: int) -> None:
+        """Drop an (anonymous, expired) producer's state from memory."""
+        self.producers.pop(producer, None)
+
+    def close(self) -> None:
+        """Close the files; does not sync (call `sync` first).  Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._active.close()
+            self._epochs.close()

@@ -1,0 +1,177 @@
+"""Senders and a listener core on virtual time, through a FakeNet.
+
+The loop jumps from event to event (a datagram arriving, a sender's timer,
+the listener's next group commit), so a run that covers minutes of virtual
+time takes well under a second and never sleeps.  The listener side does
+what listener.py does: drain what arrived, append in-order batches to the
+store, answer once per drain, sync every `sync_interval` and answer again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..protocol import events
+from ..protocol.listener_core import CoreConfig, ListenerCore
+from ..protocol.sender import Sender, SenderConfig, SenderState
+from .fakes import FakeClock, FakeNet, MemoryStore
+
+__all__ = ["SimLink", "Simulation"]
+
+LISTENER = "listener"
+
+
+@dataclass
+class SimLink:
+    """One link in the simulation: a Sender and the records it still has to push."""
+
+    name: str
+    sender: Sender
+    todo: list[bytes]
+    addr: tuple[str, int]
+    push_every: int = 0
+    """Push this many records per step (0: all at once)."""
+    events: list[events.Event] = field(default_factory=list)
+    told: int = 0
+
+    @property
+    def done(self) -> bool:
+        """Everything pushed is stored, or the link ended."""
+        s = self.sender
+        if s.state in (SenderState.FENCED, SenderState.FAILED, SenderState.CLOSED):
+            return True
+        return not self.todo and s.stored == s.pushed and s.state == SenderState.OPEN
+
+
+class Simulation:
+    """A listener core, a MemoryStore and links, all on one FakeClock."""
+
+    def __init__(
+        self,
+        net: FakeNet,
+        *,
+        sync_interval: float = 0.002,
+        core_config: CoreConfig | None = None,
+        clock: FakeClock | None = None,
+    ) -> None:
+        self.clock = clock or FakeClock()
+        self.net = net
+        self.store = MemoryStore()
+        self.core_config = core_config or CoreConfig()
+        self.core: ListenerCore | None = ListenerCore(self.store, self.core_config)
+        self.links: dict[tuple[str, int], SimLink] = {}
+        self.sync_interval = sync_interval
+        self._next_sync: float | None = None
+        self._port = 40000
+        self.restarts = 0
+        self.steps = 0
+
+    def add_link(
+        self, stream: str, records: list[bytes], *, producer: str = "", push_every: int = 0,
+        datagram_size: int = 1400, anonymous_id: int = 0,
+    ) -> SimLink:
+        """A new link that connects now and pushes `records`."""
+        self._port += 1
+        cfg = SenderConfig(
+            stream=stream, producer=producer, datagram_size=datagram_size,
+            anonymous_id=anonymous_id,
+        )
+        sender = Sender(cfg)
+        sender.connect(self.clock.now)
+        link = SimLink(f"link{self._port}", sender, list(records), ("10.0.0.1", self._port),
+                       push_every)
+        self.links[link.addr] = link
+        return link
+
+    def restart_listener(self, *, crash: bool = True) -> None:
+        """Kill the listener (losing what was not synced when `crash`) and start a new one."""
+        if crash:
+            self.store.crash()
+        self.core = ListenerCore(self.store, self.core_config)
+        self._next_sync = None
+        self.restarts += 1
+
+    def stop_listener(self) -> None:
+        """The listener is down: datagrams to it vanish until restart_listener()."""
+        self.store.crash()
+        self.core = None
+
+    def _push(self, link: SimLink) -> None:
+        s = link.sender
+        if not link.todo or s.state != SenderState.OPEN:
+            return
+        n = link.push_every or len(link.todo)
+        chunk, link.todo = link.todo[:n], link.todo[n:]
+        s.push(chunk)
+
+    def _flush_link(self, link: SimLink, now: float) -> None:
+        for data in link.sender.datagrams_to_send(now):
+            self.net.send(data, link.addr, LISTENER, now, up=True)
+        while (ev := link.sender.next_event()) is not None:
+            link.events.append(ev)
+            if isinstance(ev, events.StoredAdvanced):
+                link.told = ev.stored
+
+    def _flush_listener(self, now: float) -> None:
+        core = self.core
+        if core is None:
+            return
+        for stream, writes in core.take_writes().items():
+            last = self.store.append(stream, writes)
+            core.written(stream, last)
+            if self.sync_interval <= 0:
+                core.synced(stream, self.store.sync(stream))
+            elif self._next_sync is None:
+                self._next_sync = now + self.sync_interval
+        for data, addr in core.datagrams_to_send(now):
+            self.net.send(data, ("listener", 0), addr[0] + ":" + str(addr[1]), now, up=False)
+
+    def step(self) -> bool:
+        """Run the next thing due; False when nothing is left to do."""
+        self.steps += 1
+        now = self.clock.now
+        for link in self.links.values():
+            self._push(link)
+            self._flush_link(link, now)
+        candidates = [t for t in (self.net.next_due(), self._next_sync) if t is not None]
+        for link in self.links.values():
+            t = link.sender.get_timer()
+            if t is not None:
+                candidates.append(t)
+        if not candidates:
+            return False
+        due = max(min(candidates), now)
+        self.clock.now = due
+        for dest, data, source in self.net.deliver(due):
+            if dest == LISTENER:
+                if self.core is not None:
+                    self.core.receive_datagram(data, source, due)
+            else:
+                host, port = dest.rsplit(":", 1)
+                link = self.links.get((host, int(port)))
+                if link is not None:
+                    link.sender.receive_datagram(data, due)
+        if self._next_sync is not None and due >= self._next_sync and self.core is not None:
+            self._next_sync = None
+            for stream in list(self.store.batches):
+                self.core.synced(stream, self.store.sync(stream))
+        self._flush_listener(due)
+        for link in self.links.values():
+            link.sender.handle_timer(due)
+        return True
+
+    def run(self, until: Callable[[], bool], *, max_time: float = 600.0,
+            max_steps: int = 5_000_000) -> bool:
+        """Step until `until()` holds; False if virtual time or steps run out."""
+        deadline = self.clock.now + max_time
+        for _ in range(max_steps):
+            if until():
+                return True
+            if self.clock.now > deadline or not self.step():
+                return until()
+        return until()
+
+    def all_done(self) -> bool:
+        """Every link finished."""
+        return all(link.done for link in self.links.values())
