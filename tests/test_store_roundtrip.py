@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,9 @@ def test_segments_roll_and_never_split_a_batch(tmp_path: Path) -> None:
         data = seg.read_bytes()
         offset = 0
         while offset < len(data):  # whole batches only, positions contiguous
-            header = verify_batch(data[offset : offset + int.from_bytes(data[offset + 16 : offset + 20], "little")])
+            header = verify_batch(
+                data[offset : offset + int.from_bytes(data[offset + 16 : offset + 20], "little")]
+            )
             assert header.position == position
             position += header.count
             offset += header.length
@@ -302,3 +305,27 @@ def test_random_batches_round_trip(
         with DataDir(tmp, segment_bytes=segment_bytes) as data:  # reopen finds it all whole
             assert data.stream("s").last_position == len(expected)
             assert data.stream("s").producers == {2: ProducerState(1, len(expected))}
+
+
+def test_reader_thread_follows_a_writer_thread(tmp_path: Path) -> None:
+    total_batches = 1500
+    data = DataDir(tmp_path, segment_bytes=8000)
+    log = data.stream("s")
+    store = Store(tmp_path)
+    expected = [record(i, i % 90) for i in range(total_batches * 2)]
+
+    def writer() -> None:
+        for i in range(total_batches):
+            log.append([make_batch(1, 1, 2 * i + 1, expected[2 * i : 2 * i + 2])])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen: list[tuple[int, bytes]] = []
+    try:
+        while len(seen) < len(expected):
+            seen.extend(store.read("s", len(seen) + 1))
+            assert store.last("s") >= len(seen)
+    finally:
+        thread.join()
+        data.close()
+    assert seen == list(enumerate(expected, start=1))

@@ -69,6 +69,9 @@ class _Server:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._log,
+            # Its own session: a Ctrl-C in the terminal reaches only the demo,
+            # which then stops the child itself (in `kill`), in order.
+            start_new_session=True,
         )
 
     def ready(self) -> str:

@@ -26,12 +26,10 @@ import argparse
 import base64
 import contextlib
 import dataclasses
-import ipaddress
 import json
+import logging
 import os
-import re
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -39,16 +37,14 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, NoReturn
 
-from . import ConnectError, Error, Full, Link, Listener, Store, connect
+from . import ConnectError, Error, Full, Link, Listener, Store, _address, connect
 from ._demo import DemoError, run_demo
 from ._progress import Progress
+from .store import validate_stream_name
 
 __all__ = ["main"]
 
 PROG = "purelink"
-
-STREAM_NAME = re.compile(r"(?!\.)[A-Za-z0-9._-]{1,200}")
-"""SPEC section 1: 1-200 chars of [A-Za-z0-9._-], not starting with '.'."""
 
 FOLLOW_POLL_SECONDS = 0.1
 """How often `read --follow` looks for new records (see `_cmd_read`)."""
@@ -81,31 +77,12 @@ def _fail(message: str) -> None:
 # --- argument types: each raises ArgumentTypeError, which argparse reports ---
 
 
-def _address(text: str) -> tuple[str, int]:
-    """Split "HOST:PORT" or "[V6]:PORT" into (host, port); raise ValueError if malformed."""
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(f"malformed address {text!r}: expected [V6ADDR]:PORT")
-        port_text = rest[1:]
-        ipaddress.IPv6Address(host)  # ValueError if it is not one
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep or not host:
-            raise ValueError(f"malformed address {text!r}: expected HOST:PORT")
-        if ":" in host:
-            raise ValueError(f"malformed address {text!r}: write an IPv6 address as [ADDR]:PORT")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"malformed address {text!r}: the port must be 0-65535")
-    return host, int(port_text)
-
-
 def _bind_address(text: str) -> str | None:
     """--udp/--tcp value: "HOST:PORT", or "none" to disable the transport."""
     if text.lower() == "none":
         return None
     try:
-        _address(text)
+        _address.parse_hostport(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -113,27 +90,19 @@ def _bind_address(text: str) -> str | None:
 
 def _url(text: str) -> str:
     """send's URL: udp://HOST:PORT or tcp://HOST:PORT (IPv6 as [ADDR])."""
-    scheme, sep, rest = text.partition("://")
-    if not sep or scheme not in ("udp", "tcp"):
-        raise argparse.ArgumentTypeError(
-            f"malformed URL {text!r}: expected udp://HOST:PORT or tcp://HOST:PORT"
-        )
     try:
-        _, port = _address(rest)
+        _address.parse_url(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    if port == 0:
-        raise argparse.ArgumentTypeError(f"malformed URL {text!r}: port 0 cannot be reached")
     return text
 
 
 def _stream(text: str) -> str:
-    if not STREAM_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"bad stream name {text!r}: 1-200 characters of A-Z a-z 0-9 . _ -, "
-            "not starting with '.'"
-        )
-    return text
+    """A stream name by the store's own rule (SPEC section 1)."""
+    try:
+        return validate_stream_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -178,27 +147,8 @@ def _read_secret(path: str | None) -> bytes | None:
     return secret
 
 
-def _is_loopback(host: str) -> bool:
-    """True if every address `host` names is a loopback address."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False  # cannot tell: treat it as exposed
-    return bool(infos) and all(
-        ipaddress.ip_address(str(info[4][0]).partition("%")[0]).is_loopback for info in infos
-    )
-
-
-def _format_address(address: object) -> str:
-    """A bound socket address as HOST:PORT, IPv6 as [HOST]:PORT."""
-    if not isinstance(address, tuple) or len(address) < 2:
-        return str(address)
-    host, port = str(address[0]), int(address[1])
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def _format_address(address: tuple[str, int]) -> str:
+    return _address.format_hostport(address[0], address[1])
 
 
 def _require_dir(path: str) -> Path:
@@ -217,11 +167,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     secret = _read_secret(args.secret_file)
     if secret is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
-            if text is not None and not _is_loopback(_address(text)[0]):
+            if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
                 raise UsageError(
                     f"refusing to listen on non-loopback {flag} {text} without --secret-file "
                     "(give --insecure to do it anyway)"
                 )
+
+    try:
+        listener = Listener(args.data, udp=args.udp, tcp=args.tcp, sync=args.sync, secret=secret)
+    except ValueError as exc:  # e.g. a secret too short, a transport not offered
+        raise UsageError(str(exc)) from None
 
     # Signals are turned into a byte on a pipe that the main thread blocks on.
     # Why not `threading.Event.set()` in the handler: a Python signal handler
@@ -236,7 +191,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             os.write(wake_w, bytes([signum & 0xFF]))
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    listener = Listener(args.data, udp=args.udp, tcp=args.tcp, sync=args.sync, secret=secret)
     try:
         listener.start()
         try:
@@ -305,7 +259,8 @@ def _cmd_send(args: argparse.Namespace) -> int:
         raise Error(f"only {link.stored:,} of {link.queued:,} records were stored")
     rate = count / seconds if seconds > 0 else 0.0
     sys.stderr.write(
-        f"{PROG} send: {count:,} records, {size:,} bytes stored in {seconds:.3f} s "
+        f"{PROG} send: {count:,} record{'' if count == 1 else 's'}, {size:,} bytes stored "
+        f"in {seconds:.3f} s "
         f"({rate:,.0f} records/s)\n"
     )
     return 0
@@ -346,28 +301,31 @@ def _cmd_read(args: argparse.Namespace) -> int:
     wait for it to appear).  A stream comes into being with its first record,
     so "unknown" and "empty" are the same state, as `Store.first/last` = 0, 0 say.
     """
-    if args.to is not None and args.to < args.start:
+    if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
     store = Store(str(_require_dir(args.data)))
+    stream = args.stream
     stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
     out = sys.stdout.buffer
     write = out.write
     b64 = base64.b64encode
-    nxt = args.start
+    nxt: int | None = args.start  # None: from the first record retained, once there is one
     while True:
-        if args.stream in store.streams() and store.last(args.stream) >= nxt:
+        if nxt is None:
+            nxt = store.first(stream) or None
+        if nxt is not None and store.last(stream) >= nxt:
             if args.format == "lines":
-                for position, payload in store.read(args.stream, start=nxt, stop=stop):
+                for position, payload in store.read(stream, start=nxt, stop=stop):
                     write(payload)
                     write(b"\n")
                     nxt = position + 1
             else:
-                for position, payload in store.read(args.stream, start=nxt, stop=stop):
+                for position, payload in store.read(stream, start=nxt, stop=stop):
                     line = json.dumps({"position": position, "payload": b64(payload).decode()})
                     write(line.encode() + b"\n")
                     nxt = position + 1
             out.flush()
-        if not args.follow or (stop is not None and nxt >= stop):
+        if not args.follow or (stop is not None and nxt is not None and nxt >= stop):
             return 0
         # A CLI loop, so a plain poll is the honest tool: the store is a
         # directory of files written by another process, with nothing to wait
@@ -378,24 +336,11 @@ def _cmd_read(args: argparse.Namespace) -> int:
 # --- streams ---
 
 
-def _stream_bytes(directory: Path, name: str) -> int:
-    """Bytes on disk of a stream's segment files (when Store gives no stream_info)."""
-    return sum(p.stat().st_size for p in (directory / "streams" / name).glob("*.seg"))
-
-
 def _cmd_streams(args: argparse.Namespace) -> int:
     directory = _require_dir(args.data)
     store = Store(str(directory))
-    rows: list[tuple[str, int, int, int, int]] = []
-    for name in sorted(store.streams()):
-        info = getattr(store, "stream_info", None)
-        if info is not None:
-            i = info(name)
-            rows.append((name, i.first, i.last, i.records, i.bytes))
-        else:
-            first, last = store.first(name), store.last(name)
-            records = last - first + 1 if last else 0
-            rows.append((name, first, last, records, _stream_bytes(directory, name)))
+    infos = [store.stream_info(name) for name in store.streams()]
+    rows = [(i.name, i.first, i.last, i.records, i.bytes) for i in infos]
     header = ("stream", "first", "last", "records", "bytes")
     cells = [header, *[(r[0], *(str(n) for n in r[1:])) for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -414,24 +359,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    """Hand over to the benchmark suite: `purelink.bench` or, in a checkout, `bench`.
+    """Hand over to the benchmark suite (SPEC section 8).
 
-    The suite's module exposes `main(argv: list[str]) -> int`.
+    The suite is `purelink.bench` if it ships in the package, else the
+    `bench/` package of the checkout this module runs from (an editable
+    install); either exposes `main(argv: list[str]) -> int`.
     """
-    import importlib  # noqa: PLC0415
+    import importlib  # noqa: PLC0415 -- only this verb needs it
 
     argv = [*args.names, *(["--json"] if args.json else [])]
+    checkout = Path(__file__).resolve().parents[2]
     for name in ("purelink.bench", "bench"):
+        if name == "bench":
+            if not (checkout / "bench" / "__init__.py").is_file():
+                continue
+            sys.path.insert(0, str(checkout))
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue  # this candidate does not exist; a missing dependency would raise
-            raise
+            if exc.name == name:
+                continue
+            raise Error(f"the benchmarks need {exc.name!r}: pip install '.[bench]'") from None
         bench_main = getattr(module, "main", None)
         if callable(bench_main):
             return int(bench_main(argv))
-    raise UsageError("the benchmarks are not available yet (no purelink.bench or bench module)")
+    raise UsageError("the benchmarks are not available yet (no purelink.bench, no bench/)")
 
 
 # --- the parser ---
@@ -480,7 +432,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read", "print the records of a stream in order", _cmd_read)
     p.add_argument("--data", required=True, metavar="DIR", help="store directory")
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
-    p.add_argument("--from", dest="start", type=_int_at_least(1), default=1, metavar="N")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_int_at_least(1),
+        metavar="N",
+        help="first position (default: the first record retained)",
+    )
     p.add_argument("--to", type=_int_at_least(1), metavar="M", help="last position (inclusive)")
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
@@ -510,6 +468,13 @@ def _silence_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring)."""
     args = build_parser().parse_args(argv)
+    # The library logs (store recovery, reconnects) through `logging`; a
+    # listener's INFO lines are worth seeing, a sender's are noise.
+    logging.basicConfig(
+        level=logging.INFO if args.command == "serve" else logging.WARNING,
+        format="%(name)s: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -527,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(f"cannot reach the listener: {exc}" if str(exc) else "cannot reach the listener")
         return 1
     except Error as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
+        kind = "" if type(exc) is Error else f"{type(exc).__name__}: "
+        _fail(f"{kind}{exc}")
         return 1
     except OSError as exc:
         _fail(str(exc))

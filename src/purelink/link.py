@@ -26,14 +26,9 @@ the bound holds up to one record per racing thread.
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import itertools
 import logging
-import os
 import select
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -47,15 +42,12 @@ from .primitives.parker import Parker
 from .primitives.wakeup import Wakeup
 from .protocol import events
 from .protocol.sender import Sender, SenderConfig, SenderState
+from .transport import Transport, UdpTransport
 
 __all__ = ["Link", "LinkStats", "connect"]
 
 log = logging.getLogger("purelink.link")
 
-SOL_UDP: Final = 17
-UDP_SEGMENT: Final = 103
-GSO_MAX_SEGMENTS: Final = 64
-GSO_MAX_BYTES: Final = 65000
 RING_SLACK: Final = 4096
 _MAX_RECORD: Final = 16 << 20
 
@@ -102,6 +94,9 @@ class LinkStats:
     """Congestion window, bytes."""
     send_errors: int
     """Datagrams the kernel refused to send (counted, then resent as lost)."""
+    late_pickups: int
+    """Times the thread found queued records after a sleep that only its timer
+    ended: a lost wakeup would show here (it must stay 0)."""
 
 
 class Link:
@@ -130,25 +125,19 @@ class Link:
         self.stream = stream
         self._timeout = timeout
         self._on_stored = on_stored
-        try:
-            family, sockaddr = _address.resolve(host, port)
-        except OSError as exc:
-            raise ConnectError(f"cannot resolve {host!r}: {exc}") from None
         self._sender = Sender(
             SenderConfig(
-                stream=stream, producer=producer or "", datagram_size=datagram_size,
-                secret=secret, pad=True,
+                stream=stream,
+                producer=producer or "",
+                datagram_size=datagram_size,
+                secret=secret,
+                pad=True,
             )
         )
-        self._sock = socket.socket(family, socket.SOCK_DGRAM)
-        self._sock.setblocking(False)
-        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            try:
-                self._sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
-            except OSError:  # pragma: no cover - only on unusual kernels
-                pass
-        self._sock.connect(sockaddr)
-        self._gso = True
+        try:
+            self._transport: Transport = UdpTransport(host, port)
+        except OSError as exc:
+            raise ConnectError(f"cannot reach {url}: {exc}") from None
         self._wakeup = Wakeup()
         self._parker = Parker()
         # the hand-off ring (see the module header)
@@ -171,8 +160,8 @@ class Link:
         self._connected = threading.Event()
         self._stop = False
         self._sleeps = 0
-        self._send_calls = 0
-        self._send_errors = 0
+        self._late_pickups = 0
+        self._timed_out = False
         self._thread = threading.Thread(
             target=self._run, name=f"purelink-link-{stream}", daemon=True
         )
@@ -214,9 +203,8 @@ class Link:
         n = len(record)
         if n > self._max_record:
             raise ValueError(f"record of {n} bytes is larger than max_record ({self._max_record})")
-        if seq is not None:
-            if seq != self.queued + 1:
-                raise ValueError(f"seq must be queued + 1 = {self.queued + 1}, not {seq}")
+        if seq is not None and seq != self.queued + 1:
+            raise ValueError(f"seq must be queued + 1 = {self.queued + 1}, not {seq}")
         if self._queued - self._stored >= self._capacity:
             raise Full(f"{self._capacity} records are queued and not yet stored")
         if self._bytes_in + n - self._bytes_out > self._capacity_bytes:
@@ -266,13 +254,26 @@ class Link:
         s = self._sender
         p = self._parker.statistics()
         return LinkStats(
-            queued=self.queued, stored=self._stored, told=self._told,
-            wakeups=self._wakeup.writes, sleeps=self._sleeps,
-            datagrams=s.stats.datagrams, bytes_sent=s.stats.bytes, send_calls=self._send_calls,
-            gso=self._gso, batches=s.stats.batches, retransmits=s.stats.retransmits,
-            probes=s.stats.probes, acks=s.stats.acks, reconnects=s.stats.reconnects,
-            parks=p.parks, unparks=p.unparks, rtt=s.rtt.srtt, cwnd=s.cc.cwnd,
-            send_errors=self._send_errors,
+            queued=self.queued,
+            stored=self._stored,
+            told=self._told,
+            wakeups=self._wakeup.writes,
+            sleeps=self._sleeps,
+            datagrams=s.stats.datagrams,
+            bytes_sent=s.stats.bytes,
+            send_calls=self._transport.send_calls,
+            gso=self._transport.gso,
+            batches=s.stats.batches,
+            retransmits=s.stats.retransmits,
+            probes=s.stats.probes,
+            acks=s.stats.acks,
+            reconnects=s.stats.reconnects,
+            parks=p.parks,
+            unparks=p.unparks,
+            rtt=s.rtt.srtt,
+            cwnd=s.cc.cwnd,
+            send_errors=self._transport.send_errors,
+            late_pickups=self._late_pickups,
         )
 
     def close(self, timeout: float | None = None) -> bool:
@@ -291,7 +292,7 @@ class Link:
         self._wakeup.mark_and_signal()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5.0)
-        self._sock.close()
+        self._transport.close()
         self._wakeup.close()
         self._parker.unpark()
         return ok
@@ -318,7 +319,7 @@ class Link:
             self._stop = True
             self._wakeup.mark_and_signal()
             self._thread.join(5.0)
-            self._sock.close()
+            self._transport.close()
             self._wakeup.close()
             if isinstance(error, Fenced):
                 raise ConnectError(f"{self.url}: {error}")
@@ -340,7 +341,7 @@ class Link:
         sender = self._sender
         wakeup = self._wakeup
         ep = select.epoll()
-        sock_fd = self._sock.fileno()
+        sock_fd = self._transport.fileno()
         ep.register(sock_fd, select.EPOLLIN)
         ep.register(wakeup.fileno(), select.EPOLLIN)
         monotonic = time.monotonic
@@ -350,7 +351,11 @@ class Link:
                 wakeup.begin_look()
                 now = monotonic()
                 if sender.state == SenderState.OPEN:
+                    taken = self._taken
                     self._take()
+                    if self._timed_out and self._taken != taken and not wakeup.pending:
+                        self._late_pickups += 1
+                    self._timed_out = False
                 self._transmit(now)
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
@@ -361,6 +366,7 @@ class Link:
                 timeout = -1.0 if timer is None else max(timer - monotonic(), 0.0)
                 self._sleeps += 1
                 ready = ep.poll(timeout)
+                self._timed_out = not ready
                 wakeup.after_wake()
                 now = monotonic()
                 for fd, _ in ready:
@@ -382,10 +388,7 @@ class Link:
         ring = self._ring
         mask = self._mask
         i, j = start & mask, (end & mask) + 1
-        if i < j:
-            chunk = ring[i:j]
-        else:
-            chunk = ring[i:] + ring[:j]
+        chunk = ring[i:j] if i < j else ring[i:] + ring[:j]
         if None in chunk:
             chunk = chunk[: chunk.index(None)]
             if not chunk:
@@ -409,50 +412,16 @@ class Link:
             self._send(out)
 
     def _send(self, datagrams: list[bytes]) -> None:
-        sock = self._sock
-        i = 0
-        n = len(datagrams)
-        while i < n:
-            size = len(datagrams[i])
-            j = i + 1
-            if self._gso:
-                limit = min(GSO_MAX_SEGMENTS, GSO_MAX_BYTES // size)
-                while j < n and j - i < limit and len(datagrams[j]) == size:
-                    j += 1
-                if j < n and j - i < limit and len(datagrams[j]) < size:
-                    j += 1  # a shorter last segment is allowed
-            group = datagrams[i:j]
-            try:
-                if len(group) > 1:
-                    sock.sendmsg(
-                        [b"".join(group)], [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))]
-                    )
-                else:
-                    sock.send(group[0])
-                self._send_calls += 1
-            except OSError as exc:
-                if len(group) > 1 and exc.errno in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT,
-                                                    errno.EOPNOTSUPP, errno.EMSGSIZE):
-                    log.info("UDP GSO refused (%s); sending one datagram per call", exc)
-                    self._gso = False
-                    self._sender.pad = False
-                    continue  # the same group again, one at a time
-                # buffer full, or the listener is down (ECONNREFUSED): the datagrams
-                # are lost here; the sender's loss detection resends them
-                self._send_errors += len(group)
-            i = j
+        transport = self._transport
+        transport.send(datagrams)
+        if not transport.gso and self._sender.pad:
+            self._sender.pad = False
 
     def _receive(self, now: float) -> None:
-        sock = self._sock
-        sender = self._sender
-        for _ in range(1024):
-            try:
-                data = sock.recv(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                continue  # ECONNREFUSED from an ICMP error: nobody listens right now
-            sender.receive_datagram(data, now)
+        receive = self._sender.receive_datagram
+        self._transport.receive(lambda data: receive(data, now))
+        if self._transport.broken:
+            self._sender.reset_session(now, "broken")
 
     def _handle_events(self) -> None:
         sender = self._sender
@@ -473,6 +442,7 @@ class Link:
                     self._bytes_out = sender.stored_bytes
                     advanced = True
             elif isinstance(ev, events.Reconnecting):
+                self._transport.reset()
                 log.info("link %s: session lost (%s); reconnecting", self.url, ev.reason)
             elif isinstance(ev, events.Fenced):
                 self._error = Fenced(
@@ -519,7 +489,3 @@ def connect(
     )
     link._start()
     return link
-
-
-def _unused() -> None:  # pragma: no cover - keeps asyncio and os imported for type checkers
-    del asyncio, os

@@ -35,6 +35,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +54,7 @@ log = logging.getLogger("purelink.listener")
 
 SOL_UDP: Final = 17
 UDP_GRO: Final = 104
+SO_RCVBUFFORCE: Final = getattr(socket, "SO_RCVBUFFORCE", 33)
 RECV_BUFFER: Final = 65536
 DRAIN_BUDGET: Final = 512
 SOCKET_BUFFER: Final = 32 << 20
@@ -154,7 +156,10 @@ class Listener:
         self._segment_bytes = segment_bytes
         self._max_streams = max_streams
         self._core_config = CoreConfig(
-            secret=secret, max_links=max_links, max_record=max_record, max_reorder=max_reorder,
+            secret=secret,
+            max_links=max_links,
+            max_record=max_record,
+            max_reorder=max_reorder,
             max_memory=max_memory,
         )
         self.udp_address: tuple[str, int] | None = None
@@ -182,6 +187,12 @@ class Listener:
         self._stored_records = 0
         self._started = False
         self._closed = False
+        self._epoll: select.epoll | None = None
+        self._handlers: dict[int, Callable[[float, int], None]] = {}
+        self._round_buffers: list[bytearray] = []
+        self.routes: dict[Any, Callable[[bytes], None]] = {}
+        """Where answers to an address go when it is not a UDP peer (e.g. a TCP
+        connection's frame writer), keyed by the address the core knows it by."""
         self.error: BaseException | None = None
         """What stopped the loop, if it died (it should not)."""
 
@@ -199,6 +210,10 @@ class Listener:
             self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._epoll = select.epoll()
+            self._epoll.register(self._wake_fd, select.EPOLLIN)
+            self._epoll.register(self._synced_fd, select.EPOLLIN)
+            self.add_source(self._sock.fileno(), self._drain)
         except BaseException:
             self._release()
             raise
@@ -258,13 +273,24 @@ class Listener:
         c = core.stats if core is not None else None
         pool = self._pool.statistics()
         return ListenerStats(
-            datagrams=self._datagrams, bytes=self._bytes, recv_calls=self._recv_calls,
-            drains=self._drains, accepts=c.accepts if c else 0,
+            datagrams=self._datagrams,
+            bytes=self._bytes,
+            recv_calls=self._recv_calls,
+            drains=self._drains,
+            accepts=c.accepts if c else 0,
             links=core.links if core is not None else 0,
-            batches_stored=self._stored_batches, records_stored=self._stored_records,
-            syncs=self._syncs, duplicates=c.duplicates if c else 0, held=c.held if c else 0,
-            retries=c.retries if c else 0, fenced=c.fenced if c else 0, acks=c.acks if c else 0,
-            gro=self._gro, rcvbuf=self._rcvbuf, pool_hits=pool.hits, pool_misses=pool.misses,
+            batches_stored=self._stored_batches,
+            records_stored=self._stored_records,
+            syncs=self._syncs,
+            duplicates=c.duplicates if c else 0,
+            held=c.held if c else 0,
+            retries=c.retries if c else 0,
+            fenced=c.fenced if c else 0,
+            acks=c.acks if c else 0,
+            gro=self._gro,
+            rcvbuf=self._rcvbuf,
+            pool_hits=pool.hits,
+            pool_misses=pool.misses,
             memory=core.memory if core is not None else 0,
             dropped=dict(c.dropped) if c else {},
         )
@@ -279,9 +305,9 @@ class Listener:
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, SOCKET_BUFFER)
-            except (OSError, AttributeError):
+            try:  # root (CAP_NET_ADMIN) may go past net.core.rmem_max
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, SOCKET_BUFFER)
+            except OSError:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
             self._rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
             try:
@@ -306,40 +332,60 @@ class Listener:
             log.exception("purelink listener loop crashed")
 
     def _loop(self) -> None:
-        assert self._sock is not None and self._core is not None
-        ep = select.epoll()
-        sock_fd = self._sock.fileno()
-        ep.register(sock_fd, select.EPOLLIN)
-        ep.register(self._wake_fd, select.EPOLLIN)
-        ep.register(self._synced_fd, select.EPOLLIN)
+        assert self._sock is not None and self._core is not None and self._epoll is not None
+        ep = self._epoll
+        handlers = self._handlers
+        core = self._core
         monotonic = time.monotonic
         try:
             while not self._stop:
                 ready = ep.poll()
-                for fd, _ in ready:
-                    if fd == sock_fd:
-                        self._drain(monotonic())
+                now = monotonic()
+                for fd, mask in ready:
+                    handler = handlers.get(fd)
+                    if handler is not None:
+                        handler(now, mask)
                     elif fd == self._synced_fd:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._synced_fd)
                         self._take_synced()
-                    else:
+                    elif fd == self._wake_fd:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake_fd)
+                # the round's in-order batches go to the store, then the buffers
+                # they point into go back to the free list
+                self._write(core)
+                pool = self._pool
+                for buf in self._round_buffers:
+                    pool.put(buf)
+                self._round_buffers.clear()
                 self._answer(monotonic())
-            # last words: what was received is written (close() syncs it)
             self._take_synced()
         finally:
+            self._epoll = None
             ep.close()
 
-    def _drain(self, now: float) -> None:
-        """Take datagrams until EAGAIN (or the budget), then store what is in order."""
+    def add_source(self, fd: int, handler: Callable[[float, int], None], events: int = 0) -> None:
+        """Poll `fd` in the loop and call `handler(now, event_mask)` when it is ready.
+        Call it from the loop's own thread, or before start() returns."""
+        assert self._epoll is not None
+        self._handlers[fd] = handler
+        self._epoll.register(fd, events or select.EPOLLIN)
+
+    def remove_source(self, fd: int) -> None:
+        """Stop polling `fd`."""
+        if self._handlers.pop(fd, None) is not None and self._epoll is not None:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+
+    def _drain(self, now: float, mask: int = 0) -> None:
+        """Take datagrams until EAGAIN (or the budget); the loop stores what is in order."""
         sock = self._sock
         core = self._core
         assert sock is not None and core is not None
         self._drains += 1
         pool = self._pool
-        used: list[bytearray] = []
+        used = self._round_buffers
         receive = core.receive_datagram
         recvmsg_into = sock.recvmsg_into
         gro = self._gro
@@ -371,9 +417,6 @@ class Listener:
             else:
                 self._datagrams += 1
                 receive(view, addr, now)
-        self._write(core)
-        for buf in used:
-            pool.put(buf)
 
     def _write(self, core: ListenerCore) -> None:
         data = self._data
@@ -400,9 +443,14 @@ class Listener:
         sock = self._sock
         core = self._core
         assert sock is not None and core is not None
+        routes = self.routes
         for data, addr in core.datagrams_to_send(now):
             try:
-                sock.sendto(data, addr)
+                route = routes.get(addr)
+                if route is not None:
+                    route(data)
+                else:
+                    sock.sendto(data, addr)
             except OSError:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
 

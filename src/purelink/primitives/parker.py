@@ -233,6 +233,8 @@ class Parker:
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
+            if predicate():  # it came true as the deadline passed: as wait() would, say so
+                return True
             self._timeouts += 1
             return False
 

@@ -30,8 +30,9 @@
 # owner cleared it writes after the owner drained, and the byte stays for the next
 # poll. (Clearing first and draining second loses a wakeup: a producer preempted
 # between its check and its store could set `signaled` after the clear and have its
-# byte eaten by the drain, leaving signaled=True over an empty fd. The model test in
-# tests/test_primitives_wakeup.py finds that schedule.)
+# byte eaten by the drain, leaving signaled=True over an empty fd.) The model check
+# in tests/test_primitives_wakeup.py runs every schedule of these loads and stores up
+# to a preemption bound: it finds that loss in the wrong order, none in this one.
 #
 # The benign races: two producers can both see sleeping and not signaled and both
 # write (two writes for one sleep); a producer can write just after the owner woke
@@ -42,11 +43,14 @@
 # attribute store and load here is one bytecode on a plain instance attribute, and
 # the GIL hand-off between threads is a mutex, so all threads see one total order of
 # these stores and loads: the argument above holds as written. On a free-threaded
-# build (3.13t+) attribute stores take a per-object lock but loads may be lock-free
-# atomic reads, and CPython does not promise the store-load fence Dekker's pattern
-# needs. On x86-64 the lock's compare-exchange is a full fence, so it holds there in
-# practice; elsewhere we are not sure. A driver on such a build should keep its poll
-# timeout finite as a backstop (and count the timeouts that found work).
+# build (3.13t+) a store to a slot like these is a release store made inside the
+# object's critical section (PyMember_SetOne), and loads do not take that lock.
+# Release and acquire alone do not order a store before a later load of another
+# attribute, which is what Dekker's pattern needs, and CPython promises nothing more.
+# On x86-64 the critical section's locked compare-exchange is a full fence, so it
+# holds there in practice; on other CPUs we are not sure. A driver on such a build
+# should keep its poll timeout finite as a backstop (and count the timeouts that
+# found work).
 
 from __future__ import annotations
 
@@ -140,12 +144,11 @@ class Wakeup:
     def signal(self) -> None:
         """Set `signaled`, then write the fd. Callers check `sleeping and not signaled` first."""
         self.signaled = True  # before the write: see the header for why the order matters
-        self._write()
-        self.writes += 1
+        if not self._closed:
+            self._write()
+            self.writes += 1
 
     def _write(self) -> None:
-        if self._closed:
-            return
         try:
             if self._read_fd == self._write_fd:
                 os.write(self._write_fd, _EVENTFD_ONE)

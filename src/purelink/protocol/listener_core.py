@@ -213,8 +213,15 @@ class ListenerCore:
                 p = conn.producer
                 delay = int((now - p.ack_delay_from) * 1e6) if p.largest_pn else 0
                 ack = wire.Ack(
-                    conn.conn_id, conn.epoch, p.stored, p.received, p.window, p.largest_pn,
-                    max(delay, 0), p.ranges(), p.fragment_spans(),
+                    conn.conn_id,
+                    conn.epoch,
+                    p.stored,
+                    p.received,
+                    p.window,
+                    p.largest_pn,
+                    max(delay, 0),
+                    p.ranges(),
+                    p.fragment_spans(),
                 )
                 p.largest_pn = 0
                 out.append((wire.encode_ack(ack, key), conn.addr))
@@ -397,8 +404,12 @@ class ListenerCore:
             if producer is None:
                 epoch, last_seq = self.store.producer_state(stream, pid)
                 producer = Producer(
-                    stream, pid, epoch, last_seq,
-                    max_reorder=self.config.max_reorder, max_record=self.config.max_record,
+                    stream,
+                    pid,
+                    epoch,
+                    last_seq,
+                    max_reorder=self.config.max_reorder,
+                    max_record=self.config.max_record,
                 )
             epoch = self.store.new_epoch(stream, pid, bool(hello.producer))
         except ValueError:
@@ -413,7 +424,10 @@ class ListenerCore:
         if isinstance(old, _Conn):
             self._fence(old)
         producer.epoch = epoch
-        producer.reset_volatile()
+        if hello.producer:
+            # another instance of a named producer may hold other records under
+            # the same seqs: what the old session left half-sent is not trusted
+            producer.reset_volatile()
         conn_id = self._new_conn_id()
         conn = _Conn(conn_id, addr, producer, epoch, hello.nonce, last_seen=now)
         self._conns[conn_id] = conn
@@ -432,7 +446,13 @@ class ListenerCore:
     def _send_accept(self, conn: _Conn) -> None:
         p = conn.producer
         accept = wire.Accept(
-            conn.conn_id, conn.nonce, p.pid, conn.epoch, p.stored, p.received, p.window,
+            conn.conn_id,
+            conn.nonce,
+            p.pid,
+            conn.epoch,
+            p.stored,
+            p.received,
+            p.window,
             p.max_record,
         )
         self._out.append((wire.encode_accept(accept, self._key), conn.addr))

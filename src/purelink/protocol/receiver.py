@@ -96,8 +96,14 @@ class Producer:
     )
 
     def __init__(
-        self, stream: str, pid: int, epoch: int, last_seq: int, *,
-        max_reorder: int = 4 << 20, max_record: int = 16 << 20,
+        self,
+        stream: str,
+        pid: int,
+        epoch: int,
+        last_seq: int,
+        *,
+        max_reorder: int = 4 << 20,
+        max_record: int = 16 << 20,
     ) -> None:
         self.stream = stream
         self.pid = pid
@@ -114,7 +120,9 @@ class Producer:
         self.ack_delay_from = 0.0
 
     # ----------------------------------------------------------- batches
-    def on_batch(self, batch: memoryview, header: wire.BatchHeader, writes: list[Write]) -> str:
+    def on_batch(
+        self, batch: bytes | memoryview, header: wire.BatchHeader, writes: list[Write]
+    ) -> str:
         """Take a verified batch of this producer's current epoch.
 
         Appends what is now in order to `writes`; returns "stored",

@@ -47,6 +47,8 @@ __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
 # packet and time thresholds for declaring a datagram lost (QUIC, RFC 9002 6.1)
 PACKET_THRESHOLD: Final = 3
 TIME_THRESHOLD: Final = 9 / 8
+# with nothing in flight, only the "stored" answer after a sync is awaited
+STORED_PROBE: Final = 0.1
 
 
 class SenderState:
@@ -94,9 +96,12 @@ class SenderConfig:
     """First handshake retry interval; doubled on each retry up to max_handshake_rto."""
     max_handshake_rto: float = 1.0
     """Ceiling of the handshake retry interval (also the reconnect backoff cap)."""
-    silence_probes: int = 8
-    """Unanswered probes in a row after which the session is taken as lost and
-    the sender reconnects."""
+    silence_timeout: float = 20.0
+    """Seconds without any answer, while data is outstanding, after which the
+    session is taken as lost and the sender reconnects (a restarted listener
+    answers REFUSE(unknown) at once, so this only matters when nothing answers)."""
+    max_probe_interval: float = 1.0
+    """Ceiling of the backed-off probe interval."""
     burst: int = 64
     """Most datagrams returned by one datagrams_to_send call."""
 
@@ -121,11 +126,18 @@ class SenderStats:
 class _Flight:
     """One datagram in flight and what it carried."""
 
-    __slots__ = ("end", "first", "last", "offset", "pn", "sent", "size", "batch")
+    __slots__ = ("batch", "end", "first", "last", "offset", "pn", "sent", "size")
 
     def __init__(
-        self, pn: int, first: int, last: int, size: int, sent: float, batch: bytes | None,
-        offset: int = 0, end: int = 0,
+        self,
+        pn: int,
+        first: int,
+        last: int,
+        size: int,
+        sent: float,
+        batch: bytes | None,
+        offset: int = 0,
+        end: int = 0,
     ) -> None:
         self.pn = pn
         self.first = first
@@ -147,7 +159,7 @@ class Sender:
         self.config = config
         self.stats = SenderStats()
         self.state = SenderState.CONNECTING
-        self.rtt = RttEstimator()
+        self.rtt = RttEstimator(max_rto=config.max_probe_interval)
         self.cc = CongestionWindow(datagram_size=config.datagram_size)
         self._key = config.secret
         self.pad = config.pad
@@ -180,6 +192,7 @@ class Sender:
         self._probe_due = False
         self._probe_sent: dict[int, float] = {}
         self._unanswered = 0
+        self._last_answer = 0.0
         self._timer: float | None = None  # the loss/probe deadline while OPEN
         # handshake
         self.conn_id = 0
@@ -221,6 +234,12 @@ class Sender:
             self._close_due = True
         self._move(SenderState.CLOSED)
 
+    def reset_session(self, now: float, reason: str) -> None:
+        """The driver knows the session is gone (e.g. its TCP connection broke):
+        start a new handshake now, keeping every record."""
+        if self.state == SenderState.OPEN:
+            self._reconnect(now, reason)
+
     def receive_datagram(self, data: bytes | memoryview, now: float) -> None:
         """Take one datagram from the listener.  Anything malformed, forged or
         stale is dropped and counted; nothing raises."""
@@ -230,8 +249,10 @@ class Sender:
             self.stats.dropped += 1
             return
         if isinstance(msg, wire.Ack):
-            if self.state == SenderState.OPEN and msg.conn_id == self.conn_id and (
-                msg.epoch == self.epoch
+            if (
+                self.state == SenderState.OPEN
+                and msg.conn_id == self.conn_id
+                and (msg.epoch == self.epoch)
             ):
                 self._on_ack(msg, now)
             else:
@@ -291,7 +312,7 @@ class Sender:
         self._detect_time_losses(now)
         if self._timer is not None and now >= self._timer:
             # probe timeout: data outstanding, no answers for an RTO
-            if self._unanswered >= self.config.silence_probes:
+            if now - self._last_answer >= self.config.silence_timeout:
                 self._reconnect(now, "silent")
                 return
             self._probe_due = True
@@ -320,6 +341,7 @@ class Sender:
         conn_id = self.conn_id
         burst = self.config.burst
         pending: list[tuple[_Flight, bytes | None, bytes | memoryview | None]] = []
+        chunk: bytes | memoryview | None
         window = self.window
         flights = self._flights
         while len(pending) < burst and self._in_flight < window:
@@ -358,10 +380,18 @@ class Sender:
                 out.append(wire.encode_data(conn_id, f.pn, batch, key, pad if i < last else 0))
             else:
                 assert chunk is not None
-                out.append(wire.encode_fragment(
-                    conn_id, f.pn, self.epoch, f.first, len(self._record(f.first)), f.offset,
-                    chunk, key,
-                ))
+                out.append(
+                    wire.encode_fragment(
+                        conn_id,
+                        f.pn,
+                        self.epoch,
+                        f.first,
+                        len(self._record(f.first)),
+                        f.offset,
+                        chunk,
+                        key,
+                    )
+                )
         if pending:
             self.stats.datagrams += len(pending)
             if self._timer is None:
@@ -380,8 +410,12 @@ class Sender:
 
     def _hello(self) -> bytes:
         msg = wire.Hello(
-            self._nonce, self.config.stream, self.config.producer, self._anon_id,
-            self.config.datagram_size, self._cookie,
+            self._nonce,
+            self.config.stream,
+            self.config.producer,
+            self._anon_id,
+            self.config.datagram_size,
+            self._cookie,
         )
         return wire.encode_hello(msg, self._key)
 
@@ -419,7 +453,7 @@ class Sender:
         f = _Flight(0, seq, seq, size, now, None, start, end)
         return f, memoryview(record)[start:end]
 
-    def _fragment_bytes(self, f: _Flight) -> memoryview | None:
+    def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
         if f.first <= self.stored:
             return None
         return memoryview(self._record(f.first))[f.offset : f.end]
@@ -459,6 +493,7 @@ class Sender:
         self._in_flight = 0
         self._probe_sent.clear()
         self._unanswered = 0
+        self._last_answer = now
         self._timer = None
         self._hello_due = None
         self._hello_rto = self.config.handshake_rto
@@ -531,6 +566,7 @@ class Sender:
     def _on_ack(self, ack: wire.Ack, now: float) -> None:
         self.stats.acks += 1
         self._unanswered = 0
+        self._last_answer = now
         self.rtt.reset_backoff()
         # Within a session the listener's stored seq never goes back; a lower one
         # is an older answer that the network reordered (stale, so max() below).
@@ -542,15 +578,13 @@ class Sender:
         if ack.stored > self.stored:
             self._release(ack.stored)
             self._events.append(StoredAdvanced(ack.stored))
-        if ack.received > self._received:
-            self._received = ack.received
+        self._received = max(self._received, ack.received)
         received = self._received
         largest = ack.largest_pn
         sent = self._probe_sent.pop(largest, None)
         if sent is not None:
             self.rtt.on_sample(now - sent, ack.ack_delay / 1e6)
-        if largest > self._largest_acked_pn:
-            self._largest_acked_pn = largest
+        self._largest_acked_pn = max(self._largest_acked_pn, largest)
         if self._probe_sent and largest:
             for pn in [p for p in self._probe_sent if p <= largest]:
                 del self._probe_sent[pn]
@@ -562,8 +596,10 @@ class Sender:
         loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
         cc = self.cc
         for pn, f in list(flights.items()):
-            if f.last <= received or _in_ranges(f, ranges) or (
-                frags is not None and f.batch is None and _in_spans(f, frags.get(f.first))
+            if (
+                f.last <= received
+                or _in_ranges(f, ranges)
+                or (frags is not None and f.batch is None and _in_spans(f, frags.get(f.first)))
             ):
                 del flights[pn]
                 self._in_flight -= f.size
@@ -596,24 +632,22 @@ class Sender:
                 self._declare_lost(pn, f, now)
 
     def _arm(self, now: float) -> None:
-        """Arm the probe timer while anything is unstored, else disarm."""
-        if self.pushed > self.stored or self._flights:
+        """Arm the probe timer while anything is unstored, else disarm.  With
+        nothing in flight the listener has everything and owes only the answer
+        that a sync completes, which takes longer than a round trip."""
+        if self._flights or self._lost:
             self._timer = now + self.rtt.rto
+        elif self.pushed > self.stored:
+            self._timer = now + max(self.rtt.rto, STORED_PROBE)
         else:
             self._timer = None
 
 
 def _in_ranges(f: _Flight, ranges: tuple[tuple[int, int], ...]) -> bool:
-    for a, b in ranges:
-        if a <= f.first and f.last <= b:
-            return True
-    return False
+    return any(a <= f.first and f.last <= b for a, b in ranges)
 
 
 def _in_spans(f: _Flight, spans: tuple[tuple[int, int], ...] | None) -> bool:
     if not spans:
         return False
-    for a, b in spans:
-        if a <= f.offset and f.end <= b:
-            return True
-    return False
+    return any(a <= f.offset and f.end <= b for a, b in spans)

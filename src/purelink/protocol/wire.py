@@ -23,8 +23,9 @@ from __future__ import annotations
 import hmac
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from hashlib import blake2b
 from typing import Final
 
@@ -35,13 +36,13 @@ from ..errors import ProtocolError
 __all__ = [
     "BATCH_HEADER",
     "BATCH_MAGIC",
-    "DATA_OVERHEAD",
     "DATAGRAM_MAGIC",
+    "DATA_OVERHEAD",
     "FLAG_LARGE",
     "MAC_SIZE",
     "VERSION",
-    "Ack",
     "Accept",
+    "Ack",
     "BatchHeader",
     "Close",
     "Data",
@@ -55,8 +56,8 @@ __all__ = [
     "batch_records",
     "decode_batch_header",
     "decode_datagram",
-    "encode_ack",
     "encode_accept",
+    "encode_ack",
     "encode_batch",
     "encode_close",
     "encode_data",
@@ -414,8 +415,20 @@ DATA_OVERHEAD: Final = HEADER + _PN.size + _TRAILER  # bytes around a batch in a
 FRAGMENT_OVERHEAD: Final = HEADER + _FRAG.size + _TRAILER
 
 
+_MAX_KEY: Final = 64  # BLAKE2b's longest key
+
+
 def _mac(key: bytes, data: bytes | memoryview) -> bytes:
+    if len(key) > _MAX_KEY:
+        key = _long_key(bytes(key))
     return blake2b(data, key=key, digest_size=MAC_SIZE).digest()
+
+
+@lru_cache(maxsize=8)
+def _long_key(key: bytes) -> bytes:
+    """A secret longer than BLAKE2b takes as a key is hashed down to 64 bytes
+    first (HMAC does the same with long keys); shorter secrets are used as is."""
+    return blake2b(key, digest_size=_MAX_KEY, person=b"purelink.key").digest()
 
 
 def _seal(kind: int, conn_id: int, parts: Sequence[bytes], key: bytes | None) -> bytes:
@@ -466,7 +479,8 @@ def encode_data(
 ) -> bytes:
     """DATA: u64 pn, the batch, then zero padding so that the whole datagram is
     `pad_to` bytes (UDP GSO wants equal-sized segments; the batch's own length
-    field tells the receiver where the batch ends)."""
+    field tells the receiver where the batch ends, and the decoder refuses
+    padding that is not all zero)."""
     pad = pad_to - (DATA_OVERHEAD + len(batch) + (MAC_SIZE if key is not None else 0))
     if pad > 0:
         return _seal(MsgType.DATA, conn_id, (_PN.pack(pn), batch, bytes(pad)), key)
@@ -606,9 +620,14 @@ def _d_data(conn_id: int, body: memoryview) -> Data:
         raise ProtocolError("truncated", "data")
     (pn,) = _PN.unpack_from(body)
     (length,) = _U32.unpack_from(body, _PN.size + 16)
-    if length < BATCH_HEADER or _PN.size + length > len(body):
+    end = _PN.size + length
+    if length < BATCH_HEADER or end > len(body):
         raise ProtocolError("malformed", "batch length past the datagram")
-    return Data(conn_id, pn, body[_PN.size : _PN.size + length])
+    if end < len(body):
+        pad = body[end:]
+        if bytes(pad) != bytes(len(pad)):
+            raise ProtocolError("malformed", "padding is not zero")
+    return Data(conn_id, pn, body[_PN.size : end])
 
 
 def _d_fragment(conn_id: int, body: memoryview) -> Fragment:
@@ -667,7 +686,7 @@ def _d_refuse(conn_id: int, body: memoryview) -> Refuse:
     return Refuse(conn_id, nonce, epoch, reason)
 
 
-_DECODERS = {
+_DECODERS: Final[dict[int, Callable[[int, memoryview], Message]]] = {
     MsgType.HELLO: _d_hello,
     MsgType.RETRY: _d_retry,
     MsgType.ACCEPT: _d_accept,

@@ -227,7 +227,7 @@ def recover(
         if base != position:
             raise Error(
                 f"stream {stream!r}: segment {path} starts at position {base} "
-                f"but the previous one ends before {position}"
+                f"where position {position} should come next"
             )
         if path is segments[-1][1]:
             break

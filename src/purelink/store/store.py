@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from purelink.errors import Error
+from purelink.errors import Closed, Error
 from purelink.protocol.wire import batch_records
 
 from .format import CORRUPT, LOCK_FILE, STREAMS_DIR, ScanState, has_valid_successor, scan_batches
@@ -131,14 +131,16 @@ class DataDir:
         """The log of stream `name`, created if missing (when `create`).
 
         Raises ValueError for a bad name, KeyError for a missing stream with
-        create=False, purelink.Error when `max_streams` streams exist.
+        create=False, purelink.Error when `max_streams` streams exist, and
+        purelink.Closed when creating one after `close`.  Safe to call from
+        another thread for a stream that exists (the sync thread does).
         """
         log = self._logs.get(name)
         if log is not None:
             return log
         validate_stream_name(name)
         if self._lock_fd is None:
-            raise Error(f"data directory {self.path} is closed")
+            raise Closed(f"data directory {self.path} is closed")
         if not create:
             raise KeyError(name)
         if len(self._logs) >= self._max_streams:
@@ -300,7 +302,7 @@ class Store:
             snapshot = segments[-1].path.stat().st_size
         except FileNotFoundError:
             snapshot = 0
-        return self._records(segments[i:], start, stop, snapshot, i + 1 == len(segments))
+        return self._records(segments[i:], start, stop, snapshot)
 
     def _records(
         self,
@@ -308,7 +310,6 @@ class Store:
         start: int,
         stop: int | None,
         snapshot: int,
-        only_last: bool,
     ) -> Iterator[tuple[int, bytes]]:
         limit = stop if stop is not None else 1 << 64
         expected = segments[0].base
@@ -316,14 +317,15 @@ class Store:
             closed = k + 1 < len(segments)
             if index.base != expected:
                 raise Error(
-                    f"segment {index.path} starts at position {index.base}, "
-                    f"but the one before it ends before {expected}"
+                    f"segment {index.path} starts at position {index.base} "
+                    f"where position {expected} should come next"
                 )
             with _open(index.path) as fd:
                 end = os.fstat(fd).st_size if closed else snapshot
                 if start >= index.end_position:
                     self._extend(index, fd, end, start, closed=closed)
-                offset, position = index.seek(max(start, index.base))
+                with self._lock:  # another thread may be extending this index
+                    offset, position = index.seek(max(start, index.base))
                 state = ScanState(offset, position)
                 for _, batch, header in scan_batches(fd, state, end):
                     pos, count = header.position, header.count
@@ -375,21 +377,14 @@ class Store:
             raise Error(f"segment {index.path} is corrupt at offset {state.offset}: {state.detail}")
 
 
-class _open:  # noqa: N801 - reads as the function it replaces
-    """`with _open(path) as fd`: a read-only fd, closed on exit."""
-
-    __slots__ = ("fd", "path")
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = -1
-
-    def __enter__(self) -> int:
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise Error(f"segment {self.path} was removed while reading") from None
-        return self.fd
-
-    def __exit__(self, *exc_info: object) -> None:
-        os.close(self.fd)
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[int]:
+    """A read-only fd on a segment, closed on exit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise Error(f"segment {path} was removed while reading") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)

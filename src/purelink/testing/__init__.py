@@ -6,6 +6,6 @@ senders against a listener core on virtual time with no sockets and no sleeps.
 """
 
 from .fakes import FakeClock, FakeNet, MemoryStore, NetConfig
-from .sim import Simulation, SimLink
+from .sim import SimLink, Simulation
 
 __all__ = ["FakeClock", "FakeNet", "MemoryStore", "NetConfig", "SimLink", "Simulation"]

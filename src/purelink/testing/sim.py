@@ -68,19 +68,28 @@ class Simulation:
         self.steps = 0
 
     def add_link(
-        self, stream: str, records: list[bytes], *, producer: str = "", push_every: int = 0,
-        datagram_size: int = 1400, anonymous_id: int = 0,
+        self,
+        stream: str,
+        records: list[bytes],
+        *,
+        producer: str = "",
+        push_every: int = 0,
+        datagram_size: int = 1400,
+        anonymous_id: int = 0,
     ) -> SimLink:
         """A new link that connects now and pushes `records`."""
         self._port += 1
         cfg = SenderConfig(
-            stream=stream, producer=producer, datagram_size=datagram_size,
+            stream=stream,
+            producer=producer,
+            datagram_size=datagram_size,
             anonymous_id=anonymous_id,
         )
         sender = Sender(cfg)
         sender.connect(self.clock.now)
-        link = SimLink(f"link{self._port}", sender, list(records), ("10.0.0.1", self._port),
-                       push_every)
+        link = SimLink(
+            f"link{self._port}", sender, list(records), ("10.0.0.1", self._port), push_every
+        )
         self.links[link.addr] = link
         return link
 
@@ -108,6 +117,9 @@ class Simulation:
     def _flush_link(self, link: SimLink, now: float) -> None:
         for data in link.sender.datagrams_to_send(now):
             self.net.send(data, link.addr, LISTENER, now, up=True)
+        self._collect(link)
+
+    def _collect(self, link: SimLink) -> None:
         while (ev := link.sender.next_event()) is not None:
             link.events.append(ev)
             if isinstance(ev, events.StoredAdvanced):
@@ -149,9 +161,9 @@ class Simulation:
                     self.core.receive_datagram(data, source, due)
             else:
                 host, port = dest.rsplit(":", 1)
-                link = self.links.get((host, int(port)))
-                if link is not None:
-                    link.sender.receive_datagram(data, due)
+                target = self.links.get((host, int(port)))
+                if target is not None:
+                    target.sender.receive_datagram(data, due)
         if self._next_sync is not None and due >= self._next_sync and self.core is not None:
             self._next_sync = None
             for stream in list(self.store.batches):
@@ -159,10 +171,12 @@ class Simulation:
         self._flush_listener(due)
         for link in self.links.values():
             link.sender.handle_timer(due)
+            self._collect(link)
         return True
 
-    def run(self, until: Callable[[], bool], *, max_time: float = 600.0,
-            max_steps: int = 5_000_000) -> bool:
+    def run(
+        self, until: Callable[[], bool], *, max_time: float = 600.0, max_steps: int = 5_000_000
+    ) -> bool:
         """Step until `until()` holds; False if virtual time or steps run out."""
         deadline = self.clock.now + max_time
         for _ in range(max_steps):

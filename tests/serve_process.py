@@ -1,0 +1,93 @@
+"""`purelink serve` as a real child process, for the integration tests.
+
+Starts it, waits for its ready line (with a deadline, reading the pipe with
+select: no sleeps), restarts it on the same port, stops it with real signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+READY = re.compile(r"^purelink listening udp=(\S+):(\d+)(?: tcp=\S+)? data=(.+)$")
+
+
+class ServeProcess:
+    """One `purelink serve` child; `port` stays the same across restarts."""
+
+    def __init__(self, data: Path, *, port: int = 0, sync: str = "batch") -> None:
+        self.data = data
+        self.port = port
+        self.sync = sync
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_line = ""
+        self.last_stats: dict[str, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"udp://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> ServeProcess:
+        cmd = [
+            sys.executable, "-m", "purelink", "serve", "--data", str(self.data),
+            "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buf = b""
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            if not ready:
+                self.kill()
+                raise TimeoutError("purelink serve printed no ready line")
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"purelink serve exited before it was ready: {err}")
+            buf += chunk
+        self.ready_line = buf.decode().split("\n", 1)[0]
+        m = READY.match(self.ready_line)
+        assert m, self.ready_line
+        self.port = int(m.group(2))
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Send `sig`, wait for the exit, return the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=timeout)
+        for line in err.decode(errors="replace").splitlines():
+            if line.startswith("purelink serve: stopped "):
+                self.last_stats = json.loads(line.removeprefix("purelink serve: stopped "))
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no sync, no goodbye."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.communicate(timeout=20)
+            self.proc = None
+
+    def restart(self) -> ServeProcess:
+        return self.start()
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.stop(signal.SIGTERM)

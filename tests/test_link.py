@@ -1,0 +1,253 @@
+"""Link and Listener over real loopback sockets, in one process.
+
+These exercise the drivers: the hand-off ring, the wakeup, the parker,
+GSO and GRO, group commit.  The listener-in-its-own-process tests are in
+test_integration.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+import purelink
+from purelink.protocol import wire
+from purelink.store.store import Store
+
+
+@pytest.fixture
+def listener(tmp_path: Path):
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0") as lst:
+        yield lst
+
+
+def url(lst: purelink.Listener) -> str:
+    assert lst.udp_address is not None
+    return "udp://%s:%d" % lst.udp_address
+
+
+def read_all(lst: purelink.Listener, stream: str) -> list[bytes]:
+    return [p for _, p in Store(lst.path).read(stream)]
+
+
+def test_queue_wait_read_back(listener: purelink.Listener) -> None:
+    with purelink.connect(url(listener), stream="orders") as link:
+        assert link.queued == link.stored == 0
+        seqs = [link.queue(b"r%d" % i) for i in range(1000)]
+        assert seqs == list(range(1, 1001))
+        assert link.wait_stored(timeout=20)
+        assert link.stored == 1000
+    assert read_all(listener, "orders") == [b"r%d" % i for i in range(1000)]
+    stats = listener.stats()
+    assert stats.records_stored == 1000
+    assert stats.syncs >= 1
+    assert stats.dropped == {}
+
+
+def test_no_lost_wakeup_under_racing_threads(listener: purelink.Listener) -> None:
+    """Threads queue with random pauses so the link thread sleeps and wakes
+    all the time; every record must go out on a wakeup, never on a timer."""
+    link = purelink.connect(url(listener), stream="race")
+    # No timers from here on: a record whose wakeup was lost would never be sent
+    # (and wait_stored below would time out) instead of going out on a probe.
+    link._sender.get_timer = lambda: None  # type: ignore[method-assign]
+    per_thread = 300
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        rng = random.Random(k)
+        try:
+            for i in range(per_thread):
+                link.queue(b"%d-%d" % (k, i))
+                if rng.random() < 0.3:
+                    threading.Event().wait(rng.random() * 0.002)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert link.queued == 4 * per_thread
+    assert link.wait_stored(timeout=20)
+    stats = link.stats()
+    assert stats.retransmits == 0
+    assert stats.wakeups <= stats.sleeps + 4
+    link.close()
+    got = read_all(listener, "race")
+    assert sorted(got) == sorted(b"%d-%d" % (k, i) for k in range(4) for i in range(per_thread))
+    for k in range(4):  # each thread's records in its queue order
+        mine = [r for r in got if r.startswith(b"%d-" % k)]
+        assert mine == [b"%d-%d" % (k, i) for i in range(per_thread)]
+
+
+def test_back_to_back_queue_wakes_rarely(listener: purelink.Listener) -> None:
+    with purelink.connect(url(listener), stream="burst") as link:
+        for _ in range(50_000):
+            link.queue(b"x" * 61)
+        assert link.wait_stored(timeout=30)
+        assert link.stats().wakeups <= 50  # <= 1 per 1,000 records
+
+
+def test_on_stored_is_coalesced(listener: purelink.Listener) -> None:
+    calls: list[int] = []
+    with purelink.connect(url(listener), stream="cb", on_stored=calls.append) as link:
+        for i in range(20_000):
+            link.queue(b"%d" % i)
+        assert link.wait_stored(timeout=20)
+    assert calls and calls[-1] == 20_000
+    assert calls == sorted(calls)
+    assert len(calls) < 20_000 // 10
+
+
+def test_wait_stored_async(listener: purelink.Listener) -> None:
+    async def main() -> bool:
+        with purelink.connect(url(listener), stream="aio") as link:
+            seq = 0
+            for i in range(100):
+                seq = link.queue(b"a%d" % i)
+            return await link.wait_stored_async(seq, timeout=20)
+
+    assert asyncio.run(main())
+
+
+def test_named_producer_resumes(listener: purelink.Listener) -> None:
+    with purelink.connect(url(listener), stream="s", producer="api-1") as link:
+        for i in range(10):
+            link.queue(b"%d" % i)
+    with purelink.connect(url(listener), stream="s", producer="api-1") as link:
+        assert link.queued == link.stored == 10
+        assert link.queue(b"next") == 11
+        assert link.wait_stored(timeout=10)
+    assert read_all(listener, "s")[-1] == b"next"
+
+
+def test_fenced_by_a_newer_session(listener: purelink.Listener) -> None:
+    old = purelink.connect(url(listener), stream="s", producer="api-1")
+    old.queue(b"one")
+    assert old.wait_stored(timeout=10)
+    new = purelink.connect(url(listener), stream="s", producer="api-1")
+    old.queue(b"late")  # goes out, gets refused
+    with pytest.raises(purelink.Fenced):
+        old.wait_stored(timeout=10)
+    with pytest.raises(purelink.Fenced):
+        old.queue(b"again")
+    assert new.queue(b"two") == 2
+    assert new.wait_stored(timeout=10)
+    new.close()
+    old.close()
+    assert read_all(listener, "s") == [b"one", b"two"]
+
+
+def test_explicit_seq_and_argument_errors(listener: purelink.Listener) -> None:
+    with purelink.connect(url(listener), stream="s") as link:
+        assert link.queue(b"a", seq=1) == 1
+        with pytest.raises(ValueError):
+            link.queue(b"b", seq=5)
+        with pytest.raises(TypeError):
+            link.queue("text")  # type: ignore[arg-type]
+        buf = bytearray(b"copied")
+        link.queue(buf)
+        buf[:] = b"CHANGED"
+        assert link.wait_stored(timeout=10)
+    assert read_all(listener, "s") == [b"a", b"copied"]
+
+
+def test_full_then_queue_again_once_stored(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lst = purelink.Listener(data, udp="127.0.0.1:0")
+    lst.start()
+    addr = url(lst)
+    link = purelink.connect(addr, stream="s", capacity=100, capacity_bytes=10_000)
+    lst.close()  # nothing will be stored now
+    for i in range(100):
+        link.queue(b"%d" % i)
+    with pytest.raises(purelink.Full):
+        link.queue(b"one too many")
+    # the listener comes back on the same port: everything is stored, room again
+    lst2 = purelink.Listener(data, udp=addr.removeprefix("udp://"))
+    lst2.start()
+    try:
+        assert link.wait_stored(timeout=30)
+        link.queue(b"room again")
+        assert link.close(timeout=10)
+    finally:
+        lst2.close()
+    assert len(read_all(lst2, "s")) == 101
+
+
+def test_full_by_bytes(tmp_path: Path) -> None:
+    with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0") as lst:
+        link = purelink.connect(url(lst), stream="s", capacity_bytes=1000)
+    # the listener is gone: nothing gets stored
+    link.queue(b"x" * 600)
+    with pytest.raises(purelink.Full):
+        link.queue(b"x" * 600)
+    assert link.close(timeout=0.3) is False
+
+
+def test_connect_to_nothing_fails_with_connect_error() -> None:
+    with pytest.raises(purelink.ConnectError):
+        purelink.connect("udp://127.0.0.1:9", stream="s", timeout=0.5)
+
+
+def test_bad_stream_name_is_refused(listener: purelink.Listener) -> None:
+    with pytest.raises(purelink.ConnectError):
+        purelink.connect(url(listener), stream="../etc", timeout=5)
+    assert not (Path(listener.path) / "streams" / "..").resolve().joinpath("etc").exists()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        purelink.connect("http://x:1", stream="s")
+    with pytest.raises(ValueError):
+        purelink.Listener("d", sync="sometimes")
+
+
+def test_large_records(listener: purelink.Listener) -> None:
+    rng = random.Random(1)
+    recs = [rng.randbytes(n) for n in (0, 1, 1400, 5000, 300_000, 2 << 20)]
+    with purelink.connect(url(listener), stream="big") as link:
+        for r in recs:
+            link.queue(r)
+        assert link.wait_stored(timeout=60)
+    assert read_all(listener, "big") == recs
+
+
+def test_after_close_queue_raises_closed(listener: purelink.Listener) -> None:
+    link = purelink.connect(url(listener), stream="s")
+    assert link.close(timeout=5)
+    with pytest.raises(purelink.Closed):
+        link.queue(b"x")
+
+
+def test_garbage_from_other_sockets_is_dropped_and_counted(listener: purelink.Listener) -> None:
+    rng = random.Random(5)
+    assert listener.udp_address is not None
+    link = purelink.connect(url(listener), stream="valid")
+    junk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    hello = wire.encode_hello(wire.Hello(1, "valid", "", (1 << 63) | 1, 1400, b""))
+    batch = wire.encode_batch((1 << 63) | 1, 1, 1, [b"forged"])
+    samples = (
+        [rng.randbytes(rng.randrange(0, 1500)) for _ in range(200)]
+        + [hello[: rng.randrange(len(hello))] for _ in range(50)]
+        + [wire.encode_data(rng.randrange(1, 1 << 32), 1, batch) for _ in range(50)]
+    )
+    for i, data in enumerate(samples):
+        junk.sendto(data, listener.udp_address)
+        link.queue(b"v%d" % i)
+    assert link.wait_stored(timeout=20)
+    link.close()
+    junk.close()
+    stats = listener.stats()
+    assert sum(stats.dropped.values()) >= 250
+    assert stats.dropped.get("unknown_conn", 0) == 50
+    assert Store(listener.path).streams() == ["valid"]
+    assert read_all(listener, "valid") == [b"v%d" % i for i in range(len(samples))]

@@ -1,0 +1,198 @@
+"""The listener's protocol core, stepped by hand: handshake, cookies,
+anti-amplification, sessions, bad input.  No sockets, no clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from purelink.protocol import wire
+from purelink.protocol.listener_core import CoreConfig, ListenerCore, named_producer_id
+from purelink.testing import MemoryStore
+
+ADDR = ("127.0.0.1", 5000)
+OTHER = ("127.0.0.1", 5001)
+ANON = (1 << 63) | 12345
+
+
+def hello(cookie: bytes = b"", nonce: int = 7, producer: str = "", stream: str = "s") -> bytes:
+    pid = 0 if producer else ANON
+    return wire.encode_hello(wire.Hello(nonce, stream, producer, pid, 1400, cookie))
+
+
+def handshake(core: ListenerCore, now: float = 100.0, **kw: object) -> wire.Accept:
+    core.receive_datagram(hello(**kw), ADDR, now)  # type: ignore[arg-type]
+    ((retry_bytes, _),) = core.datagrams_to_send(now)
+    retry = wire.decode_datagram(retry_bytes)
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(hello(cookie=retry.cookie, **kw), ADDR, now)  # type: ignore[arg-type]
+    ((accept_bytes, addr),) = core.datagrams_to_send(now)
+    assert addr == ADDR
+    accept = wire.decode_datagram(accept_bytes)
+    assert isinstance(accept, wire.Accept)
+    return accept
+
+
+@pytest.fixture
+def core() -> ListenerCore:
+    return ListenerCore(MemoryStore())
+
+
+def test_hello_without_cookie_gets_a_small_retry_and_no_state(core: ListenerCore) -> None:
+    h = hello()
+    core.receive_datagram(h, ADDR, 100.0)
+    out = core.datagrams_to_send(100.0)
+    assert len(out) == 1
+    data, addr = out[0]
+    assert addr == ADDR
+    assert len(data) <= 3 * len(h)  # anti-amplification, byte for byte
+    assert isinstance(wire.decode_datagram(data), wire.Retry)
+    assert core.links == 0
+    assert core.stats.retries == 1
+
+
+def test_cookie_is_bound_to_the_address_and_expires(core: ListenerCore) -> None:
+    core.receive_datagram(hello(), ADDR, 100.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    # replayed from another address: not accepted
+    core.receive_datagram(hello(cookie=retry.cookie), OTHER, 100.0)
+    out = core.datagrams_to_send(100.0)
+    assert isinstance(wire.decode_datagram(out[0][0]), wire.Retry)
+    assert core.links == 0
+    # too late
+    core.receive_datagram(hello(cookie=retry.cookie), ADDR, 100.0 + 31)
+    out = core.datagrams_to_send(131.0)
+    assert isinstance(wire.decode_datagram(out[0][0]), wire.Retry)
+    assert core.stats.dropped["bad_cookie"] == 2
+    assert core.links == 0
+
+
+def test_handshake_and_a_retransmitted_hello(core: ListenerCore) -> None:
+    accept = handshake(core)
+    assert accept.stored == 0 and accept.epoch == 1
+    # the same HELLO again (our ACCEPT was lost): the same session, not a new epoch
+    core.receive_datagram(hello(cookie=b"x" * 20), ADDR, 100.0)
+    again = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert again == accept
+    assert core.links == 1
+
+
+def test_data_in_order_is_written_and_acked_once_per_drain(core: ListenerCore) -> None:
+    a = handshake(core)
+    for i in range(3):
+        batch = wire.encode_batch(a.producer, a.epoch, 1 + 2 * i, [b"a", b"b"])
+        core.receive_datagram(wire.encode_data(a.conn_id, i + 1, batch), ADDR, 100.0)
+    writes = core.take_writes()
+    assert [h.first_seq for _, h in writes["s"]] == [1, 3, 5]
+    out = core.datagrams_to_send(100.001)
+    assert len(out) == 1  # one answer for the whole drain
+    ack = wire.decode_datagram(out[0][0])
+    assert isinstance(ack, wire.Ack)
+    assert (ack.received, ack.stored, ack.largest_pn) == (6, 0, 3)
+    core.written("s", 6)
+    core.synced("s", 6)
+    ack = wire.decode_datagram(core.datagrams_to_send(100.002)[0][0])
+    assert isinstance(ack, wire.Ack)
+    assert ack.stored == 6
+
+
+def test_out_of_order_is_held_then_released_and_duplicates_dropped(core: ListenerCore) -> None:
+    a = handshake(core)
+    b1 = wire.encode_batch(a.producer, a.epoch, 1, [b"1"])
+    b2 = wire.encode_batch(a.producer, a.epoch, 2, [b"2"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, b2), ADDR, 100.0)
+    assert core.take_writes() == {"s": []}
+    ack = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(ack, wire.Ack)
+    assert ack.received == 0 and ack.ranges == ((2, 2),)
+    core.receive_datagram(wire.encode_data(a.conn_id, 2, b1), ADDR, 100.0)
+    core.receive_datagram(wire.encode_data(a.conn_id, 3, b1), ADDR, 100.0)
+    writes = core.take_writes()["s"]
+    assert [h.first_seq for _, h in writes] == [1, 2]
+    assert core.stats.duplicates == 1
+
+
+def test_unknown_session_gets_a_small_refusal(core: ListenerCore) -> None:
+    batch = wire.encode_batch(ANON, 1, 1, [b"x"])
+    data = wire.encode_data(999, 1, batch)
+    core.receive_datagram(data, ADDR, 100.0)
+    ((out, _),) = core.datagrams_to_send(100.0)
+    refuse = wire.decode_datagram(out)
+    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.UNKNOWN
+    assert len(out) <= 3 * len(data)
+    assert core.stats.dropped == {"unknown_conn": 1}
+
+
+def test_datagram_of_a_session_from_another_address_is_dropped(core: ListenerCore) -> None:
+    a = handshake(core)
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, batch), OTHER, 100.0)
+    assert core.stats.dropped == {"wrong_address": 1}
+    assert core.take_writes() == {}
+
+
+def test_new_session_fences_the_old(core: ListenerCore) -> None:
+    old = handshake(core, producer="api-1")
+    assert old.producer == named_producer_id("api-1")
+    new = handshake(core, producer="api-1", nonce=8)
+    assert new.epoch == old.epoch + 1
+    batch = wire.encode_batch(old.producer, old.epoch, 1, [b"late"])
+    core.receive_datagram(wire.encode_data(old.conn_id, 5, batch), ADDR, 100.0)
+    ((out, _),) = core.datagrams_to_send(100.0)
+    refuse = wire.decode_datagram(out)
+    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.FENCED
+    assert core.stats.dropped["stale_epoch"] == 1
+    assert core.take_writes() == {}
+
+
+def test_bad_stream_and_bad_producer_are_refused(core: ListenerCore) -> None:
+    for kw in ({"stream": "../x"}, {"stream": ".hidden"}, {"producer": "a/b"}):
+        core.receive_datagram(hello(**kw), ADDR, 100.0)  # type: ignore[arg-type]
+        retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+        assert isinstance(retry, wire.Retry)
+        core.receive_datagram(hello(cookie=retry.cookie, **kw), ADDR, 100.0)  # type: ignore[arg-type]
+        refuse = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+        assert isinstance(refuse, wire.Refuse)
+        assert refuse.reason in (wire.RefuseReason.BAD_STREAM, wire.RefuseReason.BAD_REQUEST)
+    assert core.links == 0
+
+
+def test_link_limit(core: ListenerCore) -> None:
+    limited = ListenerCore(MemoryStore(), CoreConfig(max_links=1))
+    handshake(limited)
+    limited.receive_datagram(hello(nonce=9), OTHER, 100.0)
+    retry = wire.decode_datagram(limited.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    limited.receive_datagram(hello(nonce=9, cookie=retry.cookie), OTHER, 100.0)
+    refuse = wire.decode_datagram(limited.datagrams_to_send(100.0)[0][0])
+    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.LIMIT
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "truncated"),
+        (b"XX" + bytes(20), "bad_magic"),
+        (b"PL\x09" + bytes(20), "bad_version"),
+        (hello()[:-1] + b"\x00", "bad_checksum"),
+        (hello()[:-5] + hello()[-4:], "bad_checksum"),
+    ],
+)
+def test_garbage_is_dropped_by_reason(core: ListenerCore, data: bytes, reason: str) -> None:
+    core.receive_datagram(data, ADDR, 100.0)
+    assert core.stats.dropped == {reason: 1}
+    assert core.datagrams_to_send(100.0) == []
+
+
+def test_answers_from_a_link_are_refused_as_wrong_direction(core: ListenerCore) -> None:
+    ack = wire.Ack(1, 1, 0, 0, 0, 0, 0, (), ())
+    core.receive_datagram(wire.encode_ack(ack), ADDR, 100.0)
+    assert core.stats.dropped == {"wrong_direction": 1}
+
+
+def test_oversized_large_record_is_dropped(core: ListenerCore) -> None:
+    small = ListenerCore(MemoryStore(), CoreConfig(max_record=1000))
+    a = handshake(small)
+    frag = wire.encode_fragment(a.conn_id, 1, a.epoch, 1, 5000, 0, b"x" * 1000)
+    small.receive_datagram(frag, ADDR, 100.0)
+    assert small.stats.dropped == {"too_large": 1}

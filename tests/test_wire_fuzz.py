@@ -1,0 +1,561 @@
+"""Hypothesis over the wire format (STYLE practice 11, h11's fuzz/afl-server.py).
+
+The invariant everywhere: a decoder returns a value or raises `ProtocolError`
+with a known `.reason` -- never struct.error, IndexError, UnicodeDecodeError,
+ValueError, OverflowError or anything else.  Four sources of input:
+
+(a) arbitrary bytes (also behind a valid magic and version, and sealed with a
+    correct CRC so that they reach the body decoders);
+(b) valid datagrams mutated: bit flips, truncation, extension, splices;
+(c) valid datagrams whose header and body are mutated and then *re-sealed*
+    (CRC, and the MAC with a key, recomputed), so the fuzz gets past the
+    checksum to the body decoders.  Whatever decodes must re-encode to the
+    very same bytes: the format is canonical;
+(d) batches: arbitrary, mutated and re-checksummed; a batch that verifies has
+    exactly `count` records whose lengths add up to its payload.
+
+Every valid message also round-trips through its encoder and decoder.
+Example counts are kept small so that the whole file runs in a few seconds;
+raise them with HYPOTHESIS_PROFILE=wire-long for a longer hunt.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from hashlib import blake2b
+
+from crc32c import crc32c
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from purelink.errors import ProtocolError
+from purelink.protocol import wire
+from purelink.protocol.wire import (
+    Accept,
+    Ack,
+    Close,
+    Data,
+    Fragment,
+    Hello,
+    Probe,
+    Refuse,
+    Retry,
+)
+
+settings.register_profile(
+    "wire-fast",
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "wire-long",
+    max_examples=20_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "wire-fast"))
+FAST = settings(PROFILE)
+
+KEY = bytes(range(32))
+LONG_KEY = bytes(range(90))
+DATAGRAM_REASONS = {
+    "truncated",
+    "bad_magic",
+    "bad_version",
+    "bad_checksum",
+    "unauthenticated",
+    "unknown_type",
+    "malformed",
+}
+BATCH_REASONS = {"truncated", "bad_magic", "bad_version", "bad_checksum", "malformed"}
+
+u8 = st.integers(0, 0xFF)
+u16 = st.integers(0, 0xFFFF)
+u32 = st.integers(0, 0xFFFF_FFFF)
+u64 = st.integers(0, 0xFFFF_FFFF_FFFF_FFFF)
+# small and edge values are where bugs live; draw from both
+small = st.integers(0, 40)
+seq64 = st.one_of(st.integers(1, 50), st.integers(1, 0xFFFF_FFFF_FFFF_FFFF))
+keys = st.sampled_from([None, KEY, LONG_KEY])
+
+
+def _short_utf8(max_bytes: int = 255) -> st.SearchStrategy[str]:
+    return st.text(max_size=40).filter(lambda s: len(s.encode("utf-8")) <= max_bytes)
+
+
+# ----------------------------------------------------------- valid values
+records = st.lists(
+    st.one_of(st.binary(max_size=64), st.binary(min_size=200, max_size=1500)),
+    min_size=1,
+    max_size=30,
+)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> bytes:
+    """A valid batch: small records, or one FLAG_LARGE record."""
+    producer, epoch = draw(u64), draw(u32)
+    if draw(st.booleans()):
+        recs = draw(records)
+        first = draw(st.integers(1, 0xFFFF_FFFF_FFFF_FFFF - len(recs) + 1))
+        return wire.encode_batch(producer, epoch, first, recs)
+    record = draw(st.binary(max_size=3000))
+    return wire.encode_large_batch(producer, epoch, draw(seq64), record)
+
+
+hellos = st.builds(
+    Hello,
+    nonce=u64,
+    stream=_short_utf8(),
+    producer=_short_utf8(),
+    producer_id=u64,
+    max_datagram=u16,
+    cookie=st.binary(max_size=255),
+)
+retries = st.builds(Retry, nonce=u64, cookie=st.binary(max_size=255))
+
+
+@st.composite
+def accepts(draw: st.DrawFn) -> Accept:
+    stored, received = sorted((draw(u64), draw(u64)))
+    return Accept(
+        draw(u32), draw(u64), draw(u64), draw(u32), stored, received, draw(u32), draw(u32)
+    )
+
+
+@st.composite
+def acks(draw: st.DrawFn) -> Ack:
+    stored = draw(st.one_of(small, st.integers(0, 2**64 - 100)))
+    received = stored + draw(small)
+    ranges = []
+    at = received + 1  # the first range starts past a gap at received + 1
+    for _ in range(draw(st.integers(0, 6))):
+        first = at + 1 + draw(small)
+        last = first + draw(small)
+        if last > 0xFFFF_FFFF_FFFF_FFFF:
+            break
+        ranges.append((first, last))
+        at = last + 1
+    fragments = []
+    for _ in range(draw(st.integers(0, 4))):
+        spans = []
+        start = draw(st.integers(0, 5000))
+        for _ in range(draw(st.integers(0, 5))):
+            end = start + 1 + draw(st.integers(0, 3000))
+            if end > 0xFFFF_FFFF:
+                break
+            spans.append((start, end))
+            start = end + draw(st.integers(1, 100))
+        fragments.append((draw(u64), tuple(spans)))
+    return Ack(
+        draw(u32),
+        draw(u32),
+        stored,
+        received,
+        draw(u32),
+        draw(u64),
+        draw(u32),
+        tuple(ranges),
+        tuple(fragments),
+    )
+
+
+refuses = st.builds(Refuse, conn_id=u32, nonce=u64, epoch=u32, reason=u8)
+
+
+@st.composite
+def datagrams(draw: st.DrawFn, key: bytes | None) -> tuple[bytes, object]:
+    """A valid datagram of any type and what it must decode to."""
+    kind = draw(st.sampled_from(["hello", "retry", "accept", "data", "frag", "ack", "misc"]))
+    if kind == "hello":
+        msg: object = draw(hellos)
+        return wire.encode_hello(msg, key), msg  # type: ignore[arg-type]
+    if kind == "retry":
+        msg = draw(retries)
+        return wire.encode_retry(msg, key), msg  # type: ignore[arg-type]
+    if kind == "accept":
+        msg = draw(accepts())
+        return wire.encode_accept(msg, key), msg  # type: ignore[arg-type]
+    if kind == "ack":
+        msg = draw(acks())
+        return wire.encode_ack(msg, key), msg  # type: ignore[arg-type]
+    conn_id, pn = draw(u32), draw(u64)
+    if kind == "data":
+        batch = draw(batches())
+        pad_to = draw(st.one_of(st.just(0), st.integers(0, 5000)))
+        return wire.encode_data(conn_id, pn, batch, key, pad_to), Data(
+            conn_id, pn, memoryview(batch)
+        )
+    if kind == "frag":
+        chunk = draw(st.binary(min_size=1, max_size=1500))
+        total = len(chunk) + draw(st.one_of(small, st.integers(0, 0xFFFF_FFFF - len(chunk))))
+        offset = draw(st.integers(0, total - len(chunk)))
+        epoch, seq = draw(u32), draw(seq64)
+        datagram = wire.encode_fragment(conn_id, pn, epoch, seq, total, offset, chunk, key)
+        return datagram, Fragment(conn_id, pn, epoch, seq, total, offset, memoryview(chunk))
+    which = draw(st.sampled_from(["probe", "close", "refuse"]))
+    epoch = draw(u32)
+    if which == "probe":
+        return wire.encode_probe(conn_id, pn, epoch, key), Probe(conn_id, pn, epoch)
+    if which == "close":
+        return wire.encode_close(conn_id, epoch, key), Close(conn_id, epoch)
+    msg = draw(refuses)
+    return wire.encode_refuse(msg, key), msg  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- helpers
+def decode_or_reason(data: bytes, key: bytes | None) -> wire.Message | str:
+    """decode_datagram's value, or its ProtocolError's reason (asserted known).
+    Any other exception fails the test, which is the point."""
+    try:
+        return wire.decode_datagram(data, key)
+    except ProtocolError as exc:
+        assert exc.reason in DATAGRAM_REASONS, exc.reason
+        return exc.reason
+
+
+def verify_or_reason(data: bytes) -> wire.BatchHeader | str:
+    try:
+        header = wire.verify_batch(data)
+    except ProtocolError as exc:
+        assert exc.reason in BATCH_REASONS, exc.reason
+        return exc.reason
+    check_records(data, header)
+    return header
+
+
+def header_or_reason(data: bytes) -> wire.BatchHeader | str:
+    try:
+        return wire.decode_batch_header(data)
+    except ProtocolError as exc:
+        assert exc.reason in BATCH_REASONS, exc.reason
+        return exc.reason
+
+
+def check_records(data: bytes, header: wire.BatchHeader) -> None:
+    """(d): a verified batch holds `count` records that fill its payload exactly."""
+    recs = wire.batch_records(data, header)
+    assert len(recs) == header.count
+    table = 0 if header.flags & wire.FLAG_LARGE else 2 * header.count
+    assert sum(map(len, recs)) == header.length - wire.BATCH_HEADER - table
+    assert header.length == len(data)
+    assert header.first_seq >= 1
+    assert header.last_seq <= 0xFFFF_FFFF_FFFF_FFFF
+    # the format is canonical: the same records re-encode to the same bytes
+    if header.flags & wire.FLAG_LARGE:
+        again = wire.encode_large_batch(header.producer, header.epoch, header.first_seq, recs[0])
+    else:
+        again = wire.encode_batch(header.producer, header.epoch, header.first_seq, recs)
+    assert again[8:] == bytes(data[8:])
+
+
+def seal(header_and_body: bytes, key: bytes | None) -> bytes:
+    """Give edited header+body bytes a correct trailer (CRC, then MAC with a key),
+    exactly as docs/wire.md says a sender builds it."""
+    head = bytearray(header_and_body)
+    if len(head) >= 4:
+        head[3] = (head[3] | 0x80) if key is not None else (head[3] & 0x7F)
+    out = bytes(head) + struct.pack("<I", crc32c(bytes(head)))
+    if key is not None:
+        if len(key) > 64:
+            key = blake2b(key, digest_size=64, person=b"purelink.key").digest()
+        out += blake2b(out, key=key, digest_size=16).digest()
+    return out
+
+
+def strip(datagram: bytes, key: bytes | None) -> bytes:
+    return datagram[: len(datagram) - 4 - (16 if key is not None else 0)]
+
+
+def reencode(msg: wire.Message, key: bytes | None, size: int) -> bytes:
+    """Encode a decoded message again (DATA padded back to `size`)."""
+    encoders: dict[type, Callable[[], bytes]] = {
+        Hello: lambda: wire.encode_hello(msg, key),  # type: ignore[arg-type]
+        Retry: lambda: wire.encode_retry(msg, key),  # type: ignore[arg-type]
+        Accept: lambda: wire.encode_accept(msg, key),  # type: ignore[arg-type]
+        Ack: lambda: wire.encode_ack(msg, key),  # type: ignore[arg-type]
+        Refuse: lambda: wire.encode_refuse(msg, key),  # type: ignore[arg-type]
+    }
+    if isinstance(msg, Data):
+        return wire.encode_data(msg.conn_id, msg.pn, bytes(msg.batch), key, pad_to=size)
+    if isinstance(msg, Fragment):
+        return wire.encode_fragment(
+            msg.conn_id, msg.pn, msg.epoch, msg.seq, msg.total, msg.offset, msg.chunk, key
+        )
+    if isinstance(msg, Probe):
+        return wire.encode_probe(msg.conn_id, msg.pn, msg.epoch, key)
+    if isinstance(msg, Close):
+        return wire.encode_close(msg.conn_id, msg.epoch, key)
+    return encoders[type(msg)]()
+
+
+def check_canonical(data: bytes, key: bytes | None, msg: wire.Message) -> None:
+    """What decodes re-encodes to something that decodes equal -- and, the
+    format being canonical, to the very same bytes (HELLO and RETRY aside:
+    their conn_id field is ignored on decoding and written as 0)."""
+    again = reencode(msg, key, len(data))
+    assert wire.decode_datagram(again, key) == msg
+    if isinstance(msg, Hello | Retry) and data[4:8] != bytes(4):
+        assert again[:4] == data[:4]
+        assert strip(again, key)[8:] == strip(data, key)[8:]
+    else:
+        assert again == data
+
+
+def assert_same(decoded: object, expected: object) -> None:
+    assert decoded == expected, (decoded, expected)
+
+
+# ------------------------------------------------------------ round trips
+@FAST
+@given(st.data(), keys)
+def test_every_message_round_trips(data: st.DataObject, key: bytes | None) -> None:
+    datagram, expected = data.draw(datagrams(key))
+    decoded = wire.decode_datagram(datagram, key)
+    assert_same(decoded, expected)
+    check_canonical(datagram, key, decoded)
+    if isinstance(decoded, Data):
+        check_records(bytes(decoded.batch), wire.verify_batch(decoded.batch))
+
+
+@FAST
+@given(batches(), u64)
+def test_every_batch_round_trips(batch: bytes, position: int) -> None:
+    header = wire.verify_batch(batch)
+    assert header == wire.decode_batch_header(batch)
+    assert header.position == 0
+    check_records(batch, header)
+    stamped = wire.position_bytes(position) + batch[8:]
+    assert wire.verify_batch(stamped).position == position
+    assert wire.batch_records(stamped, header) == wire.batch_records(batch, header)
+
+
+@FAST
+@given(records, u64, u32, seq64)
+def test_encode_batch_round_trips_records(
+    recs: list[bytes], producer: int, epoch: int, s: int
+) -> None:
+    assume(s + len(recs) - 1 <= 0xFFFF_FFFF_FFFF_FFFF)
+    batch = wire.encode_batch(producer, epoch, s, recs)
+    header = wire.verify_batch(batch)
+    assert (header.producer, header.epoch, header.first_seq, header.count) == (
+        producer,
+        epoch,
+        s,
+        len(recs),
+    )
+    assert wire.batch_records(batch, header) == recs
+
+
+@FAST
+@given(batches(), u32, u64, keys, st.integers(0, 70_000))
+def test_data_padding_is_exact(
+    batch: bytes, conn_id: int, pn: int, key: bytes | None, pad_to: int
+) -> None:
+    datagram = wire.encode_data(conn_id, pn, batch, key, pad_to)
+    natural = wire.DATA_OVERHEAD + len(batch) + (wire.MAC_SIZE if key is not None else 0)
+    assert len(datagram) == max(pad_to, natural)
+    msg = wire.decode_datagram(datagram, key)
+    assert isinstance(msg, Data)
+    assert bytes(msg.batch) == batch
+    assert (msg.conn_id, msg.pn) == (conn_id, pn)
+
+
+# ------------------------------------------------------ (a) arbitrary bytes
+@FAST
+@given(st.binary(max_size=300), keys)
+def test_arbitrary_bytes(data: bytes, key: bytes | None) -> None:
+    decode_or_reason(data, key)
+
+
+@FAST
+@given(st.binary(max_size=300), keys)
+def test_arbitrary_bytes_behind_magic_and_version(data: bytes, key: bytes | None) -> None:
+    decode_or_reason(b"PL\x01" + data, key)
+
+
+@FAST
+@given(st.integers(0, 0x7F), u32, st.binary(max_size=300), keys)
+def test_arbitrary_bodies_sealed(kind: int, conn_id: int, body: bytes, key: bytes | None) -> None:
+    """Any type byte, any body, a correct trailer: straight into the body decoders."""
+    data = seal(b"PL\x01" + bytes([kind]) + struct.pack("<I", conn_id) + body, key)
+    result = decode_or_reason(data, key)
+    assert result not in {"truncated", "bad_magic", "bad_version", "bad_checksum"} or (
+        result == "truncated" and kind == wire.MsgType.DATA
+    )
+    assert result != "unauthenticated"
+    if not isinstance(result, str):
+        check_canonical(data, key, result)
+
+
+@FAST
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_as_a_batch(data: bytes) -> None:
+    verify_or_reason(data)
+    header_or_reason(data)
+
+
+@FAST
+@given(st.binary(min_size=32, max_size=400), st.integers(1, 5000))
+def test_arbitrary_batch_behind_magic(data: bytes, length: int) -> None:
+    """Past the magic and version, with a plausible length, for both decoders."""
+    raw = bytearray(data[:8] + bytes(4) + b"PB\x01" + data[8:])
+    raw[15] &= 0x01  # known flags only, most of the time
+    if len(raw) >= 20:
+        raw[16:20] = struct.pack("<I", min(length, len(raw)))
+    raw[8:12] = struct.pack("<I", crc32c(bytes(raw[12:])))
+    verify_or_reason(bytes(raw))
+    header_or_reason(bytes(raw))
+
+
+# ------------------------------------------- (b) mutations of valid datagrams
+@st.composite
+def mutated(draw: st.DrawFn, key: bytes | None) -> tuple[bytes, bytes, str]:
+    """(original, mutated, how) -- the mutation is never the identity."""
+    original, _ = draw(datagrams(key))
+    how = draw(st.sampled_from(["flip", "flips", "truncate", "extend", "splice", "join"]))
+    data = bytearray(original)
+    if how == "flip":
+        bit = draw(st.integers(0, 8 * len(data) - 1))
+        data[bit // 8] ^= 1 << (bit % 8)
+    elif how == "flips":
+        for _ in range(draw(st.integers(2, 8))):
+            bit = draw(st.integers(0, 8 * len(data) - 1))
+            data[bit // 8] ^= 1 << (bit % 8)
+    elif how == "truncate":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif how == "extend":
+        data += draw(st.binary(min_size=1, max_size=64))
+    elif how == "splice":
+        at = draw(st.integers(0, len(data)))
+        cut = draw(st.integers(0, len(data) - at))
+        data[at : at + cut] = draw(st.binary(max_size=32))
+    else:  # two datagrams back to back, as a broken GRO split would give
+        other, _ = draw(datagrams(key))
+        data += other
+    return original, bytes(data), how
+
+
+@FAST
+@given(st.data(), keys)
+def test_mutated_datagrams(data: st.DataObject, key: bytes | None) -> None:
+    original, bad, how = data.draw(mutated(key))
+    assume(bad != original)
+    result = decode_or_reason(bad, key)
+    if how in {"flip", "truncate", "join"}:
+        # a CRC-32C catches every single-bit error; a truncated or extended
+        # datagram has its trailer in the wrong place
+        assert isinstance(result, str), (how, result)
+    if key is not None:
+        # with a key nothing but the original passes the MAC
+        assert isinstance(result, str), (how, result)
+    if not isinstance(result, str):
+        check_canonical(bad, key, result)
+
+
+@FAST
+@given(st.data())
+def test_keyed_and_plain_do_not_mix(data: st.DataObject) -> None:
+    plain, _ = data.draw(datagrams(None))
+    keyed, _ = data.draw(datagrams(KEY))
+    assert decode_or_reason(plain, KEY) == "unauthenticated"
+    assert decode_or_reason(keyed, None) == "unauthenticated"
+    assert decode_or_reason(keyed, LONG_KEY) == "unauthenticated"
+
+
+# ---------------------------------------- (c) re-sealed body mutations
+@st.composite
+def resealed(draw: st.DrawFn, key: bytes | None) -> bytes:
+    """A valid datagram with its type, conn_id and body edited, then given a
+    correct CRC (and MAC): the checksum no longer shields the body decoders."""
+    original, _ = draw(datagrams(key))
+    data = bytearray(strip(original, key))
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["flip", "byte", "word", "cut", "grow", "insert", "type"]))
+        if how == "type":
+            data[3] = draw(st.integers(0, 12))
+            continue
+        if how == "grow":
+            data += draw(st.binary(min_size=1, max_size=32))
+            continue
+        if len(data) <= 8:
+            continue
+        at = draw(st.integers(4, len(data) - 1))  # conn_id and body (type: above)
+        if how == "flip":
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif how == "byte":
+            data[at] = draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xFF, draw(u8)]))
+        elif how == "word":
+            # counts and lengths: a whole little-endian field set to an edge value
+            width = draw(st.sampled_from([1, 2, 4, 8]))
+            value = draw(st.sampled_from([0, 1, 2 ** (8 * width) - 1, 2 ** (8 * width - 1)]))
+            data[at : at + width] = value.to_bytes(width, "little")[: len(data) - at]
+        elif how == "cut":
+            data = data[: draw(st.integers(8, len(data)))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=16))
+    return seal(bytes(data), key)
+
+
+@FAST
+@given(st.data(), keys)
+def test_resealed_mutations(data: st.DataObject, key: bytes | None) -> None:
+    sealed = data.draw(resealed(key))
+    result = decode_or_reason(sealed, key)
+    if isinstance(result, str):
+        assert result in {"malformed", "truncated", "unknown_type"}, result
+        return
+    check_canonical(sealed, key, result)
+    if isinstance(result, Data):
+        verify_or_reason(bytes(result.batch))  # the listener's next step
+
+
+# ------------------------------------------------------- (d) batches
+@st.composite
+def mutated_batches(draw: st.DrawFn) -> bytes:
+    batch = bytearray(draw(batches()))
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["flip", "word", "cut", "grow"]))
+        if how == "cut":
+            batch = batch[: draw(st.integers(0, len(batch)))]
+        elif how == "grow":
+            batch += draw(st.binary(min_size=1, max_size=16))
+        elif len(batch) > 12:
+            at = draw(st.integers(12, len(batch) - 1))
+            if how == "flip":
+                batch[at] ^= 1 << draw(st.integers(0, 7))
+            else:
+                width = draw(st.sampled_from([1, 2, 4, 8]))
+                value = draw(st.sampled_from([0, 1, 2, 2 ** (8 * width) - 1, draw(u16)]))
+                value &= 2 ** (8 * width) - 1
+                batch[at : at + width] = value.to_bytes(width, "little")[: len(batch) - at]
+    if draw(st.booleans()) and len(batch) >= 12:
+        batch[8:12] = struct.pack("<I", crc32c(bytes(batch[12:])))  # re-checksummed
+    return bytes(batch)
+
+
+@FAST
+@given(mutated_batches())
+def test_mutated_batches(batch: bytes) -> None:
+    verify_or_reason(batch)
+    header = header_or_reason(batch)
+    if not isinstance(header, str):
+        assert header.length >= wire.BATCH_HEADER
+        assert header.count >= 1
+
+
+@FAST
+@given(batches(), st.binary(min_size=1, max_size=64))
+def test_batch_with_trailing_junk(batch: bytes, junk: bytes) -> None:
+    assert verify_or_reason(batch + junk) == "malformed"
+    assert header_or_reason(batch + junk) == wire.decode_batch_header(batch)
+
+
+@FAST
+@given(batches(), st.data())
+def test_batch_truncated(batch: bytes, data: st.DataObject) -> None:
+    n = data.draw(st.integers(0, len(batch) - 1))
+    assert verify_or_reason(batch[:n]) in {"truncated", "malformed"}
