@@ -31,6 +31,7 @@ import logging
 import select
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -42,13 +43,14 @@ from .primitives.parker import Parker
 from .primitives.wakeup import Wakeup
 from .protocol import events
 from .protocol.sender import Sender, SenderConfig, SenderState
-from .transport import Transport, UdpTransport
+from .transport import TcpTransport, Transport, UdpTransport
 
 __all__ = ["Link", "LinkStats", "connect"]
 
 log = logging.getLogger("purelink.link")
 
 RING_SLACK: Final = 4096
+SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 _MAX_RECORD: Final = 16 << 20
 
 
@@ -115,12 +117,12 @@ class Link:
         on_stored: Callable[[int], Any] | None = None,
     ) -> None:
         scheme, host, port = _address.parse_url(url)
-        if scheme != "udp":
-            raise ValueError("tcp:// links are not available yet; use udp://")
         if capacity < 1 or capacity_bytes < 1:
             raise ValueError("capacity and capacity_bytes must be positive")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        if secret is not None and len(secret) < 16:  # the listener's rule too
+            raise ValueError("secret must be at least 16 bytes")
         self.url = url
         self.stream = stream
         self._timeout = timeout
@@ -131,11 +133,13 @@ class Link:
                 producer=producer or "",
                 datagram_size=datagram_size,
                 secret=secret,
-                pad=True,
+                pad=scheme == "udp",  # padding is for UDP GSO only
             )
         )
         try:
-            self._transport: Transport = UdpTransport(host, port)
+            self._transport: Transport = (
+                UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
+            )
         except OSError as exc:
             raise ConnectError(f"cannot reach {url}: {exc}") from None
         self._wakeup = Wakeup()
@@ -143,6 +147,7 @@ class Link:
         # the hand-off ring (see the module header)
         size = 1 << (capacity + RING_SLACK - 1).bit_length()
         self._ring: list[bytes | None] = [None] * size
+        self._lens = array("H", bytes(2 * size))  # record lengths, clamped to 65,535
         self._mask = size - 1
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
@@ -155,6 +160,8 @@ class Link:
         self._taken = 0
         self._bytes_in = 0
         self._bytes_out = 0
+        self._limit_seq = capacity
+        self._limit_bytes = capacity_bytes
         self._error: Error | None = None
         self._closing = False
         self._connected = threading.Event()
@@ -169,26 +176,28 @@ class Link:
     # ------------------------------------------------------------ the API
     def queue(self, record: bytes, seq: int | None = None) -> int:
         """Queue one record; returns its seq.  Never blocks.  Raises Full."""
-        if seq is not None or record.__class__ is not bytes or self._error is not None:
-            return self._queue_slow(record, seq)
-        n = len(record)
-        if (
-            self._queued - self._stored >= self._capacity
-            or self._bytes_in + n - self._bytes_out > self._capacity_bytes
-            or n > self._max_record
-        ):
-            return self._queue_slow(record, seq)
-        s = self._next_seq()
-        self._ring[s & self._mask] = record
-        self._queued = s
-        self._bytes_in += n
-        w = self._wakeup
-        w.pending = True
-        if w.sleeping and not w.signaled:
-            w.signal()
-        return s
+        if seq is None and record.__class__ is bytes:
+            n = len(record)
+            if (
+                n < SMALL
+                and self._queued < self._limit_seq
+                and self._bytes_in + n <= self._limit_bytes
+            ):
+                s = self._next_seq()
+                i = s & self._mask
+                self._lens[i] = n
+                self._ring[i] = record
+                self._queued = s
+                self._bytes_in += n
+                w = self._wakeup
+                w.pending = True
+                if w.sleeping and not w.signaled:
+                    w.signal()
+                return s
+        return self._queue_slow(record, seq)
 
     def _queue_slow(self, record: Any, seq: int | None) -> int:
+        """Everything queue() does not do inline: errors, large records, copies."""
         if self._error is not None:
             raise self._error
         if not isinstance(record, bytes):
@@ -205,16 +214,28 @@ class Link:
             raise ValueError(f"record of {n} bytes is larger than max_record ({self._max_record})")
         if seq is not None and seq != self.queued + 1:
             raise ValueError(f"seq must be queued + 1 = {self.queued + 1}, not {seq}")
-        if self._queued - self._stored >= self._capacity:
+        if self._queued >= self._limit_seq:
             raise Full(f"{self._capacity} records are queued and not yet stored")
-        if self._bytes_in + n - self._bytes_out > self._capacity_bytes:
+        if self._bytes_in + n > self._limit_bytes:
             raise Full(f"{self._capacity_bytes} bytes are queued and not yet stored")
         s = self._next_seq()
-        self._ring[s & self._mask] = record
+        i = s & self._mask
+        self._lens[i] = min(n, SMALL - 1)  # the sender sends a larger one in pieces
+        self._ring[i] = record
         self._queued = s
         self._bytes_in += n
         self._wakeup.mark_and_signal()
         return s
+
+    def _set_limits(self) -> None:
+        """What queue() checks, precomputed by the link thread: the last seq and the
+        byte total allowed before Full; -1 once the link failed or closed, which
+        sends every call to _queue_slow to raise the error."""
+        if self._error is None:
+            self._limit_seq = self._stored + self._capacity
+            self._limit_bytes = self._bytes_out + self._capacity_bytes
+        else:
+            self._limit_seq = self._limit_bytes = -1
 
     @property
     def queued(self) -> int:
@@ -288,6 +309,7 @@ class Link:
         self._closing = True
         if self._error is None:
             self._error = Closed("the link is closed")
+            self._set_limits()
         self._stop = True
         self._wakeup.mark_and_signal()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
@@ -325,7 +347,12 @@ class Link:
                 raise ConnectError(f"{self.url}: {error}")
             if error is not None:
                 raise ConnectError(f"{self.url}: {error}") from None
-            raise ConnectError(f"no answer from {self.url} within {self._timeout:g} s")
+            # a listener drops a datagram with a wrong or missing MAC unanswered (an
+            # answer would help a forger), so silence is all a link can observe
+            raise ConnectError(
+                f"no answer from {self.url} within {self._timeout:g} s "
+                "(no listener there, or a wrong or missing secret?)"
+            )
 
     # ------------------------------------------------------ the link thread
     def _run(self) -> None:
@@ -334,6 +361,7 @@ class Link:
         except BaseException as exc:  # pragma: no cover - a bug; fail loudly, not silently
             log.exception("purelink link thread crashed")
             self._error = LinkError(f"the link thread crashed: {exc!r}")
+            self._set_limits()
             self._connected.set()
             self._parker.unpark()
 
@@ -361,6 +389,11 @@ class Link:
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
                     break
                 if not wakeup.prepare_sleep():
+                    # more was queued meanwhile: no sleep, but answers and timers
+                    # must not wait until the application pauses
+                    now = monotonic()
+                    self._receive(now)
+                    sender.handle_timer(now)
                     continue
                 timer = sender.get_timer()
                 timeout = -1.0 if timer is None else max(timer - monotonic(), 0.0)
@@ -389,10 +422,13 @@ class Link:
         mask = self._mask
         i, j = start & mask, (end & mask) + 1
         chunk = ring[i:j] if i < j else ring[i:] + ring[:j]
+        lens = self._lens[i:j] if i < j else self._lens[i:] + self._lens[:j]
         if None in chunk:
-            chunk = chunk[: chunk.index(None)]
-            if not chunk:
+            n = chunk.index(None)
+            if not n:
                 return
+            del chunk[n:]
+            del lens[n:]
         n = len(chunk)
         j = (start + n - 1 & mask) + 1
         if i < j:
@@ -401,7 +437,7 @@ class Link:
             ring[i:] = itertools.repeat(None, len(ring) - i)
             ring[:j] = itertools.repeat(None, j)
         self._taken += n
-        self._sender.push(chunk)  # type: ignore[arg-type]
+        self._sender.push(chunk, lens)  # type: ignore[arg-type]
 
     def _transmit(self, now: float) -> None:
         sender = self._sender
@@ -430,16 +466,19 @@ class Link:
             if isinstance(ev, events.StoredAdvanced):
                 self._stored = ev.stored
                 self._bytes_out = sender.stored_bytes
+                self._set_limits()
                 advanced = True
             elif isinstance(ev, events.Connected):
                 if not self._connected.is_set():
                     self._counter = itertools.count(ev.stored + 1)
                     self._next_seq = self._counter.__next__
                     self._queued = self._stored = self._told = self._taken = ev.stored
+                    self._set_limits()
                     self._connected.set()
                 elif ev.stored > self._stored:
                     self._stored = ev.stored
                     self._bytes_out = sender.stored_bytes
+                    self._set_limits()
                     advanced = True
             elif isinstance(ev, events.Reconnecting):
                 self._transport.reset()
@@ -448,6 +487,7 @@ class Link:
                 self._error = Fenced(
                     f"a newer session of this producer took over stream {self.stream!r}"
                 )
+                self._set_limits()
                 self._connected.set()
                 self._parker.unpark()
             elif isinstance(ev, events.Failed):
@@ -455,6 +495,7 @@ class Link:
                     self._error = ConnectError(ev.message)
                 else:
                     self._error = LinkError(ev.message)
+                self._set_limits()
                 self._connected.set()
                 self._parker.unpark()
         if advanced:

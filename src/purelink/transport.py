@@ -11,6 +11,31 @@ counted and left to the sender's loss detection, never retried here.
 session; a connection-oriented transport reconnects there.  `broken` tells
 the link that the transport itself saw the session die (a TCP reset), so
 the sender can start that handshake at once instead of waiting for silence.
+
+`TcpTransport` carries the same datagrams over one TCP connection, each in a
+length-prefixed frame (protocol/framing.py).  Theory of operation:
+
+* `fileno()` is an epoll fd of the transport's own, holding the current
+  socket.  The link thread polls that fd once for its whole life, so a new
+  connection after a reconnect needs no change in the link's loop, and the
+  transport asks for writability itself (EPOLLOUT on the socket, only while
+  bytes wait) -- the link's epoll sees the inner one readable whenever its
+  socket is ready for what was asked;
+* `send` frames the datagrams into an outgoing buffer and writes as much as
+  the kernel takes now; the rest waits for writability (never a partial frame
+  on a new connection: the buffer dies with its connection).  Past
+  MAX_UNSENT bytes waiting, datagrams are counted in `send_errors` and left
+  to the sender's loss detection, as UDP would lose them;
+* with no connection, `send` opens one (non-blocking connect; what is sent
+  meanwhile waits in the buffer).  The sender paces those attempts: it sends
+  only HELLOs, with backoff, until a handshake succeeds;
+* EOF, a reset, or a frame over the limit from the listener closes the
+  connection and sets `broken`; the link then starts a new handshake at
+  once (`Sender.reset_session`).  A failure seen while sending is reported
+  through an eventfd in the inner epoll, so the link learns it on its next
+  `receive` like any other;
+* TCP_USER_TIMEOUT bounds how long sent bytes may stay unacknowledged, so a
+  connection into a black hole breaks (and is replaced) instead of hanging.
 """
 
 from __future__ import annotations
@@ -18,14 +43,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
+import select
 import socket
 import struct
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from . import _address
+from . import _address, _nogil
+from .errors import ProtocolError
+from .protocol.framing import FrameDecoder, encode_frames
 
-__all__ = ["Transport", "UdpTransport"]
+__all__ = ["TcpTransport", "Transport", "UdpTransport"]
 
 log = logging.getLogger("purelink.link")
 
@@ -34,6 +63,10 @@ UDP_SEGMENT: Final = 103
 GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000
 _GSO_REFUSED: Final = (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EMSGSIZE)
+MAX_UNSENT: Final = 32 << 20
+TCP_READ: Final = 256 << 10
+TCP_READ_BUDGET: Final = 64
+TCP_USER_TIMEOUT_MS: Final = 30_000
 
 
 class Transport(Protocol):
@@ -75,6 +108,9 @@ class UdpTransport:
             with contextlib.suppress(OSError):  # only on unusual kernels
                 self._sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         self._sock.connect(sockaddr)
+        # sends and receives that keep the GIL (see _nogil.py); the socket module's
+        # where ctypes cannot reach libc
+        self._fast = _nogil.NoGilSocket(self._sock) if _nogil.available else None
         self.gso = True
         self.send_calls = 0
         self.send_errors = 0
@@ -85,6 +121,7 @@ class UdpTransport:
 
     def send(self, datagrams: list[bytes]) -> None:
         sock = self._sock
+        fast = self._fast
         i = 0
         n = len(datagrams)
         while i < n:
@@ -98,10 +135,15 @@ class UdpTransport:
                     j += 1  # a shorter last segment is allowed
             try:
                 if j - i > 1:
-                    sock.sendmsg(
-                        [b"".join(datagrams[i:j])],
-                        [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))],
-                    )
+                    if fast is not None:
+                        fast.send_gso(b"".join(datagrams[i:j]), size)
+                    else:
+                        sock.sendmsg(
+                            [b"".join(datagrams[i:j])],
+                            [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))],
+                        )
+                elif fast is not None:
+                    fast.send(datagrams[i])
                 else:
                     sock.send(datagrams[i])
                 self.send_calls += 1
@@ -116,10 +158,11 @@ class UdpTransport:
             i = j
 
     def receive(self, handle: Callable[[bytes], None]) -> None:
-        recv = self._sock.recv
+        fast = self._fast
+        recv = fast.recv if fast is not None else lambda: self._sock.recv(65536)
         for _ in range(1024):
             try:
-                data = recv(65536)
+                data = recv()
             except BlockingIOError:
                 return
             except OSError:
@@ -131,3 +174,151 @@ class UdpTransport:
 
     def close(self) -> None:
         self._sock.close()
+
+
+class TcpTransport:
+    """One TCP connection at a time, datagrams in length-prefixed frames."""
+
+    def __init__(self, host: str, port: int) -> None:
+        family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
+        self._family = family
+        self._sockaddr = sockaddr
+        self._sock: socket.socket | None = None
+        self._out = bytearray()
+        self._decoder = FrameDecoder()
+        self._writing = False  # EPOLLOUT is asked for
+        self._epoll = select.epoll()
+        self._notice = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._notice, select.EPOLLIN)
+        self.gso = False
+        self.send_calls = 0
+        self.send_errors = 0
+        self.broken = False
+        self.connects = 0
+        """Connections opened."""
+        self.dropped = 0
+        """Connections closed because the listener sent a frame over the limit."""
+        self._connect()
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    # ------------------------------------------------------------ sending
+    def send(self, datagrams: list[bytes]) -> None:
+        if self._sock is None:
+            self._connect()
+        if len(self._out) > MAX_UNSENT:
+            self.send_errors += len(datagrams)  # lost here; the sender resends them
+            return
+        self._out += encode_frames(datagrams)
+        self._flush()
+
+    def _flush(self) -> None:
+        sock = self._sock
+        out = self._out
+        while out and sock is not None:
+            try:
+                n = sock.send(out)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._drop(notify=True)
+                return
+            self.send_calls += 1
+            del out[:n]
+        self._want_write(bool(out))
+
+    def _want_write(self, want: bool) -> None:
+        if want != self._writing and self._sock is not None:
+            mask = select.EPOLLIN | (select.EPOLLOUT if want else 0)
+            self._epoll.modify(self._sock, mask)
+            self._writing = want
+
+    # ---------------------------------------------------------- receiving
+    def receive(self, handle: Callable[[bytes], None]) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._notice)
+        if self._sock is None:
+            return
+        if self._writing:
+            self._flush()
+        sock = self._sock
+        feed = self._decoder.feed
+        for _ in range(TCP_READ_BUDGET):
+            if sock is not self._sock:
+                return  # dropped meanwhile
+            try:
+                data = sock.recv(TCP_READ)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ECONNREFUSED, ECONNRESET, ETIMEDOUT: the connection is gone
+                self._drop()
+                return
+            if not data:
+                self._drop()
+                return
+            try:
+                frames = feed(data)
+            except ProtocolError:
+                self.dropped += 1
+                self._drop()
+                return
+            for frame in frames:
+                handle(frame)
+
+    # --------------------------------------------------------- connection
+    def _connect(self) -> None:
+        sock = socket.socket(self._family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):  # Linux only; TCP's own timeouts otherwise
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
+            # EINPROGRESS, or a refusal that the first send or receive will see
+            sock.connect_ex(self._sockaddr)
+        except OSError:
+            sock.close()
+            raise
+        self.connects += 1
+        self._sock = sock
+        self._out.clear()
+        self._decoder.clear()
+        self.broken = False
+        self._writing = False  # the first send asks for EPOLLOUT if the kernel defers it
+        self._epoll.register(sock, select.EPOLLIN)
+
+    def _drop(self, notify: bool = False) -> None:
+        """The connection is gone: close it and tell the link (`broken`)."""
+        sock = self._sock
+        if sock is None:
+            return
+        self._sock = None
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(sock)
+        sock.close()
+        self._out.clear()
+        self._decoder.clear()
+        self._writing = False
+        self.broken = True
+        if notify:  # seen while sending: wake the link thread's receive
+            os.eventfd_write(self._notice, 1)
+
+    def reset(self) -> None:
+        """A new session starts.  A connection that broke is gone already (and a
+        new one may carry the new HELLO by now); one that still works is kept:
+        TCP itself proved it alive, and the new session goes over it."""
+        self.broken = False
+
+    def close(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            self._sock = None
+            with contextlib.suppress(OSError):
+                if self._out:
+                    sock.send(self._out)  # a last CLOSE, if the kernel takes it now
+                # read what is unread, so that close() sends FIN, not RST
+                while sock.recv(TCP_READ):
+                    pass
+            sock.close()
+        self._epoll.close()
+        os.close(self._notice)

@@ -30,11 +30,9 @@ Invariants:
 from __future__ import annotations
 
 import os
-from bisect import bisect_right
+from array import array
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import add
 from typing import Final
 
 from ..errors import ProtocolError
@@ -126,7 +124,7 @@ class SenderStats:
 class _Flight:
     """One datagram in flight and what it carried."""
 
-    __slots__ = ("batch", "end", "first", "last", "offset", "pn", "sent", "size")
+    __slots__ = ("data", "end", "first", "last", "offset", "pn", "sent", "size")
 
     def __init__(
         self,
@@ -135,7 +133,7 @@ class _Flight:
         last: int,
         size: int,
         sent: float,
-        batch: bytes | None,
+        data: bytes | None,
         offset: int = 0,
         end: int = 0,
     ) -> None:
@@ -144,7 +142,7 @@ class _Flight:
         self.last = last
         self.size = size
         self.sent = sent
-        self.batch = batch  # None for a fragment
+        self.data = data  # the DATA datagram as sent; None for a fragment (rebuilt)
         self.offset = offset
         self.end = end
 
@@ -171,8 +169,13 @@ class Sender:
             anon = int.from_bytes(os.urandom(8), "little") | (1 << 63)
         self._anon_id = 0 if config.producer else anon
         self._events: deque[Event] = deque()
-        # records: _recs[i] has seq _base + i; _recs[:_head] are stored and released lazily
+        # records: _recs[i] has seq _base + i; _recs[:_head] are stored and released
+        # lazily.  _lens[i] is len(_recs[i]) clamped to 65,535, in the very layout of
+        # a batch's length table, so a batch's table is a slice of it (the link's
+        # queue() writes the lengths as records arrive: no len() per record here).
         self._recs: list[bytes] = []
+        self._lens = array("H")
+        self._per_batch = 16  # records per batch last time: where packing starts looking
         self._head = 0
         self._base = 1
         self.stored = 0
@@ -218,12 +221,19 @@ class Sender:
         self._hello_due = now
         self.stats.handshakes += 1
 
-    def push(self, records: list[bytes]) -> None:
-        """Hand in records with seqs pushed+1, pushed+2, ... (the list is taken over)."""
+    def push(self, records: list[bytes], lengths: array[int] | None = None) -> None:
+        """Hand in records with seqs pushed+1, pushed+2, ... (the list is taken over).
+        `lengths`: their lengths as array("H"), each clamped to 65,535, if known."""
+        if not records:
+            return
+        if lengths is None:
+            lengths = array("H", (min(len(r), 0xFFFF) for r in records))
         if self._recs:
             self._recs.extend(records)
+            self._lens.extend(lengths)
         else:
             self._recs = records
+            self._lens = lengths
             self._head = 0
             self._base = self.stored + 1
         self.pushed += len(records)
@@ -340,60 +350,44 @@ class Sender:
         key = self._key
         conn_id = self.conn_id
         burst = self.config.burst
-        pending: list[tuple[_Flight, bytes | None, bytes | memoryview | None]] = []
-        chunk: bytes | memoryview | None
         window = self.window
         flights = self._flights
-        while len(pending) < burst and self._in_flight < window:
+        stats = self.stats
+        while len(out) < burst and self._in_flight < window:
             if self._lost:
                 f = self._lost.popleft()
-                if self._covered_by_stored(f):
+                if f.last <= self._received:
                     continue
-                self.stats.retransmits += 1
-                chunk = None if f.batch is not None else self._fragment_bytes(f)
-                if f.batch is None and chunk is None:
-                    continue
+                if f.data is not None:
+                    self._pn += 1
+                    data = wire.reseal_data(f.data, self._pn, key)
+                    f.data = data
+                else:
+                    chunk = self._fragment_bytes(f)
+                    if chunk is None:
+                        continue
+                    self._pn += 1
+                    data = self._fragment(f, chunk)
+                stats.retransmits += 1
+                f.pn = self._pn
+                f.sent = now
             elif self._next <= self.pushed:
-                made = self._pack(now)
-                if made is None:
-                    break
-                f, chunk = made
+                self._pn += 1
+                f, data = self._pack(now, self._pn)
             else:
                 break
-            self._pn += 1
-            f.pn = self._pn
-            f.sent = now
             flights[f.pn] = f
             self._in_flight += f.size
-            pending.append((f, f.batch, chunk))
+            out.append(data)
         if self._probe_due:
             self._probe_due = False
-            if not pending:
+            if not out:
                 self._pn += 1
                 self._probe_sent[self._pn] = now
-                self.stats.probes += 1
+                stats.probes += 1
                 out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
-        last = len(pending) - 1
-        pad = self.config.datagram_size if self.pad else 0
-        for i, (f, batch, chunk) in enumerate(pending):
-            if batch is not None:
-                out.append(wire.encode_data(conn_id, f.pn, batch, key, pad if i < last else 0))
-            else:
-                assert chunk is not None
-                out.append(
-                    wire.encode_fragment(
-                        conn_id,
-                        f.pn,
-                        self.epoch,
-                        f.first,
-                        len(self._record(f.first)),
-                        f.offset,
-                        chunk,
-                        key,
-                    )
-                )
-        if pending:
-            self.stats.datagrams += len(pending)
+        if out:
+            self.stats.datagrams += len(out)
             if self._timer is None:
                 self._timer = now + self.rtt.rto
         for d in out:
@@ -422,23 +416,23 @@ class Sender:
     def _record(self, seq: int) -> bytes:
         return self._recs[seq - self._base]
 
-    def _pack(self, now: float) -> tuple[_Flight, bytes | memoryview | None] | None:
-        """Take the next records into one batch (or the next piece of a large record)."""
+    def _pack(self, now: float, pn: int) -> tuple[_Flight, bytes]:
+        """The next records as one DATA datagram (or the next piece of a large record)."""
         seq = self._next
         i = seq - self._base
         recs = self._recs
-        budget = self._budget
         if self._frag_offset == 0:
-            chunk = recs[i : i + budget // 2]
-            cum = list(accumulate(map(add, map(len, chunk), repeat(2))))
-            n = bisect_right(cum, budget)
+            n = self._fit(i, self._budget)
             if n:
-                batch_recs = chunk[:n] if n < len(chunk) else chunk
-                batch = wire.encode_batch(self.producer_id, self.epoch, seq, batch_recs)
                 self._next = seq + n
+                # pad for GSO unless this is the last datagram of the burst
+                pad = self.config.datagram_size if self.pad and self._next <= self.pushed else 0
+                data = wire.encode_data_batch(
+                    self.conn_id, pn, self.producer_id, self.epoch, seq, recs[i : i + n],
+                    self._lens[i : i + n], self._key, pad,
+                )  # fmt: skip
                 self.stats.batches += 1
-                size = len(batch) + wire.DATA_OVERHEAD
-                return _Flight(0, seq, seq + n - 1, size, now, batch), None
+                return _Flight(pn, seq, seq + n - 1, len(data), now, data), data
         # a record too large for one datagram: send its next piece
         record = recs[i]
         start = self._frag_offset
@@ -449,9 +443,36 @@ class Sender:
         else:
             self._frag_offset = end
         self.stats.fragments += 1
-        size = wire.FRAGMENT_OVERHEAD + end - start
-        f = _Flight(0, seq, seq, size, now, None, start, end)
-        return f, memoryview(record)[start:end]
+        f = _Flight(pn, seq, seq, wire.FRAGMENT_OVERHEAD + end - start, now, None, start, end)
+        return f, self._fragment(f, memoryview(record)[start:end])
+
+    def _fragment(self, f: _Flight, chunk: bytes | memoryview) -> bytes:
+        return wire.encode_fragment(
+            self.conn_id, f.pn if f.pn else self._pn, self.epoch, f.first,
+            len(self._record(f.first)), f.offset, chunk, self._key,
+        )  # fmt: skip
+
+    def _fit(self, i: int, budget: int) -> int:
+        """How many records from _recs[i] fit in one batch: start from last time's
+        count and step, summing slices of the length table in C."""
+        lens = self._lens
+        avail = len(lens) - i
+        n = min(self._per_batch, avail)
+        total = sum(lens[i : i + n]) + 2 * n
+        if total <= budget:
+            while n < avail:
+                more = lens[i + n] + 2
+                if total + more > budget:
+                    break
+                total += more
+                n += 1
+        else:
+            while n and total > budget:
+                n -= 1
+                total -= lens[i + n] + 2
+        if n:
+            self._per_batch = n
+        return n
 
     def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
         if f.first <= self.stored:
@@ -482,6 +503,7 @@ class Sender:
             self.stored = self.pushed = msg.stored
             self._base = msg.stored + 1
             self._recs = []
+            self._lens = array("H")
             self._head = 0
         self._connected_once = True
         self._release(msg.stored)
@@ -551,13 +573,21 @@ class Sender:
             return
         self.stored = stored
         head = stored - self._base + 1
-        self.stored_bytes += sum(map(len, self._recs[self._head : head]))
+        lens = self._lens[self._head : head]
+        self.stored_bytes += sum(lens)
+        if 0xFFFF in lens:  # a clamped length: count the large records' real size
+            big = self._recs[self._head : head]
+            self.stored_bytes += sum(
+                len(r) - 0xFFFF for r, n in zip(big, lens, strict=True) if n == 0xFFFF
+            )
         if head >= len(self._recs):
             self._recs = []
+            self._lens = array("H")
             self._head = 0
             self._base = stored + 1
         elif head > 4096 and head * 2 > len(self._recs):
             del self._recs[:head]
+            del self._lens[:head]
             self._base = stored + 1
             self._head = 0
         else:
@@ -591,26 +621,38 @@ class Sender:
         ranges = ack.ranges
         frags = dict(ack.fragments) if ack.fragments else None
         flights = self._flights
-        acked_bytes = 0
         largest_acked = self._largest_acked_pn
         loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
-        cc = self.cc
-        for pn, f in list(flights.items()):
+        # Flights are in packet-number order; none above the largest packet number
+        # the listener has seen can be resolved yet, so the walk stops there.
+        acked: list[_Flight] = []
+        lost: list[_Flight] = []
+        for pn, f in flights.items():
+            if pn > largest_acked:
+                break
             if (
                 f.last <= received
-                or _in_ranges(f, ranges)
-                or (frags is not None and f.batch is None and _in_spans(f, frags.get(f.first)))
+                or (ranges and _in_ranges(f, ranges))
+                or (frags is not None and f.data is None and _in_spans(f, frags.get(f.first)))
             ):
-                del flights[pn]
-                self._in_flight -= f.size
-                acked_bytes += f.size
-                cc.on_acked(f.size, f.sent)
-                if pn == largest:
-                    self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
-            elif pn + PACKET_THRESHOLD <= largest_acked or (
-                pn < largest_acked and now - f.sent > loss_delay
-            ):
-                self._declare_lost(pn, f, now)
+                acked.append(f)
+            elif pn + PACKET_THRESHOLD <= largest_acked or now - f.sent > loss_delay:
+                lost.append(f)
+        if len(acked) + len(lost) < len(flights) and received >= self._next - 1:
+            # everything sent is received: copies whose own answer never came are done too
+            seen = {id(f) for f in acked} | {id(f) for f in lost}
+            acked.extend(f for f in flights.values() if f.last <= received and id(f) not in seen)
+        cc = self.cc
+        for f in acked:
+            del flights[f.pn]
+            self._in_flight -= f.size
+            cc.on_acked(f.size, f.sent)
+            if f.pn == largest:
+                self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
+        for f in lost:
+            self._declare_lost(f.pn, f, now)
+        if self._lost:
+            self._lost = deque(f for f in self._lost if f.last > received)
         self._arm(now)
 
     def _declare_lost(self, pn: int, f: _Flight, now: float) -> None:
