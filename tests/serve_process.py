@@ -14,32 +14,48 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-READY = re.compile(r"^purelink listening udp=(\S+):(\d+)(?: tcp=\S+)? data=(.+)$")
+READY = re.compile(r"^purelink listening (?:udp=\S+:(\d+) )?(?:tcp=\S+:(\d+) )?data=(.+)$")
 
 
 class ServeProcess:
-    """One `purelink serve` child; `port` stays the same across restarts."""
+    """One `purelink serve` child; `port` stays the same across restarts.
+    `transport` "tcp" serves tcp:// only (`--no-udp --tcp`)."""
 
-    def __init__(self, data: Path, *, port: int = 0, sync: str = "batch") -> None:
+    def __init__(
+        self,
+        data: Path,
+        *,
+        port: int = 0,
+        sync: str = "batch",
+        extra: Sequence[str] = (),
+        transport: str = "udp",
+    ) -> None:
         self.data = data
+        self.transport = transport
         self.port = port
         self.sync = sync
+        self.extra = list(extra)  # more `purelink serve` arguments, e.g. --segment-bytes
+        self.stderr = ""  # what every run so far wrote to stderr (logs, the stop line)
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_line = ""
         self.last_stats: dict[str, Any] | None = None
 
     @property
     def url(self) -> str:
-        return f"udp://127.0.0.1:{self.port}"
+        return f"{self.transport}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> ServeProcess:
         cmd = [
             sys.executable, "-m", "purelink", "serve", "--data", str(self.data),
-            "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync,
+            "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync, *self.extra,
         ]  # fmt: skip
+        if self.transport == "tcp":
+            at = cmd.index("--udp")
+            cmd[at : at + 2] = ["--no-udp", "--tcp", f"127.0.0.1:{self.port}"]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
         )
@@ -60,7 +76,9 @@ class ServeProcess:
         self.ready_line = buf.decode().split("\n", 1)[0]
         m = READY.match(self.ready_line)
         assert m, self.ready_line
-        self.port = int(m.group(2))
+        port = m.group(2) if self.transport == "tcp" else m.group(1)
+        assert port, self.ready_line
+        self.port = int(port)
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
@@ -68,6 +86,7 @@ class ServeProcess:
         assert self.proc is not None
         self.proc.send_signal(sig)
         _, err = self.proc.communicate(timeout=timeout)
+        self.stderr += err.decode(errors="replace")
         for line in err.decode(errors="replace").splitlines():
             if line.startswith("purelink serve: stopped "):
                 self.last_stats = json.loads(line.removeprefix("purelink serve: stopped "))
@@ -79,7 +98,8 @@ class ServeProcess:
         """SIGKILL: no flush, no sync, no goodbye."""
         if self.proc is not None:
             self.proc.kill()
-            self.proc.communicate(timeout=20)
+            _, err = self.proc.communicate(timeout=20)
+            self.stderr += err.decode(errors="replace")
             self.proc = None
 
     def restart(self) -> ServeProcess:

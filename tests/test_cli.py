@@ -199,6 +199,23 @@ def test_serve_prints_the_ready_line_and_stops_cleanly(tmp_path: Path, sig: int)
     assert {"syncs", "datagrams", "dropped"} <= stats.keys()
 
 
+def test_serve_with_udp_and_tcp_names_both(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serving(data, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        found = re.fullmatch(
+            r"purelink listening udp=127\.0\.0\.1:(\d+) tcp=127\.0\.0\.1:(\d+) data=(.*)", srv.line
+        )
+        assert found, srv.line
+        assert found.group(3) == str(data)
+        assert srv.stop()[0] == 0
+
+
+def test_serve_tcp_only(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--no-udp", "--tcp", "127.0.0.1:0") as srv:
+        assert re.fullmatch(r"purelink listening tcp=127\.0\.0\.1:\d+ data=.*", srv.line)
+        assert srv.stop()[0] == 0
+
+
 def _has_ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:

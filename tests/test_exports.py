@@ -29,6 +29,7 @@ PUBLIC = {
     "Link",
     "LinkStats",
     "ListenerStats",
+    "subscribe",
 }
 ERRORS = ["Full", "Fenced", "Closed", "ConnectError", "LinkError"]
 POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -145,6 +146,11 @@ def test_store_methods() -> None:
     _check(store.first, positional=1, named={})
     _check(store.last, positional=1, named={})
     _check(store.read, positional=1, named={"start": 1, "stop": None})
+    _check(store.read, positional=1, named={"follow": False})
+
+
+def test_subscribe_signature() -> None:  # SPEC section 9
+    _check(purelink.subscribe, positional=2, named={"start": 1, "follow": True})
 
 
 # Counters of SPEC section 6 (and what the CLI and the demo report).
@@ -153,6 +159,8 @@ LISTENER_COUNTERS = {
     "datagrams",
     "recv_calls",
     "accepts",
+    "sessions",
+    "connections",
     "drains",
     "pool_hits",
     "pool_misses",

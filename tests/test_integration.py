@@ -1,7 +1,8 @@
 """End to end with `purelink serve` in its own process, real signals, real files.
 
 Each test reads the store back with `purelink.Store` after the server is
-gone and checks every record byte for byte.
+gone and checks every record byte for byte.  Each runs over udp:// and
+tcp:// (the `transport` fixture; a tcp server is `serve --no-udp --tcp`).
 """
 
 from __future__ import annotations
@@ -16,17 +17,25 @@ import purelink
 from serve_process import ServeProcess
 
 
+@pytest.fixture(params=["udp", "tcp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 def read(data: Path, stream: str) -> list[bytes]:
     return [payload for _, payload in purelink.Store(data).read(stream)]
 
 
-def test_random_sizes_zero_to_two_mib(tmp_path: Path) -> None:
+def test_random_sizes_zero_to_two_mib(tmp_path: Path, transport: str) -> None:
     rng = random.Random(42)
     sizes = [0, 1, 2 << 20] + [
         rng.choice((rng.randrange(0, 2000), rng.randrange(0, 2 << 20))) for _ in range(60)
     ]
     recs = [rng.randbytes(n) for n in sizes]
-    with ServeProcess(tmp_path / "d") as srv, purelink.connect(srv.url, stream="sizes") as link:
+    with (
+        ServeProcess(tmp_path / "d", transport=transport) as srv,
+        purelink.connect(srv.url, stream="sizes") as link,
+    ):
         for r in recs:
             link.queue(r)
         assert link.wait_stored(timeout=120)
@@ -35,8 +44,8 @@ def test_random_sizes_zero_to_two_mib(tmp_path: Path) -> None:
     assert read(tmp_path / "d", "sizes") == recs
 
 
-def test_named_producer_resumes_after_listener_restart(tmp_path: Path) -> None:
-    srv = ServeProcess(tmp_path / "d").start()
+def test_named_producer_resumes_after_listener_restart(tmp_path: Path, transport: str) -> None:
+    srv = ServeProcess(tmp_path / "d", transport=transport).start()
     try:
         link = purelink.connect(srv.url, stream="s", producer="api-1")
         for i in range(1000):
@@ -60,8 +69,8 @@ def test_named_producer_resumes_after_listener_restart(tmp_path: Path) -> None:
     assert read(tmp_path / "d", "s") == [b"a%d" % i for i in range(2000)] + [b"after"]
 
 
-def test_fencing_across_processes(tmp_path: Path) -> None:
-    with ServeProcess(tmp_path / "d") as srv:
+def test_fencing_across_processes(tmp_path: Path, transport: str) -> None:
+    with ServeProcess(tmp_path / "d", transport=transport) as srv:
         old = purelink.connect(srv.url, stream="s", producer="job")
         old.queue(b"old-1")
         assert old.wait_stored(timeout=30)
@@ -75,8 +84,8 @@ def test_fencing_across_processes(tmp_path: Path) -> None:
     assert read(tmp_path / "d", "s") == [b"old-1", b"new-2"]
 
 
-def test_two_anonymous_links_on_one_stream(tmp_path: Path) -> None:
-    with ServeProcess(tmp_path / "d") as srv:
+def test_two_anonymous_links_on_one_stream(tmp_path: Path, transport: str) -> None:
+    with ServeProcess(tmp_path / "d", transport=transport) as srv:
         a = purelink.connect(srv.url, stream="s")
         b = purelink.connect(srv.url, stream="s")
         for i in range(5000):
@@ -89,8 +98,8 @@ def test_two_anonymous_links_on_one_stream(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("sync", ["batch", "always"])
-def test_sigkill_loses_nothing_told_stored(tmp_path: Path, sync: str) -> None:
-    srv = ServeProcess(tmp_path / "d", sync=sync).start()
+def test_sigkill_loses_nothing_told_stored(tmp_path: Path, sync: str, transport: str) -> None:
+    srv = ServeProcess(tmp_path / "d", sync=sync, transport=transport).start()
     try:
         link = purelink.connect(srv.url, stream="s")
         for i in range(20_000):
@@ -110,8 +119,8 @@ def test_sigkill_loses_nothing_told_stored(tmp_path: Path, sync: str) -> None:
     assert positions == list(range(1, 20_001))
 
 
-def test_sigkill_then_read_back_without_restart(tmp_path: Path) -> None:
-    srv = ServeProcess(tmp_path / "d").start()
+def test_sigkill_then_read_back_without_restart(tmp_path: Path, transport: str) -> None:
+    srv = ServeProcess(tmp_path / "d", transport=transport).start()
     link = purelink.connect(srv.url, stream="s")
     for i in range(3000):
         link.queue(b"x%d" % i)

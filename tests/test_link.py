@@ -2,7 +2,8 @@
 
 These exercise the drivers: the hand-off ring, the wakeup, the parker,
 GSO and GRO, group commit.  The listener-in-its-own-process tests are in
-test_integration.py.
+test_integration.py.  Every test that is not about UDP itself runs over
+udp:// and tcp:// (the `transport` fixture).
 """
 
 from __future__ import annotations
@@ -20,15 +21,29 @@ from purelink.protocol import wire
 from purelink.store.store import Store
 
 
+@pytest.fixture(params=["udp", "tcp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def serve(data: Path, transport: str, address: str = "127.0.0.1:0") -> purelink.Listener:
+    """A listener (not started) on one transport only."""
+    if transport == "udp":
+        return purelink.Listener(data, udp=address)
+    return purelink.Listener(data, udp=None, tcp=address)
+
+
 @pytest.fixture
-def listener(tmp_path: Path):
-    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0") as lst:
+def listener(tmp_path: Path, transport: str):
+    with serve(tmp_path / "data", transport) as lst:
         yield lst
 
 
 def url(lst: purelink.Listener) -> str:
-    assert lst.udp_address is not None
-    return "udp://%s:%d" % lst.udp_address
+    if lst.udp_address is not None:
+        return "udp://%s:%d" % lst.udp_address
+    assert lst.tcp_address is not None
+    return "tcp://%s:%d" % lst.tcp_address
 
 
 def read_all(lst: purelink.Listener, stream: str) -> list[bytes]:
@@ -160,9 +175,9 @@ def test_explicit_seq_and_argument_errors(listener: purelink.Listener) -> None:
     assert read_all(listener, "s") == [b"a", b"copied"]
 
 
-def test_full_then_queue_again_once_stored(tmp_path: Path) -> None:
+def test_full_then_queue_again_once_stored(tmp_path: Path, transport: str) -> None:
     data = tmp_path / "data"
-    lst = purelink.Listener(data, udp="127.0.0.1:0")
+    lst = serve(data, transport)
     lst.start()
     addr = url(lst)
     link = purelink.connect(addr, stream="s", capacity=100, capacity_bytes=10_000)
@@ -172,7 +187,7 @@ def test_full_then_queue_again_once_stored(tmp_path: Path) -> None:
     with pytest.raises(purelink.Full):
         link.queue(b"one too many")
     # the listener comes back on the same port: everything is stored, room again
-    lst2 = purelink.Listener(data, udp=addr.removeprefix("udp://"))
+    lst2 = serve(data, transport, addr.split("://")[1])
     lst2.start()
     try:
         assert link.wait_stored(timeout=30)
@@ -183,8 +198,8 @@ def test_full_then_queue_again_once_stored(tmp_path: Path) -> None:
     assert len(read_all(lst2, "s")) == 101
 
 
-def test_full_by_bytes(tmp_path: Path) -> None:
-    with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0") as lst:
+def test_full_by_bytes(tmp_path: Path, transport: str) -> None:
+    with serve(tmp_path / "d", transport) as lst:
         link = purelink.connect(url(lst), stream="s", capacity_bytes=1000)
     # the listener is gone: nothing gets stored
     link.queue(b"x" * 600)
@@ -193,9 +208,9 @@ def test_full_by_bytes(tmp_path: Path) -> None:
     assert link.close(timeout=0.3) is False
 
 
-def test_connect_to_nothing_fails_with_connect_error() -> None:
+def test_connect_to_nothing_fails_with_connect_error(transport: str) -> None:
     with pytest.raises(purelink.ConnectError):
-        purelink.connect("udp://127.0.0.1:9", stream="s", timeout=0.5)
+        purelink.connect(f"{transport}://127.0.0.1:9", stream="s", timeout=0.5)
 
 
 def test_bad_stream_name_is_refused(listener: purelink.Listener) -> None:
@@ -228,6 +243,7 @@ def test_after_close_queue_raises_closed(listener: purelink.Listener) -> None:
         link.queue(b"x")
 
 
+@pytest.mark.parametrize("transport", ["udp"])  # TCP garbage: test_tcp.py
 def test_garbage_from_other_sockets_is_dropped_and_counted(listener: purelink.Listener) -> None:
     rng = random.Random(5)
     assert listener.udp_address is not None
@@ -251,3 +267,17 @@ def test_garbage_from_other_sockets_is_dropped_and_counted(listener: purelink.Li
     assert stats.dropped.get("unknown_conn", 0) == 50
     assert Store(listener.path).streams() == ["valid"]
     assert read_all(listener, "valid") == [b"v%d" % i for i in range(len(samples))]
+
+
+def test_short_secret_is_refused() -> None:
+    with pytest.raises(ValueError):
+        purelink.connect("udp://127.0.0.1:9", stream="s", secret=b"")
+
+
+def test_a_record_over_the_listeners_max_record_is_refused_at_queue(tmp_path: Path) -> None:
+    with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_record=1000) as lst:
+        with purelink.connect(url(lst), stream="s") as link:
+            link.queue(b"x" * 1000)
+            with pytest.raises(ValueError):
+                link.queue(b"x" * 1001)
+            assert link.wait_stored(timeout=10)

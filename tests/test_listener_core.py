@@ -4,6 +4,7 @@ anti-amplification, sessions, bad input.  No sockets, no clock."""
 from __future__ import annotations
 
 import pytest
+from crc32c import crc32c
 
 from purelink.protocol import wire
 from purelink.protocol.listener_core import CoreConfig, ListenerCore, named_producer_id
@@ -196,3 +197,85 @@ def test_oversized_large_record_is_dropped(core: ListenerCore) -> None:
     frag = wire.encode_fragment(a.conn_id, 1, a.epoch, 1, 5000, 0, b"x" * 1000)
     small.receive_datagram(frag, ADDR, 100.0)
     assert small.stats.dropped == {"too_large": 1}
+
+
+def test_a_session_fenced_while_waiting_for_a_sync_is_never_accepted(core: ListenerCore) -> None:
+    a = handshake(core, producer="p")
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, batch), ADDR, 100.0)
+    core.written("s", 1)  # written, not yet synced: a new session has to wait
+    core.datagrams_to_send(100.0)
+    accepts = []
+    for nonce in (20, 21):  # two new sessions in a row; the first is fenced by the second
+        core.receive_datagram(hello(producer="p", nonce=nonce), ADDR, 100.0)
+        retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+        assert isinstance(retry, wire.Retry)
+        core.receive_datagram(hello(producer="p", nonce=nonce, cookie=retry.cookie), ADDR, 100.0)
+        assert core.datagrams_to_send(100.0) == []  # waiting for the sync
+    core.synced("s", 1)
+    for data, _ in core.datagrams_to_send(100.0):
+        msg = wire.decode_datagram(data)
+        if isinstance(msg, wire.Accept):
+            accepts.append(msg.nonce)
+    assert accepts == [21]
+
+
+def test_packet_numbers_are_per_session(core: ListenerCore) -> None:
+    old = handshake(core, producer="p")
+    core.receive_datagram(hello(producer="p", nonce=8), ADDR, 100.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    batch = wire.encode_batch(old.producer, old.epoch, 1, [b"x"])
+    # in one drain: the old session's datagram, then the new session's HELLO
+    core.receive_datagram(wire.encode_data(old.conn_id, 5000, batch), ADDR, 100.0)
+    core.receive_datagram(hello(producer="p", nonce=8, cookie=retry.cookie), ADDR, 100.0)
+    core.take_writes()
+    core.written("s", 1)
+    core.synced("s", 1)  # the new session waited for the old one's record to be durable
+    out = [wire.decode_datagram(d) for d, _ in core.datagrams_to_send(100.0)]
+    new = next(m for m in out if isinstance(m, wire.Accept))
+    batch = wire.encode_batch(new.producer, new.epoch, 2, [b"y"])
+    core.receive_datagram(wire.encode_data(new.conn_id, 1, batch), ADDR, 100.0)
+    acks = [wire.decode_datagram(d) for d, _ in core.datagrams_to_send(100.0)]
+    mine = [a for a in acks if isinstance(a, wire.Ack) and a.conn_id == new.conn_id]
+    assert [a.largest_pn for a in mine] == [1]
+
+
+def test_nonzero_padding_is_dropped(core: ListenerCore) -> None:
+    a = handshake(core)
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
+    padded = bytearray(wire.encode_data(a.conn_id, 1, batch, None, 200))
+    padded[150] = 1  # in the padding; re-seal so only the padding is wrong
+    body = bytes(padded[:-4])
+    data = body + crc32c(body).to_bytes(4, "little")
+    core.receive_datagram(data, ADDR, 100.0)
+    assert core.stats.dropped == {"malformed": 1}
+    assert core.take_writes() == {}
+
+
+def test_idle_sessions_expire_lazily_and_the_link_resumes() -> None:
+    store = MemoryStore()
+    core = ListenerCore(store, CoreConfig(idle_timeout=60.0, max_links=2))
+    a = handshake(core, now=100.0)
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, batch), ADDR, 100.0)
+    store.append("s", core.take_writes()["s"])
+    core.written("s", 1)
+    core.synced("s", 1)
+    core.datagrams_to_send(100.0)
+    assert core.links == 1
+    # much later, another link's (proven) HELLO: the idle session is swept
+    core.receive_datagram(hello(nonce=50), OTHER, 200.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(200.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(hello(nonce=50, cookie=retry.cookie), OTHER, 200.0)
+    core.datagrams_to_send(200.0)
+    assert core.links == 1  # only the new one
+    assert core.stats.dropped["session_expired"] == 1
+    # the old link comes back: REFUSE(unknown), then a new session that resumes at seq 1
+    batch = wire.encode_batch(a.producer, a.epoch, 2, [b"y"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 2, batch), ADDR, 201.0)
+    out = [wire.decode_datagram(d) for d, _ in core.datagrams_to_send(201.0)]
+    assert any(isinstance(m, wire.Refuse) and m.reason == wire.RefuseReason.UNKNOWN for m in out)
+    again = handshake(core, now=201.0, nonce=99)
+    assert again.stored == 1 and again.epoch > a.epoch

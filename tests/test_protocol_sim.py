@@ -15,6 +15,7 @@ from purelink.protocol import events
 from purelink.protocol.listener_core import CoreConfig
 from purelink.protocol.sender import SenderState
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
+from shipping import report
 
 
 def records_for(rng: random.Random, n: int, *, large: bool = False) -> list[bytes]:
@@ -80,6 +81,10 @@ def run_seed(seed: int) -> None:
     # an idle link arms no timer
     for link, _ in links:
         assert link.sender.get_timer() is None
+    records = sum(len(recs) for _, recs in links)
+    figures = {"records": records, "datagrams": net.sent, "lost": net.dropped}
+    figures.update(duplicated=net.duplicated, restarts=sim.restarts)
+    report("test_protocol_sim", {"seed": seed, **figures})  # figures for docs/reliability.md
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -136,7 +141,7 @@ def test_outage_longer_than_many_rtos() -> None:
     sim.run(lambda: link.told > 100, max_time=60)
     sim.stop_listener()
     down_until = sim.clock.now + 30.0
-    sim.run(lambda: sim.clock.now >= down_until, max_time=40)
+    assert sim.run(lambda: sim.clock.now >= down_until, max_time=40)
     assert not link.done
     sim.restart_listener(crash=False)
     assert sim.run(sim.all_done, max_time=120)
@@ -239,3 +244,25 @@ def test_reorder_buffer_is_bounded() -> None:
     assert sim.run(done, max_time=600)
     assert peak <= 8 * 1400
     assert_exactly_once(sim, "s", [(link, recs)])
+
+
+def test_a_fenced_session_stays_fenced_across_a_listener_restart() -> None:
+    """Regression: a named producer's old session, fenced while idle, used to
+    reconnect after a listener restart with a new epoch and fence the newer
+    instance, which then told its application that the old one's records were
+    stored under its seqs.  HELLO now carries the previous epoch."""
+    sim = Simulation(FakeNet(13), sync_interval=0.0)
+    old = sim.add_link("s", [b"old-%d" % i for i in range(5)], producer="p")
+    assert sim.run(sim.all_done, max_time=60)
+    new = sim.add_link("s", [], producer="p")
+    assert sim.run(lambda: new.sender.state == SenderState.OPEN, max_time=60)
+    new.todo = [b"new-%d" % i for i in range(3)]
+    assert sim.run(lambda: new.told == 8, max_time=60)
+    sim.restart_listener(crash=False)
+    old.todo = [b"old-late"]  # the old session wakes up, gets REFUSE(unknown), reconnects
+    assert sim.run(lambda: old.sender.state == SenderState.FENCED, max_time=120)
+    payloads = [r[3] for r in sim.store.records("s")]
+    assert payloads == [b"old-%d" % i for i in range(5)] + [b"new-%d" % i for i in range(3)]
+    new.todo = [b"new-3"]
+    assert sim.run(lambda: new.told == 9, max_time=120)
+    assert new.sender.state == SenderState.OPEN

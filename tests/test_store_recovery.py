@@ -1,5 +1,6 @@
 """Crash recovery: a torn or corrupt tail is cut and logged, nothing that fails
-its checks is ever read, and damage in the middle is refused loudly.
+its checks is ever read, damage in the middle of the active segment is cut
+loudly (its bytes saved aside), and damage in a closed segment is refused.
 
 Each test builds a stream, damages its files the way a crash (or a disk)
 would, then checks both sides: the reader (`Store`, which must never cut) on
@@ -15,7 +16,7 @@ import pytest
 
 from purelink.errors import Error
 from purelink.protocol.wire import BatchHeader, encode_batch, encode_large_batch, verify_batch
-from purelink.store.format import ProducerState
+from purelink.store.format import EPOCH_RECORD, ProducerState
 from purelink.store.store import DataDir, Store
 
 Batch = tuple[bytes, BatchHeader]
@@ -121,7 +122,13 @@ def test_zero_filled_tail_is_cut(tmp_path: Path, caplog: pytest.LogCaptureFixtur
     assert f"cut 4096 bytes at offset {len(whole)}" in caplog.text
 
 
-def test_damage_followed_by_good_batches_is_refused_not_cut(tmp_path: Path) -> None:
+def test_damage_followed_by_good_batches_is_cut_loudly_and_saved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Damage in the middle of the active segment: a reader refuses to read
+    past it, the writer cuts there (a listener that refuses to start is worse)
+    and logs at ERROR what the good batches after the damage held, after it
+    saved the cut bytes next to the segment."""
     active, offset = build(tmp_path)
     original = active.read_bytes()
     damaged = bytearray(original)
@@ -135,15 +142,31 @@ def test_damage_followed_by_good_batches_is_refused_not_cut(tmp_path: Path) -> N
         next(records)
     with pytest.raises(Error, match="corrupt"):
         store.last("s")
-    with pytest.raises(Error, match=f"{active.name} is corrupt at offset {second}"):
-        DataDir(tmp_path)
-    assert active.read_bytes() == bytes(damaged)  # neither side cut anything
+    assert active.read_bytes() == bytes(damaged)  # the reader never cuts
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    assert reopen(tmp_path) == (2, {4: ProducerState(2, 2)})
+    assert active.read_bytes() == original[:second]
+    aside = active.with_name(f"{active.name}.cut-{second}")
+    assert aside.read_bytes() == bytes(damaged[second:])
+    [record] = [r for r in caplog.records if r.name == LOGGER]
+    assert record.levelno == logging.ERROR
+    message = record.getMessage()
+    assert f"cut {len(original) - second} bytes at offset {second} of" in message
+    assert "1 batches (3 records, positions 4-6)" in message
+    assert str(aside) in message
+    assert list(Store(tmp_path).read("s")) == [(1, b"one"), (2, b"two")]
+    # the writer goes on from there: position 3 is handed out again
+    with DataDir(tmp_path) as data:
+        data.stream("s").append([make_batch(3, [b"three again"])])
+    assert list(Store(tmp_path).read("s", 2)) == [(2, b"two"), (3, b"three again")]
     # the position field is outside the CRC; contiguity catches a flip there too
     damaged = bytearray(original)
     damaged[second] ^= 0x10
     active.write_bytes(bytes(damaged))
-    with pytest.raises(Error, match="position"):
-        DataDir(tmp_path)
+    caplog.clear()
+    assert reopen(tmp_path)[0] == 2
+    assert "position" in caplog.text
+    assert "1 batches (3 records" in caplog.text
 
 
 def test_damaged_closed_segment_is_refused(tmp_path: Path) -> None:
@@ -193,6 +216,6 @@ def test_torn_epochs_file_is_repaired(tmp_path: Path, caplog: pytest.LogCaptureF
     with DataDir(tmp_path) as data:
         assert data.stream("s").new_epoch(9, durable=True) == 4
     assert "torn tail" in caplog.text
-    assert epochs.stat().st_size == 16 * 2  # compacted: one record, then the new one
+    assert epochs.stat().st_size == EPOCH_RECORD * 2  # compacted: one record, then the new one
     with DataDir(tmp_path) as data:
         assert data.stream("s").producers[9].epoch == 4

@@ -10,6 +10,7 @@ of the same invariant lives in test_wire_fuzz.py.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable
 from hashlib import blake2b
 
@@ -225,6 +226,42 @@ def test_fragment_round_trip(key: bytes | None) -> None:
     assert same == wire.encode_fragment(3, 4, 5, 6, 1000, 800, chunk, key)
 
 
+@pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
+@pytest.mark.parametrize("pad_to", [0, 100, 400, 1400])
+@pytest.mark.parametrize("table", ["none", "array", "bytes"])
+@pytest.mark.parametrize(
+    "records", [[b""], SMALL_RECORDS, [b"x" * 1000, b"y"]], ids=["empty", "mixed", "big"]
+)
+def test_encode_data_batch_is_encode_data_of_encode_batch(
+    records: list[bytes], table: str, pad_to: int, key: bytes | None
+) -> None:
+    """The link's one-pass DATA encoder makes exactly the two-step bytes."""
+    lengths: array[int] | bytes | None = None
+    if table != "none":
+        lengths = array("H", map(len, records))
+        if table == "bytes":
+            lengths = lengths.tobytes()
+    one = wire.encode_data_batch(7, 9, 11, 3, 17, records, lengths, key, pad_to)
+    batch = wire.encode_batch(11, 3, 17, records)
+    assert wire.encode_batch(11, 3, 17, records, lengths) == batch
+    assert one == wire.encode_data(7, 9, batch, key, pad_to)
+    msg = wire.decode_datagram(one, key)
+    assert isinstance(msg, Data)
+    assert wire.batch_records(msg.batch, wire.verify_batch(msg.batch)) == records
+
+
+@pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
+@pytest.mark.parametrize("pad_to", [0, 400])
+def test_reseal_data_changes_only_the_packet_number(pad_to: int, key: bytes | None) -> None:
+    first = wire.encode_data(7, 5, SMALL_BATCH, key, pad_to)
+    again = wire.reseal_data(first, 2**64 - 1, key)
+    assert again == wire.encode_data(7, 2**64 - 1, SMALL_BATCH, key, pad_to)
+    assert wire.reseal_data(again, 5, key) == first
+    msg = wire.decode_datagram(again, key)
+    assert isinstance(msg, Data)
+    assert (msg.pn, bytes(msg.batch)) == (2**64 - 1, SMALL_BATCH)
+
+
 def test_ack_delay_saturates_at_u32() -> None:
     ack = Ack(1, 1, 0, 0, 0, 1, 2**40, (), ())
     decoded = wire.decode_datagram(wire.encode_ack(ack))
@@ -313,8 +350,9 @@ def test_small_record_limit() -> None:
         wire.encode_batch(1, 1, 1, [b"x" * 65536])
 
 
-def test_empty_record_list_does_not_make_a_valid_batch() -> None:
-    assert batch_reason_of(wire.encode_batch(1, 1, 1, [])) == "malformed"
+def test_empty_record_list_does_not_make_a_batch() -> None:
+    with pytest.raises(ValueError):
+        wire.encode_batch(1, 1, 1, [])
 
 
 @pytest.mark.parametrize("batch", [SMALL_BATCH, LARGE_BATCH], ids=["small", "large"])
@@ -430,7 +468,7 @@ def test_golden_datagrams(key: bytes | None) -> None:
     assert wire.encode_hello(HELLO, key) == seal(
         1,
         0,
-        struct.pack("<QQHBBB", HELLO.nonce, 0, 1400, 6, 5, 0) + b"orders" + b"api-1",
+        struct.pack("<QQIHBBB", HELLO.nonce, 0, 0, 1400, 6, 5, 0) + b"orders" + b"api-1",
         key,
     )
     assert wire.encode_retry(RETRY, key) == seal(
@@ -671,7 +709,7 @@ def test_body_empty(name: str) -> None:
 
 def _hello_body(stream: bytes, producer: bytes, cookie: bytes, lens: tuple[int, ...] = ()) -> bytes:
     n = lens or (len(stream), len(producer), len(cookie))
-    return struct.pack("<QQHBBB", 1, 0, 1400, *n) + stream + producer + cookie
+    return struct.pack("<QQIHBBB", 1, 0, 0, 1400, *n) + stream + producer + cookie
 
 
 @pytest.mark.parametrize(
@@ -682,7 +720,7 @@ def _hello_body(stream: bytes, producer: bytes, cookie: bytes, lens: tuple[int, 
         _hello_body(b"ok", b"\xed\xa0\x80", b""),  # a surrogate
         _hello_body(b"ok", b"p", b"c", (3, 1, 1)),  # lengths past the body
         _hello_body(b"ok", b"p", b"c", (1, 1, 1)),  # lengths short of the body
-        _hello_body(b"ok", b"p", b"c")[:20],  # shorter than the fixed part
+        _hello_body(b"ok", b"p", b"c")[:24],  # shorter than the fixed part
     ],
 )
 def test_hello_malformed(body: bytes) -> None:
@@ -827,3 +865,19 @@ def test_protocol_error_reason_attribute() -> None:
     # the reasons decode_datagram documents are the ones listed here
     doc = (wire.decode_datagram.__doc__ or "").split("reason one of:")[1]
     assert {w.strip(" .\n") for w in doc.split(",")} == DATAGRAM_REASONS
+
+
+def test_examples_in_docs() -> None:
+    """The hex examples of docs/wire.md, and its CRC-32C check value."""
+    assert crc32c(b"123456789") == 0xE3069283
+    assert wire.encode_probe(1, 2, 3).hex(" ") == (
+        "50 4c 01 07 01 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 dd 7c 1e b8"
+    )
+    assert wire.encode_batch(5, 1, 1, [b"hi", b""]).hex(" ") == (
+        "00 00 00 00 00 00 00 00 04 a1 2a f5 50 42 01 00 32 00 00 00 02 00 00 00 "
+        "05 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 68 69"
+    )
+    assert crc32c(b"any bytes" + struct.pack("<I", crc32c(b"any bytes"))) == 0x48674BC7
+    assert struct.unpack("<I", CRC_RESIDUE) == (0x48674BC7,)
+    assert len(wire.encode_retry(Retry(1, bytes(20)))) == 41
+    assert len(wire.encode_hello(Hello(1, "", "", 0, 1400, b""))) == 37

@@ -9,6 +9,7 @@ from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
 from .link import Link, LinkStats, connect
 from .listener import Listener, ListenerStats
 from .store.store import Store
+from .subscribe import subscribe
 
 __all__ = [
     "Closed",
@@ -23,6 +24,7 @@ __all__ = [
     "ListenerStats",
     "Store",
     "connect",
+    "subscribe",
 ]
 
 __version__ = "0.1.0"

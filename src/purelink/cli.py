@@ -1,4 +1,4 @@
-"""The `purelink` command: serve, send, read, streams, demo, bench (SPEC section 4).
+"""The `purelink` command: serve, send, read, tail, streams, demo, bench (SPEC section 4).
 
 Why it exists: the command line is the product's public face for people who
 do not write Python against it, and for the one-command demo of SPEC section
@@ -37,17 +37,15 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, NoReturn
 
-from . import ConnectError, Error, Full, Link, Listener, Store, _address, connect
+from . import ConnectError, Error, Full, Link, Listener, Store, _address, connect, subscribe
 from ._demo import DemoError, run_demo
 from ._progress import Progress
 from .store import validate_stream_name
+from .store.follow import follow_records
 
 __all__ = ["main"]
 
 PROG = "purelink"
-
-FOLLOW_POLL_SECONDS = 0.1
-"""How often `read --follow` looks for new records (see `_cmd_read`)."""
 
 
 class UsageError(Exception):
@@ -174,7 +172,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 )
 
     try:
-        listener = Listener(args.data, udp=args.udp, tcp=args.tcp, sync=args.sync, secret=secret)
+        listener = Listener(
+            args.data,
+            udp=args.udp,
+            tcp=args.tcp,
+            sync=args.sync,
+            secret=secret,
+            segment_bytes=args.segment_bytes,
+            retain_bytes=args.retain_bytes,
+            retain_age=args.retain_age,
+            max_links=args.max_links,
+            max_streams=args.max_streams,
+            max_record=args.max_record,
+            max_reorder=args.max_reorder,
+            max_memory=args.max_memory,
+            handshake_rate=args.handshake_rate,
+            handshake_burst=max(2.0 * args.handshake_rate, 1.0),
+        )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
 
@@ -309,28 +323,60 @@ def _cmd_read(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     write = out.write
     b64 = base64.b64encode
-    nxt: int | None = args.start  # None: from the first record retained, once there is one
-    while True:
-        if nxt is None:
-            nxt = store.first(stream) or None
-        if nxt is not None and store.last(stream) >= nxt:
+    # Default start: the first record retained; with --follow on an empty (or
+    # unknown) stream, the next record to come.
+    start: int = args.start or store.first(stream) or (store.last(stream) + 1 if args.follow else 0)
+    if not start:
+        return 0
+    if args.follow:  # waits with inotify (store/follow.py); flushes before each wait
+        records = follow_records(store, stream, start, stop, on_wait=out.flush)
+    else:
+        records = store.read(stream, start=start, stop=stop)
+    if args.format == "lines":
+        for _, payload in records:
+            write(payload)
+            write(b"\n")
+    else:
+        for position, payload in records:
+            line = json.dumps({"position": position, "payload": b64(payload).decode()})
+            write(line.encode() + b"\n")
+    out.flush()
+    return 0
+
+
+# --- tail ---
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    """Print a stream's records read from a listener over TCP (subscribe.py):
+    from --from (default: the first retained), and with --follow, for ever."""
+    secret = _read_secret(args.secret_file)
+    try:
+        subscription = subscribe(
+            args.url,
+            args.stream,
+            start=args.start or 0,
+            follow=args.follow,
+            secret=secret,
+            timeout=args.timeout,
+        )
+    except ValueError as exc:  # not a tcp:// URL
+        raise UsageError(str(exc)) from None
+    out = sys.stdout.buffer
+    write = out.write
+    b64 = base64.b64encode
+    with subscription:
+        for chunk in subscription.chunks():  # one flush per burst, not per record
             if args.format == "lines":
-                for position, payload in store.read(stream, start=nxt, stop=stop):
+                for _, payload in chunk:
                     write(payload)
                     write(b"\n")
-                    nxt = position + 1
             else:
-                for position, payload in store.read(stream, start=nxt, stop=stop):
+                for position, payload in chunk:
                     line = json.dumps({"position": position, "payload": b64(payload).decode()})
                     write(line.encode() + b"\n")
-                    nxt = position + 1
             out.flush()
-        if not args.follow or (stop is not None and nxt is not None and nxt >= stop):
-            return 0
-        # A CLI loop, so a plain poll is the honest tool: the store is a
-        # directory of files written by another process, with nothing to wait
-        # on, and 10 looks a second cost nothing.  Ends with SIGINT (exit 130).
-        time.sleep(FOLLOW_POLL_SECONDS)
+    return 0
 
 
 # --- streams ---
@@ -383,7 +429,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         bench_main = getattr(module, "main", None)
         if callable(bench_main):
             return int(bench_main(argv))
-    raise UsageError("the benchmarks are not available yet (no purelink.bench, no bench/)")
+    raise UsageError(
+        "the benchmarks are not installed: they live in bench/ of a source checkout "
+        "(pip install -e . there, or run python -m bench from it)"
+    )
 
 
 # --- the parser ---
@@ -418,6 +467,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without a secret"
     )
+    p.add_argument(
+        "--segment-bytes",
+        type=_int_at_least(1),
+        default=64 << 20,
+        metavar="N",
+        help="roll to a new segment file past N bytes (default 64 MiB)",
+    )
+    p.add_argument(
+        "--retain-bytes",
+        type=_int_at_least(0),
+        metavar="N",
+        help="remove the oldest segments of a stream past N bytes (default: keep all)",
+    )
+    p.add_argument(
+        "--retain-age",
+        type=_seconds,
+        metavar="SECONDS",
+        help="remove segments whose last record is older than this (default: keep all)",
+    )
+    # limits (SPEC section 7; docs/security.md): each one counted in stats().dropped when hit
+    for flag, default, text in (
+        ("--max-links", 100_000, "most links open at once"),
+        ("--max-streams", 10_000, "most streams in the store"),
+        ("--max-record", 16 << 20, "largest record accepted, bytes"),
+        ("--max-reorder", 4 << 20, "bytes held out of order per link"),
+        ("--max-memory", 1 << 30, "bytes held out of order across all links"),
+    ):
+        p.add_argument(
+            flag, type=_int_at_least(1), default=default, metavar="N", help=f"{text} ({default})"
+        )
+    p.add_argument(
+        "--handshake-rate",
+        type=_int_at_least(0),
+        default=1000,
+        metavar="N",
+        help="handshakes per second per source IP, bursts of 2N; 0 = no limit (1000)",
+    )
 
     p = verb("send", "send each line of stdin (or a file) as one record", _cmd_send)
     p.add_argument("url", type=_url, metavar="URL", help="udp://HOST:PORT or tcp://HOST:PORT")
@@ -442,6 +528,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=_int_at_least(1), metavar="M", help="last position (inclusive)")
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
+
+    p = verb("tail", "print the records of a stream read from a listener over TCP", _cmd_tail)
+    p.add_argument("url", type=_url, metavar="URL", help="the listener's tcp://HOST:PORT")
+    p.add_argument("--stream", required=True, type=_stream, metavar="S")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_int_at_least(1),
+        metavar="N",
+        help="first position (default: the first record retained)",
+    )
+    p.add_argument("--follow", action="store_true", help="keep printing new records")
+    p.add_argument("--format", choices=("lines", "json"), default="lines")
+    p.add_argument("--secret-file", metavar="F", help="the listener's secret")
+    p.add_argument(
+        "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="connect timeout"
+    )
 
     p = verb("streams", "list the streams of a store", _cmd_streams)
     p.add_argument("--data", required=True, metavar="DIR", help="store directory")

@@ -121,6 +121,8 @@ class Link:
             raise ValueError("capacity and capacity_bytes must be positive")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        if secret is not None and len(secret) < 16:
+            raise ValueError("secret must be at least 16 bytes")
         if secret is not None and len(secret) < 16:  # the listener's rule too
             raise ValueError("secret must be at least 16 bytes")
         self.url = url
@@ -134,6 +136,9 @@ class Link:
                 datagram_size=datagram_size,
                 secret=secret,
                 pad=scheme == "udp",  # padding is for UDP GSO only
+                # TCP never loses a HELLO (a broken connection starts a new one at
+                # once): retrying it early only makes a busy listener busier
+                handshake_rto=0.1 if scheme == "udp" else 1.0,
             )
         )
         try:
@@ -151,7 +156,8 @@ class Link:
         self._mask = size - 1
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
-        self._max_record = _MAX_RECORD
+        self._max_record = _MAX_RECORD  # until the listener says what it accepts
+        self._small = SMALL  # records below this take queue()'s inline path
         self._counter = itertools.count(1)
         self._next_seq = self._counter.__next__
         self._queued = 0  # hint for the capacity check; the exact value is the counter's
@@ -179,7 +185,7 @@ class Link:
         if seq is None and record.__class__ is bytes:
             n = len(record)
             if (
-                n < SMALL
+                n < self._small
                 and self._queued < self._limit_seq
                 and self._bytes_in + n <= self._limit_bytes
             ):
@@ -469,6 +475,8 @@ class Link:
                 self._set_limits()
                 advanced = True
             elif isinstance(ev, events.Connected):
+                self._max_record = min(ev.max_record, _MAX_RECORD)
+                self._small = min(SMALL, self._max_record + 1)
                 if not self._connected.is_set():
                     self._counter = itertools.count(ev.stored + 1)
                     self._next_seq = self._counter.__next__

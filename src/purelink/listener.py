@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,10 +43,13 @@ from typing import Any, Final
 
 from . import _address
 from .errors import Error
+from .listener_tcp import TCP_PREFIX, TcpServer
 from .primitives.pool import BufferPool
 from .protocol.listener_core import CoreConfig, ListenerCore
 from .store.log import StreamLog
-from .store.store import DataDir
+from .store.retention import RetentionPolicy
+from .store.store import DataDir, validate_stream_name
+from .tail_server import TailServer
 
 __all__ = ["Listener", "ListenerStats"]
 
@@ -73,9 +76,17 @@ class ListenerStats:
     recv_calls: int
     """Receive system calls that returned data."""
     drains: int
-    """Readiness events drained (mechanism 3)."""
+    """Readiness events drained (mechanism 3): of the UDP socket, the TCP listening
+    socket and TCP connections."""
     accepts: int
-    """Sessions accepted (handshakes completed)."""
+    """TCP connections accepted (mechanism 3)."""
+    accept_drains: int
+    """Readiness events of the TCP listening socket; accepts / accept_drains is the
+    number of connections taken per event."""
+    connections: int
+    """TCP connections open now."""
+    sessions: int
+    """Sessions accepted (handshakes completed), over UDP and TCP."""
     links: int
     """Sessions open now."""
     batches_stored: int
@@ -99,13 +110,14 @@ class ListenerStats:
     rcvbuf: int
     """The socket's receive buffer, bytes."""
     pool_hits: int
-    """Receive buffers reused from the free list (mechanism 4)."""
+    """Receive buffers reused from the free list (mechanism 4); one free list
+    serves UDP receives and TCP connection reads, so this counts both."""
     pool_misses: int
-    """Receive buffers allocated because the free list was empty."""
+    """Receive buffers allocated because the free list was empty (UDP and TCP)."""
     memory: int
     """Bytes held out of order across all links."""
     dropped: dict[str, int] = field(default_factory=dict)
-    """Datagrams dropped, by reason."""
+    """Datagrams dropped, by reason (and TCP connections closed for bad input)."""
 
 
 class _Store:
@@ -119,8 +131,12 @@ class _Store:
         state = log_.producers.get(pid)
         return (state.epoch, state.last_seq) if state is not None else (0, 0)
 
-    def new_epoch(self, stream: str, pid: int, durable: bool) -> int:
-        return self.data.stream(stream).new_epoch(pid, durable=durable)
+    def epoch_owner(self, stream: str, pid: int) -> int:
+        state = self.data.stream(stream).producers.get(pid)
+        return state.owner if state is not None else 0
+
+    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
+        return self.data.stream(stream).new_epoch(pid, durable=durable, owner=owner)
 
 
 class Listener:
@@ -135,25 +151,42 @@ class Listener:
         secret: bytes | None = None,
         *,
         segment_bytes: int = 64 << 20,
+        retain_bytes: int | None = None,
+        retain_age: float | None = None,
+        retention: Mapping[str, tuple[int | None, float | None]] | None = None,
         max_links: int = 100_000,
         max_streams: int = 10_000,
         max_record: int = 16 << 20,
         max_reorder: int = 4 << 20,
         max_memory: int = 1 << 30,
+        handshake_rate: float = 1000.0,
+        handshake_burst: float = 2000.0,
+        max_connections: int = 10_000,
+        read_timeout: float = 10.0,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
-        if tcp is not None:
-            raise ValueError("tcp= is not available yet; use udp=")
-        if udp is None:
-            raise ValueError("udp= is required (tcp= is not available yet)")
-        self._udp_bind = _address.parse_hostport(udp)
+        if udp is None and tcp is None:
+            raise ValueError("nothing to listen on: give udp=, tcp= or both")
+        self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
+        self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
+        if max_connections < 1 or read_timeout <= 0:
+            raise ValueError("max_connections and read_timeout must be positive")
+        self._max_connections = max_connections
+        self._read_timeout = read_timeout
+        self._tcp: TcpServer | None = None
+        self._tail: TailServer | None = None
         if secret is not None and len(secret) < 16:
             raise ValueError("secret must be at least 16 bytes")
         self.path = Path(data)
         self.sync = sync
         self._secret = secret
         self._segment_bytes = segment_bytes
+        # retention (store/retention.py): the default of every stream, and per stream
+        self._retain = RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
+        self._retention = {validate_stream_name(k): v for k, v in (retention or {}).items()}
+        for bytes_, age in self._retention.values():
+            RetentionPolicy(bytes_, age)
         self._max_streams = max_streams
         self._core_config = CoreConfig(
             secret=secret,
@@ -161,6 +194,8 @@ class Listener:
             max_record=max_record,
             max_reorder=max_reorder,
             max_memory=max_memory,
+            handshake_rate=handshake_rate,
+            handshake_burst=handshake_burst,
         )
         self.udp_address: tuple[str, int] | None = None
         self.tcp_address: tuple[str, int] | None = None
@@ -203,17 +238,34 @@ class Listener:
             raise Error("the listener was started already")
         self._started = True
         self._data = DataDir(
-            self.path, segment_bytes=self._segment_bytes, max_streams=self._max_streams
+            self.path,
+            segment_bytes=self._segment_bytes,
+            max_streams=self._max_streams,
+            retain_bytes=self._retain.max_bytes,
+            retain_age=self._retain.max_age,
+            retention=self._retention,
         )
         try:
             self._core = ListenerCore(_Store(self._data), self._core_config)
-            self._sock = self._bind_udp(*self._udp_bind)
+            if self._udp_bind is not None:
+                self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._epoll = select.epoll()
             self._epoll.register(self._wake_fd, select.EPOLLIN)
             self._epoll.register(self._synced_fd, select.EPOLLIN)
-            self.add_source(self._sock.fileno(), self._drain)
+            if self._sock is not None:
+                self.add_source(self._sock.fileno(), self._drain)
+            if self._tcp_bind is not None:
+                self._tcp = TcpServer(
+                    self,
+                    *self._tcp_bind,
+                    max_connections=self._max_connections,
+                    read_timeout=self._read_timeout,
+                )
+                self.tcp_address = self._tcp.start()
+                self._tail = TailServer(self._data, sync=self.sync, secret=self._secret)
+                self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
             raise
@@ -254,9 +306,23 @@ class Listener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._tcp is not None:
+            self._tcp.close()
+        if self._tail is not None:
+            self._tail.close()
         if self._data is not None:
             self._data.close()
             self._data = None
+
+    def set_retention(
+        self, stream: str, retain_bytes: int | None = None, retain_age: float | None = None
+    ) -> None:
+        """Give `stream` its own retention, overriding retain_bytes/retain_age
+        (None, None: keep all of it).  Works before and after start()."""
+        RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
+        self._retention[validate_stream_name(stream)] = (retain_bytes, retain_age)
+        if self._data is not None:
+            self._data.set_retention(stream, retain_bytes, retain_age)
 
     def __enter__(self) -> Listener:
         self.start()
@@ -272,12 +338,20 @@ class Listener:
         core = self._core
         c = core.stats if core is not None else None
         pool = self._pool.statistics()
+        tcp = self._tcp
+        dropped = dict(c.dropped) if c else {}
+        if tcp is not None:
+            for reason, count in tcp.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
         return ListenerStats(
-            datagrams=self._datagrams,
-            bytes=self._bytes,
-            recv_calls=self._recv_calls,
-            drains=self._drains,
-            accepts=c.accepts if c else 0,
+            datagrams=self._datagrams + (tcp.frames if tcp else 0),
+            bytes=self._bytes + (tcp.bytes if tcp else 0),
+            recv_calls=self._recv_calls + (tcp.recv_calls if tcp else 0),
+            drains=self._drains + (tcp.drains if tcp else 0),
+            accepts=tcp.accepts if tcp else 0,
+            accept_drains=tcp.accept_drains if tcp else 0,
+            connections=tcp.connections if tcp else 0,
+            sessions=c.accepts if c else 0,
             links=core.links if core is not None else 0,
             batches_stored=self._stored_batches,
             records_stored=self._stored_records,
@@ -292,7 +366,7 @@ class Listener:
             pool_hits=pool.hits,
             pool_misses=pool.misses,
             memory=core.memory if core is not None else 0,
-            dropped=dict(c.dropped) if c else {},
+            dropped=dropped,
         )
 
     def stats_dict(self) -> dict[str, Any]:
@@ -332,14 +406,16 @@ class Listener:
             log.exception("purelink listener loop crashed")
 
     def _loop(self) -> None:
-        assert self._sock is not None and self._core is not None and self._epoll is not None
+        assert self._core is not None and self._epoll is not None
         ep = self._epoll
         handlers = self._handlers
         core = self._core
+        tcp = self._tcp
         monotonic = time.monotonic
         try:
             while not self._stop:
-                ready = ep.poll()
+                # no timeout unless a TCP connection owes bytes (an idle listener sleeps)
+                ready = ep.poll(-1.0 if tcp is None else tcp.timeout(monotonic()))
                 now = monotonic()
                 for fd, mask in ready:
                     handler = handlers.get(fd)
@@ -352,6 +428,8 @@ class Listener:
                     elif fd == self._wake_fd:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake_fd)
+                if tcp is not None:
+                    tcp.expire(now)
                 # the round's in-order batches go to the store, then the buffers
                 # they point into go back to the free list
                 self._write(core)
@@ -442,15 +520,17 @@ class Listener:
     def _answer(self, now: float) -> None:
         sock = self._sock
         core = self._core
-        assert sock is not None and core is not None
+        assert core is not None
         routes = self.routes
         for data, addr in core.datagrams_to_send(now):
             try:
                 route = routes.get(addr)
                 if route is not None:
                     route(data)
-                else:
+                elif sock is not None and not addr[0].startswith(TCP_PREFIX):
                     sock.sendto(data, addr)
+                else:  # a TCP peer whose connection has closed
+                    core.stats.dropped["no_route"] = core.stats.dropped.get("no_route", 0) + 1
             except OSError:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
 

@@ -27,8 +27,10 @@ length-prefixed frame (protocol/framing.py).  Theory of operation:
   MAX_UNSENT bytes waiting, datagrams are counted in `send_errors` and left
   to the sender's loss detection, as UDP would lose them;
 * with no connection, `send` opens one (non-blocking connect; what is sent
-  meanwhile waits in the buffer).  The sender paces those attempts: it sends
-  only HELLOs, with backoff, until a handshake succeeds;
+  meanwhile waits in the buffer) -- but only once the link has seen the old
+  one break, so a session never silently moves to a new connection.  The
+  sender paces those attempts: it sends only HELLOs, with backoff, until a
+  handshake succeeds;
 * EOF, a reset, or a frame over the limit from the listener closes the
   connection and sets `broken`; the link then starts a new handshake at
   once (`Sender.reset_session`).  A failure seen while sending is reported
@@ -187,9 +189,10 @@ class TcpTransport:
         self._out = bytearray()
         self._decoder = FrameDecoder()
         self._writing = False  # EPOLLOUT is asked for
+        self._unseen = False  # dropped, and the link has not called receive() since
+        self._notified = False  # the notice eventfd was written
         self._epoll = select.epoll()
         self._notice = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._epoll.register(self._notice, select.EPOLLIN)
         self.gso = False
         self.send_calls = 0
         self.send_errors = 0
@@ -198,7 +201,13 @@ class TcpTransport:
         """Connections opened."""
         self.dropped = 0
         """Connections closed because the listener sent a frame over the limit."""
-        self._connect()
+        try:
+            self._epoll.register(self._notice, select.EPOLLIN)
+            self._connect()
+        except OSError:
+            self._epoll.close()
+            os.close(self._notice)
+            raise
 
     def fileno(self) -> int:
         return self._epoll.fileno()
@@ -206,6 +215,9 @@ class TcpTransport:
     # ------------------------------------------------------------ sending
     def send(self, datagrams: list[bytes]) -> None:
         if self._sock is None:
+            if self._unseen:  # the link learns of the drop first (its next receive)
+                self.send_errors += len(datagrams)
+                return
             self._connect()
         if len(self._out) > MAX_UNSENT:
             self.send_errors += len(datagrams)  # lost here; the sender resends them
@@ -236,8 +248,16 @@ class TcpTransport:
 
     # ---------------------------------------------------------- receiving
     def receive(self, handle: Callable[[bytes], None]) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(self._notice)
+        try:
+            self._receive(handle)
+        finally:
+            self._unseen = False  # the link looks at `broken` right after this
+
+    def _receive(self, handle: Callable[[bytes], None]) -> None:
+        if self._notified:
+            self._notified = False
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(self._notice)
         if self._sock is None:
             return
         if self._writing:
@@ -265,6 +285,8 @@ class TcpTransport:
                 return
             for frame in frames:
                 handle(frame)
+            if len(data) < TCP_READ:
+                return  # less than asked: the socket is empty now (no EAGAIN call)
 
     # --------------------------------------------------------- connection
     def _connect(self) -> None:
@@ -300,7 +322,9 @@ class TcpTransport:
         self._decoder.clear()
         self._writing = False
         self.broken = True
+        self._unseen = True
         if notify:  # seen while sending: wake the link thread's receive
+            self._notified = True
             os.eventfd_write(self._notice, 1)
 
     def reset(self) -> None:

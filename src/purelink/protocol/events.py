@@ -22,6 +22,8 @@ class Connected:
     """This session's epoch."""
     stored: int
     """The producer's last stored seq on the stream, as the listener reported it."""
+    max_record: int = 16 << 20
+    """The largest record the listener accepts."""
 
 
 @dataclass(frozen=True, slots=True)

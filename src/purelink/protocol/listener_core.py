@@ -12,7 +12,12 @@ a per-process key) and expires after `cookie_lifetime`.  Only a HELLO that
 echoes a valid cookie creates state.  Until an address has proven itself,
 no answer larger than 3x the datagram that caused it is sent
 (anti-amplification).  A retransmitted HELLO (same address and nonce) gets
-the same ACCEPT, never a second session.
+the same ACCEPT, never a second session, and once that session has ended a
+replay of its HELLO is dropped for as long as its cookie is fresh (a replay
+could otherwise open a session that fences the live one).  HELLOs are
+rate-limited per source IP by a token bucket in a bounded table
+(ratelimit.py), before any of this.  Names are checked by the one rule of
+names.py before the store is touched.
 
 Sessions and epochs.  A session is (conn_id, address, producer, epoch).  A
 new session of a producer takes a higher epoch (durably, before it is
@@ -24,6 +29,12 @@ where a restarted application resumes.
 Answers.  One ACK per session per drain (the driver calls
 `datagrams_to_send` once per drain), not one per datagram, and one more when
 a sync makes records durable.  A PROBE is answered at the next call too.
+
+Memory.  `memory` (the bytes held out of order or being reassembled, across
+all producers) is a running total, brought up to date only where a
+producer's held bytes can change -- a "held" result, a "stored" result of a
+producer that held something, a new session, a producer forgotten -- so the
+check against `max_memory` costs O(1) per datagram, not O(producers).
 """
 
 from __future__ import annotations
@@ -37,15 +48,32 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Final, Protocol
 
+from crc32c import crc32c
+
 from ..errors import Error, ProtocolError
 from . import wire
+from .names import is_valid_name
+from .ratelimit import TokenBuckets
 from .receiver import Producer, Write
 
 __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 
 Address = tuple[str, int] | tuple[str, int, int, int]
 AMPLIFICATION: Final = 3
+# a DATA datagram's fixed part: header, packet number, batch header
+_DATA_FAST = struct.Struct("<2sBBIQQI2sBBIIQQI")
+_U32 = struct.Struct("<I")
+_ZEROS = memoryview(bytes(65536))
 _COOKIE_TIME = struct.Struct("<I")
+_COOKIE_SIZE: Final = _COOKIE_TIME.size + 16
+
+
+def _largest(batch: bytes | memoryview, header: wire.BatchHeader) -> int:
+    """The largest record of a verified batch."""
+    if header.flags & wire.FLAG_LARGE:
+        return header.length - wire.BATCH_HEADER
+    table = memoryview(batch)[wire.BATCH_HEADER : wire.BATCH_HEADER + 2 * header.count]
+    return max(table.cast("H"))
 
 
 def named_producer_id(name: str) -> int:
@@ -62,8 +90,12 @@ class StoreView(Protocol):
         Opens (creating) the stream: raises ValueError for a bad name and
         purelink.Error when a limit forbids a new stream."""
 
-    def new_epoch(self, stream: str, pid: int, durable: bool) -> int:
-        """The next epoch of a producer; persisted before it returns when durable."""
+    def epoch_owner(self, stream: str, pid: int) -> int:
+        """The link instance the producer's highest epoch was handed to (0: unknown)."""
+
+    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
+        """The next epoch of a producer, handed to link instance `owner`; persisted
+        before it returns when durable."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +116,21 @@ class CoreConfig:
     """Seconds a RETRY cookie stays valid."""
     fenced_memory: int = 10_000
     """Fenced or closed sessions remembered (so their datagrams get a precise refusal)."""
+    handshake_rate: float = 1000.0
+    """HELLOs per second a source IP may send, sustained (its token bucket's refill
+    rate); past it they are dropped (handshake_rate_limited).  0 = no limit."""
+    handshake_burst: float = 2000.0
+    """HELLOs a source IP may send at once (its bucket's size)."""
+    handshake_sources: int = 16_384
+    """Source IPs whose buckets are remembered; the least recently seen goes first."""
+    hello_memory: int = 100_000
+    """HELLOs of ended sessions remembered while their cookie is fresh, so that a
+    replay of one cannot open a session that fences the live one."""
+    idle_timeout: float = 600.0
+    """Seconds without a datagram after which a session may be expired (its link
+    vanished without a CLOSE).  Expiry is lazy: checked when HELLOs come, so an
+    idle listener keeps no timer.  A link whose session expired just reconnects
+    (REFUSE(unknown)) and resumes from the store, exactly once."""
 
 
 @dataclass
@@ -97,6 +144,9 @@ class _Conn:
     ack_due: bool = False
     last_seen: float = 0.0
     fenced: bool = False
+    replay_until: float = 0.0  # until when a replay of its HELLO could pass the cookie check
+    largest_pn: int = 0  # largest packet number of this session since its last answer
+    ack_delay_from: float = 0.0  # when that packet arrived
 
 
 @dataclass
@@ -135,13 +185,38 @@ class ListenerCore:
         self._out: list[tuple[bytes, Address]] = []
         self._ack_due: set[int] = set()
         self._accept_waiting: dict[str, list[_Conn]] = {}
+        self._next_sweep = 0.0  # when the HELLO path next looks for idle sessions
+        self._by_peer: dict[Address, list[int]] = {}  # proven peer -> its sessions' conn_ids
+        self._spent: dict[tuple[Address, int], float] = {}  # ended (addr, nonce) -> fresh until
+        self._memory = 0  # sum of p.memory over the producers in _holding
+        self._holding: dict[Producer, int] = {}  # producers holding bytes -> their p.memory
+        cfg = self.config
+        self._limiter = (
+            TokenBuckets(cfg.handshake_rate, cfg.handshake_burst, cfg.handshake_sources)
+            if cfg.handshake_rate > 0
+            else None
+        )
 
     # ------------------------------------------------------------ inputs
-    def receive_datagram(self, data: bytes | memoryview, addr: Address, now: float) -> None:
-        """Take one datagram.  Never raises: bad input is dropped and counted."""
+    def receive_datagram(
+        self, data: bytes | memoryview, addr: Address, now: float, proven: bool = False
+    ) -> None:
+        """Take one datagram.  Never raises: bad input is dropped and counted.
+        `proven`: the transport proved `addr` itself (a TCP connection), so a
+        HELLO from it needs no cookie round trip; call `disconnected(addr)`
+        when that connection closes."""
         stats = self.stats
         stats.datagrams += 1
-        stats.bytes += len(data)
+        size = len(data)
+        stats.bytes += size
+        if (
+            size > _DATA_FAST.size
+            and wire.LITTLE_ENDIAN
+            and data[3] == wire.MsgType.DATA
+            and self._key is None
+            and self._fast_data(data, addr, now)
+        ):
+            return
         try:
             msg = wire.decode_datagram(data, self._key)
         except ProtocolError as exc:
@@ -152,7 +227,7 @@ class ListenerCore:
         elif isinstance(msg, wire.Fragment):
             self._on_fragment(msg, addr, now, len(data))
         elif isinstance(msg, wire.Hello):
-            self._on_hello(msg, addr, now, len(data))
+            self._on_hello(msg, addr, now, len(data), proven)
         elif isinstance(msg, wire.Probe):
             conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
             if conn is not None:
@@ -211,23 +286,38 @@ class ListenerCore:
                     continue
                 conn.ack_due = False
                 p = conn.producer
-                delay = int((now - p.ack_delay_from) * 1e6) if p.largest_pn else 0
+                delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
                 ack = wire.Ack(
                     conn.conn_id,
                     conn.epoch,
                     p.stored,
                     p.received,
                     p.window,
-                    p.largest_pn,
+                    conn.largest_pn,
                     max(delay, 0),
                     p.ranges(),
                     p.fragment_spans(),
                 )
-                p.largest_pn = 0
+                conn.largest_pn = 0
                 out.append((wire.encode_ack(ack, key), conn.addr))
             self.stats.acks += len(self._ack_due)
             self._ack_due.clear()
         return out
+
+    def disconnected(self, addr: Address) -> None:
+        """The connection of a proven peer closed: its sessions end as if each had
+        said CLOSE (nothing ever comes from that address again)."""
+        for conn_id in self._by_peer.pop(addr, ()):
+            conn = self._conns.get(conn_id)
+            if conn is None or conn.addr != addr:
+                continue
+            stream = conn.producer.stream
+            waiting = self._accept_waiting.get(stream)
+            if waiting and conn in waiting:  # never to be accepted now
+                waiting.remove(conn)
+                if not waiting:
+                    del self._accept_waiting[stream]
+            self._close(conn)
 
     @property
     def links(self) -> int:
@@ -236,8 +326,9 @@ class ListenerCore:
 
     @property
     def memory(self) -> int:
-        """Bytes held out of order across all producers."""
-        return sum(p.memory for p in self._producers.values())
+        """Bytes held out of order (or being reassembled) across all producers: a
+        running total, O(1) (see the module header)."""
+        return self._memory
 
     def producers(self) -> Iterable[Producer]:
         """Every producer in memory."""
@@ -280,10 +371,9 @@ class ListenerCore:
         return conn
 
     def _note_pn(self, conn: _Conn, pn: int, now: float) -> None:
-        p = conn.producer
-        if pn > p.largest_pn:
-            p.largest_pn = pn
-            p.ack_delay_from = now
+        if pn > conn.largest_pn:
+            conn.largest_pn = pn
+            conn.ack_delay_from = now
         conn.last_seen = now
         self._want_ack(conn)
 
@@ -291,6 +381,76 @@ class ListenerCore:
         if not conn.ack_due:
             conn.ack_due = True
             self._ack_due.add(conn.conn_id)
+
+    def _fast_data(self, data: bytes | memoryview, addr: Address, now: float) -> bool:
+        """The common case in one go: a well-formed DATA datagram of an open
+        session whose batch is exactly the next in order.  One unpack of the
+        fixed 60 bytes, two CRCs, the length table's sum in C.  Anything else
+        (including anything malformed) returns False and takes the general
+        path, which decodes step by step and counts drops by reason."""
+        view = memoryview(data)
+        size = len(view)
+        if size < _DATA_FAST.size + 4:
+            return False
+        (
+            magic, version, _kind, conn_id, pn, position, bcrc, bmagic, bversion, flags,
+            length, count, producer, first, epoch,
+        ) = _DATA_FAST.unpack_from(view)  # fmt: skip
+        end = size - 4
+        if (
+            magic != wire.DATAGRAM_MAGIC
+            or bmagic != wire.BATCH_MAGIC
+            or version != wire.VERSION
+            or bversion != wire.VERSION
+            or flags
+            or not count
+            or 16 + length > end
+            or length < wire.BATCH_HEADER + 2 * count
+        ):
+            return False
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.accepted or conn.addr != addr or conn.epoch != epoch:
+            return False
+        p = conn.producer
+        if producer != p.pid or first != p.received + 1 or p.held or p.partials:
+            return False
+        if crc32c(view[:end]) != _U32.unpack_from(view, end)[0]:
+            return False
+        batch = view[16 : 16 + length]
+        if crc32c(batch[12:]) != bcrc:
+            return False
+        if 16 + length < end and view[16 + length : end] != _ZEROS[: end - 16 - length]:
+            return False  # padding must be zeros (the general path says "malformed")
+        table_end = wire.BATCH_HEADER + 2 * count
+        if sum(batch[wire.BATCH_HEADER : table_end].cast("H")) != length - table_end:
+            return False
+        if length - table_end > p.max_record:
+            return False  # may hold a record over max_record: the general path checks
+        last = first + count - 1
+        stream = p.stream
+        header = wire.BatchHeader(position, bcrc, 0, length, count, producer, first, epoch)
+        writes = self._writes.get(stream)
+        if writes is None:
+            self._writes[stream] = [(batch, header)]
+        else:
+            writes.append((batch, header))
+        p.received = last
+        owners = self._write_owners.get(stream)
+        if owners is None:
+            self._write_owners[stream] = [(p, last)]
+        else:
+            owners.append((p, last))
+        stats = self.stats
+        stats.batches += 1
+        stats.records += count
+        if pn > conn.largest_pn:
+            conn.largest_pn = pn
+            conn.ack_delay_from = now
+        conn.last_seen = now
+        if not conn.ack_due:
+            conn.ack_due = True
+            self._ack_due.add(conn_id)
+        return True
 
     def _on_data(self, msg: wire.Data, addr: Address, now: float, size: int) -> None:
         try:
@@ -305,10 +465,17 @@ class ListenerCore:
         if header.producer != p.pid:
             self._drop("malformed")
             return
-        if header.flags & wire.FLAG_LARGE and header.length - wire.BATCH_HEADER > p.max_record:
+        if header.length - wire.BATCH_HEADER > p.max_record and _largest(msg.batch, header) > (
+            p.max_record
+        ):
             self._drop("too_large")
             return
-        if p.held_bytes and self.memory > self.config.max_memory:
+        if (
+            header.first_seq > p.received + 1
+            and self._memory + len(msg.batch) > self.config.max_memory
+        ):
+            # only data that would be held out of order is refused: the batch that
+            # fills the gap must always get in, or the held data could never drain
             self._drop("memory_limit")
             return
         writes = self._writes.setdefault(p.stream, [])
@@ -326,6 +493,20 @@ class ListenerCore:
         if conn is None:
             return
         p = conn.producer
+        seq = msg.seq
+        if (
+            seq > p.received
+            and seq not in p.partials
+            and seq not in p.held
+            and msg.total <= p.max_record
+            and self._memory + msg.total > self.config.max_memory
+            and (seq != p.received + 1 or self._memory > self.config.max_memory)
+        ):
+            # a new record to put together and no room for it.  The next record
+            # of a producer (seq = received + 1) may overshoot by one record while
+            # the total is not past the limit: that is what lets held data drain.
+            self._drop("memory_limit")
+            return
         writes = self._writes.setdefault(p.stream, [])
         before = len(writes)
         result = p.on_fragment(msg, writes)
@@ -338,12 +519,24 @@ class ListenerCore:
             self.stats.batches += len(added)
             self.stats.records += sum(h.count for _, h in added)
             self._write_owners.setdefault(p.stream, []).append((p, p.received))
+            if self._holding and p in self._holding:
+                self._account(p)  # in-order data may have released held bytes
         elif result == "duplicate":
             self.stats.duplicates += 1
         elif result == "held":
             self.stats.held += 1
+            self._account(p)
         else:
             self._drop(result)
+
+    def _account(self, p: Producer) -> None:
+        """Bring the running `memory` total up to date with what `p` holds now."""
+        held = p.memory
+        holding = self._holding
+        before = holding.pop(p, 0)
+        if held:
+            holding[p] = held
+        self._memory += held - before
 
     # --------------------------------------------------------- handshake
     def _cookie(self, addr: Address, stamp: int) -> bytes:
@@ -353,7 +546,7 @@ class ListenerCore:
         return _COOKIE_TIME.pack(stamp) + mac
 
     def _cookie_ok(self, cookie: bytes, addr: Address, now: float) -> bool:
-        if len(cookie) != 20:
+        if len(cookie) != _COOKIE_SIZE:
             return False
         (stamp,) = _COOKIE_TIME.unpack_from(cookie)
         age = int(now) - stamp
@@ -361,19 +554,27 @@ class ListenerCore:
             return False
         return hmac.compare_digest(self._cookie(addr, stamp), cookie)
 
-    def _refuse_hello(self, hello: wire.Hello, addr: Address, size: int, reason: int) -> None:
-        self._drop(wire.RefuseReason.NAMES.get(reason, "refused"))
+    def _refuse_hello(
+        self, hello: wire.Hello, addr: Address, size: int, reason: int, counter: str = ""
+    ) -> None:
+        self._drop(counter or wire.RefuseReason.NAMES.get(reason, "refused"))
         refuse = wire.Refuse(0, hello.nonce, 0, reason)
         self._send_unproven(wire.encode_refuse(refuse, self._key), addr, size)
 
-    def _on_hello(self, hello: wire.Hello, addr: Address, now: float, size: int) -> None:
+    def _on_hello(
+        self, hello: wire.Hello, addr: Address, now: float, size: int, proven: bool = False
+    ) -> None:
+        limiter = self._limiter
+        if limiter is not None and not limiter.allow(addr[0], now):
+            self._drop("handshake_rate_limited")
+            return
         known = self._hellos.get((addr, hello.nonce))
         if known is not None:
             conn = self._conns.get(known)
             if conn is not None and conn.accepted:
                 self._send_accept(conn)
             return
-        if not self._cookie_ok(hello.cookie, addr, now):
+        if not proven and not self._cookie_ok(hello.cookie, addr, now):
             if hello.cookie:
                 self._drop("bad_cookie")
             self.stats.retries += 1
@@ -381,11 +582,20 @@ class ListenerCore:
             self._send_unproven(wire.encode_retry(retry, self._key), addr, size)
             return
         # the address is proven from here on
+        spent = self._spent
+        if spent:
+            while spent and next(iter(spent.values())) < now:  # oldest first
+                del spent[next(iter(spent))]
+            if (addr, hello.nonce) in spent:
+                # the HELLO of a session that ended, played again while its cookie
+                # is fresh: an on-path replay (a link never reuses a nonce)
+                self._drop("replayed_hello")
+                return
         if hello.max_datagram < 128:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
             return
         if hello.producer:
-            if not _valid_name(hello.producer):
+            if not is_valid_name(hello.producer):
                 self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
                 return
             pid = named_producer_id(hello.producer)
@@ -394,10 +604,15 @@ class ListenerCore:
             if not pid >> 63:
                 self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
                 return
-        if len(self._conns) >= self.config.max_links:
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT)
-            return
         stream = hello.stream
+        if not is_valid_name(stream):  # checked here, before the store sees it
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_STREAM)
+            return
+        if now >= self._next_sweep or len(self._conns) >= self.config.max_links:
+            self._expire_idle(now)
+        if len(self._conns) >= self.config.max_links:
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "link_limit")
+            return
         key = (stream, pid)
         producer = self._producers.get(key)
         try:
@@ -411,12 +626,26 @@ class ListenerCore:
                     max_reorder=self.config.max_reorder,
                     max_record=self.config.max_record,
                 )
-            epoch = self.store.new_epoch(stream, pid, bool(hello.producer))
+                producer.owner = self.store.epoch_owner(stream, pid)
         except ValueError:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_STREAM)
             return
-        except Error:
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT)
+        except Error:  # the store may not open another stream (max_streams)
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "stream_limit")
+            return
+        instance = hello.producer_id  # the link instance (an anonymous producer's id)
+        if hello.epoch and hello.epoch < producer.epoch and (
+            not instance or instance != producer.owner
+        ):
+            # a session older than the newest one of this producer asks back in: it
+            # was fenced (perhaps before this listener restarted), so it stays fenced.
+            # Unless the newest epoch went to this very link and its ACCEPT was lost.
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.FENCED, "stale_epoch")
+            return
+        try:
+            epoch = self.store.new_epoch(stream, pid, bool(hello.producer), instance)
+        except Error:  # the epoch could not be made durable: never answer as if it were
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
             return
         self._producers[key] = producer
         epoch = max(epoch, producer.epoch + 1)
@@ -424,15 +653,22 @@ class ListenerCore:
         if isinstance(old, _Conn):
             self._fence(old)
         producer.epoch = epoch
+        producer.owner = instance
         if hello.producer:
             # another instance of a named producer may hold other records under
             # the same seqs: what the old session left half-sent is not trusted
             producer.reset_volatile()
+            self._account(producer)
         conn_id = self._new_conn_id()
         conn = _Conn(conn_id, addr, producer, epoch, hello.nonce, last_seen=now)
+        if len(hello.cookie) == _COOKIE_SIZE:
+            stamp = _COOKIE_TIME.unpack_from(hello.cookie)[0]
+            conn.replay_until = stamp + self.config.cookie_lifetime + 1
         self._conns[conn_id] = conn
         producer.conn = conn
         self._hellos[(addr, hello.nonce)] = conn_id
+        if proven:
+            self._by_peer.setdefault(addr, []).append(conn_id)
         if producer.stored >= producer.received:
             self._accept(conn)
         else:
@@ -466,14 +702,31 @@ class ListenerCore:
     def _forget(self, conn: _Conn) -> None:
         self._conns.pop(conn.conn_id, None)
         self._hellos.pop((conn.addr, conn.nonce), None)
+        if conn.replay_until:
+            spent = self._spent
+            spent[(conn.addr, conn.nonce)] = conn.replay_until
+            if len(spent) > self.config.hello_memory:
+                del spent[next(iter(spent))]
         self._ack_due.discard(conn.conn_id)
         self._gone[conn.conn_id] = conn
         while len(self._gone) > self.config.fenced_memory:
             del self._gone[next(iter(self._gone))]
 
+    def _expire_idle(self, now: float) -> None:
+        """Forget sessions that sent nothing for idle_timeout (no timer: called from
+        the HELLO path, at most every idle_timeout / 4, or when sessions run out)."""
+        limit = now - self.config.idle_timeout
+        self._next_sweep = now + self.config.idle_timeout / 4
+        for conn in [c for c in self._conns.values() if c.last_seen < limit]:
+            self._drop("session_expired")
+            self._close(conn)
+
     def _fence(self, conn: _Conn) -> None:
         self.stats.fenced += 1
         conn.fenced = True
+        waiting = self._accept_waiting.get(conn.producer.stream)
+        if waiting and conn in waiting:
+            waiting.remove(conn)  # never accept a session that is already fenced
         self._forget(conn)
 
     def _close(self, conn: _Conn) -> None:
@@ -484,9 +737,4 @@ class ListenerCore:
             if p.pid >> 63 and p.stored >= p.received:
                 # an anonymous producer is never seen again once its link closed
                 self._producers.pop((p.stream, p.pid), None)
-
-
-def _valid_name(name: str) -> bool:
-    if not 1 <= len(name) <= 200 or name.startswith("."):
-        return False
-    return all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+                self._memory -= self._holding.pop(p, 0)

@@ -80,14 +80,13 @@ class Producer:
     """The listener's state for one producer on one stream."""
 
     __slots__ = (
-        "ack_delay_from",
         "conn",
         "epoch",
         "held",
         "held_bytes",
-        "largest_pn",
         "max_record",
         "max_reorder",
+        "owner",
         "partials",
         "pid",
         "received",
@@ -110,14 +109,14 @@ class Producer:
         self.epoch = epoch
         self.received = last_seq
         self.stored = last_seq
+        self.owner = 0
+        """The link instance the current epoch was handed to."""
         self.held: dict[int, Write] = {}
         self.held_bytes = 0
         self.partials: dict[int, Partial] = {}
         self.max_reorder = max_reorder
         self.max_record = max_record
         self.conn: object | None = None  # the current session (a listener_core._Conn)
-        self.largest_pn = 0
-        self.ack_delay_from = 0.0
 
     # ----------------------------------------------------------- batches
     def on_batch(
@@ -139,6 +138,8 @@ class Producer:
             writes.append((batch, header))
             self.received = last
             self._release_held(writes)
+            if self.partials:
+                self._drop_passed_partials()
             return "stored"
         if first in self.held:
             return "duplicate"
@@ -178,6 +179,14 @@ class Producer:
         batch = wire.encode_large_batch(self.pid, self.epoch, seq, record)
         header = wire.decode_batch_header(batch)
         return self.on_batch(memoryview(batch), header, writes)
+
+    def _drop_passed_partials(self) -> None:
+        """Forget pieces of records that are now in order by another way (a
+        misbehaving peer sent the seq as a batch too): they can never complete."""
+        for seq in [s for s in self.partials if s <= self.received]:
+            part = self.partials.pop(seq)
+            if part.counted:
+                self.held_bytes -= part.total
 
     def _release_held(self, writes: list[Write]) -> None:
         held = self.held

@@ -165,9 +165,12 @@ class Sender:
         self.stored_bytes = 0
         """Payload bytes of the records released as stored."""
         anon = config.anonymous_id
-        if not config.producer and not anon:
+        if not anon:
             anon = int.from_bytes(os.urandom(8), "little") | (1 << 63)
-        self._anon_id = 0 if config.producer else anon
+        # sent in every HELLO: an anonymous producer's id, or (named) this link's
+        # instance id, which lets the listener tell our own lost-ACCEPT retry from
+        # an older, fenced instance of the same producer
+        self._anon_id = anon
         self._events: deque[Event] = deque()
         # records: _recs[i] has seq _base + i; _recs[:_head] are stored and released
         # lazily.  _lens[i] is len(_recs[i]) clamped to 65,535, in the very layout of
@@ -410,6 +413,7 @@ class Sender:
             self._anon_id,
             self.config.datagram_size,
             self._cookie,
+            self.epoch,
         )
         return wire.encode_hello(msg, self._key)
 
@@ -520,7 +524,7 @@ class Sender:
         self._hello_due = None
         self._hello_rto = self.config.handshake_rto
         self._move(SenderState.OPEN)
-        self._events.append(Connected(msg.producer, msg.epoch, msg.stored))
+        self._events.append(Connected(msg.producer, msg.epoch, msg.stored, msg.max_record))
         self._arm(now)
 
     def _on_refuse(self, msg: wire.Refuse, now: float) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hmac
 import struct
+import sys
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ _POS = struct.Struct("<Q")
 _HEAD = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
 MAX_SMALL_RECORD: Final = 0xFFFF
+LITTLE_ENDIAN: Final = sys.byteorder == "little"  # array("H") is native-endian
 
 
 class BatchHeader(NamedTuple):
@@ -141,8 +143,13 @@ def encode_batch(
     records' lengths, as the link keeps them): it saves a len() call per record.
     """
     count = len(records)
+    if not count:
+        raise ValueError("a batch holds at least one record")
     if lengths is None:
         lengths = array("H", map(len, records))
+    if not LITTLE_ENDIAN:  # pragma: no cover - arrays are native, the wire is little-endian
+        lengths = array("H", lengths)
+        lengths.byteswap()
     payload = b"".join(records)
     length = BATCH_HEADER + 2 * count + len(payload)
     tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
@@ -203,6 +210,8 @@ def verify_batch(buf: bytes | bytearray | memoryview) -> BatchHeader:
         table_end = BATCH_HEADER + 2 * header.count
         lengths = array("H")
         lengths.frombytes(view[BATCH_HEADER:table_end])
+        if not LITTLE_ENDIAN:  # pragma: no cover - the table is little-endian on the wire
+            lengths.byteswap()
         if lengths.itemsize != 2:  # pragma: no cover - every platform we run on
             raise ProtocolError("malformed", "u16 is not 2 bytes here")
         if sum(lengths) != header.length - table_end:
@@ -218,6 +227,8 @@ def batch_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> l
     table_end = BATCH_HEADER + 2 * header.count
     lengths = array("H")
     lengths.frombytes(view[BATCH_HEADER:table_end])
+    if not LITTLE_ENDIAN:  # pragma: no cover - the table is little-endian on the wire
+        lengths.byteswap()
     data = bytes(view[table_end : header.length])
     out: list[bytes] = []
     append = out.append
@@ -284,6 +295,10 @@ class Hello:
     """Largest datagram the link will send."""
     cookie: bytes
     """Address-proving token from a RETRY; empty on the first try."""
+    epoch: int = 0
+    """The epoch of the session this link had before (0 on its first connect).  A
+    listener that knows a newer session of the producer refuses it (fenced), so an
+    old session can never come back and take over after a listener restart."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +426,7 @@ class Refuse:
 
 Message = Hello | Retry | Accept | Data | Fragment | Ack | Probe | Close | Refuse
 
-_HELLO = struct.Struct("<QQHBBB")
+_HELLO = struct.Struct("<QQIHBBB")
 _RETRY = struct.Struct("<QB")
 _ACCEPT = struct.Struct("<QQIQQII")
 _PN = struct.Struct("<Q")
@@ -464,13 +479,19 @@ def _name(text: str) -> bytes:
 
 
 def encode_hello(msg: Hello, key: bytes | None = None) -> bytes:
-    """HELLO: u64 nonce, u64 producer_id, u16 max_datagram, u8 stream_len, u8 producer_len,
-    u8 cookie_len, then the three byte strings."""
+    """HELLO: u64 nonce, u64 producer_id, u32 epoch, u16 max_datagram, u8 stream_len,
+    u8 producer_len, u8 cookie_len, then the three byte strings."""
     stream, producer = _name(msg.stream), _name(msg.producer)
     if len(msg.cookie) > 255:
         raise ValueError("cookie longer than 255 bytes")
     head = _HELLO.pack(
-        msg.nonce, msg.producer_id, msg.max_datagram, len(stream), len(producer), len(msg.cookie)
+        msg.nonce,
+        msg.producer_id,
+        msg.epoch,
+        msg.max_datagram,
+        len(stream),
+        len(producer),
+        len(msg.cookie),
     )
     return _seal(MsgType.HELLO, 0, (head, stream, producer, msg.cookie), key)
 
@@ -519,6 +540,9 @@ def encode_data_batch(
     count = len(records)
     if lengths is None:
         lengths = array("H", map(len, records))
+    if not LITTLE_ENDIAN:  # pragma: no cover - arrays are native, the wire is little-endian
+        lengths = array("H", lengths)
+        lengths.byteswap()
     payload = b"".join(records)
     length = BATCH_HEADER + 2 * count + len(payload)
     tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
@@ -649,7 +673,9 @@ def _exact(body: memoryview, size: int) -> None:
 
 
 def _d_hello(conn_id: int, body: memoryview) -> Hello:
-    nonce, producer_id, max_datagram, n_stream, n_producer, n_cookie = _HELLO.unpack_from(body)
+    nonce, producer_id, epoch, max_datagram, n_stream, n_producer, n_cookie = _HELLO.unpack_from(
+        body
+    )
     at = _HELLO.size
     _exact(body, at + n_stream + n_producer + n_cookie)
     stream = str(body[at : at + n_stream], "utf-8")
@@ -657,7 +683,7 @@ def _d_hello(conn_id: int, body: memoryview) -> Hello:
     producer = str(body[at : at + n_producer], "utf-8")
     at += n_producer
     return Hello(
-        nonce, stream, producer, producer_id, max_datagram, bytes(body[at : at + n_cookie])
+        nonce, stream, producer, producer_id, max_datagram, bytes(body[at : at + n_cookie]), epoch
     )
 
 

@@ -8,8 +8,10 @@ could be handed out again -- two live sessions with one epoch.  So each epoch
 given to a named producer is appended here and fdatasynced before the
 listener answers the handshake.
 
-The file is a run of 16-byte records (u64 producer, u32 epoch, u32 CRC-32C of
-the 12 bytes before it).  A torn tail fails its CRC: it is ignored and cut on
+The file is a run of 24-byte records (u64 producer, u32 epoch, u64 owner --
+the link instance the epoch was handed to -- and a u32 CRC-32C of the 20 bytes
+before it).  The owner lets a link whose ACCEPT was lost (and that therefore
+still asks with its older epoch) be told apart from an older, fenced instance.  A torn tail fails its CRC: it is ignored and cut on
 open.  The file is rewritten compactly (temporary file, fsync, rename) on
 open when most of its records are superseded.
 """
@@ -42,8 +44,8 @@ class EpochsFile:
             data = path.read_bytes()
         except FileNotFoundError:
             data = b""
-        self.epochs, valid, records = decode_epochs(data)
-        """The highest epoch recorded per producer."""
+        self.epochs, valid, records, self.owners = decode_epochs(data)
+        """The highest epoch recorded per producer (and, in owners, whose it is)."""
         if valid < len(data):
             log.warning(
                 "epochs file %s: ignoring %d bytes of torn tail at offset %d",
@@ -56,7 +58,9 @@ class EpochsFile:
 
     def _rewrite(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        data = b"".join(encode_epoch(p, e) for p, e in sorted(self.epochs.items()))
+        data = b"".join(
+            encode_epoch(p, e, self.owners.get(p, 0)) for p, e in sorted(self.epochs.items())
+        )
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, data)
@@ -66,7 +70,7 @@ class EpochsFile:
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
 
-    def record(self, producer: int, epoch: int) -> None:
+    def record(self, producer: int, epoch: int, owner: int = 0) -> None:
         """Append one record and make it durable before returning."""
         if self._fd is None:
             created = not self.path.exists()
@@ -75,12 +79,13 @@ class EpochsFile:
             )
             if created:
                 fsync_dir(self.path.parent)
-        written = os.write(self._fd, encode_epoch(producer, epoch))
-        if written != EPOCH_RECORD:  # pragma: no cover - a 16-byte append is not split
+        written = os.write(self._fd, encode_epoch(producer, epoch, owner))
+        if written != EPOCH_RECORD:  # pragma: no cover - a 24-byte append is not split
             raise OSError(f"short write to {self.path}")
         os.fdatasync(self._fd)
         if epoch > self.epochs.get(producer, 0):
             self.epochs[producer] = epoch
+            self.owners[producer] = owner
 
     def close(self) -> None:
         """Close the file if it was opened for writing."""

@@ -17,9 +17,11 @@ recovery and by readers, so that both judge a batch by the same rules:
 
 A scan stops at the first batch that is not whole (`INCOMPLETE`: a torn or
 still-being-written tail) or not valid (`CORRUPT`).  Whether a corrupt batch
-is a torn tail (cut it) or damage in the middle of the log (refuse loudly) is
-decided by `has_valid_successor`: damage followed by a good batch that
-continues the positions is in the middle.
+is a torn tail or damage in the middle of the log is told by
+`has_valid_successor` (damage followed by a good batch that continues the
+positions is in the middle: readers refuse to read past it) and measured by
+`valid_after` (how many batches past the damage still pass their CRC: what
+the writer's recovery throws away when it cuts there, and says so).
 
 Side files, each protected by its own CRC-32C so a torn write is recognised
 and ignored:
@@ -36,7 +38,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from crc32c import crc32c
@@ -62,6 +64,7 @@ __all__ = [
     "STREAMS_DIR",
     "SUMMARY_SUFFIX",
     "ProducerState",
+    "Salvage",
     "ScanState",
     "Summary",
     "decode_epochs",
@@ -72,6 +75,7 @@ __all__ = [
     "parse_segment_name",
     "scan_batches",
     "segment_name",
+    "valid_after",
 ]
 
 LOCK_FILE: Final = "purelink.lock"
@@ -100,6 +104,10 @@ class ProducerState:
     """Highest epoch seen for this producer (from its batches and the epochs file)."""
     last_seq: int
     """Last seq of this producer written in the log (0 if none)."""
+    owner: int = field(default=0, compare=False)
+    """The link instance the highest epoch was handed to (from the epochs file;
+    0 when unknown).  A reconnecting session of an older epoch is fenced, unless
+    it is that very instance (whose ACCEPT was lost)."""
 
 
 def segment_name(base: int) -> str:
@@ -211,23 +219,90 @@ def has_valid_successor(fd: int, offset: int, end: int, position: int) -> bool:
     return any(True for _ in scan_batches(fd, after, end, chunk=BATCH_HEADER))
 
 
+@dataclass(frozen=True, slots=True)
+class Salvage:
+    """Batches found past a damaged batch that still pass their own checks."""
+
+    batches: int = 0
+    """How many."""
+    records: int = 0
+    """Records in them."""
+    first_position: int = 0
+    """Lowest position stamped on them (0 if none); stamps are outside the CRC."""
+    last_position: int = 0
+    """Highest position stamped on their records (0 if none)."""
+
+
+def valid_after(fd: int, offset: int, end: int) -> Salvage:
+    """Batches between byte `offset` + 1 and `end` that pass `verify_batch`
+    (CRC included), found as a resynchronising reader would: by looking for
+    the batch magic at every byte, since the damaged batch's own length may
+    be what is damaged.  A batch found is skipped whole, so batches carried
+    inside a good batch's payload are not counted.  Positions are not
+    checked.  This reads the rest of the file: it is for the rare damaged
+    segment only."""
+    batches = records = 0
+    low = high = 0
+    base, buf = offset, b""
+    at = offset + 13  # the first magic that belongs to a batch starting past offset
+    while at + 2 <= end:
+        if at + 2 > base + len(buf):
+            base, buf = at, os.pread(fd, min(CHUNK, end - at), at)
+            if len(buf) < 2:
+                break
+        j = buf.find(BATCH_MAGIC, at - base)
+        if j == -1:
+            at = base + len(buf) - 1  # a magic may straddle the window's end
+            base, buf = at, b""
+            continue
+        start = base + j - 12
+        header = _verified_at(fd, start, end)
+        if header is None:
+            at = base + j + 1
+            continue
+        batches += 1
+        records += header.count
+        low = header.position if not low else min(low, header.position)
+        high = max(high, header.position + header.count - 1)
+        at = start + header.length + 12
+    return Salvage(batches, records, low, high)
+
+
+def _verified_at(fd: int, start: int, end: int) -> BatchHeader | None:
+    head = os.pread(fd, BATCH_HEADER, start)
+    if len(head) < BATCH_HEADER:
+        return None
+    magic, version, length = _PEEK.unpack_from(head, 12)
+    if magic != BATCH_MAGIC or version != VERSION or length < BATCH_HEADER:
+        return None
+    if start + length > end:
+        return None
+    try:
+        return verify_batch(os.pread(fd, length, start))
+    except ProtocolError:
+        return None
+
+
 # ------------------------------------------------------------------ epochs file
-# record: u64 producer, u32 epoch, u32 crc32c of the 12 bytes before it
-_EPOCH = struct.Struct("<QI")
+# record: u64 producer, u32 epoch, u64 owner (the link instance it was handed to),
+# u32 crc32c of the 20 bytes before it
+_EPOCH = struct.Struct("<QIQ")
 _CRC = struct.Struct("<I")
-EPOCH_RECORD: Final = _EPOCH.size + _CRC.size  # 16
+EPOCH_RECORD: Final = _EPOCH.size + _CRC.size  # 24
 
 
-def encode_epoch(producer: int, epoch: int) -> bytes:
+def encode_epoch(producer: int, epoch: int, owner: int = 0) -> bytes:
     """One epochs-file record."""
-    body = _EPOCH.pack(producer, epoch)
+    body = _EPOCH.pack(producer, epoch, owner)
     return body + _CRC.pack(crc32c(body))
 
 
-def decode_epochs(data: bytes) -> tuple[dict[int, int], int, int]:
-    """(highest epoch per producer, bytes of whole valid records, records) of an
-    epochs file; reading stops at the first torn or bad record."""
+def decode_epochs(data: bytes) -> tuple[dict[int, int], int, int, dict[int, int]]:
+    """(highest epoch per producer, bytes of whole valid records, records, the owner
+    of each producer's highest epoch) of an epochs file; reading stops at the
+    first torn or bad record."""
     epochs: dict[int, int] = {}
+    owners: dict[int, int] = {}
     valid = 0
     records = 0
     for at in range(0, len(data) - EPOCH_RECORD + 1, EPOCH_RECORD):
@@ -235,12 +310,13 @@ def decode_epochs(data: bytes) -> tuple[dict[int, int], int, int]:
         (crc,) = _CRC.unpack_from(data, at + _EPOCH.size)
         if crc32c(body) != crc:
             break
-        producer, epoch = _EPOCH.unpack(body)
+        producer, epoch, owner = _EPOCH.unpack(body)
         if epoch > epochs.get(producer, 0):
             epochs[producer] = epoch
+            owners[producer] = owner
         valid = at + EPOCH_RECORD
         records += 1
-    return epochs, valid, records
+    return epochs, valid, records, owners
 
 
 # ------------------------------------------------------------------ segment summary

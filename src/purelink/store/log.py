@@ -30,16 +30,17 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 from purelink.errors import Closed, Error
+from purelink.primitives.parker import Parker
 from purelink.protocol.wire import BatchHeader, position_bytes
 
 from .epochs import EpochsFile
 from .format import EPOCHS_FILE, ProducerState
-from .segment import SegmentWriter, recover, write_summary
+from .segment import SegmentWriter, list_segments, recover, write_summary
 
 __all__ = ["IOV_MAX", "ProducerState", "StreamLog"]
 
@@ -77,12 +78,25 @@ class StreamLog:
         except BaseException:
             self._active.close()
             raise
+        owners = self._epochs.owners
         for producer, epoch in self._epochs.epochs.items():
             state = self.producers.get(producer)
             if state is None:
-                self.producers[producer] = ProducerState(epoch, 0)
-            elif epoch > state.epoch:
+                self.producers[producer] = ProducerState(epoch, 0, owners.get(producer, 0))
+            elif epoch >= state.epoch:
                 state.epoch = epoch
+                state.owner = owners.get(producer, 0)
+        self.segments: tuple[tuple[int, Path], ...] = tuple(list_segments(self.folder))
+        """(base, path) of the segments readers may open, oldest first: replaced
+        whole (never changed in place) on a roll and by retention (`retire`)."""
+        self.parker = Parker()
+        """Unparked after every append (and on close): `Store.read(follow=True)`
+        in this process parks on it; free while nobody waits."""
+        self.synced_parker = Parker()
+        """Unparked after every `sync` (and on close): subscribers (tail_server.py)
+        wait on it for records that are stored, not just written."""
+        self.on_roll: Callable[[StreamLog], None] | None = None
+        """Called (on the appending thread) after a segment rolled: retention's wake."""
 
     def __repr__(self) -> str:
         return f"<StreamLog {self.name!r} last={self._last} synced={self._synced}>"
@@ -146,6 +160,7 @@ class StreamLog:
                 iov, chunk, total = [], [], 0
         if chunk:
             self._flush(seg, iov, total, chunk, position)
+        self.parker.unpark()
         return self._last
 
     def _flush(
@@ -188,12 +203,32 @@ class StreamLog:
                 new = SegmentWriter.create(self.folder, base)
             except OSError as exc:
                 raise Error(f"stream {self.name!r}: cannot create a segment: {exc}") from exc
-            # the summary only speeds up the next open; recovery scans without it
+            # the summary speeds up the next open, and retention keeps the newest
+            # removed one as the producers' state; recovery scans without it
             with contextlib.suppress(OSError):
                 write_summary(self.folder, old.base, old.size, base, self.producers)
             self._active = new
+            self.segments = (*self.segments, (base, new.path))
             old.close()
-            return new
+        if self.on_roll is not None:
+            self.on_roll(self)
+        return new
+
+    def retire(self, count: int) -> tuple[tuple[int, Path], ...]:
+        """Unpublish the `count` oldest segments (never the active one) and
+        return them; the caller unlinks them after a grace period (retention.py)."""
+        with self._lock:
+            count = min(count, len(self.segments) - 1)
+            if count <= 0:
+                return ()
+            victims, self.segments = self.segments[:count], self.segments[count:]
+            self._first = self.segments[0][0]
+            return victims
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
 
     def sync(self) -> int:
         """fdatasync what was appended so far; return the position now durable.
@@ -216,7 +251,9 @@ class StreamLog:
                         f"stream {self.name!r}: fdatasync of {self._active.path} failed: {exc}"
                     ) from exc
                 self._synced = last
-            return self._synced
+            synced = self._synced
+        self.synced_parker.unpark()  # subscribers wait for stored, not written, records
+        return synced
 
     def _check(self) -> None:
         if self._failed is not None:
@@ -227,10 +264,10 @@ class StreamLog:
 
     # ------------------------------------------------------------ producers
 
-    def new_epoch(self, producer: int, *, durable: bool) -> int:
-        """The next epoch for `producer`: 1 + the highest known.  With
-        durable=True (named producers) it is recorded in the epochs file and
-        fdatasynced first, so no restart hands it out again."""
+    def new_epoch(self, producer: int, *, durable: bool, owner: int = 0) -> int:
+        """The next epoch for `producer`: 1 + the highest known, handed to the
+        link instance `owner`.  With durable=True (named producers) it is recorded
+        in the epochs file and fdatasynced first, so no restart hands it out again."""
         if self._failed is not None or self._closed:
             self._check()
         state = self.producers.get(producer)
@@ -239,13 +276,14 @@ class StreamLog:
             raise Error(f"stream {self.name!r}: producer {producer} ran out of epochs")
         if durable:
             try:
-                self._epochs.record(producer, epoch)
+                self._epochs.record(producer, epoch, owner)
             except OSError as exc:
                 raise Error(f"stream {self.name!r}: cannot record an epoch: {exc}") from exc
         if state is None:
-            self.producers[producer] = ProducerState(epoch, 0)
+            self.producers[producer] = ProducerState(epoch, 0, owner)
         else:
             state.epoch = epoch
+            state.owner = owner
         return epoch
 
     def forget(self, producer: int) -> None:
@@ -260,3 +298,5 @@ class StreamLog:
             self._closed = True
             self._active.close()
             self._epochs.close()
+        self.parker.unpark()  # followers in this process move on to watching the files
+        self.synced_parker.unpark()

@@ -9,11 +9,20 @@ crash can tear the active segment only -- never a closed one.
 
 Recovery therefore trusts closed segments' structure and checks it cheaply
 (headers, lengths, positions; a `.sum` snapshot lets it skip even that), and
-scans the active segment in full, CRCs included.  A torn or corrupt tail of
-the active segment is cut (ftruncate + fdatasync) and logged.  Damage that is
-followed by a good batch is not a tail: it is corruption in the middle, and
-recovery refuses with `purelink.Error` rather than cut records that a link
-may already have been told are stored.
+scans the active segment in full, CRCs included.  The active segment is cut
+(ftruncate + fdatasync) at its first torn or corrupt batch, and the cut is
+logged.  That holds even when batches that still pass their CRC follow the
+damage (SPEC section 2.3: the store recovers by itself; a listener that
+refuses to start serves nobody).  A crash never causes that pattern, but a
+power cut can (pages of unsynced writes reach the disk out of order) and so
+can a bad disk, where the batches after the damage may hold records that
+links were told are stored.  So that case is logged at ERROR with what was
+discarded, and the cut bytes are first saved (and synced) next to the
+segment as `<segment>.cut-<offset>` for an operator; a link that was told
+about a discarded record fails loudly with LinkError when it reconnects
+(SPEC section 2.4).  Damage in a closed segment is still refused with
+`purelink.Error` naming the file: a crash cannot cause it, and cutting there
+would drop every later segment.
 """
 
 from __future__ import annotations
@@ -28,16 +37,17 @@ from purelink.errors import Error
 from purelink.protocol.wire import BatchHeader
 
 from .format import (
-    CORRUPT,
+    CHUNK,
+    SEGMENT_SUFFIX,
     SUMMARY_SUFFIX,
     ProducerState,
     ScanState,
     decode_summary,
     encode_summary,
-    has_valid_successor,
     parse_segment_name,
     scan_batches,
     segment_name,
+    valid_after,
 )
 
 __all__ = ["SegmentWriter", "fsync_dir", "list_segments", "recover", "write_summary"]
@@ -150,6 +160,27 @@ def _read_summary(path: Path, base: int) -> tuple[int, int, dict[int, ProducerSt
     return size, summary.next_position, producers
 
 
+def _read_retained_summary(folder: Path, first: int) -> dict[int, ProducerState] | None:
+    """The producers as of position `first`, from the `.sum` that retention kept
+    of the newest segment it removed (its `.seg` is gone; see retention.py)."""
+    best: tuple[int, dict[int, ProducerState]] | None = None
+    with os.scandir(folder) as entries:
+        names = [e.name for e in entries if e.name.endswith(SUMMARY_SUFFIX)]
+    for name in names:
+        base = parse_segment_name(name.removesuffix(SUMMARY_SUFFIX) + SEGMENT_SUFFIX)
+        if base is None or base >= first:
+            continue
+        with contextlib.suppress(OSError):
+            summary = decode_summary((folder / name).read_bytes())
+            if (
+                summary is not None
+                and (summary.next_position, summary.base) == (first, base)
+                and (best is None or base > best[0])
+            ):
+                best = (base, {p: ProducerState(e, q) for p, e, q in summary.producers})
+    return best[1] if best is not None else None
+
+
 def _scan_closed(path: Path, base: int, producers: dict[int, ProducerState]) -> int:
     """Check a closed segment's structure and note its batches; return the
     position after its last record.  Any problem is corruption."""
@@ -181,29 +212,74 @@ def _recover_active(
         for _, _, header in scan_batches(fd, state, size):
             _note(producers, header)
         if state.problem is not None:
-            if state.problem == CORRUPT and has_valid_successor(
-                fd, state.offset, size, state.position
-            ):
-                raise Error(
-                    f"stream {stream!r}: segment {path} is corrupt at offset {state.offset} "
-                    f"({state.detail}) but good batches follow; refusing to cut them "
-                    "(move the damaged file aside to proceed)"
-                )
-            os.ftruncate(fd, state.offset)
-            log.warning(
-                "stream %r: cut %d bytes at offset %d of %s (%s: %s)",
-                stream,
-                size - state.offset,
-                state.offset,
-                path,
-                state.problem,
-                state.detail,
-            )
+            _cut(stream, fd, path, state, size)
         os.fdatasync(fd)  # everything kept is durable before we report it so
     except BaseException:
         os.close(fd)
         raise
     return SegmentWriter(fd, base, path, state.offset), state.position
+
+
+def _cut(stream: str, fd: int, path: Path, state: ScanState, size: int) -> None:
+    """Cut the active segment at the first bad batch, saying what went."""
+    offset = state.offset
+    # even an "incomplete" batch may be a damaged length field with good batches after it
+    found = valid_after(fd, offset, size)
+    if not found.batches:
+        os.ftruncate(fd, offset)
+        log.warning(
+            "stream %r: cut %d bytes at offset %d of %s (%s: %s)",
+            stream,
+            size - offset,
+            offset,
+            path,
+            state.problem,
+            state.detail,
+        )
+        return
+    aside = path.with_name(f"{path.name}.cut-{offset}")
+    try:
+        _save(fd, offset, size, aside)
+        saved = f"the cut bytes are saved in {aside}"
+    except OSError as exc:
+        saved = f"the cut bytes could NOT be saved ({exc})"
+    os.ftruncate(fd, offset)
+    log.error(
+        "stream %r: cut %d bytes at offset %d of %s (%s: %s); DAMAGE IN THE MIDDLE: "
+        "%d batches (%d records, positions %d-%d) after the damage passed their CRC "
+        "and were discarded with it; records that links were told are stored may be "
+        "among them (a running link that was told fails with LinkError on reconnect); %s",
+        stream,
+        size - offset,
+        offset,
+        path,
+        state.problem,
+        state.detail,
+        found.batches,
+        found.records,
+        found.first_position,
+        found.last_position,
+        saved,
+    )
+
+
+def _save(fd: int, offset: int, end: int, aside: Path) -> None:
+    """Copy bytes [offset, end) of fd into `aside`, durably."""
+    out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        at = offset
+        while at < end:
+            chunk = os.pread(fd, min(CHUNK, end - at), at)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+            at += len(chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)
+    fsync_dir(aside.parent)
 
 
 def recover(
@@ -223,6 +299,9 @@ def recover(
             producers.update(snapshot)
             start = i + 1
             break
+    else:  # retention removed older segments: start from the state they left
+        if position > 1:
+            producers.update(_read_retained_summary(folder, position) or {})
     for base, path in segments[start:]:
         if base != position:
             raise Error(

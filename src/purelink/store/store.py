@@ -21,6 +21,12 @@ that fails its checks as corruption (raised, with the file and offset).
 Reads seek with a sparse per-segment index -- (position, offset) every
 `INDEX_EVERY` bytes, built by scanning once and extended as the file grows --
 and then read 1 MiB at a time, slicing records out of each verified batch.
+
+Readers in the writer's process find the writer (`_LIVE`, by real path) and
+use its published segment table instead of listing the folder; each read
+registers with the DataDir's grace domain and is online only while it looks a
+segment up and opens its own fd on it, so retention (retention.py) never
+unlinks a file a reader is about to open.  `read(follow=True)` is follow.py.
 """
 
 from __future__ import annotations
@@ -28,19 +34,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import threading
+import time
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from purelink.errors import Closed, Error
+from purelink.primitives.grace import GraceReader
+from purelink.protocol.names import NAME_RE, validate_stream_name
 from purelink.protocol.wire import batch_records
 
+from .follow import follow_records
 from .format import CORRUPT, LOCK_FILE, STREAMS_DIR, ScanState, has_valid_successor, scan_batches
 from .log import StreamLog
+from .retention import Retention, RetentionPolicy
 from .segment import fsync_dir, list_segments
 
 __all__ = [
@@ -52,24 +62,16 @@ __all__ = [
     "validate_stream_name",
 ]
 
-STREAM_NAME_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}", re.ASCII)
+STREAM_NAME_RE: Final = NAME_RE
 """A stream name (SPEC section 1): 1-200 of [A-Za-z0-9._-], not starting with '.'
-(so never '.', '..' or a hidden file), matched with fullmatch."""
+(so never '.', '..' or a hidden file), matched with fullmatch.  The one rule
+lives in purelink.protocol.names, shared with the listener core."""
 
 INDEX_EVERY: Final = 64 << 10
 """Bytes between two entries of a reader's sparse index."""
 
-
-def validate_stream_name(name: str) -> str:
-    """Return `name` if it is a valid stream name, else raise ValueError."""
-    if not isinstance(name, str):
-        raise TypeError(f"stream name must be str, not {type(name).__name__}")
-    if STREAM_NAME_RE.fullmatch(name) is None:
-        raise ValueError(
-            f"bad stream name {name[:40]!r}: use 1-200 characters of A-Z a-z 0-9 . _ -, "
-            "not starting with '.'"
-        )
-    return name
+_LIVE: dict[str, DataDir] = {}
+"""The open DataDirs of this process, by the real path of their directory."""
 
 
 # ====================================================================== writer
@@ -84,14 +86,32 @@ class DataDir:
         *,
         segment_bytes: int = 64 << 20,
         max_streams: int = 10_000,
+        retain_bytes: int | None = None,
+        retain_age: float | None = None,
+        retention: Mapping[str, tuple[int | None, float | None]] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        """Create the directory if missing, lock it, and open (recover) every stream."""
+        """Create the directory if missing, lock it, and open (recover) every stream.
+
+        `retain_bytes`/`retain_age` are the default retention of every stream,
+        `retention` maps a stream to its own (bytes, age); see retention.py.
+        """
         self.path = Path(path)
         """The data directory."""
         self._segment_bytes = segment_bytes
         self._max_streams = max_streams
         self._logs: dict[str, StreamLog] = {}
         self._streams = self.path / STREAMS_DIR
+        self._key: str | None = None
+        self.retention = Retention(
+            lambda: list(self._logs.values()),
+            RetentionPolicy(retain_bytes, retain_age),
+            {validate_stream_name(k): RetentionPolicy(*v) for k, v in (retention or {}).items()},
+            clock=clock,
+        )
+        """Removes old segments (on a thread of its own only while a policy is set)."""
+        self.grace = self.retention.grace
+        """Store readers of this process register here; retention waits for them."""
         try:
             self._streams.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -115,6 +135,10 @@ class DataDir:
         except BaseException:
             self.close()
             raise
+        self._key = os.path.realpath(self.path)
+        _LIVE[self._key] = self
+        if self.retention.active:
+            self.retention.start()
 
     def __enter__(self) -> DataDir:
         return self
@@ -124,6 +148,7 @@ class DataDir:
 
     def _open(self, name: str) -> StreamLog:
         log = StreamLog(self._streams / name, name, segment_bytes=self._segment_bytes)
+        log.on_roll = self.retention.wake
         self._logs[name] = log
         return log
 
@@ -154,8 +179,21 @@ class DataDir:
         """Names of the open streams, sorted."""
         return sorted(self._logs)
 
+    def set_retention(
+        self, stream: str, retain_bytes: int | None = None, retain_age: float | None = None
+    ) -> None:
+        """Give `stream` its own retention (None, None: keep everything); a pass follows."""
+        self.retention.set_policy(
+            validate_stream_name(stream), RetentionPolicy(retain_bytes, retain_age)
+        )
+        if self.retention.active and self._lock_fd is not None:
+            self.retention.start()
+
     def close(self) -> None:
         """Close every log (no sync: the listener syncs first) and release the lock."""
+        if self._key is not None and _LIVE.get(self._key) is self:
+            del _LIVE[self._key]
+        self.retention.close()
         for log in self._logs.values():
             log.close()
         if self._lock_fd is not None:
@@ -220,6 +258,7 @@ class Store:
         self._streams = self.path / STREAMS_DIR
         self._indexes: dict[str, dict[Path, _SegmentIndex]] = {}
         self._lock = threading.Lock()
+        self._key = os.path.realpath(self.path)
 
     def __repr__(self) -> str:
         return f"<Store {str(self.path)!r}>"
@@ -236,13 +275,26 @@ class Store:
             if STREAM_NAME_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
         )
 
+    def _writer(self, stream: str) -> tuple[DataDir, StreamLog] | None:
+        """The open writer of `stream` when it runs in this process."""
+        data = _LIVE.get(self._key)
+        if data is None:
+            return None
+        log = data._logs.get(stream)
+        return None if log is None or log.closed else (data, log)
+
     def _segments(self, stream: str) -> list[_SegmentIndex]:
-        """The stream's segments now, with what earlier calls learned of them."""
+        """The stream's segments now, with what earlier calls learned of them:
+        the writer's published table in its process, else the folder's listing."""
         validate_stream_name(stream)
-        try:
-            found = list_segments(self._streams / stream)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        writer = self._writer(stream)
+        if writer is not None:
+            found: list[tuple[int, Path]] | tuple[tuple[int, Path], ...] = writer[1].segments
+        else:
+            try:
+                found = list_segments(self._streams / stream)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
         with self._lock:
             old = self._indexes.get(stream, {})
             new = {path: old.get(path) or _SegmentIndex(base, path) for base, path in found}
@@ -250,14 +302,23 @@ class Store:
             return list(new.values())
 
     def last(self, stream: str) -> int:
-        """Position of the last record stored (0 when empty or unknown)."""
-        segments = self._segments(stream)
-        if not segments:
-            return 0
-        index = segments[-1]
-        with _open(index.path) as fd:
-            self._extend(index, fd, os.fstat(fd).st_size, None, closed=False)
-        return index.end_position - 1
+        """Position of the last record stored (0 when empty or unknown): what a
+        read would reach, from the last segment's whole batches."""
+        for _ in range(3):  # the last segment may roll and be retained away as we look
+            segments = self._segments(stream)
+            if not segments:
+                return 0
+            index = segments[-1]
+            try:
+                fd = _open_fd(index.path)
+            except FileNotFoundError:
+                continue
+            try:
+                self._extend(index, fd, os.fstat(fd).st_size, None, closed=False)
+            finally:
+                os.close(fd)
+            return index.end_position - 1
+        raise Error(f"stream {stream!r}: its last segment keeps disappearing")
 
     def first(self, stream: str) -> int:
         """Position of the first record retained (0 when empty or unknown)."""
@@ -277,35 +338,38 @@ class Store:
         return StreamInfo(stream, first, last, last - first + 1 if first else 0, size)
 
     def read(
-        self, stream: str, start: int = 1, stop: int | None = None
+        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
     ) -> Iterator[tuple[int, bytes]]:
         """(position, payload) of records from `start` (inclusive) to `stop`
-        (exclusive; None = all stored when called), in order.
+        (exclusive; None = all stored when called), in order.  With
+        follow=True, wait for more records instead of ending (until `stop`):
+        see follow.py for how it waits.
 
         Raises ValueError for start < 1 or a bad name, and purelink.Error when
-        `start` is below the first retained position or the stream is
-        corrupt (naming the file and offset).  An unknown stream is empty.
+        `start` is below the first retained position (also when retention
+        overtakes a slow reader: never a gap) or the stream is corrupt
+        (naming the file and offset).  An unknown stream is empty.
         """
         if start < 1:
             raise ValueError(f"start must be >= 1, not {start}")
         segments = self._segments(stream)
+        if segments and start < segments[0].base:
+            raise _overtaken(stream, segments[0].base, start)
+        if follow:
+            return follow_records(self, stream, start, stop)
         if not segments or (stop is not None and stop <= start):
             return iter(())
-        if start < segments[0].base:
-            raise Error(
-                f"stream {stream!r}: records retained start at {segments[0].base}, "
-                f"cannot read from {start}"
-            )
         bases = [s.base for s in segments]
         i = max(bisect_right(bases, start) - 1, 0)
         try:
             snapshot = segments[-1].path.stat().st_size
         except FileNotFoundError:
             snapshot = 0
-        return self._records(segments[i:], start, stop, snapshot)
+        return self._records(stream, segments[i:], start, stop, snapshot)
 
     def _records(
         self,
+        stream: str,
         segments: list[_SegmentIndex],
         start: int,
         stop: int | None,
@@ -313,34 +377,51 @@ class Store:
     ) -> Iterator[tuple[int, bytes]]:
         limit = stop if stop is not None else 1 << 64
         expected = segments[0].base
-        for k, index in enumerate(segments):
-            closed = k + 1 < len(segments)
-            if index.base != expected:
-                raise Error(
-                    f"segment {index.path} starts at position {index.base} "
-                    f"where position {expected} should come next"
-                )
-            with _open(index.path) as fd:
-                end = os.fstat(fd).st_size if closed else snapshot
-                if start >= index.end_position:
-                    self._extend(index, fd, end, start, closed=closed)
-                with self._lock:  # another thread may be extending this index
-                    offset, position = index.seek(max(start, index.base))
-                state = ScanState(offset, position)
-                for _, batch, header in scan_batches(fd, state, end):
-                    pos, count = header.position, header.count
-                    if pos + count <= start:
-                        continue
-                    if pos >= limit:
-                        return
-                    records = batch_records(batch, header)
-                    lo = start - pos if start > pos else 0
-                    hi = limit - pos if limit < pos + count else count
-                    if lo or hi < count:
-                        records = records[lo:hi]
-                    yield from zip(range(pos + lo, pos + hi), records, strict=True)
-                self._judge(index, fd, state, end, closed=closed)
-            expected = state.position
+        opener = _SegmentOpener(self, stream)
+        try:
+            for k, index in enumerate(segments):
+                if index.base != expected:
+                    raise Error(
+                        f"segment {index.path} starts at position {index.base} "
+                        f"where position {expected} should come next"
+                    )
+                fd = opener.open(index, max(start, expected))
+                try:
+                    expected = yield from self._segment_records(
+                        index, fd, start, limit, snapshot, closed=k + 1 < len(segments)
+                    )
+                finally:
+                    os.close(fd)
+                if expected >= limit:
+                    return
+        finally:
+            opener.close()
+
+    def _segment_records(
+        self, index: _SegmentIndex, fd: int, start: int, limit: int, snapshot: int, *, closed: bool
+    ) -> Generator[tuple[int, bytes], None, int]:
+        """Yield the records of one segment in [start, limit); return the
+        position that follows the last batch read."""
+        end = os.fstat(fd).st_size if closed else snapshot
+        if start >= index.end_position:
+            self._extend(index, fd, end, start, closed=closed)
+        with self._lock:  # another thread may be extending this index
+            offset, position = index.seek(max(start, index.base))
+        state = ScanState(offset, position)
+        for _, batch, header in scan_batches(fd, state, end):
+            pos, count = header.position, header.count
+            if pos + count <= start:
+                continue
+            if pos >= limit:
+                return pos
+            records = batch_records(batch, header)
+            lo = start - pos if start > pos else 0
+            hi = limit - pos if limit < pos + count else count
+            if lo or hi < count:
+                records = records[lo:hi]
+            yield from zip(range(pos + lo, pos + hi), records, strict=True)
+        self._judge(index, fd, state, end, closed=closed)
+        return state.position
 
     def _extend(
         self, index: _SegmentIndex, fd: int, end: int, until: int | None, *, closed: bool
@@ -377,14 +458,63 @@ class Store:
             raise Error(f"segment {index.path} is corrupt at offset {state.offset}: {state.detail}")
 
 
-@contextlib.contextmanager
-def _open(path: Path) -> Iterator[int]:
-    """A read-only fd on a segment, closed on exit."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise Error(f"segment {path} was removed while reading") from None
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+def _overtaken(stream: str, first: int, position: int) -> Error:
+    return Error(
+        f"stream {stream!r}: records retained start at {first}, cannot read from {position}"
+    )
+
+
+class _SegmentOpener:
+    """Opens a reader's own fd on each segment it reads, safely against retention.
+
+    In the writer's process: the reader is registered with the DataDir's grace
+    domain, comes online, checks the segment is still in the published table,
+    opens it and goes offline again, so retention (which unpublishes, waits for
+    a grace period, then unlinks) cannot unlink it in between.  Offline the
+    rest of the time -- also while the caller holds the iterator between two
+    records -- it never holds a grace period up.  In another process a lost
+    race with the unlink is reported the same way: never a gap.
+    """
+
+    __slots__ = ("_reader", "_store", "_stream")
+
+    def __init__(self, store: Store, stream: str) -> None:
+        self._store = store
+        self._stream = stream
+        self._reader: GraceReader | None = None
+
+    def open(self, index: _SegmentIndex, position: int) -> int:
+        """A read-only fd on the segment; purelink.Error if retention removed it."""
+        writer = self._store._writer(self._stream)
+        if writer is None:
+            try:
+                return _open_fd(index.path)
+            except FileNotFoundError:
+                segments = self._store._segments(self._stream)
+                first = segments[0].base if segments else 0
+                raise _overtaken(self._stream, first, position) from None
+        data, log = writer
+        reader = self._reader
+        if reader is None or reader.domain is not data.grace:
+            self.close()
+            reader = self._reader = data.grace.register("store-reader", online=False)
+        reader.online()
+        try:
+            table = log.segments
+            if index.base < table[0][0]:
+                raise _overtaken(self._stream, table[0][0], position)
+            try:
+                return _open_fd(index.path)
+            except FileNotFoundError:  # not retention's doing: somebody removed it
+                raise Error(f"segment {index.path} was removed while reading") from None
+        finally:
+            reader.offline()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.unregister()
+            self._reader = None
+
+
+def _open_fd(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)

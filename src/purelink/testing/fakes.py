@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..protocol import wire
+from ..protocol.names import validate_stream_name
 
 __all__ = ["FakeClock", "FakeNet", "MemoryStore", "NetConfig"]
 
@@ -111,12 +112,11 @@ class MemoryStore:
         self.synced: dict[str, int] = {}
         self.epochs: dict[tuple[str, int], int] = {}
         self.durable_epochs: dict[tuple[str, int], int] = {}
+        self.owners: dict[tuple[str, int], int] = {}
+        self.durable_owners: dict[tuple[str, int], int] = {}
 
     def _check(self, stream: str) -> None:
-        if not stream or len(stream) > 200 or stream.startswith("."):
-            raise ValueError(f"bad stream name {stream!r}")
-        if not all(c.isascii() and (c.isalnum() or c in "._-") for c in stream):
-            raise ValueError(f"bad stream name {stream!r}")
+        validate_stream_name(stream)  # the store's own rule, so fakes and store agree
 
     def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
         """StoreView: (epoch, last seq) of a producer."""
@@ -131,12 +131,18 @@ class MemoryStore:
                 epoch = max(epoch, h.epoch)
         return epoch, last
 
-    def new_epoch(self, stream: str, pid: int, durable: bool) -> int:
+    def epoch_owner(self, stream: str, pid: int) -> int:
+        """StoreView: the link instance the producer's highest epoch went to."""
+        return self.owners.get((stream, pid), 0)
+
+    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
         """StoreView: the next epoch."""
         epoch = max(self.epochs.get((stream, pid), 0), self.producer_state(stream, pid)[0]) + 1
         self.epochs[(stream, pid)] = epoch
+        self.owners[(stream, pid)] = owner
         if durable:
             self.durable_epochs[(stream, pid)] = epoch
+            self.durable_owners[(stream, pid)] = owner
         return epoch
 
     def append(self, stream: str, writes: list[tuple[bytes | memoryview, wire.BatchHeader]]) -> int:
@@ -167,6 +173,7 @@ class MemoryStore:
             keep = self.synced.get(stream, 0)
             self.batches[stream] = [(p, d) for p, d in log if p <= keep]
         self.epochs = dict(self.durable_epochs)
+        self.owners = dict(self.durable_owners)
 
     def records(self, stream: str) -> list[tuple[int, int, int, bytes]]:
         """(position, producer, seq, payload) of every stored record."""

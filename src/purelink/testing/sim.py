@@ -105,6 +105,7 @@ class Simulation:
         """The listener is down: datagrams to it vanish until restart_listener()."""
         self.store.crash()
         self.core = None
+        self._next_sync = None  # a sync pending would stay due forever: time would stop
 
     def _push(self, link: SimLink) -> None:
         s = link.sender
@@ -136,7 +137,10 @@ class Simulation:
                 core.synced(stream, self.store.sync(stream))
             elif self._next_sync is None:
                 self._next_sync = now + self.sync_interval
-        for data, addr in core.datagrams_to_send(now):
+        # The core answers sessions in the order of a set of random conn ids; sort by
+        # address so that the network's RNG meets the answers in the same order on
+        # every run, and a seed is the same run each time (a failing seed reproduces).
+        for data, addr in sorted(core.datagrams_to_send(now), key=lambda item: item[1]):
             self.net.send(data, ("listener", 0), addr[0] + ":" + str(addr[1]), now, up=False)
 
     def step(self) -> bool:

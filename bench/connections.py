@@ -1,0 +1,304 @@
+"""`purelink bench connections`: 10,000 short-lived tcp:// links, 200 at a time (SPEC section 8).
+
+Workload (io_uring's multishot-accept test, made durable): a client process
+(this one) runs `--concurrency` threads; each, `--links` times in all,
+connects a tcp:// link, queues one 128 B record, waits until the listener
+says it is stored (fdatasync'ed: `--sync batch`), and closes the link.  The
+listener runs in its own process, `purelink serve --no-udp --tcp 127.0.0.1:0`.
+
+Variants:
+
+* `drained accept` (the product): after one readiness event of the listening
+  socket the listener accepts until EAGAIN, at most 64 (mechanism 3);
+* `one accept per event` (the "before"): the same `purelink serve`, run with
+  the listener's private `ACCEPT_BUDGET` set to 1 before it starts, so every
+  accept costs one epoll wakeup;
+* `uvloop echo` (the yardstick, `pip install '.[bench]'`): an asyncio
+  Protocol echo server on uvloop in its own process; the same client shape
+  with plain sockets: connect, send 128 B, read the 128 B back, close.  It
+  stores nothing.
+
+What is reported, per variant, the median (min-max) of `--repeat` runs of
+`--links` connections (after a warm-up of `--concurrency` connections that is
+not counted):
+
+* server CPU us per connection: the server process's CPU time (every thread:
+  for purelink the loop and the sync thread, user + system, from
+  /proc/PID/task/*/schedstat) over the run, divided by the connections;
+* connections/s: connections / wall time of the run;
+* accepts per event: accepts / readiness events of the listening socket
+  (purelink only; from the counters `purelink serve` prints when it stops,
+  over all runs), and the pool's hits and misses.
+
+Target (SPEC section 8): purelink's CPU per connection <= the echo server's,
+while purelink also stores every record durably.  The client is the same
+Python process for all variants and is usually the bottleneck on 2 cores,
+so connections/s says more about the client than about the servers; CPU per
+connection is the figure that compares the servers.
+
+Run from the checkout root: `python -m bench.connections [--links N]
+[--concurrency C] [--json]`, or `purelink bench connections`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import purelink
+
+from ._common import Report, Summary, base_parser, process_cpu_ns, summarize
+
+__all__ = ["VARIANTS", "main"]
+
+VARIANTS = ("drained accept", "one accept per event", "uvloop echo")
+RECORD = b"r" * 128
+TIMEOUT = 60.0
+STOPPED_PREFIX = "purelink serve: stopped "
+
+# `purelink serve` with the naive accept: the private knob is set before the
+# listener is made, then the real command line runs.
+_NAIVE_SERVE = (
+    "import sys, purelink.listener_tcp as t; t.ACCEPT_BUDGET = 1; "
+    "from purelink.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+_ECHO_SERVER = """
+import asyncio, uvloop
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+    def data_received(self, data):
+        self.transport.write(data)
+
+async def serve():
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Echo, "127.0.0.1", 0, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    print(f"echo listening tcp=127.0.0.1:{port}", flush=True)
+    await asyncio.Event().wait()
+
+uvloop.run(serve())
+"""
+
+
+class Child:
+    """A server process that prints `... tcp=HOST:PORT ...` when ready."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="purelink-bench-conn-"))
+        self.log_path = self.workdir / "stderr.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in close()
+        self.proc = subprocess.Popen(
+            [c.replace("{DATA}", str(self.workdir / "data")) for c in command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        self.address = self._ready()
+
+    def _ready(self) -> tuple[str, int]:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + TIMEOUT
+        buf = b""
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([fd], [], [], max(left, 0))
+            chunk = os.read(fd, 4096) if readable else b""
+            if not chunk:
+                self.close()
+                raise RuntimeError(f"server not ready: {self.log_path.read_text()[-500:]}")
+            buf += chunk
+        line = buf.split(b"\n", 1)[0].decode()
+        host, _, port = line.split("tcp=", 1)[1].split()[0].rpartition(":")
+        return host.strip("[]"), int(port)
+
+    def cpu_ns(self) -> int:
+        return process_cpu_ns(self.proc.pid)
+
+    def stop(self) -> dict[str, Any]:
+        """SIGTERM; the counters of `purelink serve`'s stopped line (if any)."""
+        self.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=TIMEOUT)
+        self._log.close()
+        stats: dict[str, Any] = {}
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith(STOPPED_PREFIX):
+                stats = json.loads(line[len(STOPPED_PREFIX) :])
+        return stats
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not self._log.closed:
+            self._log.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _short_link(url: str) -> None:
+    link = purelink.connect(url, stream="bench", capacity=16, timeout=TIMEOUT)
+    link.queue(RECORD)
+    if not link.wait_stored(timeout=TIMEOUT):
+        raise RuntimeError("a record was not stored in time")
+    link.close(timeout=TIMEOUT)
+
+
+def _echo_once(address: tuple[str, int]) -> None:
+    with socket.create_connection(address, timeout=TIMEOUT) as sock:
+        sock.sendall(RECORD)
+        got = 0
+        while got < len(RECORD):
+            data = sock.recv(4096)
+            if not data:
+                raise RuntimeError("the echo server closed early")
+            got += len(data)
+
+
+def _run(task: Callable[[], None], count: int, concurrency: int) -> float:
+    """Run `task` `count` times, `concurrency` at a time; wall seconds."""
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        futures = [pool.submit(task) for _ in range(count)]
+        for future in futures:
+            future.result(timeout=TIMEOUT * 4)
+    return time.perf_counter() - start
+
+
+def _variant(
+    name: str, links: int, concurrency: int, repeat: int, sync: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    if name == "uvloop echo":
+        command = [sys.executable, "-c", _ECHO_SERVER]
+    else:
+        serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
+        if name == "drained accept":
+            command = [sys.executable, "-m", "purelink", *serve]
+        else:
+            command = [sys.executable, "-c", _NAIVE_SERVE, *serve]
+    child = Child(command)
+    try:
+        if name == "uvloop echo":
+            address = child.address
+
+            def task() -> None:
+                _echo_once(address)
+        else:
+            url = "tcp://%s:%d" % child.address
+
+            def task() -> None:
+                _short_link(url)
+
+        _run(task, concurrency, concurrency)  # warm-up, not counted
+        cpu: list[float] = []
+        rate: list[float] = []
+        for _ in range(repeat):
+            before = child.cpu_ns()
+            wall = _run(task, links, concurrency)
+            cpu.append((child.cpu_ns() - before) / links / 1000)
+            rate.append(links / wall)
+        stats = child.stop()
+        if name != "uvloop echo":
+            stored = sum(1 for _ in purelink.Store(child.workdir / "data").read("bench"))
+            expected = links * repeat + concurrency
+            if stored != expected:
+                raise RuntimeError(f"{name}: {stored} records stored, {expected} expected")
+    finally:
+        child.close()
+    row: dict[str, Any] = {
+        "variant": name,
+        "server CPU us/conn": summarize(cpu, "us"),
+        "conns/s": summarize(rate, "connections/s"),
+    }
+    if stats:
+        row["accepts/event"] = stats["accepts"] / max(stats["accept_drains"], 1)
+        row["pool hits"] = stats["pool_hits"]
+        row["pool misses"] = stats["pool_misses"]
+    return row, stats
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = base_parser("connections", "short-lived tcp:// links, listener CPU per connection")
+    parser.add_argument("--links", type=int, default=10_000, help="connections per run")
+    parser.add_argument("--concurrency", type=int, default=200, help="connections at a time")
+    parser.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}"
+    )
+    args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if args.links < 1 or args.concurrency < 1 or args.repeat < 1 or set(variants) - set(VARIANTS):
+        parser.error("--links, --concurrency and --repeat must be positive; variants as listed")
+    with contextlib.suppress(ValueError, OSError):  # 200 links take ~1,000 descriptors
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    report = Report(
+        "connections",
+        f"{args.links:,} short tcp:// links (connect, queue 128 B, stored, close), "
+        f"{args.concurrency} at a time",
+        parameters={
+            "links": args.links,
+            "concurrency": args.concurrency,
+            "repeat": args.repeat,
+            "sync": args.sync,
+        },
+        columns=[
+            "variant",
+            "server CPU us/conn",
+            "conns/s",
+            "accepts/event",
+            "pool hits",
+            "pool misses",
+        ],
+    )
+    cpu: dict[str, Summary] = {}
+    for name in variants:
+        if name == "uvloop echo":
+            try:
+                import uvloop  # noqa: F401, PLC0415 -- only to see that it is there
+            except ImportError:
+                report.notes.append("uvloop echo: skipped (pip install '.[bench]')")
+                continue
+        row, stats = _variant(name, args.links, args.concurrency, args.repeat, args.sync)
+        report.add(**row)
+        cpu[name] = row["server CPU us/conn"]
+        if stats:
+            report.extra[name] = stats
+    after, before, echo = (cpu.get(v) for v in VARIANTS)
+    if after is not None and before is not None:
+        report.notes.append(
+            f"drained accept / one accept per event: {after.median / before.median:.2f} "
+            "x the CPU per connection"
+        )
+    if after is not None and echo is not None:
+        met = "met" if after.median <= echo.median else "NOT met"
+        report.notes.append(
+            f"purelink (stores, fdatasync) / uvloop echo (stores nothing): "
+            f"{after.median / echo.median:.2f} x the CPU per connection (target <= 1: {met})"
+        )
+    report.emit(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,289 @@
+"""`purelink bench drain`: a backlog drains from a link to a listener in ONE process (SPEC 8).
+
+Workload: a real `purelink.Listener` (its drain loop, GRO, buffer pool,
+protocol core, answers; `sync="none"`) and a real link, both in this process,
+on loopback.  200,000 distinct records of 61 B are queued while the link
+thread is held asleep (bench/_links.py `held`), so the whole backlog is
+there before the link may send; then the link thread is woken and the clock
+runs until the link is told the last record is stored.
+
+What is and is not measured:
+
+* measured: the link thread taking the ring, packing batches and datagrams,
+  pacing by its window, sending (GSO or not); the listener thread receiving
+  until EAGAIN, splitting GRO buffers, decoding and checking every datagram
+  (CRC-32C), ordering and deduplicating, handing in-order batches to the
+  store, answering; the link thread reading answers and telling the owner.
+  Both threads share one interpreter and so one GIL, as the workload says;
+* not measured: the store.  `Listener.start` is given a null data directory
+  (`NullDataDir` below, patched in only while `start` runs): `append` only
+  counts the records and returns the last position, nothing is written, and
+  with `sync="none"` "stored" follows at once.  The disk is measured by
+  `queue` (a listener process with `sync=batch`).
+
+Reported per variant, as median (min-max) of `--repeat` runs: records/s
+(release of the backlog -> told the last one stored), CPU ns per record of
+the link thread and of the listener thread (each thread's own CPU clock,
+`pthread_getcpuclockid`), of the whole process, datagrams, send calls,
+listener receive calls.  Variants: `after` (UDP GSO on the link, GRO on the
+listener), `send-per-datagram` (no GSO), `no-gro` (GSO, but the listener
+socket without UDP_GRO, so one receive per datagram).
+
+Run from the checkout root: `python -m bench.drain [--records N] [--json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import purelink.listener as listener_module
+from purelink import Listener
+from purelink.protocol.wire import BatchHeader
+from purelink.store.format import ProducerState
+
+from ._common import (
+    Report,
+    Summary,
+    base_parser,
+    make_records,
+    ratio,
+    self_cpu_ns,
+    summarize,
+    thread_cpu_ns,
+)
+from ._links import held, no_gso, open_link
+
+__all__ = ["RATE_TARGET", "VARIANTS", "NullDataDir", "main", "run_drain"]
+
+RATE_TARGET = 3_000_000.0
+TOLD_TIMEOUT = 120.0
+SOL_UDP = 17
+UDP_GRO = 104
+
+VARIANTS: dict[str, str] = {
+    "after": "UDP GSO on the link, UDP GRO on the listener",
+    "send-per-datagram": "one send() per datagram (no GSO)",
+    "no-gro": "GSO on the link, the listener socket without UDP_GRO",
+}
+
+
+class NullLog:
+    """A stream log that stores nothing: positions are counted, nothing is written."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.producers: dict[int, ProducerState] = {}
+        self.last_position = 0
+        self.appends = 0
+
+    def append(self, batches: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
+        self.appends += 1
+        self.last_position += sum(h.count for _, h in batches)
+        return self.last_position
+
+    def sync(self) -> int:
+        return self.last_position
+
+    def new_epoch(self, producer: int, *, durable: bool, owner: int = 0) -> int:
+        state = self.producers.get(producer)
+        epoch = (state.epoch if state is not None else 0) + 1
+        self.producers[producer] = ProducerState(epoch, state.last_seq if state else 0)
+        return epoch
+
+    def forget(self, producer: int) -> None:
+        self.producers.pop(producer, None)
+
+    def close(self) -> None:
+        pass
+
+
+class NullDataDir:
+    """What `Listener` needs of a `DataDir`, with `NullLog` streams."""
+
+    def __init__(self, path: object, **options: object) -> None:  # DataDir's keywords, ignored
+        self._logs: dict[str, NullLog] = {}
+
+    def stream(self, name: str, *, create: bool = True) -> NullLog:
+        log = self._logs.get(name)
+        if log is None:
+            if not create:
+                raise KeyError(name)
+            log = self._logs[name] = NullLog(name)
+        return log
+
+    def streams(self) -> list[str]:
+        return sorted(self._logs)
+
+    def close(self) -> None:
+        pass
+
+
+def start_null_listener() -> Listener:
+    """A started Listener on 127.0.0.1 (any port), sync="none", with a NullDataDir."""
+    if not hasattr(listener_module, "DataDir"):
+        raise RuntimeError("purelink.listener.DataDir moved: update bench/drain.py")
+    listener = Listener(
+        Path(tempfile.gettempdir()) / "purelink-null-store", udp="127.0.0.1:0", sync="none"
+    )
+    real = listener_module.DataDir
+    listener_module.DataDir = NullDataDir  # patched for start() only
+    try:
+        listener.start()
+    finally:
+        listener_module.DataDir = real
+    return listener
+
+
+class _Told:
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.at = 0
+
+    def __call__(self, seq: int) -> None:
+        if seq >= self.last and not self.at:
+            self.at = time.perf_counter_ns()
+
+
+def run_drain(variant: str, records: list[bytes]) -> dict[str, Any]:
+    """One run: a fresh listener and link, the backlog queued held, then drained."""
+    n = len(records)
+    listener = start_null_listener()
+    try:
+        assert listener.udp_address is not None
+        host, port = listener.udp_address
+        told = _Told(n)
+        link = open_link(f"udp://{host}:{port}", "after", on_stored=told)
+        try:
+            if variant == "send-per-datagram":
+                no_gso(link)
+            if variant == "no-gro":
+                sock = listener._sock
+                assert sock is not None
+                sock.setsockopt(SOL_UDP, UDP_GRO, 0)
+                listener._gro = False
+            before = listener.stats()
+            link_stats0 = link.stats()
+            listener_thread = listener._thread
+            assert listener_thread is not None
+            with held(link) as taken:
+                queue = link.queue
+                for record in records:
+                    queue(record)
+                early = link._taken != taken
+                link_cpu0 = thread_cpu_ns(link._thread)
+                listener_cpu0 = thread_cpu_ns(listener_thread)
+                process_cpu0 = self_cpu_ns()
+                t0 = time.perf_counter_ns()
+            if not link.wait_stored(link.queued, timeout=TOLD_TIMEOUT):
+                raise RuntimeError(f"only {link.stored:,} of {n:,} stored in {TOLD_TIMEOUT} s")
+            t1 = told.at or time.perf_counter_ns()
+            link_cpu1 = thread_cpu_ns(link._thread)
+            listener_cpu1 = thread_cpu_ns(listener_thread)
+            process_cpu1 = self_cpu_ns()
+            stats = link.stats()
+            after = listener.stats()
+        finally:
+            link.close(timeout=10)
+    finally:
+        listener.close()
+    return {
+        "rate": n / ((t1 - t0) / 1e9),
+        "seconds": (t1 - t0) / 1e9,
+        "link_cpu_ns": (link_cpu1 - link_cpu0) / n,
+        "listener_cpu_ns": (listener_cpu1 - listener_cpu0) / n,
+        "process_cpu_ns": (process_cpu1 - process_cpu0) / n,
+        "datagrams": stats.datagrams - link_stats0.datagrams,
+        "send_calls": stats.send_calls - link_stats0.send_calls,
+        "retransmits": stats.retransmits - link_stats0.retransmits,
+        "recv_calls": after.recv_calls - before.recv_calls,
+        "drains": after.drains - before.drains,
+        "gro": after.gro,
+        "gso": stats.gso,
+        "taken_early": early,
+    }
+
+
+def _s(runs: list[dict[str, Any]], key: str, unit: str = "") -> Summary:
+    return summarize((r[key] for r in runs), unit)
+
+
+def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> Report:
+    report = Report(
+        "drain",
+        f"a backlog of {args.records:,} records of {args.size} B drains; link and listener "
+        "in one process, no store",
+        parameters={"records": args.records, "size": args.size, "repeat": args.repeat},
+    )
+    for variant, rs in runs.items():
+        report.add(
+            variant=variant,
+            records_per_s=_s(rs, "rate", "records/s"),
+            link_cpu_ns=_s(rs, "link_cpu_ns", "ns/record"),
+            listener_cpu_ns=_s(rs, "listener_cpu_ns", "ns/record"),
+            process_cpu_ns=_s(rs, "process_cpu_ns", "ns/record"),
+            datagrams=_s(rs, "datagrams"),
+            send_calls=_s(rs, "send_calls"),
+            recv_calls=_s(rs, "recv_calls"),
+            retransmits=_s(rs, "retransmits"),
+        )
+    report.extra = {"runs": runs}
+    after = runs.get("after")
+    if after:
+        rate = _s(after, "rate").median
+        report.notes.append(
+            f"drain {rate:,.0f} records/s (target >= {RATE_TARGET:,.0f}): "
+            + ("met" if rate >= RATE_TARGET else "NOT met")
+        )
+        for before in ("send-per-datagram", "no-gro"):
+            if before in runs:
+                report.notes.append(
+                    f"after / {before}: records/s "
+                    f"x{ratio(_s(after, 'rate'), _s(runs[before], 'rate')):.2f}"
+                )
+    if any(r["taken_early"] for rs in runs.values() for r in rs):
+        report.notes.append("note: in some runs the link thread took records before the release")
+    report.notes.append(
+        "CPU ns per record: each thread's own CPU clock from release to told; "
+        "cells are median (min-max) over the runs"
+    )
+    return report
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = base_parser("drain", "a backlog drains; link and listener in one process, no store")
+    parser.add_argument("--records", type=int, default=200_000, metavar="N")
+    parser.add_argument("--size", type=int, default=61, metavar="B", help="bytes per record")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, of: {', '.join(VARIANTS)} (default all)",
+    )
+    args = parser.parse_args(list(argv))
+    args.variant_list = [v for v in args.variants.split(",") if v]
+    for v in args.variant_list:
+        if v not in VARIANTS:
+            parser.error(f"unknown variant {v!r}")
+    if args.records < 1 or args.repeat < 1:
+        parser.error("--records and --repeat must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    data = make_records(args.records, args.size)
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variant_list}
+    for _ in range(args.repeat):
+        for variant in args.variant_list:
+            runs[variant].append(run_drain(variant, data))
+    build_report(args, runs).emit(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

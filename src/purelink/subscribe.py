@@ -1,0 +1,159 @@
+"""`purelink.subscribe`: read a stream from a listener over TCP (SPEC section 9).
+
+Why it exists: a consumer on another machine (or without access to the
+listener's disk) reads a stream from any position and follows its tail, as a
+Kafka consumer or a NATS JetStream consumer does.  The bytes are in
+protocol/tail.py; the listener's side is tail_server.py.
+
+    with purelink.subscribe("tcp://127.0.0.1:7401", "orders", start=1) as records:
+        for position, payload in records:
+            ...
+
+`subscribe` connects and sends the request before it returns (so an
+unreachable listener raises `ConnectError` there); iterating receives.  With
+`follow=True` (the default) the iteration waits for new records for ever;
+with `follow=False` it ends after the records stored when the listener got
+the request.  Errors while iterating are `purelink.Error`: the listener
+refused (a start below what it retains, "records retained start at N"; a
+missing or wrong secret), the connection broke, or a batch failed its
+checks.  Every record yielded was in a batch that passed its CRC-32C, at a
+position that follows the one before: never a gap, never a record that was
+not stored.
+
+The subscriber receives at most 256 KiB at a time (`RECEIVE_SIZE`) and slices
+the records out of it (`TailDecoder`), so memory stays bounded; when the
+application reads slowly, the kernel's socket buffers fill and TCP pushes
+back to the listener's subscription thread, never to the listener's writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from itertools import chain
+from types import TracebackType
+from typing import Final
+
+from . import _address
+from .errors import ConnectError, Error, ProtocolError
+from .protocol.tail import TailDecoder, encode_request
+
+__all__ = ["RECEIVE_SIZE", "Subscription", "subscribe"]
+
+RECEIVE_SIZE: Final = 256 << 10
+"""Bytes asked for per receive: the only buffer a subscriber holds (plus one partial batch)."""
+
+
+def subscribe(
+    url: str,
+    stream: str,
+    start: int = 1,
+    follow: bool = True,
+    *,
+    secret: bytes | None = None,
+    timeout: float = 10.0,
+) -> Subscription:
+    """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
+    from position `start` (0: from the first record retained); iterate the
+    result for (position, payload).
+
+    Raises ValueError for a bad URL, stream name or start, and ConnectError if
+    the listener cannot be reached within `timeout` seconds.
+    """
+    scheme, host, port = _address.parse_url(url)
+    if scheme != "tcp":
+        raise ValueError(f"subscribe needs the listener's tcp:// address, not {url!r}")
+    request = encode_request(stream, start, follow, secret)  # checks name and start
+    try:
+        family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConnectError(f"cannot subscribe at {url}: {exc}") from None
+    try:
+        sock.settimeout(timeout)
+        sock.connect(sockaddr)
+        sock.sendall(request)
+        sock.settimeout(None)
+    except OSError as exc:
+        sock.close()
+        raise ConnectError(f"cannot subscribe at {url}: {exc}") from None
+    return Subscription(sock, stream, start)
+
+
+class Subscription:
+    """An open subscription: iterate it for (position, payload); close() when done."""
+
+    def __init__(self, sock: socket.socket, stream: str, start: int) -> None:
+        self.stream = stream
+        """The stream subscribed to."""
+        self._sock: socket.socket | None = sock
+        self._decoder = TailDecoder(start)
+        self._records = chain.from_iterable(self._receive())  # C-level, per record
+
+    @property
+    def next_position(self) -> int:
+        """The position of the next record to come (where to resume after a failure)."""
+        return self._decoder.next_position
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return self._records
+
+    def __next__(self) -> tuple[int, bytes]:
+        return next(self._records)
+
+    def chunks(self) -> Iterator[list[tuple[int, bytes]]]:
+        """The records as they arrive, one list per receive (never empty): for a
+        consumer that does something per burst (`purelink tail` flushes its
+        output).  Use either this or the iteration by record, not both."""
+        return self._receive()
+
+    def _receive(self) -> Iterator[list[tuple[int, bytes]]]:
+        decoder = self._decoder
+        try:
+            while self._sock is not None:
+                try:
+                    data = self._sock.recv(RECEIVE_SIZE)
+                except OSError as exc:
+                    if self._sock is None:
+                        return  # closed by close()
+                    raise Error(f"subscription to {self.stream!r} broke: {exc}") from None
+                if not data:
+                    if decoder.ended:
+                        return
+                    raise Error(
+                        f"the listener closed the subscription to {self.stream!r} "
+                        f"(next position {decoder.next_position})"
+                    )
+                try:
+                    records = decoder.feed(data)
+                except ProtocolError as exc:
+                    if exc.reason == "refused":
+                        raise Error(str(exc).removeprefix("refused: ")) from None
+                    raise Error(f"subscription to {self.stream!r}: {exc}") from None
+                if records:
+                    yield records
+                if decoder.ended:
+                    return
+        finally:  # ended, failed, or abandoned by the caller: the socket goes
+            self.close()
+
+    def close(self) -> None:
+        """Disconnect. Idempotent."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
+            sock.close()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self._sock is not None else "closed"
+        return f"<Subscription {self.stream!r} next={self.next_position} {state}>"

@@ -1,0 +1,194 @@
+"""The benchmark programs of SPEC section 8 run, end to end, with tiny sizes.
+
+Why it exists: benchmarks are programs, not timed tests, so nothing here
+checks a speed.  It checks behaviour: each script exits 0 and with `--json`
+prints exactly one valid JSON object carrying the environment (machine,
+Python, git revision) and its rows; the suite runner (`bench/__init__.py`,
+what `purelink bench` calls) rejects unknown names, degrades with one line
+when a script is missing, and merges several JSON objects into one.
+
+The scripts start real `purelink serve` processes on loopback port 0 with
+temporary stores; every run is bounded by a subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import purelink
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+TIMEOUT = 120.0
+
+TINY: dict[str, list[str]] = {
+    "queue": ["--records", "2000", "--repeat", "1"],
+    "drain": ["--records", "2000", "--repeat", "1"],
+    "wakeups": ["--records", "2000", "--repeat", "1", "--seconds", "0.5"],
+    "latency": ["--samples", "10"],
+    "sizes": ["--sizes", "16,4096", "--max-records", "600", "--repeat", "1"],
+    "connections": ["--links", "100", "--concurrency", "20", "--repeat", "1"],
+    "pool": ["--calls", "2000", "--min-calls", "20", "--repeat", "1"],
+    "grace": ["--seconds", "0.3", "--readers", "3"],
+    "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
+}
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def one_json_object(stdout: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, stdout
+    obj = json.loads(lines[0])
+    assert isinstance(obj, dict)
+    return obj
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_benchmark_runs_and_prints_json(name: str) -> None:
+    result = run_bench(f"bench.{name}", *TINY[name], "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    report = one_json_object(result.stdout)
+    assert report["benchmark"] == name
+    env = report["environment"]
+    assert env["python"].startswith("CPython") or env["python"]
+    assert env["git"]
+    assert env["machine"]["cores"] >= 1
+    assert report["rows"], report
+    for row in report["rows"]:
+        assert isinstance(row, dict)
+
+
+def test_queue_prints_a_table_with_every_variant() -> None:
+    result = run_bench("bench.queue", *TINY["queue"], "--no-backlog")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("purelink bench queue:")
+    for variant in ("after", "wake-every-record", "send-per-datagram"):
+        assert f"\n  {variant} " in out, out
+
+
+def test_queue_counts_one_wakeup_per_record_in_the_before_variant() -> None:
+    result = run_bench("bench.queue", *TINY["queue"], "--no-backlog", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["variant"]: r for r in one_json_object(result.stdout)["rows"]}
+    assert rows["wake-every-record"]["wakeups"]["median"] >= 2000
+    assert rows["after"]["wakeups"]["median"] < 2000
+
+
+def test_sizes_draws_the_plot_again_from_saved_json(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the `bench` extra, not the `test` one
+    result = run_bench("bench.sizes", *TINY["sizes"], "--json")
+    assert result.returncode == 0, result.stderr
+    saved = tmp_path / "sizes.json"
+    saved.write_text(result.stdout)
+    png = tmp_path / "plot.png"
+    again = run_bench("bench.sizes", "--from-json", str(saved), "--plot", str(png))
+    assert again.returncode == 0, again.stderr
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
+    tmp_path: Path,
+) -> None:
+    # purelink installed without its checkout (what `pip install .` leaves): no bench/
+    shutil.copytree(Path(purelink.__file__).parent, tmp_path / "lib" / "purelink")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib")}
+    result = subprocess.run(
+        [sys.executable, "-m", "purelink", "bench", "queue"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("purelink: error: "), result.stderr
+    assert "bench/" in lines[0]
+
+
+def test_bad_option_is_a_usage_error() -> None:
+    result = run_bench("bench.queue", "--records", "0")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+
+
+# --- the suite runner, in process, with stand-in benchmark modules ---
+
+
+@pytest.fixture
+def suite(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    monkeypatch.syspath_prepend(str(CHECKOUT))
+    import bench  # noqa: PLC0415 -- the checkout's bench/ package, on the path only here
+
+    return bench
+
+
+def _fake(monkeypatch: pytest.MonkeyPatch, suite: types.ModuleType, name: str, rc: int) -> None:
+    module = types.ModuleType(f"bench.{name}")
+
+    def main(argv: list[str]) -> int:
+        print(json.dumps({"benchmark": name, "argv": argv}) if "--json" in argv else name)
+        return rc
+
+    module.main = main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, f"bench.{name}", module)
+    monkeypatch.setitem(suite.BENCHMARKS, name, "a stand-in")
+
+
+def test_suite_rejects_an_unknown_name(
+    suite: types.ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert suite.main(["no-such-benchmark"]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_suite_degrades_with_one_line_when_a_script_is_missing(
+    suite: types.ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(suite.BENCHMARKS, "absent", "never written")
+    assert suite.main(["absent"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["purelink bench: absent: not available (bench/absent.py is missing)"]
+
+
+def test_suite_merges_json_and_passes_options_to_one_name(
+    suite: types.ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake(monkeypatch, suite, "fake_a", 0)
+    _fake(monkeypatch, suite, "fake_b", 0)
+    assert suite.main(["fake_a", "fake_b", "--json"]) == 0
+    merged = one_json_object(capsys.readouterr().out)
+    assert [r["benchmark"] for r in merged["suite"]] == ["fake_a", "fake_b"]
+
+    assert suite.main(["fake_a", "--records", "5"]) == 0
+    assert capsys.readouterr().out.strip() == "fake_a"
+    assert suite.main(["fake_a", "fake_b", "--records", "5"]) == 2
+
+
+def test_suite_returns_the_worst_exit_code(
+    suite: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake(monkeypatch, suite, "fake_ok", 0)
+    _fake(monkeypatch, suite, "fake_bad", 1)
+    assert suite.main(["fake_ok", "fake_bad"]) == 1

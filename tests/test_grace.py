@@ -1,0 +1,302 @@
+"""QSBR grace periods: who waited, who signalled, how many times; nothing freed early.
+
+The traces are checked step by step against the liburcu patch's sequence: the
+reclaimer parks, each pending reader signals it once, readers already counted
+never signal again in that grace period, and nobody signals a reclaimer that
+does not wait.  The naive "before" variant is checked to signal more.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from purelink.primitives import GraceDomain, GraceEvent, GraceStatistics
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll a test condition about another thread's state (test scaffolding only)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.0005)
+
+
+class Reclaimer:
+    """synchronize() on a thread of its own, so the test can step the readers."""
+
+    def __init__(self, domain: GraceDomain, timeout: float | None = None) -> None:
+        self.domain = domain
+        self.result: bool | None = None
+        self.thread = threading.Thread(target=self._run, args=(timeout,))
+        self.thread.start()
+
+    def _run(self, timeout: float | None) -> None:
+        self.result = self.domain.synchronize(timeout)
+
+    def parked(self, times: int) -> Callable[[], bool]:
+        return lambda: self.domain.statistics().parks >= times and self._in_wait()
+
+    def _in_wait(self) -> bool:
+        trace = self.domain.trace
+        assert trace is not None
+        return trace[-1].what == "park"
+
+    def join(self) -> bool | None:
+        self.thread.join(5)
+        assert not self.thread.is_alive(), "synchronize() did not return"
+        return self.result
+
+
+def steps(domain: GraceDomain) -> list[tuple[str, str]]:
+    assert domain.trace is not None
+    return [(e.who, e.what) for e in domain.trace]
+
+
+# ---- one thread ---------------------------------------------------------------------
+
+
+def test_fresh_domain() -> None:
+    domain = GraceDomain()
+    assert domain.statistics() == GraceStatistics(0, 0, 0, 0, 0, 0)
+
+
+def test_no_readers_no_wait() -> None:
+    domain = GraceDomain(trace=True)
+    assert domain.synchronize()
+    assert domain.synchronize()
+    stats = domain.statistics()
+    assert (stats.grace_periods, stats.parks, stats.unparks) == (2, 0, 0)
+    assert domain.trace == [
+        GraceEvent(2, "reclaimer", "begin"),
+        GraceEvent(2, "reclaimer", "end"),
+        GraceEvent(3, "reclaimer", "begin"),
+        GraceEvent(3, "reclaimer", "end"),
+    ]
+
+
+def test_offline_readers_are_not_waited_for() -> None:
+    domain = GraceDomain(trace=True)
+    reader = domain.register("r", online=False)
+    assert reader.ctr == 0
+    assert domain.synchronize()
+    reader.online()
+    reader.offline()
+    assert domain.synchronize()
+    assert domain.statistics().parks == 0
+
+
+def test_quiescent_with_nobody_waiting_signals_nobody() -> None:
+    domain = GraceDomain()
+    reader = domain.register("r")
+    for _ in range(1_000):
+        reader.quiescent()
+    with reader.blocked():
+        assert reader.ctr == 0
+        assert domain.synchronize()  # an offline reader does not hold it up
+    assert reader.ctr == domain.gp
+    assert domain.statistics().unparks == 0
+    assert reader.signals == 0
+
+
+def test_timeout_when_a_reader_never_passes_a_quiescent_state() -> None:
+    domain = GraceDomain(trace=True)
+    reader = domain.register("stuck")
+    assert not domain.synchronize(timeout=0.05)
+    stats = domain.statistics()
+    assert (stats.grace_periods, stats.timeouts, stats.parks) == (0, 1, 1)
+    assert steps(domain) == [
+        ("reclaimer", "begin"),
+        ("reclaimer", "park"),
+        ("reclaimer", "timeout"),
+    ]
+    assert domain.futex == 0
+    reader.quiescent()  # its stale flag costs a store and a load, no signal
+    assert reader.signals == 0
+    assert domain.synchronize(timeout=0.01) is False  # still online, no new quiescent state
+    reader.unregister()
+    assert domain.synchronize(timeout=0.01)
+    assert domain.statistics().readers == 0
+
+
+def test_spinning_counts_checks_before_parking() -> None:
+    domain = GraceDomain(spins=5)
+    reader = domain.register()
+    assert not domain.synchronize(timeout=0.001)
+    assert domain.statistics().spins == 4  # 4 checks, the 5th one announces and parks
+    reader.unregister()
+
+
+def test_registration_names_and_context_manager() -> None:
+    domain = GraceDomain()
+    with domain.register() as a, domain.register() as b:
+        assert (a.name, b.name) == ("reader-1", "reader-2")
+        assert domain.statistics().readers == 2
+    assert domain.statistics().readers == 0
+    a.unregister()  # idempotent
+
+
+# ---- traces with a parked reclaimer -------------------------------------------------
+
+
+def test_one_reader_signals_a_parked_reclaimer_once() -> None:
+    domain = GraceDomain(trace=True)
+    reader = domain.register("a")
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    assert reader.waiting
+    reader.quiescent()
+    assert reclaimer.join() is True
+    assert steps(domain) == [
+        ("reclaimer", "begin"),
+        ("reclaimer", "park"),
+        ("a", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "end"),
+    ]
+    assert {e.gp for e in domain.trace or []} == {2}
+    assert (reader.signals, reader.waiting) == (1, False)
+    reader.quiescent()  # the grace period is over: no signal
+    assert domain.statistics() == GraceStatistics(1, 0, 1, 1, 0, 1)
+
+
+def test_each_reader_signals_at_most_once_per_grace_period() -> None:
+    domain = GraceDomain(trace=True)
+    a, b, c = (domain.register(n) for n in "abc")
+    c.offline()  # not waited for, never flagged
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    assert (a.waiting, b.waiting, c.waiting) == (True, True, False)
+    a.quiescent()
+    wait_until(reclaimer.parked(2))  # woke, found b pending, flagged only b, parked again
+    assert (a.waiting, b.waiting) == (False, True)
+    for _ in range(100):
+        a.quiescent()  # already counted in this grace period: never signals again
+    c.online()  # came online after the grace period began: not waited for
+    c.quiescent()
+    b.quiescent()
+    assert reclaimer.join() is True
+    assert steps(domain) == [
+        ("reclaimer", "begin"),
+        ("reclaimer", "park"),
+        ("a", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "park"),
+        ("b", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "end"),
+    ]
+    assert (a.signals, b.signals, c.signals) == (1, 1, 0)
+    stats = domain.statistics()
+    assert (stats.grace_periods, stats.parks, stats.unparks) == (1, 2, 2)
+
+
+def test_going_offline_signals_like_a_quiescent_state() -> None:
+    domain = GraceDomain(trace=True)
+    reader = domain.register("blocked")
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    with reader.blocked():
+        assert reclaimer.join() is True
+    assert steps(domain)[2] == ("blocked", "signal")
+    assert reader.signals == 1
+
+
+def test_unregister_releases_a_parked_reclaimer() -> None:
+    domain = GraceDomain(trace=True)
+    reader = domain.register("leaving")
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    reader.unregister()
+    assert reclaimer.join() is True
+    assert ("leaving", "signal") in steps(domain)
+
+
+def test_naive_variant_signals_on_every_quiescent_state() -> None:
+    """The "before" of the benchmark: a reader already counted keeps waking the reclaimer."""
+    domain = GraceDomain(trace=True, signal_only_waiting=False)
+    a, b = domain.register("a"), domain.register("b")
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    assert not a.waiting  # no flags in the naive variant
+    a.quiescent()
+    wait_until(reclaimer.parked(2))
+    a.quiescent()  # counted already, and yet it wakes the reclaimer again
+    wait_until(reclaimer.parked(3))
+    b.quiescent()
+    assert reclaimer.join() is True
+    assert steps(domain) == [
+        ("reclaimer", "begin"),
+        ("reclaimer", "park"),
+        ("a", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "park"),
+        ("a", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "park"),
+        ("b", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "end"),
+    ]
+    assert (a.signals, b.signals) == (2, 1)
+
+
+# ---- the guarantee, under load --------------------------------------------------------
+
+
+class Box:
+    """A shared thing readers look at; `freed` is set once it is retired."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.freed = False
+
+
+@pytest.mark.parametrize("only_waiting", [True, False])
+def test_nothing_is_freed_while_a_reader_holds_it(only_waiting: bool) -> None:
+    """4 readers hold the current box between quiescent states; the updater
+    frees the old box only after synchronize(). A reader must never see a freed box."""
+    domain = GraceDomain(signal_only_waiting=only_waiting)
+    current = Box(0)
+    stop = threading.Event()
+    errors: list[str] = []
+    reads = [0] * 4
+
+    def reader(k: int) -> None:
+        with domain.register(f"r{k}") as me:
+            while not stop.is_set():
+                box = current  # take a reference...
+                for _ in range(20):  # ...and use it for a while
+                    if box.freed:
+                        errors.append(f"r{k} saw box {box.value} freed")
+                reads[k] += 1
+                me.quiescent()  # no reference held past here
+                if reads[k] % 64 == 0:
+                    with me.blocked():
+                        time.sleep(0)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    updates = 0
+    deadline = time.monotonic() + 0.5
+    try:
+        while updates < 300 and time.monotonic() < deadline:
+            old = current
+            current = Box(old.value + 1)  # unpublish the old one
+            assert domain.synchronize(timeout=5.0)
+            old.freed = True
+            updates += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    assert not errors
+    assert updates > 10
+    assert all(reads)
+    stats = domain.statistics()
+    assert stats.grace_periods == updates
+    assert stats.readers == 0

@@ -1,0 +1,226 @@
+"""The edges of SPEC sections 2.4 and 2.6 on real sockets and processes.
+
+Why it exists: the bounds (capacity, capacity_bytes, the reorder buffer, the
+listener's memory with many links) and the loud failures (close(timeout)
+returning False, LinkError when the listener lost what it had told) are
+promises to the application; each test here pushes one of them to its limit
+and checks what the application sees.  test_link.py covers `Full` by records
+and the first `Full` by bytes; these go on from there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import purelink
+from netproxy import Faults, NetProxy
+from purelink.protocol.sender import Sender
+from serve_process import ServeProcess
+from shipping import check_stream, payload, report
+
+
+def url_of(lst: purelink.Listener) -> str:
+    assert lst.udp_address is not None
+    return "udp://%s:%d" % lst.udp_address
+
+
+def test_full_by_bytes_then_queue_again_once_stored(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    lst = purelink.Listener(data, udp="127.0.0.1:0")
+    lst.start()
+    url = url_of(lst)
+    link = purelink.connect(url, stream="s", capacity=1000, capacity_bytes=10_000)
+    lst.close()  # nothing is stored from here on
+    queued = 0
+    with pytest.raises(purelink.Full, match="bytes"):
+        for _ in range(11):  # 10 fit
+            link.queue(b"b" * 1000)
+            queued += 1
+    assert queued == 10 and link.queued == 10 and link.stored == 0
+    with pytest.raises(purelink.Full):  # and again: it does not block, it refuses
+        link.queue(b"b")
+    again = purelink.Listener(data, udp=url.removeprefix("udp://"))
+    again.start()
+    try:
+        assert link.wait_stored(timeout=30)
+        for _ in range(10):  # room again for the same bytes
+            link.queue(b"c" * 1000)
+        assert link.close(timeout=30)
+    finally:
+        again.close()
+    assert [p for _, p in purelink.Store(data).read("s")] == [b"b" * 1000] * 10 + [b"c" * 1000] * 10
+
+
+def test_close_with_timeout_returns_false_and_keeps_nothing_it_did_not_store(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "d"
+    lst = purelink.Listener(data, udp="127.0.0.1:0")
+    lst.start()
+    url = url_of(lst)
+    link = purelink.connect(url, stream="s")
+    for i in range(100):
+        link.queue(payload("c", i))
+    assert link.wait_stored(timeout=20)
+    lst.close()
+    for i in range(100, 150):
+        link.queue(payload("c", i))
+    started = time.monotonic()
+    assert link.close(timeout=0.5) is False
+    assert time.monotonic() - started < 10  # it gave up; it did not wait for a listener
+    assert link.stored == 100 < link.queued == 150
+    assert link.close(timeout=5) is False  # idempotent, still the truth
+    with pytest.raises(purelink.Closed):
+        link.queue(b"late")
+    # a listener that comes back finds only what was told stored
+    with purelink.Listener(data, udp=url.removeprefix("udp://")):
+        pass
+    check_stream(data, "s", {"c": 100}, exact=True)
+
+
+@pytest.mark.parametrize("producer", ["api-1", None], ids=["named", "anonymous"])
+def test_listener_that_lost_told_records_fails_the_link(
+    tmp_path: Path, producer: str | None
+) -> None:
+    """The data directory is swapped for an older copy between restarts: the
+    link was told seqs the listener no longer has, and says so loudly."""
+    data, older = tmp_path / "d", tmp_path / "older"
+    srv = ServeProcess(data).start()
+    link = purelink.connect(srv.url, stream="s", producer=producer, timeout=20)
+    try:
+        for i in range(500):
+            link.queue(payload("p", i))
+        assert link.wait_stored(timeout=30)
+        assert srv.stop() == 0
+        shutil.copytree(data, older)  # the backup: 500 records
+        srv.restart()
+        for i in range(500, 1000):
+            link.queue(payload("p", i))
+        assert link.wait_stored(timeout=60)
+        assert link.stored == 1000
+        assert srv.stop() == 0
+        shutil.rmtree(data)
+        older.rename(data)  # restored from the backup
+        srv.restart()
+        link.queue(payload("p", 1000))  # the link finds out when it next talks
+        with pytest.raises(purelink.LinkError, match=r"seq 500 stored but told 1000"):
+            link.wait_stored(timeout=60)
+        with pytest.raises(purelink.LinkError):
+            link.queue(payload("p", 1001))
+        assert link.stored == 1000  # what it was told never goes backwards
+    finally:
+        link.close(timeout=0)
+        if srv.proc is not None:
+            srv.stop()
+    check_stream(data, "s", {"p": 500}, exact=True)
+
+
+def vm_rss(pid: int) -> int:
+    """Resident memory of a process, bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_listener_memory_with_1000_links_at_once(tmp_path: Path) -> None:
+    n = 1000
+    srv = ServeProcess(tmp_path / "d").start()
+    assert srv.proc is not None
+    links: list[purelink.Link] = []
+    try:
+        warm = purelink.connect(srv.url, stream="s0", capacity=16)
+        warm.queue(payload("warm", 0))
+        assert warm.wait_stored(timeout=20)
+        links.append(warm)
+        before = vm_rss(srv.proc.pid)
+        for k in range(1, n):  # idle links: each thread sleeps in epoll once its record is stored
+            link = purelink.connect(srv.url, stream=f"s{k % 10}", capacity=16, timeout=30)
+            link.queue(payload(f"l{k}", 0))
+            links.append(link)
+        for link in links:
+            assert link.wait_stored(timeout=60)
+        after = vm_rss(srv.proc.pid)
+        growth = after - before
+        assert srv.stop() == 0  # SIGTERM while all 1,000 are connected
+    finally:
+        for link in links:
+            link.close(timeout=0)
+        if srv.proc is not None:
+            srv.stop()
+    served = srv.last_stats
+    assert served is not None
+    assert served["links"] == n
+    assert served["memory"] == 0
+    assert served["records_stored"] >= n - 1  # this run's; the warm one may be counted
+    # per link the listener keeps a session, a producer and a reorder buffer that
+    # is empty here: a few KiB.  32 KiB per link is the bound asserted.
+    assert growth < n * 32 * 1024, f"listener RSS grew {growth / 1e6:.1f} MB for {n} links"
+    report(
+        "test_listener_memory_with_1000_links_at_once",
+        {"links": n, "rss_before": before, "rss_after": after, "per_link": growth // n},
+    )
+
+
+class GreedySender(Sender):
+    """A sender that ignores the listener's advertised window (an old or buggy
+    peer): only the listener's own bound stands between it and the memory."""
+
+    @property
+    def window(self) -> int:
+        return self.cc.cwnd
+
+
+@pytest.mark.parametrize("greedy", [False, True], ids=["honest", "greedy"])
+def test_far_out_of_order_is_bounded_dropped_and_resent(tmp_path: Path, greedy: bool) -> None:
+    """Datagrams of one link arrive up to 100 ms out of order (hundreds of
+    datagrams' worth).  The listener's reorder buffer never holds more than its
+    bound.  An honest link stays inside the window the listener advertises; a
+    greedy one overshoots, the excess is dropped (reorder_full) and resent.
+    Either way nothing is stored out of order or twice."""
+    bound = 4096 if greedy else 8192
+    records = 1000 if greedy else 2000
+    with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_reorder=bound) as lst:
+        assert lst.udp_address is not None
+        messy = Faults(duplicate=0.05, jitter=0.1)
+        proxy = NetProxy(lst.udp_address, seed=3, up=messy, down=Faults(jitter=0.02)).start()
+        try:
+            link = purelink.connect("udp://%s:%d" % proxy.address, stream="s", timeout=20)
+            if greedy:
+                link._sender.__class__ = GreedySender
+            for i in range(records):
+                link.queue(payload("o", i))
+            peak = 0
+            deadline = time.monotonic() + 120
+            while not link.wait_stored(timeout=0.002):  # sample the listener's memory meanwhile
+                peak = max(peak, lst.stats().memory)
+                assert time.monotonic() < deadline, link.stats()
+            retransmits = link.stats().retransmits
+            assert link.close(timeout=10)
+        finally:
+            proxy.close()
+        stats = lst.stats()
+    assert 0 < peak <= bound, peak
+    assert stats.held > 0
+    drops = stats.dropped.get("reorder_full", 0)
+    if greedy:
+        assert drops > 0, stats.dropped
+        assert retransmits > 0
+    check_stream(tmp_path / "d", "s", {"o": records}, exact=True)
+    report(
+        f"test_far_out_of_order_is_bounded_dropped_and_resent[{'greedy' if greedy else 'honest'}]",
+        {
+            "records": records,
+            "bound": bound,
+            "peak_memory": peak,
+            "held": stats.held,
+            "reorder_full": drops,
+            "retransmits": retransmits,
+            "reordered": proxy.stats().up.reordered,
+        },
+    )
