@@ -275,9 +275,11 @@ def test_short_secret_is_refused() -> None:
 
 
 def test_a_record_over_the_listeners_max_record_is_refused_at_queue(tmp_path: Path) -> None:
-    with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_record=1000) as lst:
-        with purelink.connect(url(lst), stream="s") as link:
-            link.queue(b"x" * 1000)
-            with pytest.raises(ValueError):
-                link.queue(b"x" * 1001)
-            assert link.wait_stored(timeout=10)
+    with (
+        purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_record=1000) as lst,
+        purelink.connect(url(lst), stream="s") as link,
+    ):
+        link.queue(b"x" * 1000)
+        with pytest.raises(ValueError):
+            link.queue(b"x" * 1001)
+        assert link.wait_stored(timeout=10)

@@ -634,8 +634,10 @@ class ListenerCore:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "stream_limit")
             return
         instance = hello.producer_id  # the link instance (an anonymous producer's id)
-        if hello.epoch and hello.epoch < producer.epoch and (
-            not instance or instance != producer.owner
+        if (
+            hello.epoch
+            and hello.epoch < producer.epoch
+            and (not instance or instance != producer.owner)
         ):
             # a session older than the newest one of this producer asks back in: it
             # was fenced (perhaps before this listener restarted), so it stays fenced.

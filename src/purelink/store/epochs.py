@@ -9,9 +9,10 @@ given to a named producer is appended here and fdatasynced before the
 listener answers the handshake.
 
 The file is a run of 24-byte records (u64 producer, u32 epoch, u64 owner --
-the link instance the epoch was handed to -- and a u32 CRC-32C of the 20 bytes
-before it).  The owner lets a link whose ACCEPT was lost (and that therefore
-still asks with its older epoch) be told apart from an older, fenced instance.  A torn tail fails its CRC: it is ignored and cut on
+the link instance the epoch was handed to -- and a u32 CRC-32C of the 20
+bytes before it).  The owner lets a link whose ACCEPT was lost (and that
+therefore still asks with its older epoch) be told apart from an older,
+fenced instance.  A torn tail fails its CRC: it is ignored and cut on
 open.  The file is rewritten compactly (temporary file, fsync, rename) on
 open when most of its records are superseded.
 """
