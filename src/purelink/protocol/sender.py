@@ -426,14 +426,14 @@ class Sender:
         i = seq - self._base
         recs = self._recs
         if self._frag_offset == 0:
-            n = self._fit(i, self._budget)
+            n, payload = self._fit(i, self._budget)
             if n:
                 self._next = seq + n
                 # pad for GSO unless this is the last datagram of the burst
                 pad = self.config.datagram_size if self.pad and self._next <= self.pushed else 0
                 data = wire.encode_data_batch(
                     self.conn_id, pn, self.producer_id, self.epoch, seq, recs[i : i + n],
-                    self._lens[i : i + n], self._key, pad,
+                    self._lens[i : i + n], self._key, pad, payload,
                 )  # fmt: skip
                 self.stats.batches += 1
                 return _Flight(pn, seq, seq + n - 1, len(data), now, data), data
@@ -456,27 +456,35 @@ class Sender:
             len(self._record(f.first)), f.offset, chunk, self._key,
         )  # fmt: skip
 
-    def _fit(self, i: int, budget: int) -> int:
-        """How many records from _recs[i] fit in one batch: start from last time's
-        count and step, summing slices of the length table in C."""
+    def _fit(self, i: int, budget: int) -> tuple[int, bytes]:
+        """How many records from _recs[i] fit in one batch, and their payload.
+        Starts from last time's count: the join it needs anyway gives the byte
+        total, so in the steady state fitting costs one look at the next length."""
+        recs = self._recs
         lens = self._lens
-        avail = len(lens) - i
+        avail = len(recs) - i
         n = min(self._per_batch, avail)
-        total = sum(lens[i : i + n]) + 2 * n
+        payload = b"".join(recs[i : i + n])
+        total = len(payload) + 2 * n
         if total <= budget:
-            while n < avail:
-                more = lens[i + n] + 2
+            m = n
+            while m < avail:
+                more = lens[i + m] + 2
                 if total + more > budget:
                     break
                 total += more
-                n += 1
+                m += 1
+            if m > n:
+                n = m
+                payload = b"".join(recs[i : i + n])
         else:
             while n and total > budget:
                 n -= 1
-                total -= lens[i + n] + 2
+                total -= len(recs[i + n]) + 2
+            payload = b"".join(recs[i : i + n])
         if n:
             self._per_batch = n
-        return n
+        return n, payload
 
     def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
         if f.first <= self.stored:
@@ -647,12 +655,17 @@ class Sender:
             seen = {id(f) for f in acked} | {id(f) for f in lost}
             acked.extend(f for f in flights.values() if f.last <= received and id(f) not in seen)
         cc = self.cc
+        recovery_start = cc.recovery_start
+        grown = 0
         for f in acked:
             del flights[f.pn]
             self._in_flight -= f.size
-            cc.on_acked(f.size, f.sent)
+            if f.sent > recovery_start:  # sent before the last reduction: no growth
+                grown += f.size
             if f.pn == largest:
                 self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
+        if grown:
+            cc.on_acked(grown, now)  # one step for the whole answer
         for f in lost:
             self._declare_lost(f.pn, f, now)
         if self._lost:
