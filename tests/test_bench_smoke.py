@@ -37,6 +37,7 @@ TINY: dict[str, list[str]] = {
     "sizes": ["--sizes", "16,4096", "--max-records", "600", "--repeat", "1"],
     "connections": ["--links", "100", "--concurrency", "20", "--repeat", "1"],
     "pool": ["--calls", "2000", "--min-calls", "20", "--repeat", "1"],
+    "stages": ["--records", "2000", "--repeat", "1"],
     "grace": ["--seconds", "0.3", "--readers", "3"],
     "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
 }
