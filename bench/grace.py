@@ -86,7 +86,7 @@ def run_once(
             try:
                 while not stopped():
                     shared = holder[0]
-                    pread(fd, BATCH_BYTES, 0)
+                    pread(fd, BATCH_BYTES, (n & 15) * BATCH_BYTES)
                     if shared.freed:
                         bad += 1
                     n += 1
