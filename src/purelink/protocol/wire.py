@@ -219,6 +219,11 @@ def verify_batch(buf: bytes | bytearray | memoryview) -> BatchHeader:
     return header
 
 
+_LAYOUTS: dict[bytes, struct.Struct] = {}
+_LAYOUT_CACHE: Final = 4096  # layouts kept (cleared when full)
+_LAYOUT_MAX_COUNT: Final = 512  # batches of more records are sliced one by one
+
+
 def batch_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> list[bytes]:
     """The records of a verified batch, as bytes."""
     view = memoryview(buf)
@@ -229,7 +234,18 @@ def batch_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> l
     lengths.frombytes(view[BATCH_HEADER:table_end])
     if not LITTLE_ENDIAN:  # pragma: no cover - the table is little-endian on the wire
         lengths.byteswap()
-    data = bytes(view[table_end : header.length])
+    # One struct per layout ("61s61s..."), cached by the table's bytes: batches of
+    # one producer tend to repeat their layout, and then all the records of a
+    # batch come out of one C call.
+    if header.count <= _LAYOUT_MAX_COUNT:
+        table = bytes(view[BATCH_HEADER:table_end])
+        layout = _LAYOUTS.get(table)
+        if layout is None:
+            if len(_LAYOUTS) >= _LAYOUT_CACHE:
+                _LAYOUTS.clear()
+            layout = _LAYOUTS[table] = struct.Struct("".join(f"{n}s" for n in lengths))
+        return list(layout.unpack_from(view, table_end))
+    data = bytes(view[table_end : header.length])  # a batch of very many (tiny) records
     out: list[bytes] = []
     append = out.append
     offset = 0
