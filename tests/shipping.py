@@ -35,8 +35,8 @@ def check_stream(
     assert [p for p, _ in rows] == list(range(1, len(rows) + 1)), "positions are contiguous"
     seen: dict[str, list[int]] = {}
     for position, record in rows:
-        tag, i, _ = record.split(b":", 2)
-        name = tag.decode()
+        raw_tag, i, _ = record.split(b":", 2)
+        name = raw_tag.decode()
         assert record == payload(name, int(i)), f"position {position}: not byte-exact"
         seen.setdefault(name, []).append(int(i))
     assert set(seen) <= set(told), f"records no link sent: {sorted(set(seen) - set(told))}"

@@ -204,7 +204,7 @@ def test_listener_outage_5s(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
-def test_listener_outage_30s(tmp_path: Path, sig: int) -> None:
+def test_listener_outage_30s(tmp_path: Path, sig: signal.Signals) -> None:
     sc = Scenario(
         seed=13, up=jittery(0.10), records=8000, seconds=8.0, outage=(2.0, 30.0), outage_signal=sig
     )

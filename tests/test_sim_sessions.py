@@ -66,6 +66,10 @@ def assert_nothing_told_is_missing(sim: Simulation, links: list[SimLink]) -> Non
         assert len(stored) >= link.told, f"{link.name}: told {link.told}, {len(stored)} kept"
 
 
+def in_state(link: SimLink, state: str) -> bool:
+    return link.sender.state == state
+
+
 def new_instance(sim: Simulation, app: list[bytes], *, abandon: SimLink | None) -> SimLink:
     """The application behind "app" starts again: a new link learns where the
     producer's stored records end and pushes the rest from there."""
@@ -97,18 +101,19 @@ def run_seed(seed: int) -> dict[str, int]:
     kinds = [rng.choice(("restart", "second", "crash", "outage", "blackout")) for _ in events]
     t0 = sim.clock.now
     for at, kind in zip(events, kinds, strict=True):
-        sim.run(lambda at=at: sim.clock.now >= t0 + at or sim.all_done(), max_time=60)
+        sim.run(lambda: sim.clock.now >= t0 + at or sim.all_done(), max_time=60)  # noqa: B023
         if kind == "restart":
             current = new_instance(sim, app, abandon=current)
         elif kind == "second":  # a second instance starts while the first still runs
             old = current
-            assert sim.run(lambda old=old: old.sender.state == SenderState.OPEN, max_time=120)
+            assert sim.run(lambda: in_state(old, SenderState.OPEN), max_time=120)  # noqa: B023
             current = new_instance(sim, app, abandon=None)
             old.todo = old.todo + [LATE + b"%d" % i for i in range(5)]
             # the first finds out when it next sends (after a listener restart too:
             # see test_a_superseded_instance_never_takes_over_after_a_listener_restart)
             fenced_in_time = sim.run(
-                lambda old=old: old.sender.state == SenderState.FENCED, max_time=120
+                lambda: in_state(old, SenderState.FENCED),  # noqa: B023
+                max_time=120,
             )
             assert fenced_in_time, (seed, old.events[-3:])
             fenced.append(old)
@@ -119,7 +124,7 @@ def run_seed(seed: int) -> dict[str, int]:
             sim.stop_listener()
             assert_nothing_told_is_missing(sim, everyone)
             back = sim.clock.now + 25.0
-            sim.run(lambda back=back: sim.clock.now >= back, max_time=30)
+            sim.run(lambda: sim.clock.now >= back, max_time=30)  # noqa: B023
             assert sim.clock.now >= back or sim.all_done()  # idle links do not move time
             sim.clock.now = max(sim.clock.now, back)
             sim.restart_listener(crash=False)

@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, NoReturn
@@ -322,7 +322,6 @@ def _cmd_read(args: argparse.Namespace) -> int:
     stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
     out = sys.stdout.buffer
     write = out.write
-    b64 = base64.b64encode
     # Default start: the first record retained; with --follow on an empty (or
     # unknown) stream, the next record to come.
     start: int = args.start or store.first(stream) or (store.last(stream) + 1 if args.follow else 0)
@@ -332,16 +331,24 @@ def _cmd_read(args: argparse.Namespace) -> int:
         records = follow_records(store, stream, start, stop, on_wait=out.flush)
     else:
         records = store.read(stream, start=start, stop=stop)
-    if args.format == "lines":
+    _print_records(write, records, args.format)
+    out.flush()
+    return 0
+
+
+def _print_records(
+    write: Callable[[bytes], object], records: Iterable[tuple[int, bytes]], fmt: str
+) -> None:
+    """`lines`: the payload and a newline; `json`: {"position", "payload" in base64}."""
+    if fmt == "lines":
         for _, payload in records:
             write(payload)
             write(b"\n")
-    else:
-        for position, payload in records:
-            line = json.dumps({"position": position, "payload": b64(payload).decode()})
-            write(line.encode() + b"\n")
-    out.flush()
-    return 0
+        return
+    b64 = base64.b64encode
+    for position, payload in records:
+        line = json.dumps({"position": position, "payload": b64(payload).decode()})
+        write(line.encode() + b"\n")
 
 
 # --- tail ---
@@ -364,17 +371,9 @@ def _cmd_tail(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     out = sys.stdout.buffer
     write = out.write
-    b64 = base64.b64encode
     with subscription:
         for chunk in subscription.chunks():  # one flush per burst, not per record
-            if args.format == "lines":
-                for _, payload in chunk:
-                    write(payload)
-                    write(b"\n")
-            else:
-                for position, payload in chunk:
-                    line = json.dumps({"position": position, "payload": b64(payload).decode()})
-                    write(line.encode() + b"\n")
+            _print_records(write, chunk, args.format)
             out.flush()
     return 0
 
