@@ -373,7 +373,8 @@ class GarbageStats:
 
 
 class Garbage:
-    """A thread that fires junk at `target` from sockets of its own.
+    """A thread that fires junk at `target` from sockets of its own (on
+    127.0.0.2 and up: other hosts than the links').
 
     Mutations start from datagrams the proxy captured, so they carry real
     magics, connection ids and epochs, and differ from the real thing by a

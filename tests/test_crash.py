@@ -45,10 +45,9 @@ SEGMENT_BYTES = 64 << 10
 FDATASYNC, FSYNC = 75, 74  # x86_64 syscall numbers, as /proc/PID/task/TID/syscall shows them
 PHASES = ("appending", "syncing", "rolling")
 OWN_GHOST = (
-    "a kill while the link was reconnecting left an epoch granted to a handshake the "
-    "link never heard back from, and the link was then refused as fenced by it: the "
-    "defect pinned by test_sim_sessions.py::"
-    "test_a_link_is_not_fenced_by_its_own_unanswered_handshake"
+    "there is no other instance of this producer; if a kill came while the link was "
+    "reconnecting, this is the defect (fixed, found by this test) that "
+    "test_sim_sessions.py::test_a_link_is_not_fenced_by_its_own_unanswered_handshake pins"
 )
 
 
