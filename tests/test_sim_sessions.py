@@ -14,7 +14,7 @@ crash, and at the end, nothing any link was told stored may be missing; at
 the end each producer's records are in the store once, in seq order.
 
 Also: a seed is the same run every time (so a failing seed is a regression
-test), and the seeds that failed once are pinned here.
+test), and each defect a seed found is pinned by a deterministic test at the end.
 """
 
 from __future__ import annotations
