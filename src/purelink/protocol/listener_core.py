@@ -39,33 +39,38 @@ check against `max_memory` costs O(1) per datagram, not O(producers).
 
 from __future__ import annotations
 
-import hmac
 import os
 import struct
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from hashlib import blake2b
-from typing import Final, Protocol
+from dataclasses import dataclass
+from typing import Final
 
 from crc32c import crc32c
 
 from ..errors import Error, ProtocolError
 from . import wire
+from .core_parts import (
+    COOKIE_SIZE,
+    Address,
+    Cookies,
+    CoreConfig,
+    CoreStats,
+    StoreView,
+    cookie_time,
+    named_producer_id,
+)
 from .names import is_valid_name
 from .ratelimit import TokenBuckets
 from .receiver import Producer, Write
 
 __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 
-Address = tuple[str, int] | tuple[str, int, int, int]
 AMPLIFICATION: Final = 3
 # a DATA datagram's fixed part: header, packet number, batch header
 _DATA_FAST = struct.Struct("<2sBBIQQI2sBBIIQQI")
 _U32 = struct.Struct("<I")
 _ZEROS = memoryview(bytes(65536))
-_COOKIE_TIME = struct.Struct("<I")
-_COOKIE_SIZE: Final = _COOKIE_TIME.size + 16
 
 
 def _largest(batch: bytes | memoryview, header: wire.BatchHeader) -> int:
@@ -74,63 +79,6 @@ def _largest(batch: bytes | memoryview, header: wire.BatchHeader) -> int:
         return header.length - wire.BATCH_HEADER
     table = memoryview(batch)[wire.BATCH_HEADER : wire.BATCH_HEADER + 2 * header.count]
     return max(table.cast("H"))
-
-
-def named_producer_id(name: str) -> int:
-    """The stable id of a named producer (top bit clear; anonymous ids have it set)."""
-    digest = blake2b(name.encode("utf-8"), digest_size=8, person=b"purelink.prod").digest()
-    return (int.from_bytes(digest, "little") & ~(1 << 63)) or 1
-
-
-class StoreView(Protocol):
-    """What the core needs of the store."""
-
-    def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
-        """(highest epoch, last seq written) of a producer; (0, 0) if unknown.
-        Opens (creating) the stream: raises ValueError for a bad name and
-        purelink.Error when a limit forbids a new stream."""
-
-    def epoch_owner(self, stream: str, pid: int) -> int:
-        """The link instance the producer's highest epoch was handed to (0: unknown)."""
-
-    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
-        """The next epoch of a producer, handed to link instance `owner`; persisted
-        before it returns when durable."""
-
-
-@dataclass(frozen=True)
-class CoreConfig:
-    """How a listener's protocol core behaves."""
-
-    secret: bytes | None = None
-    """Key for every datagram's MAC, or None."""
-    max_links: int = 100_000
-    """Most sessions at once; a HELLO past it is refused (limit)."""
-    max_record: int = 16 << 20
-    """Largest record accepted."""
-    max_reorder: int = 4 << 20
-    """Bytes of out-of-order batches and partial records held per producer."""
-    max_memory: int = 1 << 30
-    """Bytes held out of order across all producers; past it, out-of-order data is dropped."""
-    cookie_lifetime: float = 30.0
-    """Seconds a RETRY cookie stays valid."""
-    fenced_memory: int = 10_000
-    """Fenced or closed sessions remembered (so their datagrams get a precise refusal)."""
-    handshake_rate: float = 1000.0
-    """HELLOs per second a source IP may send, sustained (its token bucket's refill
-    rate); past it they are dropped (handshake_rate_limited).  0 = no limit."""
-    handshake_burst: float = 2000.0
-    """HELLOs a source IP may send at once (its bucket's size)."""
-    handshake_sources: int = 16_384
-    """Source IPs whose buckets are remembered; the least recently seen goes first."""
-    hello_memory: int = 100_000
-    """HELLOs of ended sessions remembered while their cookie is fresh, so that a
-    replay of one cannot open a session that fences the live one."""
-    idle_timeout: float = 600.0
-    """Seconds without a datagram after which a session may be expired (its link
-    vanished without a CLOSE).  Expiry is lazy: checked when HELLOs come, so an
-    idle listener keeps no timer.  A link whose session expired just reconnects
-    (REFUSE(unknown)) and resumes from the store, exactly once."""
 
 
 @dataclass
@@ -149,23 +97,6 @@ class _Conn:
     ack_delay_from: float = 0.0  # when that packet arrived
 
 
-@dataclass
-class CoreStats:
-    """Counters of the core (plain ints)."""
-
-    datagrams: int = 0
-    bytes: int = 0
-    batches: int = 0
-    records: int = 0
-    duplicates: int = 0
-    held: int = 0
-    acks: int = 0
-    retries: int = 0
-    accepts: int = 0
-    fenced: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
-
-
 class ListenerCore:
     """Protocol state of a listener across all of its links."""
 
@@ -174,7 +105,7 @@ class ListenerCore:
         self.store = store
         self.stats = CoreStats()
         self._key = self.config.secret
-        self._cookie_key = os.urandom(32)
+        self._cookies = Cookies(self.config.cookie_lifetime)
         self._conns: dict[int, _Conn] = {}
         self._gone: dict[int, _Conn] = {}  # fenced or closed sessions, oldest first
         self._producers: dict[tuple[str, int], Producer] = {}
@@ -539,21 +470,6 @@ class ListenerCore:
         self._memory += held - before
 
     # --------------------------------------------------------- handshake
-    def _cookie(self, addr: Address, stamp: int) -> bytes:
-        mac = blake2b(
-            repr(addr[:2]).encode() + _COOKIE_TIME.pack(stamp), key=self._cookie_key, digest_size=16
-        ).digest()
-        return _COOKIE_TIME.pack(stamp) + mac
-
-    def _cookie_ok(self, cookie: bytes, addr: Address, now: float) -> bool:
-        if len(cookie) != _COOKIE_SIZE:
-            return False
-        (stamp,) = _COOKIE_TIME.unpack_from(cookie)
-        age = int(now) - stamp
-        if age < -1 or age > self.config.cookie_lifetime:
-            return False
-        return hmac.compare_digest(self._cookie(addr, stamp), cookie)
-
     def _refuse_hello(
         self, hello: wire.Hello, addr: Address, size: int, reason: int, counter: str = ""
     ) -> None:
@@ -574,11 +490,11 @@ class ListenerCore:
             if conn is not None and conn.accepted:
                 self._send_accept(conn)
             return
-        if not proven and not self._cookie_ok(hello.cookie, addr, now):
+        if not proven and not self._cookies.check(hello.cookie, addr, now):
             if hello.cookie:
                 self._drop("bad_cookie")
             self.stats.retries += 1
-            retry = wire.Retry(hello.nonce, self._cookie(addr, int(now)))
+            retry = wire.Retry(hello.nonce, self._cookies.make(addr, int(now)))
             self._send_unproven(wire.encode_retry(retry, self._key), addr, size)
             return
         # the address is proven from here on
@@ -663,8 +579,8 @@ class ListenerCore:
             self._account(producer)
         conn_id = self._new_conn_id()
         conn = _Conn(conn_id, addr, producer, epoch, hello.nonce, last_seen=now)
-        if len(hello.cookie) == _COOKIE_SIZE:
-            stamp = _COOKIE_TIME.unpack_from(hello.cookie)[0]
+        if len(hello.cookie) == COOKIE_SIZE:
+            stamp = cookie_time(hello.cookie)
             conn.replay_until = stamp + self.config.cookie_lifetime + 1
         self._conns[conn_id] = conn
         producer.conn = conn

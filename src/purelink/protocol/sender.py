@@ -32,12 +32,12 @@ from __future__ import annotations
 import os
 from array import array
 from collections import deque
-from dataclasses import dataclass
 from typing import Final
 
 from ..errors import ProtocolError
 from . import wire
 from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
+from .sender_config import SenderConfig, SenderStats
 from .window import CongestionWindow, RttEstimator
 
 __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
@@ -71,54 +71,6 @@ _MOVES: Final = {
     (SenderState.FENCED, SenderState.CLOSED),
     (SenderState.FAILED, SenderState.CLOSED),
 }
-
-
-@dataclass(frozen=True)
-class SenderConfig:
-    """How a sender behaves."""
-
-    stream: str
-    """The stream written to."""
-    producer: str = ""
-    """Producer name; empty for an anonymous producer."""
-    anonymous_id: int = 0
-    """An anonymous producer's id (top bit set); 0 to draw one at random."""
-    datagram_size: int = 1400
-    """Largest datagram put on the wire."""
-    secret: bytes | None = None
-    """Key for the datagram MAC, or None."""
-    pad: bool = False
-    """Pad DATA datagrams of a burst (all but the last) to datagram_size, so the
-    driver can hand them to the kernel as equal UDP GSO segments."""
-    handshake_rto: float = 0.1
-    """First handshake retry interval; doubled on each retry up to max_handshake_rto."""
-    max_handshake_rto: float = 1.0
-    """Ceiling of the handshake retry interval (also the reconnect backoff cap)."""
-    silence_timeout: float = 20.0
-    """Seconds without any answer, while data is outstanding, after which the
-    session is taken as lost and the sender reconnects (a restarted listener
-    answers REFUSE(unknown) at once, so this only matters when nothing answers)."""
-    max_probe_interval: float = 1.0
-    """Ceiling of the backed-off probe interval."""
-    burst: int = 64
-    """Most datagrams returned by one datagrams_to_send call."""
-
-
-@dataclass
-class SenderStats:
-    """Counters of a sender (plain ints; the driver snapshots them)."""
-
-    datagrams: int = 0
-    bytes: int = 0
-    batches: int = 0
-    fragments: int = 0
-    retransmits: int = 0
-    probes: int = 0
-    acks: int = 0
-    lost: int = 0
-    handshakes: int = 0
-    reconnects: int = 0
-    dropped: int = 0
 
 
 class _Flight:
