@@ -98,7 +98,9 @@ class LinkStats:
     """Datagrams the kernel refused to send (counted, then resent as lost)."""
     late_pickups: int
     """Times the thread found queued records after a sleep that only its timer
-    ended: a lost wakeup would show here (it must stay 0)."""
+    ended.  A diagnostic: a lost wakeup would show here, but so does a record
+    queued in the instant the timer fired (the lost-wakeup test runs with no
+    timers at all, where a lost wakeup would hang instead)."""
 
 
 class Link:
