@@ -95,8 +95,9 @@ def test_queue_counts_one_wakeup_per_record_in_the_before_variant() -> None:
     assert rows["after"]["wakeups"]["median"] < 2000
 
 
+@pytest.mark.slow  # needs matplotlib, the `bench` extra: pip install '.[bench]'
 def test_sizes_draws_the_plot_again_from_saved_json(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")  # the `bench` extra, not the `test` one
+    pytest.importorskip("matplotlib")
     result = run_bench("bench.sizes", *TINY["sizes"], "--json")
     assert result.returncode == 0, result.stderr
     saved = tmp_path / "sizes.json"
