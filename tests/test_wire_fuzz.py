@@ -44,6 +44,7 @@ from purelink.protocol.wire import (
     Refuse,
     Retry,
 )
+from test_wire import BATCH_REASONS, DATAGRAM_REASONS  # the reasons the decoders may give
 
 settings.register_profile(
     "wire-fast",
@@ -62,16 +63,6 @@ FAST = settings(PROFILE)
 
 KEY = bytes(range(32))
 LONG_KEY = bytes(range(90))
-DATAGRAM_REASONS = {
-    "truncated",
-    "bad_magic",
-    "bad_version",
-    "bad_checksum",
-    "unauthenticated",
-    "unknown_type",
-    "malformed",
-}
-BATCH_REASONS = {"truncated", "bad_magic", "bad_version", "bad_checksum", "malformed"}
 
 u8 = st.integers(0, 0xFF)
 u16 = st.integers(0, 0xFFFF)

@@ -103,6 +103,16 @@ def _stream(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_from(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_int_at_least(1),
+        metavar="N",
+        help="first position (default: the first record retained)",
+    )
+
+
 def _int_at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -517,13 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read", "print the records of a stream in order", _cmd_read)
     p.add_argument("--data", required=True, metavar="DIR", help="store directory")
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
-    p.add_argument(
-        "--from",
-        dest="start",
-        type=_int_at_least(1),
-        metavar="N",
-        help="first position (default: the first record retained)",
-    )
+    _add_from(p)
     p.add_argument("--to", type=_int_at_least(1), metavar="M", help="last position (inclusive)")
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
@@ -531,13 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("tail", "print the records of a stream read from a listener over TCP", _cmd_tail)
     p.add_argument("url", type=_url, metavar="URL", help="the listener's tcp://HOST:PORT")
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
-    p.add_argument(
-        "--from",
-        dest="start",
-        type=_int_at_least(1),
-        metavar="N",
-        help="first position (default: the first record retained)",
-    )
+    _add_from(p)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
     p.add_argument("--secret-file", metavar="F", help="the listener's secret")

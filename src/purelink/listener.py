@@ -218,8 +218,6 @@ class Listener:
         self._datagrams = 0
         self._bytes = 0
         self._syncs = 0
-        self._stored_batches = 0
-        self._stored_records = 0
         self._started = False
         self._closed = False
         self._epoll: select.epoll | None = None
@@ -353,8 +351,8 @@ class Listener:
             connections=tcp.connections if tcp else 0,
             sessions=c.accepts if c else 0,
             links=core.links if core is not None else 0,
-            batches_stored=self._stored_batches,
-            records_stored=self._stored_records,
+            batches_stored=c.batches if c else 0,
+            records_stored=c.records if c else 0,
             syncs=self._syncs,
             duplicates=c.duplicates if c else 0,
             held=c.held if c else 0,
@@ -504,8 +502,6 @@ class Listener:
                 continue
             log_: StreamLog = data.stream(stream)
             last = log_.append(writes)
-            self._stored_batches += len(writes)
-            self._stored_records += sum(h.count for _, h in writes)
             core.written(stream, last)
             if self.sync == "none":
                 core.synced(stream, last)

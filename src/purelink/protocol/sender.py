@@ -378,13 +378,14 @@ class Sender:
         i = seq - self._base
         recs = self._recs
         if self._frag_offset == 0:
-            n, payload = self._fit(i, self._budget)
+            chunk, payload = self._fit(i, self._budget)
+            n = len(chunk)
             if n:
                 self._next = seq + n
                 # pad for GSO unless this is the last datagram of the burst
                 pad = self.config.datagram_size if self.pad and self._next <= self.pushed else 0
                 data = wire.encode_data_batch(
-                    self.conn_id, pn, self.producer_id, self.epoch, seq, recs[i : i + n],
+                    self.conn_id, pn, self.producer_id, self.epoch, seq, chunk,
                     self._lens[i : i + n], self._key, pad, payload,
                 )  # fmt: skip
                 self.stats.batches += 1
@@ -408,15 +409,16 @@ class Sender:
             len(self._record(f.first)), f.offset, chunk, self._key,
         )  # fmt: skip
 
-    def _fit(self, i: int, budget: int) -> tuple[int, bytes]:
-        """How many records from _recs[i] fit in one batch, and their payload.
+    def _fit(self, i: int, budget: int) -> tuple[list[bytes], bytes]:
+        """The records from _recs[i] that fit in one batch, and their payload.
         Starts from last time's count: the join it needs anyway gives the byte
         total, so in the steady state fitting costs one look at the next length."""
         recs = self._recs
         lens = self._lens
         avail = len(recs) - i
         n = min(self._per_batch, avail)
-        payload = b"".join(recs[i : i + n])
+        chunk = recs[i : i + n]
+        payload = b"".join(chunk)
         total = len(payload) + 2 * n
         if total <= budget:
             m = n
@@ -428,23 +430,22 @@ class Sender:
                 m += 1
             if m > n:
                 n = m
-                payload = b"".join(recs[i : i + n])
+                chunk = recs[i : i + n]
+                payload = b"".join(chunk)
         else:
             while n and total > budget:
                 n -= 1
                 total -= len(recs[i + n]) + 2
-            payload = b"".join(recs[i : i + n])
+            chunk = recs[i : i + n]
+            payload = b"".join(chunk)
         if n:
             self._per_batch = n
-        return n, payload
+        return chunk, payload
 
     def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
         if f.first <= self.stored:
             return None
         return memoryview(self._record(f.first))[f.offset : f.end]
-
-    def _covered_by_stored(self, f: _Flight) -> bool:
-        return f.last <= self._received
 
     def _on_accept(self, msg: wire.Accept, now: float) -> None:
         if msg.stored < self.stored:
