@@ -11,11 +11,11 @@ it:
 * `no_gso(link)`: one `send` per datagram instead of UDP GSO (and no padding
   of a burst to equal segments, which only GSO needs);
 * `held(link)`: a backlog.  While the link thread sleeps, the wakeup's
-  `signaled` flag is set -- "a write is on its way", so `queue` writes
+  `armed` flag is cleared -- "a write is on its way", so `queue` writes
   nothing -- and the write is made when the block ends: every record queued
   inside the block is taken by the link thread at once.  This uses the
-  wakeup's own invariant (signaled implies a byte in the fd or on its way),
-  so no wakeup is lost; it only delays one.
+  wakeup's own invariant (asleep and not armed implies a byte in the fd or on
+  its way), so no wakeup is lost; it only delays one.
 
 These reach into private attributes of `Link` (`_wakeup`, `_transport`,
 `_sender`, `_start`, `_taken`): a benchmark of internals may, the product's
@@ -90,7 +90,7 @@ def no_gso(link: Link) -> None:
 def asleep(link: Link, timeout: float = 5.0) -> bool:
     """Wait (bounded) until the link thread sleeps in epoll with nobody waking it."""
     w = link._wakeup
-    return wait_until(lambda: w.sleeping and not w.signaled and not w.pending, timeout)
+    return wait_until(lambda: w.armed and not w.pending, timeout)
 
 
 @contextlib.contextmanager
@@ -101,7 +101,7 @@ def held(link: Link, timeout: float = 5.0) -> Iterator[int]:
     if not asleep(link, timeout):
         raise RuntimeError("the link thread did not go to sleep; cannot hold a backlog")
     w = link._wakeup
-    w.signaled = True  # "a write is on its way": queue() writes nothing ...
+    w.armed = False  # "a write is on its way": queue() writes nothing ...
     try:
         yield link._taken
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -196,6 +197,40 @@ def test_full_then_queue_again_once_stored(tmp_path: Path, transport: str) -> No
     finally:
         lst2.close()
     assert len(read_all(lst2, "s")) == 101
+
+
+def test_full_by_records_is_exact_with_racing_threads(tmp_path: Path) -> None:
+    """Seqs come from a grant sized to `capacity`: four threads racing for the
+    last places get exactly `capacity` records in, with distinct seqs, and
+    every one after that is refused."""
+    with serve(tmp_path / "d", "udp") as lst:
+        link = purelink.connect(url(lst), stream="s", capacity=2000)
+    # the listener is gone: nothing gets stored
+    got: list[list[int]] = [[] for _ in range(4)]
+    refused = [0] * 4
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, inside the race
+
+    def fill(k: int) -> None:
+        for i in range(1000):
+            try:
+                got[k].append(link.queue(b"%d-%d" % (k, i)))
+            except purelink.Full:
+                refused[k] += 1
+
+    try:
+        threads = [threading.Thread(target=fill, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(before)
+    seqs = sorted(s for g in got for s in g)
+    assert seqs == list(range(1, 2001))
+    assert sum(refused) == 2000
+    assert link.queued == 2000
+    assert link.close(timeout=0.3) is False
 
 
 def test_full_by_bytes(tmp_path: Path, transport: str) -> None:

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from purelink.protocol import events
+from purelink.protocol import events, wire
 from purelink.protocol.listener_core import CoreConfig
 from purelink.protocol.sender import SenderState
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
@@ -107,6 +107,20 @@ def test_clean_network_in_order_no_retransmits() -> None:
     assert_exactly_once(sim, "s", [(link, recs)])
     assert isinstance(link.events[0], events.Connected)
     assert link.told == len(recs)
+
+
+def test_small_records_before_a_large_one_share_a_batch() -> None:
+    """Packing shrinks a batch by the records' real lengths (the length table
+    clamps at 65,535): an empty and a 3-byte record ahead of a 250 kB one go
+    in one DATA batch, and only the large one goes in pieces."""
+    recs = [b"", b"abc", bytes(250_000), b"z" * 61]
+    sim = Simulation(FakeNet(3))
+    link = sim.add_link("mixed", recs)
+    assert sim.run(sim.all_done, max_time=60)
+    assert_exactly_once(sim, "mixed", [(link, recs)])
+    stats = link.sender.stats
+    pieces = -(-250_000 // (1400 - wire.FRAGMENT_OVERHEAD))
+    assert (stats.batches, stats.fragments) == (2, pieces)
 
 
 def test_records_larger_than_a_datagram_are_split_and_rejoined() -> None:

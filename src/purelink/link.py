@@ -1,11 +1,14 @@
 """Link: the application-facing object and its own thread (the sending side's only I/O).
 
 `queue()` is the hot path.  It takes no lock and makes no system call unless
-the link thread sleeps (mechanism 1): a seq comes from an `itertools.count`
-(one C call, so two threads never get the same seq), the record goes into
-slot `seq & mask` of a ring (each seq owns its slot, so threads never
-overwrite each other and the order of seqs is the order in the stream), and
-the wakeup's flags decide whether the eventfd is written.
+the link thread sleeps (mechanism 1): a seq comes from an `itertools.islice`
+over an `itertools.count` (one C call, so two threads never get the same
+seq), the record goes into slot `seq & mask` of a ring (each seq owns its
+slot, so threads never overwrite each other and the order of seqs is the
+order in the stream), and one flag of the wakeup decides whether the eventfd
+is written.  That is all it stores: the link thread reads the lengths off the
+records (`map(len, ...)`, in C) and finds new records by looking at the next
+ring slot, so queue() writes no mark and no length per record.
 
 The link thread, in a loop: take every record from the ring (stopping at a
 slot not yet written, which its writer will mark), hand them to the sans-IO
@@ -15,13 +18,15 @@ read answers until EAGAIN, run timers, tell the owner (`on_stored`,
 `wait_stored` via the Parker, mechanism 2), and sleep in epoll on the socket
 and the eventfd only when there is nothing left to do and no mark was set.
 
-The ring has room for `capacity` records plus slack; `queue` refuses (Full)
-before taking a seq when `capacity` records or `capacity_bytes` bytes are
-unstored, so a slot is never reused while its record may still be unread.
-With several application threads the check can pass for each of them at
-once; the slack (4,096 slots) covers that many threads racing at the very
-edge.  Byte accounting is exact for one application thread; with several,
-the bound holds up to one record per racing thread.
+The count limit is a grant: the islice yields exactly the seqs that keep at
+most `capacity` records unstored as of the moment it was made, and when it
+runs dry (StopIteration, which costs nothing until it happens) queue() takes
+a lock, looks at `stored` again and makes the next grant, or raises Full.
+So the count bound is exact with any number of threads, and the ring (room
+for `capacity` records plus slack) never reuses a slot whose record may be
+unread.  The byte bound is checked inline before the seq is taken; it is
+exact for one application thread, and with several the bound holds up to one
+record per racing thread.
 """
 
 from __future__ import annotations
@@ -154,21 +159,19 @@ class Link:
         # the hand-off ring (see the module header)
         size = 1 << (capacity + RING_SLACK - 1).bit_length()
         self._ring: list[bytes | None] = [None] * size
-        self._lens = array("H", bytes(2 * size))  # record lengths, clamped to 65,535
         self._mask = size - 1
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
         self._max_record = _MAX_RECORD  # until the listener says what it accepts
         self._small = SMALL  # records below this take queue()'s inline path
-        self._counter = itertools.count(1)
-        self._next_seq = self._counter.__next__
-        self._queued = 0  # hint for the capacity check; the exact value is the counter's
+        self._counter = itertools.count(1)  # its next value is queued + 1
+        self._next_seq = itertools.islice(self._counter, capacity).__next__  # the grant
+        self._grant_lock = threading.Lock()  # queue()'s slow path, one thread at a time
         self._stored = 0
         self._told = 0
         self._taken = 0
         self._bytes_in = 0
         self._bytes_out = 0
-        self._limit_seq = capacity
         self._limit_bytes = capacity_bytes
         self._error: Error | None = None
         self._closing = False
@@ -186,21 +189,16 @@ class Link:
         """Queue one record; returns its seq.  Never blocks.  Raises Full."""
         if seq is None and record.__class__ is bytes:
             n = len(record)
-            if (
-                n < self._small
-                and self._queued < self._limit_seq
-                and self._bytes_in + n <= self._limit_bytes
-            ):
-                s = self._next_seq()
-                i = s & self._mask
-                self._lens[i] = n
-                self._ring[i] = record
-                self._queued = s
-                self._bytes_in += n
-                w = self._wakeup
-                w.pending = True
-                if w.sleeping and not w.signaled:
-                    w.signal()
+            b = self._bytes_in + n
+            if n < self._small and b <= self._limit_bytes:
+                try:
+                    s = self._next_seq()
+                except StopIteration:  # the grant is used up: see the module header
+                    return self._queue_slow(record, None)
+                self._ring[s & self._mask] = record
+                self._bytes_in = b
+                if self._wakeup.armed:
+                    self._wakeup.signal()
                 return s
         return self._queue_slow(record, seq)
 
@@ -220,30 +218,42 @@ class Link:
         n = len(record)
         if n > self._max_record:
             raise ValueError(f"record of {n} bytes is larger than max_record ({self._max_record})")
-        if seq is not None and seq != self.queued + 1:
-            raise ValueError(f"seq must be queued + 1 = {self.queued + 1}, not {seq}")
-        if self._queued >= self._limit_seq:
-            raise Full(f"{self._capacity} records are queued and not yet stored")
-        if self._bytes_in + n > self._limit_bytes:
-            raise Full(f"{self._capacity_bytes} bytes are queued and not yet stored")
-        s = self._next_seq()
-        i = s & self._mask
-        self._lens[i] = min(n, SMALL - 1)  # the sender sends a larger one in pieces
-        self._ring[i] = record
-        self._queued = s
-        self._bytes_in += n
-        self._wakeup.mark_and_signal()
+        with self._grant_lock:
+            if self._error is not None:
+                raise self._error
+            if seq is not None and seq != self.queued + 1:
+                raise ValueError(f"seq must be queued + 1 = {self.queued + 1}, not {seq}")
+            if self._bytes_in + n > self._limit_bytes:
+                raise Full(f"{self._capacity_bytes} bytes are queued and not yet stored")
+            try:
+                s = self._next_seq()
+            except StopIteration:
+                s = self._grant()
+            self._ring[s & self._mask] = record
+            self._bytes_in += n
+        if self._wakeup.armed:
+            self._wakeup.signal()
         return s
 
+    def _grant(self) -> int:
+        """The last grant is used up: make the next one (the seqs that keep at most
+        `capacity` records unstored now) and take its first seq, or raise Full.
+        Called with the grant lock held; the old islice is exhausted for good, so
+        no thread can take a seq from it any more."""
+        allowed = self._stored + self._capacity - self.queued
+        if allowed <= 0:
+            raise Full(f"{self._capacity} records are queued and not yet stored")
+        self._next_seq = itertools.islice(self._counter, allowed).__next__
+        return self._next_seq()
+
     def _set_limits(self) -> None:
-        """What queue() checks, precomputed by the link thread: the last seq and the
-        byte total allowed before Full; -1 once the link failed or closed, which
-        sends every call to _queue_slow to raise the error."""
+        """What queue() checks inline, precomputed by the link thread: the byte total
+        allowed before Full; -1 once the link failed or closed, which sends every
+        call to _queue_slow to raise the error."""
         if self._error is None:
-            self._limit_seq = self._stored + self._capacity
             self._limit_bytes = self._bytes_out + self._capacity_bytes
         else:
-            self._limit_seq = self._limit_bytes = -1
+            self._limit_bytes = -1
 
     @property
     def queued(self) -> int:
@@ -381,6 +391,15 @@ class Link:
         ep.register(sock_fd, select.EPOLLIN)
         ep.register(wakeup.fileno(), select.EPOLLIN)
         monotonic = time.monotonic
+        ring = self._ring
+        mask = self._mask
+        open_ = SenderState.OPEN
+
+        def has_next() -> bool:
+            """Whether the next record the thread reads is in the ring (the "mark"
+            of mechanism 1 is the record itself: see primitives/wakeup.py)."""
+            return ring[self._taken + 1 & mask] is not None and sender.state == open_
+
         sender.connect(monotonic())
         try:
             while not self._stop:
@@ -389,14 +408,14 @@ class Link:
                 if sender.state == SenderState.OPEN:
                     taken = self._taken
                     self._take()
-                    if self._timed_out and self._taken != taken and not wakeup.pending:
+                    if self._timed_out and self._taken != taken:
                         self._late_pickups += 1
                     self._timed_out = False
                 self._transmit(now)
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
                     break
-                if not wakeup.prepare_sleep():
+                if not wakeup.prepare_sleep(has_next):
                     # more was queued meanwhile: no sleep, but answers and timers
                     # must not wait until the application pauses
                     now = monotonic()
@@ -408,7 +427,7 @@ class Link:
                 self._sleeps += 1
                 ready = ep.poll(timeout)
                 self._timed_out = not ready
-                wakeup.after_wake()
+                wakeup.after_wake(has_next)
                 now = monotonic()
                 for fd, _ in ready:
                     if fd == sock_fd:
@@ -430,13 +449,16 @@ class Link:
         mask = self._mask
         i, j = start & mask, (end & mask) + 1
         chunk = ring[i:j] if i < j else ring[i:] + ring[:j]
-        lens = self._lens[i:j] if i < j else self._lens[i:] + self._lens[:j]
-        if None in chunk:
+        if None in chunk:  # a writer took its seq and has not stored its record yet
             n = chunk.index(None)
             if not n:
                 return
             del chunk[n:]
-            del lens[n:]
+        try:
+            # the batch's length table; through a list, which array() takes faster
+            lens = array("H", list(map(len, chunk)))  # type: ignore[arg-type]  # no None
+        except OverflowError:  # a record of 64 KiB or more: the sender sends it in pieces
+            lens = array("H", [min(len(r), 0xFFFF) for r in chunk])  # type: ignore[arg-type]
         n = len(chunk)
         j = (start + n - 1 & mask) + 1
         if i < j:
@@ -481,8 +503,8 @@ class Link:
                 self._small = min(SMALL, self._max_record + 1)
                 if not self._connected.is_set():
                     self._counter = itertools.count(ev.stored + 1)
-                    self._next_seq = self._counter.__next__
-                    self._queued = self._stored = self._told = self._taken = ev.stored
+                    self._next_seq = itertools.islice(self._counter, self._capacity).__next__
+                    self._stored = self._told = self._taken = ev.stored
                     self._set_limits()
                     self._connected.set()
                 elif ev.stored > self._stored:

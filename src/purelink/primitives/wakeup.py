@@ -7,37 +7,42 @@
 # EAGAIN, a pipe where nothing better exists).
 #
 # Theory of operation. One owner thread sleeps in poll() on `fileno()` (and its
-# sockets); any number of producer threads hand it work. Three plain attributes:
+# sockets); any number of producer threads hand it work. Two plain attributes:
 #
-#   pending   work was handed over since the owner last looked (the "mark")
-#   sleeping  the owner is in poll(), or about to be
-#   signaled  a write to the fd is in it or on its way since the owner went to sleep
+#   armed    the owner sleeps in poll() (or is about to), and no producer has taken
+#            on the job of waking it since: the next producer to see it must write
+#   pending  a generic mark, "work was handed over since the owner last looked", for
+#            producers whose work the owner cannot see for itself
 #
 # Producer (the link's queue() inlines exactly this):
-#     <store the item>; w.pending = True; if w.sleeping and not w.signaled: w.signal()
+#     <store the item>; if w.armed: w.signal()        # signal(): armed = False; write
 # Owner loop:
-#     w.begin_look(); <take all work>; if w.prepare_sleep(): poll(...); w.after_wake()
+#     w.begin_look(); <take all work>
+#     if w.prepare_sleep(ready): poll(...); w.after_wake()
+# where prepare_sleep sets `armed` and then asks `ready()` (or looks at `pending`)
+# whether work is there after all.  The link's ready() looks at the one ring slot the
+# link thread must read next, so queue() stores nothing but the item and loads one
+# flag: no mark per record.
 #
-# Why no wakeup is lost. The producer stores the item, then stores `pending`, then
-# loads `sleeping`; the owner stores `sleeping` (in prepare_sleep), then loads
-# `pending`. This is Dekker's pattern: in every interleaving at least one side sees
-# the other's store. Either the owner sees pending and looks again instead of
-# sleeping (and finds the item, which was stored before pending), or the producer
-# sees sleeping and writes the fd unless `signaled` says a write is already coming.
-# The last clause needs the invariant "signaled implies a byte is in the fd or on its
-# way", which is why after_wake() drains the fd FIRST and clears `signaled` AFTER:
-# signal() sets `signaled` and then writes, so a signal that sets the flag after the
-# owner cleared it writes after the owner drained, and the byte stays for the next
-# poll. (Clearing first and draining second loses a wakeup: a producer preempted
-# between its check and its store could set `signaled` after the clear and have its
-# byte eaten by the drain, leaving signaled=True over an empty fd.) The model check
-# in tests/test_primitives_wakeup.py runs every schedule of these loads and stores up
-# to a preemption bound: it finds that loss in the wrong order, none in this one.
+# Why no wakeup is lost. The producer stores the item, then loads `armed`; the owner
+# stores `armed`, then loads the item (ready()). This is Dekker's pattern: in every
+# interleaving at least one side sees the other's store. Either the owner sees the
+# item and looks again instead of sleeping, or the producer sees `armed` and writes
+# the fd -- unless `armed` is already False while the owner sleeps. That happens only
+# when another producer cleared it, and signal() clears it BEFORE it writes, so that
+# producer's byte is on its way: the invariant is "the owner in poll with armed False
+# implies a byte in the fd or on its way". The owner re-arms before every sleep, and
+# clears `armed` after every wake (after draining the fd; the order of those two does
+# not matter here, because no flag outlives the sleep it was set for).  The model
+# check in tests/test_primitives_wakeup.py runs every schedule of these loads and
+# stores up to a preemption bound: no loss in this protocol, and a loss in each of
+# the two wrong orders (the owner looking before arming; a producer clearing
+# `armed` after its write).
 #
-# The benign races: two producers can both see sleeping and not signaled and both
-# write (two writes for one sleep); a producer can write just after the owner woke
-# for another reason, which costs the owner one spurious wake later. Neither loses
-# work; both are counted (writes, spurious).
+# The benign races: two producers can both see `armed` and both write (two writes for
+# one sleep); a producer can write just after the owner woke for another reason, which
+# costs the owner one spurious wake later. Neither loses work; both are counted
+# (writes, spurious).
 #
 # What is assumed of the interpreter. Under the GIL (CPython 3.11, the target) every
 # attribute store and load here is one bytecode on a plain instance attribute, and
@@ -55,6 +60,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -74,30 +80,30 @@ class WakeupStatistics:
     sleeps: int
     """prepare_sleep() calls that let the owner sleep."""
     rechecks: int
-    """prepare_sleep() calls that found work marked and sent the owner back to look."""
+    """prepare_sleep() calls that found work (marked or ready) and sent the owner back."""
     drains: int
     """after_wake() calls that found the fd written and emptied it."""
     spurious: int
-    """Drains with no work marked: a late write (see the header) or a signal with no item."""
+    """Drains with no work marked or ready: a late write (see the header), or a signal
+    whose item the owner had already taken."""
 
 
 class Wakeup:
     """An eventfd (or a pipe) written only when its owner sleeps, and only once.
 
-    `pending`, `sleeping` and `signaled` are plain attributes on purpose: the link's
-    queue() reads and writes them inline. See the module header for the protocol.
+    `armed` and `pending` are plain attributes on purpose: the link's queue() reads
+    `armed` inline. See the module header for the protocol.
     """
 
     __slots__ = (
         "_closed",
         "_read_fd",
         "_write_fd",
+        "armed",
         "backend",
         "drains",
         "pending",
         "rechecks",
-        "signaled",
-        "sleeping",
         "sleeps",
         "spurious",
         "writes",
@@ -121,8 +127,7 @@ class Wakeup:
             self.backend = "pipe"
         self._closed = False
         self.pending = False
-        self.sleeping = False
-        self.signaled = False
+        self.armed = False
         self.writes = 0
         self.sleeps = 0
         self.rechecks = 0
@@ -138,12 +143,12 @@ class Wakeup:
     def mark_and_signal(self) -> None:
         """Mark work pending; write the fd if the owner sleeps and nobody woke it yet."""
         self.pending = True
-        if self.sleeping and not self.signaled:
+        if self.armed:
             self.signal()
 
     def signal(self) -> None:
-        """Set `signaled`, then write the fd. Callers check `sleeping and not signaled` first."""
-        self.signaled = True  # before the write: see the header for why the order matters
+        """Disarm, then write the fd.  Callers check `armed` first."""
+        self.armed = False  # before the write: see the header for why the order matters
         if not self._closed:
             self._write()
             self.writes += 1
@@ -163,24 +168,25 @@ class Wakeup:
         """Clear the mark; call it before taking work, so work handed over later is seen."""
         self.pending = False
 
-    def prepare_sleep(self) -> bool:
-        """Announce the sleep, then re-check the mark. False: work arrived, look again."""
-        self.sleeping = True
-        if self.pending:
-            self.sleeping = False
+    def prepare_sleep(self, ready: Callable[[], bool] | None = None) -> bool:
+        """Arm, then look again: at the mark, and at the work itself through `ready()`
+        (True: work the owner can take is there).  False: look again, do not sleep."""
+        self.armed = True
+        if self.pending or (ready is not None and ready()):
+            self.armed = False
             self.rechecks += 1
             return False
         self.sleeps += 1
         return True
 
-    def after_wake(self) -> None:
-        """After poll() returns, for whatever reason: drain the fd, then clear the flags."""
+    def after_wake(self, ready: Callable[[], bool] | None = None) -> None:
+        """After poll() returns, for whatever reason: drain the fd, then disarm.
+        `ready` (as for prepare_sleep) only tells a spurious wake from a real one."""
         if self._drain():
             self.drains += 1
-            if not self.pending:
+            if not self.pending and (ready is None or not ready()):
                 self.spurious += 1
-        self.sleeping = False
-        self.signaled = False  # after the drain: the header explains why
+        self.armed = False
 
     def _drain(self) -> bool:
         """Read until EAGAIN; True if anything was read."""
@@ -203,8 +209,7 @@ class Wakeup:
         if self._closed:
             return
         self._closed = True
-        self.sleeping = False
-        self.signaled = True  # an inlined producer check now never calls signal()
+        self.armed = False  # an inlined producer check now never calls signal()
         os.close(self._read_fd)
         if self._write_fd != self._read_fd:
             os.close(self._write_fd)
@@ -237,5 +242,5 @@ class Wakeup:
     def __repr__(self) -> str:
         return (
             f"<Wakeup {self.backend} fd={self._read_fd} pending={self.pending} "
-            f"sleeping={self.sleeping} signaled={self.signaled} closed={self._closed}>"
+            f"armed={self.armed} closed={self._closed}>"
         )

@@ -327,8 +327,10 @@ class Sender:
                 f.pn = self._pn
                 f.sent = now
             elif self._next <= self.pushed:
+                if not self._frag_offset and self._pack_run(now, out, burst, window):
+                    continue
                 self._pn += 1
-                f, data = self._pack(now, self._pn)
+                f, data = self._pack_piece(now, self._pn)
             else:
                 break
             flights[f.pn] = f
@@ -343,10 +345,9 @@ class Sender:
                 out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
         if out:
             self.stats.datagrams += len(out)
+            self.stats.bytes += sum(map(len, out))
             if self._timer is None:
                 self._timer = now + self.rtt.rto
-        for d in out:
-            self.stats.bytes += len(d)
         return out
 
     # ---------------------------------------------------------- internals
@@ -372,26 +373,10 @@ class Sender:
     def _record(self, seq: int) -> bytes:
         return self._recs[seq - self._base]
 
-    def _pack(self, now: float, pn: int) -> tuple[_Flight, bytes]:
-        """The next records as one DATA datagram (or the next piece of a large record)."""
+    def _pack_piece(self, now: float, pn: int) -> tuple[_Flight, bytes]:
+        """The next piece of a record too large for one datagram (FRAGMENT)."""
         seq = self._next
-        i = seq - self._base
-        recs = self._recs
-        if self._frag_offset == 0:
-            chunk, payload = self._fit(i, self._budget)
-            n = len(chunk)
-            if n:
-                self._next = seq + n
-                # pad for GSO unless this is the last datagram of the burst
-                pad = self.config.datagram_size if self.pad and self._next <= self.pushed else 0
-                data = wire.encode_data_batch(
-                    self.conn_id, pn, self.producer_id, self.epoch, seq, chunk,
-                    self._lens[i : i + n], self._key, pad, payload,
-                )  # fmt: skip
-                self.stats.batches += 1
-                return _Flight(pn, seq, seq + n - 1, len(data), now, data), data
-        # a record too large for one datagram: send its next piece
-        record = recs[i]
+        record = self._recs[seq - self._base]
         start = self._frag_offset
         end = min(start + self._frag_size, len(record))
         if end >= len(record):
@@ -403,44 +388,82 @@ class Sender:
         f = _Flight(pn, seq, seq, wire.FRAGMENT_OVERHEAD + end - start, now, None, start, end)
         return f, self._fragment(f, memoryview(record)[start:end])
 
+    def _pack_run(self, now: float, out: list[bytes], burst: int, window: int) -> int:
+        """First transmissions of whole batches, as many as `burst` and `window`
+        allow, appended to `out`; how many (0 when the next record is too large
+        for one datagram: _pack_piece() sends it).  The link's hot path, in one
+        loop with its state in locals.  Fitting starts from the last batch's
+        count: the join it needs anyway gives the byte total, so in the steady
+        state it costs one look at the next length."""
+        recs = self._recs
+        lens = self._lens
+        pushed = self.pushed
+        budget = self._budget
+        flights = self._flights
+        encode = wire.encode_data_batch
+        join = b"".join
+        conn_id, producer_id, epoch, key = self.conn_id, self.producer_id, self.epoch, self._key
+        pad_to = self.config.datagram_size if self.pad else 0
+        seq = self._next
+        base = self._base
+        guess = self._per_batch
+        pn = self._pn
+        in_flight = self._in_flight
+        packed = 0
+        while len(out) < burst and in_flight < window and seq <= pushed:
+            # _fit, inline: start from last time's count; the join gives the bytes
+            i = seq - base
+            avail = pushed - seq + 1
+            n = guess if guess < avail else avail
+            chunk = recs[i : i + n]
+            payload = join(chunk)
+            total = len(payload) + 2 * n
+            if total <= budget:
+                m = n
+                while m < avail:
+                    more = lens[i + m] + 2
+                    if total + more > budget:
+                        break
+                    total += more
+                    m += 1
+                if m > n:
+                    n = m
+                    chunk = recs[i : i + n]
+                    payload = join(chunk)
+            else:
+                while n and total > budget:
+                    n -= 1
+                    total -= len(recs[i + n]) + 2  # exact: a length in lens may be clamped
+                if not n:
+                    break  # a record too large for one datagram
+                chunk = recs[i : i + n]
+                payload = join(chunk)
+            guess = n
+            pn += 1
+            last = seq + n - 1
+            # pad for GSO unless this is the last datagram of the burst
+            data = encode(
+                conn_id, pn, producer_id, epoch, seq, chunk, lens[i : i + n], key,
+                pad_to if last < pushed else 0, payload,
+            )  # fmt: skip
+            size = len(data)
+            flights[pn] = _Flight(pn, seq, last, size, now, data)
+            in_flight += size
+            out.append(data)
+            seq = last + 1
+            packed += 1
+        self._next = seq
+        self._per_batch = guess
+        self._pn = pn
+        self._in_flight = in_flight
+        self.stats.batches += packed
+        return packed
+
     def _fragment(self, f: _Flight, chunk: bytes | memoryview) -> bytes:
         return wire.encode_fragment(
             self.conn_id, f.pn if f.pn else self._pn, self.epoch, f.first,
             len(self._record(f.first)), f.offset, chunk, self._key,
         )  # fmt: skip
-
-    def _fit(self, i: int, budget: int) -> tuple[list[bytes], bytes]:
-        """The records from _recs[i] that fit in one batch, and their payload.
-        Starts from last time's count: the join it needs anyway gives the byte
-        total, so in the steady state fitting costs one look at the next length."""
-        recs = self._recs
-        lens = self._lens
-        avail = len(recs) - i
-        n = min(self._per_batch, avail)
-        chunk = recs[i : i + n]
-        payload = b"".join(chunk)
-        total = len(payload) + 2 * n
-        if total <= budget:
-            m = n
-            while m < avail:
-                more = lens[i + m] + 2
-                if total + more > budget:
-                    break
-                total += more
-                m += 1
-            if m > n:
-                n = m
-                chunk = recs[i : i + n]
-                payload = b"".join(chunk)
-        else:
-            while n and total > budget:
-                n -= 1
-                total -= len(recs[i + n]) + 2
-            chunk = recs[i : i + n]
-            payload = b"".join(chunk)
-        if n:
-            self._per_batch = n
-        return chunk, payload
 
     def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
         if f.first <= self.stored:
