@@ -497,11 +497,90 @@ def test_closing_the_listener_ends_a_follower_with_an_error(tmp_path: Path) -> N
     assert "closed the subscription" in str(outcome[0])
 
 
+def test_a_follower_with_reconnect_resumes_across_a_listener_restart(tmp_path: Path) -> None:
+    """The listener stops and comes back on the same ports: a subscription with
+    `reconnect` resumes at its next position, with no record lost or repeated."""
+    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0", segment_bytes=4096)
+    lst.start()
+    udp, tcp = urls(lst)
+    addresses = (udp.removeprefix("udp://"), tcp.removeprefix("tcp://"))
+    send(udp, "s", 1, 300)
+    sub = purelink.subscribe(tcp, "s", reconnect=30)
+    got: list[tuple[int, bytes]] = []
+    failed: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            for record in sub:
+                got.append(record)
+        except BaseException as exc:
+            failed.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        wait_until(lambda: len(got) == 300)
+        lst.close()  # the follower's connection breaks; it retries meanwhile
+        lst = purelink.Listener(tmp_path, udp=addresses[0], tcp=addresses[1], segment_bytes=4096)
+        lst.start()
+        send(udp, "s", 301, 200)
+        wait_until(lambda: len(got) == 500)
+        assert sub.resumes >= 1
+    finally:
+        sub.close()
+        follower.join(TIMEOUT)
+        lst.close()
+    assert not follower.is_alive() and not failed  # close() ends it quietly
+    assert got == expected(1, 501)
+
+
+def test_reconnect_gives_up_after_its_time(tmp_path: Path) -> None:
+    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0")
+    lst.start()
+    udp, tcp = urls(lst)
+    send(udp, "s", 1, 5)
+    sub = purelink.subscribe(tcp, "s", reconnect=0.5)
+    records = iter(sub)
+    assert [next(records) for _ in range(5)] == expected(1, 6)
+    lst.close()  # for good
+    started = time.monotonic()
+    with pytest.raises(purelink.Error, match=r"could not resume within 0.5 s"):
+        next(records)
+    assert time.monotonic() - started < TIMEOUT
+
+
+def test_close_stops_a_subscription_waiting_to_resume(tmp_path: Path) -> None:
+    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0")
+    lst.start()
+    _, tcp = urls(lst)
+    sub = purelink.subscribe(tcp, "s", reconnect=60)
+    ended: list[object] = []
+
+    def follow() -> None:
+        try:
+            ended.append(list(sub))
+        except BaseException as exc:
+            ended.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    lst.close()  # the follower starts retrying, for up to a minute
+    wait_until(lambda: sub._sock is None)  # it is between attempts now
+    started = time.monotonic()
+    sub.close()
+    follower.join(TIMEOUT)
+    assert not follower.is_alive() and time.monotonic() - started < 5
+    assert ended == [[]]  # it ended quietly, with no error
+
+
 def test_bad_arguments_and_an_unreachable_listener() -> None:
     with pytest.raises(ValueError, match="tcp://"):
         purelink.subscribe("udp://127.0.0.1:9", "s")
     with pytest.raises(ValueError):
         purelink.subscribe("tcp://127.0.0.1:9", "bad/name")
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="reconnect"):
+            purelink.subscribe("tcp://127.0.0.1:9", "s", reconnect=bad)
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
@@ -552,3 +631,28 @@ def test_cli_tail(tmp_path: Path) -> None:
             if follower.poll() is None:
                 follower.kill()
                 follower.communicate()
+
+        # --reconnect: a follower rides through a restart of the listener process
+        resume = ("--reconnect", "30")
+        follower = subprocess.Popen(
+            [*PURELINK, "tail", url, "--stream", "t", "--from", "1002", "--follow", *resume],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert run("send", url, "--stream", "t", stdin=b"before\n").returncode == 0
+            assert follower.stdout is not None
+            assert follower.stdout.readline() == b"before\n"
+            assert server.stop() == 0
+            server.restart()
+            assert run("send", url, "--stream", "t", stdin=b"after\n").returncode == 0
+            assert follower.stdout.readline() == b"after\n"
+            follower.send_signal(signal.SIGINT)
+            _, err = follower.communicate(timeout=TIMEOUT)
+            assert follower.returncode == 130
+            assert b"Traceback" not in err
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.communicate()
+        assert run("tail", url, "--stream", "t", "--reconnect", "soon").returncode == 2

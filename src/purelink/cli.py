@@ -376,6 +376,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
             follow=args.follow,
             secret=secret,
             timeout=args.timeout,
+            reconnect=args.reconnect,
         )
     except ValueError as exc:  # not a tcp:// URL
         raise UsageError(str(exc)) from None
@@ -541,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret-file", metavar="F", help="the listener's secret")
     p.add_argument(
         "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="connect timeout"
+    )
+    p.add_argument(
+        "--reconnect",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="if the connection breaks, resume where it stopped, trying for this long",
     )
 
     p = verb("streams", "list the streams of a store", _cmd_streams)

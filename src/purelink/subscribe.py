@@ -20,6 +20,17 @@ checks.  Every record yielded was in a batch that passed its CRC-32C, at a
 position that follows the one before: never a gap, never a record that was
 not stored.
 
+With `reconnect=SECONDS`, a subscription whose connection breaks (the
+listener restarted, the network failed) connects again and resumes at
+`next_position`, as a Kafka consumer rides through a broker restart: with
+backoff (0.05 s doubling to 2 s) for up to that many seconds after the
+break, then it raises.  No record is lost or repeated across a resume: the
+new request starts exactly after the last record yielded (a partial batch
+received before the break is dropped and comes again whole).  A refusal (a
+start below what is retained, a wrong secret) or a batch that fails its
+checks is never retried.  With `follow=False` a resumed request ends at the
+records stored when the listener got *it*, which may be more than at first.
+
 The subscriber receives at most 256 KiB at a time (`RECEIVE_SIZE`) and slices
 the records out of it (`TailDecoder`), so memory stays bounded; when the
 application reads slowly, the kernel's socket buffers fill and TCP pushes
@@ -30,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from itertools import chain
 from types import TracebackType
@@ -43,6 +56,8 @@ __all__ = ["RECEIVE_SIZE", "Subscription", "subscribe"]
 
 RECEIVE_SIZE: Final = 256 << 10
 """Bytes asked for per receive: the only buffer a subscriber holds (plus one partial batch)."""
+BACKOFF_FIRST: Final = 0.05
+BACKOFF_MAX: Final = 2.0
 
 
 def subscribe(
@@ -53,43 +68,106 @@ def subscribe(
     *,
     secret: bytes | None = None,
     timeout: float = 10.0,
+    reconnect: float = 0.0,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
     from position `start` (0: from the first record retained); iterate the
     result for (position, payload).
 
-    Raises ValueError for a bad URL, stream name or start, and ConnectError if
-    the listener cannot be reached within `timeout` seconds.
+    `reconnect`: seconds to keep trying to resume after the connection breaks
+    (0: raise at once).  See the module header.
+
+    Raises ValueError for a bad URL, stream name, start or reconnect, and
+    ConnectError if the listener cannot be reached within `timeout` seconds.
     """
-    scheme, host, port = _address.parse_url(url)
+    scheme, _, _ = _address.parse_url(url)
     if scheme != "tcp":
         raise ValueError(f"subscribe needs the listener's tcp:// address, not {url!r}")
-    request = encode_request(stream, start, follow, secret)  # checks name and start
-    try:
-        family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:
-        raise ConnectError(f"cannot subscribe at {url}: {exc}") from None
-    try:
-        sock.settimeout(timeout)
-        sock.connect(sockaddr)
-        sock.sendall(request)
-        sock.settimeout(None)
-    except OSError as exc:
-        sock.close()
-        raise ConnectError(f"cannot subscribe at {url}: {exc}") from None
-    return Subscription(sock, stream, start)
+    if not reconnect >= 0:
+        raise ValueError(f"reconnect must be a number of seconds >= 0, not {reconnect!r}")
+    encode_request(stream, start, follow, secret)  # checks name and start
+    sub = Subscription(url, stream, start, follow, secret, timeout, reconnect)
+    sub._connect()
+    return sub
 
 
 class Subscription:
     """An open subscription: iterate it for (position, payload); close() when done."""
 
-    def __init__(self, sock: socket.socket, stream: str, start: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        stream: str,
+        start: int,
+        follow: bool,
+        secret: bytes | None,
+        timeout: float,
+        reconnect: float,
+    ) -> None:
+        self.url = url
         self.stream = stream
         """The stream subscribed to."""
-        self._sock: socket.socket | None = sock
+        self.resumes = 0
+        """Times the subscription connected again after a break."""
+        self._follow = follow
+        self._secret = secret
+        self._timeout = timeout
+        self._reconnect = reconnect
+        self._sock: socket.socket | None = None
+        self._closed = threading.Event()
         self._decoder = TailDecoder(start)
         self._records = chain.from_iterable(self._receive())  # C-level, per record
+
+    def _connect(self) -> None:
+        """Connect and send the request for the records from next_position."""
+        _, host, port = _address.parse_url(self.url)
+        request = encode_request(
+            self.stream, self._decoder.next_position, self._follow, self._secret
+        )
+        try:
+            family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
+        try:
+            sock.settimeout(self._timeout)
+            sock.connect(sockaddr)
+            sock.sendall(request)
+            sock.settimeout(None)
+        except OSError as exc:
+            sock.close()
+            raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
+        if self._closed.is_set():  # closed meanwhile, from another thread
+            sock.close()
+            return
+        self._sock = sock
+
+    def _resume(self, why: str) -> bool:
+        """The connection broke (`why`): connect again from next_position, with
+        backoff, for up to `reconnect` seconds.  False: closed meanwhile."""
+        old, self._sock = self._sock, None
+        if old is not None:
+            old.close()
+        deadline = time.monotonic() + self._reconnect
+        delay = BACKOFF_FIRST
+        while True:
+            if self._closed.wait(min(delay, max(deadline - time.monotonic(), 0.0))):
+                return False
+            try:
+                self._connect()
+            except ConnectError as exc:
+                if time.monotonic() >= deadline:
+                    raise Error(
+                        f"subscription to {self.stream!r} broke ({why}) and could not "
+                        f"resume within {self._reconnect:g} s: {exc}"
+                    ) from None
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            if self._sock is None:
+                return False
+            self._decoder = TailDecoder(self._decoder.next_position)
+            self.resumes += 1
+            return True
 
     @property
     def next_position(self) -> int:
@@ -109,17 +187,25 @@ class Subscription:
         return self._receive()
 
     def _receive(self) -> Iterator[list[tuple[int, bytes]]]:
-        decoder = self._decoder
         try:
-            while self._sock is not None:
+            while (sock := self._sock) is not None:
+                decoder = self._decoder
                 try:
-                    data = self._sock.recv(RECEIVE_SIZE)
+                    data = sock.recv(RECEIVE_SIZE)
                 except OSError as exc:
-                    if self._sock is None:
+                    if self._closed.is_set():
                         return  # closed by close()
+                    if self._reconnect and self._resume(str(exc)):
+                        continue
+                    if self._closed.is_set():
+                        return
                     raise Error(f"subscription to {self.stream!r} broke: {exc}") from None
                 if not data:
-                    if decoder.ended:
+                    if decoder.ended or self._closed.is_set():
+                        return
+                    if self._reconnect and self._resume("the listener closed it"):
+                        continue
+                    if self._closed.is_set():
                         return
                     raise Error(
                         f"the listener closed the subscription to {self.stream!r} "
@@ -139,7 +225,8 @@ class Subscription:
             self.close()
 
     def close(self) -> None:
-        """Disconnect. Idempotent."""
+        """Disconnect (and stop resuming). Idempotent."""
+        self._closed.set()
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
