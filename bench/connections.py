@@ -28,7 +28,12 @@ not counted):
 * connections/s: connections / wall time of the run;
 * accepts per event: accepts / readiness events of the listening socket
   (purelink only; from the counters `purelink serve` prints when it stops,
-  over all runs), and the pool's hits and misses.
+  over all runs), and the pool's hits and misses;
+* per connection (purelink only, same counters, warm-up included): readiness
+  events drained (of the listening socket and of connections), ACKs sent
+  (ACCEPTs not counted) and fdatasyncs.  These move with what the listener
+  does per connection, not with the machine's load, so they compare two
+  versions of the listener better than the CPU time does on a noisy machine.
 
 Target (SPEC section 8): purelink's CPU per connection <= the echo server's,
 while purelink also stores every record durably.  The client is the same
@@ -232,6 +237,10 @@ def _variant(
     }
     if stats:
         row["accepts/event"] = stats["accepts"] / max(stats["accept_drains"], 1)
+        conns = max(stats["accepts"], 1)
+        row["events/conn"] = stats["drains"] / conns
+        row["ACKs/conn"] = stats["acks"] / conns
+        row["syncs/conn"] = stats["syncs"] / conns
         row["pool hits"] = stats["pool_hits"]
         row["pool misses"] = stats["pool_misses"]
     return row, stats
@@ -267,6 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "server CPU us/conn",
             "conns/s",
             "accepts/event",
+            "events/conn",
+            "ACKs/conn",
+            "syncs/conn",
             "pool hits",
             "pool misses",
         ],

@@ -18,7 +18,11 @@ Durability (SPEC section 2.2).  With sync="batch" the loop never calls
 fdatasync: it tells the sync thread which streams are dirty, and the sync
 thread syncs them (group commit: everything written while one sync ran is
 covered by the next) and reports the durable positions back through an
-eventfd, after which the loop answers "stored".  With sync="always" the loop
+eventfd, after which the loop answers "stored".  The dirty streams go over a
+deque (append and popleft are atomic, no lock), and the loop wakes the sync
+thread (an eventfd write) only when it sleeps, once, as a link's queue()
+wakes its thread (mechanism 1): the thread says it sleeps, then looks at the
+deque once more before it blocks, so no wakeup is lost.  With sync="always" the loop
 syncs after each drain's writes, before answering.  With sync="none"
 "stored" means written to the OS: a power cut can lose it.
 """
@@ -207,8 +211,9 @@ class Listener:
         self._stop = False
         self._wake_fd = -1
         self._synced_fd = -1
-        self._sync_cond = threading.Condition()
-        self._dirty: set[str] = set()
+        self._sync_fd = -1  # blocking eventfd: the sync thread sleeps in a read of it
+        self._sync_asleep = False  # the sync thread is about to sleep or sleeps
+        self._dirty: deque[str] = deque()  # streams written, not yet handed to a sync
         self._synced: deque[tuple[str, int]] = deque()
         self._pool = BufferPool(RECV_BUFFER, 1024)
         self._gro = False
@@ -249,6 +254,7 @@ class Listener:
                 self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._sync_fd = os.eventfd(0, os.EFD_CLOEXEC)
             self._epoll = select.epoll()
             self._epoll.register(self._wake_fd, select.EPOLLIN)
             self._epoll.register(self._synced_fd, select.EPOLLIN)
@@ -285,8 +291,8 @@ class Listener:
             os.eventfd_write(self._wake_fd, 1)
         if self._thread is not None:
             self._thread.join()
-        with self._sync_cond:
-            self._sync_cond.notify_all()
+        if self._sync_fd >= 0:
+            os.eventfd_write(self._sync_fd, 1)
         if self._sync_thread is not None:
             self._sync_thread.join()
         if self._data is not None and self.sync != "none":
@@ -297,10 +303,10 @@ class Listener:
         self._release()
 
     def _release(self) -> None:
-        for fd in (self._wake_fd, self._synced_fd):
+        for fd in (self._wake_fd, self._synced_fd, self._sync_fd):
             if fd >= 0:
                 os.close(fd)
-        self._wake_fd = self._synced_fd = -1
+        self._wake_fd = self._synced_fd = self._sync_fd = -1
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -412,8 +418,15 @@ class Listener:
         monotonic = time.monotonic
         try:
             while not self._stop:
-                # no timeout unless a TCP connection owes bytes (an idle listener sleeps)
-                ready = ep.poll(-1.0 if tcp is None else tcp.timeout(monotonic()))
+                # no timeout unless a TCP connection owes bytes or an ACK is held for a
+                # sync (listener_core.py): an idle listener sleeps
+                t = monotonic()
+                timeout = core.timeout(t)
+                if tcp is not None:
+                    owed = tcp.timeout(t)
+                    if owed >= 0 and (timeout < 0 or owed < timeout):
+                        timeout = owed
+                ready = ep.poll(timeout)
                 now = monotonic()
                 for fd, mask in ready:
                     handler = handlers.get(fd)
@@ -497,6 +510,7 @@ class Listener:
     def _write(self, core: ListenerCore) -> None:
         data = self._data
         assert data is not None
+        dirty = False
         for stream, writes in core.take_writes().items():
             if not writes:
                 continue
@@ -509,9 +523,11 @@ class Listener:
                 core.synced(stream, log_.sync())
                 self._syncs += 1
             else:
-                with self._sync_cond:
-                    self._dirty.add(stream)
-                    self._sync_cond.notify()
+                self._dirty.append(stream)
+                dirty = True
+        if dirty and self._sync_asleep:  # wake the sync thread only if it sleeps, once
+            self._sync_asleep = False
+            os.eventfd_write(self._sync_fd, 1)
 
     def _answer(self, now: float) -> None:
         sock = self._sock
@@ -542,14 +558,20 @@ class Listener:
     def _sync_loop(self) -> None:
         data = self._data
         assert data is not None
-        cond = self._sync_cond
+        pending = self._dirty
+        wake_fd = self._sync_fd
         while True:
-            with cond:
-                while not self._dirty and not self._stop:
-                    cond.wait()
-                if self._stop and not self._dirty:
+            if not pending:
+                if self._stop:
                     return
-                dirty, self._dirty = self._dirty, set()
+                self._sync_asleep = True
+                if not pending and not self._stop:  # looked again after saying so
+                    os.eventfd_read(wake_fd)  # blocks; a stale count only wakes it once more
+                self._sync_asleep = False
+                continue
+            dirty: set[str] = set()
+            while pending:
+                dirty.add(pending.popleft())
             for stream in dirty:
                 try:
                     position = data.stream(stream, create=False).sync()

@@ -40,7 +40,13 @@ unique per connection, never equal to a UDP source address (so answers to a
 UDP peer never take a TCP route), and sent with `proven=True`: TCP's
 handshake proved the address, so a HELLO needs no cookie round trip.  When
 the connection closes the core is told (`disconnected`), which ends its
-sessions as a CLOSE would.
+sessions as a CLOSE would.  The other way round, once a read has fed the
+core a CLOSE that left the connection no open session (`finished`), the
+connection is closed at once instead of in a later readiness event for the
+link's EOF: a short link then costs three read events (HELLO, DATA, CLOSE),
+not four.  (The core also holds a TCP peer's "received" ACK for the sync in
+flight, so a short link gets two answers, ACCEPT and "stored": see
+listener_core.py.)
 
 Bad input, all counted by reason in `dropped` and all ending the connection
 only: a frame length over the limit (known from its 4 header bytes, before
@@ -143,6 +149,7 @@ class TcpServer:
         """Receives per readiness event of one connection."""
         self.max_frame = listener._pool.size - HEADER
         self._sock: socket.socket | None = None
+        self._family = socket.AF_INET
         self._spare = -1  # a file descriptor kept to shed one connection at EMFILE
         self._conns: dict[int, _Conn] = {}
         self._timers: deque[tuple[float, _Conn]] = deque()
@@ -180,6 +187,7 @@ class TcpServer:
             sock.close()
             raise Error(f"cannot bind tcp {_address.format_hostport(host, port)}: {exc}") from None
         self._sock = sock
+        self._family = sock.family
         _raise_open_files(self.max_connections + 1024)
         self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._listener.add_source(sock.fileno(), self._on_accept)
@@ -235,9 +243,12 @@ class TcpServer:
             return
         self.accept_drains += 1
         self.drains += 1
+        # (fd, peer): socket.accept() less its Python wrapper (enum lookups, a timeout
+        # check); _socket.socket._accept is not in typeshed
+        accept: Callable[[], tuple[int, Any]] = lsock._accept  # type: ignore[attr-defined]
         for _ in range(self.accept_budget):
             try:
-                sock, peer = lsock.accept()
+                fd, peer = accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -250,10 +261,10 @@ class TcpServer:
                 return
             self.accepts += 1
             if len(self._conns) >= self.max_connections:
-                sock.close()
+                os.close(fd)
                 self._drop("connection_limit")
                 continue
-            self._open(sock, peer, now)
+            self._open(socket.socket(self._family, socket.SOCK_STREAM, 0, fd), peer, now)
 
     def _shed(self) -> None:
         """Out of file descriptors: free the spare one, take the waiting connection
@@ -369,8 +380,8 @@ class TcpServer:
         self._give_back(buf, fed)
         if reason is not None:
             self._close(conn, reason)
-        elif eof:
-            self._close(conn, None)
+        elif eof or (fed and core.finished(key)):
+            self._close(conn, None)  # gone, or its last session said CLOSE: done with it
 
     def _give_back(self, buf: bytearray, fed: bool) -> None:
         if fed:

@@ -80,6 +80,11 @@ class CoreConfig:
     hello_memory: int = 100_000
     """HELLOs of ended sessions remembered while their cookie is fresh, so that a
     replay of one cannot open a session that fences the live one."""
+    ack_hold: float = 0.005
+    """Seconds an ACK to a proven peer (a TCP connection) that would say "received"
+    ahead of "stored" may wait for the sync in flight, so that one ACK says both
+    (0 = never held).  Well under the link's smallest RTO (20 ms): the wait is
+    reported as ack_delay and never makes the link probe."""
     idle_timeout: float = 600.0
     """Seconds without a datagram after which a session may be expired (its link
     vanished without a CLOSE).  Expiry is lazy: checked when HELLOs come, so an

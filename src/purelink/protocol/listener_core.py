@@ -29,6 +29,15 @@ where a restarted application resumes.
 Answers.  One ACK per session per drain (the driver calls
 `datagrams_to_send` once per drain), not one per datagram, and one more when
 a sync makes records durable.  A PROBE is answered at the next call too.
+To a proven peer (a TCP connection: nothing is lost on the way, so an ACK
+there only tells progress) an ACK that would say "received" ahead of
+"stored" is held while the sync in flight catches up, for at most
+`ack_hold` seconds (`timeout()` tells the driver when): the sync's ACK then
+says both, and a short link gets one answer to its data instead of two.  The
+held time goes out as `ack_delay`, as QUIC's delayed ACKs do, so the link's
+RTT samples leave it out; `ack_hold` stays well under the link's smallest
+RTO, so no probe is ever sent for it.  After a CLOSE that leaves a proven
+peer no session, `finished(addr)` says so once: its connection may go.
 
 Memory.  `memory` (the bytes held out of order or being reassembled, across
 all producers) is a running total, brought up to date only where a
@@ -95,6 +104,8 @@ class _Conn:
     replay_until: float = 0.0  # until when a replay of its HELLO could pass the cookie check
     largest_pn: int = 0  # largest packet number of this session since its last answer
     ack_delay_from: float = 0.0  # when that packet arrived
+    proven: bool = False  # its transport proved the address (TCP): nothing is lost on the way
+    hold_until: float = 0.0  # an ACK held for a sync goes out by then at the latest (0: none held)
 
 
 class ListenerCore:
@@ -115,6 +126,8 @@ class ListenerCore:
         self._pending_sync: dict[str, deque[tuple[int, list[tuple[Producer, int]]]]] = {}
         self._out: list[tuple[bytes, Address]] = []
         self._ack_due: set[int] = set()
+        self._hold_until = 0.0  # the earliest hold_until of a held ACK; 0: none held
+        self._finished: set[Address] = set()  # proven peers whose last session said CLOSE
         self._accept_waiting: dict[str, list[_Conn]] = {}
         self._next_sweep = 0.0  # when the HELLO path next looks for idle sessions
         self._by_peer: dict[Address, list[int]] = {}  # proven peer -> its sessions' conn_ids
@@ -167,6 +180,8 @@ class ListenerCore:
             conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
             if conn is not None:
                 self._close(conn)
+                if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
+                    self._finished.add(addr)
         else:
             self._drop("wrong_direction")
 
@@ -207,16 +222,32 @@ class ListenerCore:
                 del self._accept_waiting[stream]
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
-        """Answers to send now: at most one ACK per session with news."""
+        """Answers to send now: at most one ACK per session with news (one to a
+        proven peer may be held for a sync in flight: see the module header)."""
         out, self._out = self._out, []
+        self._hold_until = 0.0
         if self._ack_due:
             key = self._key
+            hold = self.config.ack_hold
+            held: set[int] = set()
+            hold_until = 0.0
+            sent = 0
             for conn_id in self._ack_due:
                 conn = self._conns.get(conn_id)
                 if conn is None or not conn.accepted:
                     continue
-                conn.ack_due = False
                 p = conn.producer
+                if conn.proven and p.stored < p.received and hold > 0:
+                    until = conn.hold_until or now + hold
+                    if now < until:  # the sync's ACK will say "received" and "stored"
+                        conn.hold_until = until
+                        held.add(conn_id)
+                        if not hold_until or until < hold_until:
+                            hold_until = until
+                        continue
+                conn.hold_until = 0.0
+                conn.ack_due = False
+                sent += 1
                 delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
                 ack = wire.Ack(
                     conn.conn_id,
@@ -231,13 +262,31 @@ class ListenerCore:
                 )
                 conn.largest_pn = 0
                 out.append((wire.encode_ack(ack, key), conn.addr))
-            self.stats.acks += len(self._ack_due)
-            self._ack_due.clear()
+            self.stats.acks += sent
+            self._ack_due = held
+            self._hold_until = hold_until
         return out
+
+    def timeout(self, now: float) -> float:
+        """Seconds until a held ACK is due (the driver calls `datagrams_to_send`
+        then); -1 when none is held, so an idle listener keeps no timer."""
+        if not self._hold_until:
+            return -1.0
+        return max(self._hold_until - now, 0.0)
+
+    def finished(self, addr: Address) -> bool:
+        """Whether the proven peer `addr` said CLOSE for its last open session since
+        this was last asked: its connection carries nothing more and may close."""
+        finished = self._finished
+        if finished and addr in finished:
+            finished.discard(addr)
+            return True
+        return False
 
     def disconnected(self, addr: Address) -> None:
         """The connection of a proven peer closed: its sessions end as if each had
         said CLOSE (nothing ever comes from that address again)."""
+        self._finished.discard(addr)
         for conn_id in self._by_peer.pop(addr, ()):
             conn = self._conns.get(conn_id)
             if conn is None or conn.addr != addr:
@@ -350,8 +399,10 @@ class ListenerCore:
         batch = view[16 : 16 + length]
         if crc32c(batch[12:]) != bcrc:
             return False
-        if 16 + length < end and view[16 + length : end] != _ZEROS[: end - 16 - length]:
-            return False  # padding must be zeros (the general path says "malformed")
+        # padding must be zeros (the general path says "malformed"); tobytes() and a
+        # bytes compare are twice as fast as comparing the memoryview itself
+        if 16 + length < end and view[16 + length : end].tobytes() != _ZEROS[: end - 16 - length]:
+            return False
         table_end = wire.BATCH_HEADER + 2 * count
         if sum(batch[wire.BATCH_HEADER : table_end].cast("H")) != length - table_end:
             return False
@@ -586,6 +637,7 @@ class ListenerCore:
         producer.conn = conn
         self._hellos[(addr, hello.nonce)] = conn_id
         if proven:
+            conn.proven = True
             self._by_peer.setdefault(addr, []).append(conn_id)
         if producer.stored >= producer.received:
             self._accept(conn)
