@@ -17,6 +17,14 @@ Variants:
   Protocol echo server on uvloop in its own process; the same client shape
   with plain sockets: connect, send 128 B, read the 128 B back, close.  It
   stores nothing.
+* `asyncio echo` (what a hand-written Python server runs on): the same
+  Protocol on the standard library's event loop;
+* `epoll echo` (the floor for a server written in Python): the least a
+  Python server can do per connection -- one epoll loop that accepts until
+  EAGAIN, reads once, writes the bytes back and closes, with no protocol, no
+  objects per connection and no store.  Whatever purelink costs above it is
+  its protocol and its store; whatever it costs below uvloop is out of reach
+  of any server whose per-connection work runs in Python.
 
 What is reported, per variant, the median (min-max) of `--repeat` runs of
 `--links` connections (after a warm-up of `--concurrency` connections that is
@@ -70,7 +78,8 @@ from ._common import Report, Summary, base_parser, process_cpu_ns, summarize
 
 __all__ = ["VARIANTS", "main"]
 
-VARIANTS = ("drained accept", "one accept per event", "uvloop echo")
+VARIANTS = ("drained accept", "one accept per event", "uvloop echo", "asyncio echo", "epoll echo")
+ECHOES = ("uvloop echo", "asyncio echo", "epoll echo")
 RECORD = b"r" * 128
 TIMEOUT = 60.0
 STOPPED_PREFIX = "purelink serve: stopped "
@@ -83,7 +92,7 @@ _NAIVE_SERVE = (
 )
 
 _ECHO_SERVER = """
-import asyncio, uvloop
+import asyncio, sys
 
 class Echo(asyncio.Protocol):
     def connection_made(self, transport):
@@ -98,7 +107,47 @@ async def serve():
     print(f"echo listening tcp=127.0.0.1:{port}", flush=True)
     await asyncio.Event().wait()
 
-uvloop.run(serve())
+if sys.argv[1:] == ["uvloop"]:
+    import uvloop
+    uvloop.run(serve())
+else:
+    asyncio.run(serve())
+"""
+
+_EPOLL_ECHO = """
+import select, socket
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(4096)
+srv.setblocking(False)
+print(f"echo listening tcp=127.0.0.1:{srv.getsockname()[1]}", flush=True)
+ep = select.epoll()
+ep.register(srv.fileno(), select.EPOLLIN)
+lfd = srv.fileno()
+conns = {}
+while True:
+    for fd, _ in ep.poll():
+        if fd == lfd:
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except BlockingIOError:
+                    break
+                c.setblocking(False)
+                conns[c.fileno()] = c
+                ep.register(c.fileno(), select.EPOLLIN)
+        else:
+            c = conns[fd]
+            try:
+                data = c.recv(4096)
+            except BlockingIOError:
+                continue
+            if data:
+                c.send(data)
+            else:
+                ep.unregister(fd)
+                del conns[fd]
+                c.close()
 """
 
 
@@ -194,7 +243,11 @@ def _variant(
     name: str, links: int, concurrency: int, repeat: int, sync: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     if name == "uvloop echo":
-        command = [sys.executable, "-c", _ECHO_SERVER]
+        command = [sys.executable, "-c", _ECHO_SERVER, "uvloop"]
+    elif name == "asyncio echo":
+        command = [sys.executable, "-c", _ECHO_SERVER, "asyncio"]
+    elif name == "epoll echo":
+        command = [sys.executable, "-c", _EPOLL_ECHO]
     else:
         serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
         if name == "drained accept":
@@ -203,7 +256,7 @@ def _variant(
             command = [sys.executable, "-c", _NAIVE_SERVE, *serve]
     child = Child(command)
     try:
-        if name == "uvloop echo":
+        if name in ECHOES:
             address = child.address
 
             def task() -> None:
@@ -223,7 +276,7 @@ def _variant(
             cpu.append((child.cpu_ns() - before) / links / 1000)
             rate.append(links / wall)
         stats = child.stop()
-        if name != "uvloop echo":
+        if name not in ECHOES:
             stored = sum(1 for _ in purelink.Store(child.workdir / "data").read("bench"))
             expected = links * repeat + concurrency
             if stored != expected:
@@ -296,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu[name] = row["server CPU us/conn"]
         if stats:
             report.extra[name] = stats
-    after, before, echo = (cpu.get(v) for v in VARIANTS)
+    after, before, echo, aio, floor = (cpu.get(v) for v in VARIANTS)
     if after is not None and before is not None:
         report.notes.append(
             f"drained accept / one accept per event: {after.median / before.median:.2f} "
@@ -307,6 +360,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.notes.append(
             f"purelink (stores, fdatasync) / uvloop echo (stores nothing): "
             f"{after.median / echo.median:.2f} x the CPU per connection (target <= 1: {met})"
+        )
+    for label, ref in (("asyncio echo", aio), ("epoll echo (pure Python floor)", floor)):
+        if after is not None and ref is not None:
+            report.notes.append(
+                f"purelink / {label}: {after.median / ref.median:.2f} x the CPU per connection"
+            )
+    if floor is not None and echo is not None:
+        report.notes.append(
+            f"epoll echo (pure Python floor) / uvloop echo: {floor.median / echo.median:.2f} x"
         )
     report.emit(args.json)
     return 0
