@@ -5,7 +5,8 @@
 # was 0, 5-6 us with 200 of them, and replaced the walk with a list of free ones:
 # 75-150 ns whatever the count. Here the free list is a plain Python list used as a
 # stack: list.pop() and list.append() are O(1), each one C call, and atomic under the
-# GIL, so get() and put() need no lock. trio's `_thread_cache.py` for the idea of a
+# GIL, so get() and put() need no lock. get() is the pop and nothing else: every pop is
+# a hit, so hits are counted as the buffers put in minus those still there. trio's `_thread_cache.py` for the idea of a
 # small, bounded, observable cache of reusable things.
 #
 # ScanningPool is the "before" variant the `pool` benchmark (SPEC section 8) compares
@@ -47,7 +48,7 @@ class BufferPool:
     threads putting at once the free count may pass `limit` by one per thread.
     """
 
-    __slots__ = ("_free", "dropped", "hits", "limit", "misses", "rejected", "size")
+    __slots__ = ("_free", "_kept", "dropped", "limit", "misses", "rejected", "size")
 
     def __init__(self, size: int, limit: int) -> None:
         if size <= 0:
@@ -57,27 +58,31 @@ class BufferPool:
         self.size = size
         self.limit = limit
         self._free: list[bytearray] = []
-        self.hits = 0
+        self._kept = 0  # buffers put into the free list, ever
         self.misses = 0
         self.dropped = 0
         self.rejected = 0
 
+    @property
+    def hits(self) -> int:
+        """get() calls served from the pool: every buffer kept and taken out again."""
+        return self._kept - len(self._free)
+
     def get(self) -> bytearray:
         """A buffer of `size` bytes: the last one put back, or a fresh one."""
         try:
-            buffer = self._free.pop()  # try, not `if`: another thread may empty it between
+            return self._free.pop()  # try, not `if`: another thread may empty it between
         except IndexError:
             self.misses += 1
             return bytearray(self.size)
-        self.hits += 1
-        return buffer
 
     def put(self, buffer: bytearray) -> None:
         """Give `buffer` back; kept if it has the pool's size and the pool is not full."""
-        if len(buffer) != self.size:
-            self.rejected += 1
-        elif len(self._free) < self.limit:
+        if len(buffer) == self.size and len(self._free) < self.limit:
             self._free.append(buffer)
+            self._kept += 1
+        elif len(buffer) != self.size:
+            self.rejected += 1
         else:
             self.dropped += 1
 
