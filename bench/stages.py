@@ -51,6 +51,9 @@ class _NullStore:
     def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
         return 1
 
+    def forget(self, stream: str, pid: int) -> None:
+        pass
+
 
 class _ListTransport:
     """A transport that keeps what is sent."""

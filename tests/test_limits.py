@@ -19,6 +19,7 @@ import pytest
 import purelink
 from netproxy import Faults, NetProxy
 from purelink.protocol.sender import Sender
+from purelink.store.format import decode_summary
 from serve_process import ServeProcess
 from shipping import check_stream, payload, report
 
@@ -224,3 +225,31 @@ def test_far_out_of_order_is_bounded_dropped_and_resent(tmp_path: Path, greedy: 
             "reordered": proxy.stats().up.reordered,
         },
     )
+
+
+@pytest.mark.parametrize("scheme", ["udp", "tcp"])
+def test_short_anonymous_links_leave_no_producer_state_behind(tmp_path: Path, scheme: str) -> None:
+    """Many short-lived anonymous links (a job, a CLI run, a function call each)
+    must not grow the store's producer table without bound: each link's CLOSE,
+    with everything stored, lets its entry go, and the segments' producer
+    snapshots (.sum) do not carry it either.  Every record is still there."""
+    data = tmp_path / "d"
+    with purelink.Listener(data, udp="127.0.0.1:0", tcp="127.0.0.1:0", segment_bytes=4096) as lst:
+        assert lst.udp_address is not None and lst.tcp_address is not None
+        port = (lst.udp_address if scheme == "udp" else lst.tcp_address)[1]
+        for i in range(150):
+            with purelink.connect(f"{scheme}://127.0.0.1:{port}", stream="s", timeout=20) as link:
+                link.queue(payload("job%d" % i, 0))
+                assert link.wait_stored(timeout=20)
+        log = lst._data.stream("s")  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10
+        while log.producers and time.monotonic() < deadline:
+            time.sleep(0.01)  # the last CLOSE may still be on its way
+        assert not log.producers
+        assert lst._core.stats.forgotten == 150  # type: ignore[union-attr]
+    sums = list(data.rglob("*.sum"))
+    assert sums  # 150 records in 4 KiB segments: several rolls
+    for path in sums:  # a snapshot holds at most the link open at the roll
+        summary = decode_summary(path.read_bytes())
+        assert summary is not None and len(summary.producers) <= 1
+    check_stream(data, "s", {"job%d" % i: 1 for i in range(150)}, exact=True)

@@ -279,3 +279,66 @@ def test_idle_sessions_expire_lazily_and_the_link_resumes() -> None:
     assert any(isinstance(m, wire.Refuse) and m.reason == wire.RefuseReason.UNKNOWN for m in out)
     again = handshake(core, now=201.0, nonce=99)
     assert again.stored == 1 and again.epoch > a.epoch
+
+
+def _ship_one(core: ListenerCore, store: MemoryStore, now: float, **kw: object) -> wire.Accept:
+    """A session that sends one record, which is written and synced."""
+    a = handshake(core, now=now, **kw)
+    batch = wire.encode_batch(a.producer, a.epoch, a.stored + 1, [b"x"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, batch), ADDR, now)
+    last = store.append("s", core.take_writes()["s"])
+    core.written("s", last)
+    core.synced("s", store.sync("s"))
+    core.datagrams_to_send(now)
+    return a
+
+
+def test_the_store_forgets_an_anonymous_producer_whose_link_said_close() -> None:
+    """One short-lived anonymous link after another must not leave one producer
+    entry each in the store for ever: after a CLOSE with everything stored, the
+    core tells the store to let it go.  Not so for a named producer, nor for an
+    anonymous one that closes with records unstored or whose session only expired
+    (that link may come back and must find its state)."""
+    store = MemoryStore()
+    core = ListenerCore(store, CoreConfig(idle_timeout=60.0))
+    a = _ship_one(core, store, 100.0)
+    core.receive_datagram(wire.encode_close(a.conn_id, a.epoch), ADDR, 100.0)
+    assert store.forgotten == {("s", a.producer)}
+    assert core.stats.forgotten == 1
+    assert store.producer_state("s", a.producer) == (0, 0)
+    assert [p for _, p, _, _ in store.records("s")] == [a.producer]  # its record stays
+
+    named = _ship_one(core, store, 101.0, nonce=8, producer="api")
+    core.receive_datagram(wire.encode_close(named.conn_id, named.epoch), ADDR, 101.0)
+    assert ("s", named.producer) not in store.forgotten
+
+    # an anonymous link that closes before its record is stored keeps its state
+    other = (1 << 63) | 777
+    hello2 = wire.Hello(9, "s", "", other, 1400, b"")
+    core.receive_datagram(wire.encode_hello(hello2), ADDR, 102.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(102.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    hello2 = wire.Hello(9, "s", "", other, 1400, retry.cookie)
+    core.receive_datagram(wire.encode_hello(hello2), ADDR, 102.0)
+    b = wire.decode_datagram(core.datagrams_to_send(102.0)[0][0])
+    assert isinstance(b, wire.Accept)
+    batch = wire.encode_batch(b.producer, b.epoch, 1, [b"y"])
+    core.receive_datagram(wire.encode_data(b.conn_id, 1, batch), ADDR, 102.0)
+    store.append("s", core.take_writes()["s"])
+    core.receive_datagram(wire.encode_close(b.conn_id, b.epoch), ADDR, 102.0)
+    assert ("s", other) not in store.forgotten
+    assert core.stats.forgotten == 1
+
+
+def test_an_expired_anonymous_session_is_not_forgotten_by_the_store() -> None:
+    store = MemoryStore()
+    core = ListenerCore(store, CoreConfig(idle_timeout=60.0))
+    a = _ship_one(core, store, 100.0)
+    # much later another link's (proven) HELLO sweeps the idle session away
+    core.receive_datagram(hello(nonce=50), OTHER, 200.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(200.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(hello(nonce=50, cookie=retry.cookie), OTHER, 200.0)
+    assert core.stats.dropped["session_expired"] == 1
+    assert not store.forgotten
+    assert store.producer_state("s", a.producer)[1] == 1  # the link can still resume

@@ -142,6 +142,9 @@ class _Store:
     def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
         return self.data.stream(stream).new_epoch(pid, durable=durable, owner=owner)
 
+    def forget(self, stream: str, pid: int) -> None:
+        self.data.stream(stream).forget(pid)
+
 
 class Listener:
     """Receives links' datagrams and stores their records durably."""

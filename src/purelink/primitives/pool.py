@@ -6,8 +6,9 @@
 # 75-150 ns whatever the count. Here the free list is a plain Python list used as a
 # stack: list.pop() and list.append() are O(1), each one C call, and atomic under the
 # GIL, so get() and put() need no lock. get() is the pop and nothing else: every pop is
-# a hit, so hits are counted as the buffers put in minus those still there. trio's `_thread_cache.py` for the idea of a
-# small, bounded, observable cache of reusable things.
+# a hit, so hits are counted as the buffers put in minus those still there. trio's
+# `_thread_cache.py` for the idea of a small, bounded, observable cache of reusable
+# things.
 #
 # ScanningPool is the "before" variant the `pool` benchmark (SPEC section 8) compares
 # against. It is not used by the link or the listener.

@@ -51,6 +51,10 @@ class StoreView(Protocol):
         """The next epoch of a producer, handed to link instance `owner`; persisted
         before it returns when durable."""
 
+    def forget(self, stream: str, pid: int) -> None:
+        """An anonymous producer's link said CLOSE with every record stored: that
+        link instance never comes back, so its deduplication state may go."""
+
 
 @dataclass(frozen=True)
 class CoreConfig:
@@ -106,6 +110,8 @@ class CoreStats:
     retries: int = 0
     accepts: int = 0
     fenced: int = 0
+    forgotten: int = 0
+    """Anonymous producers whose state was let go after their link's CLOSE."""
     dropped: dict[str, int] = field(default_factory=dict)
 
 

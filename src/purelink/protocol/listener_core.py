@@ -179,7 +179,7 @@ class ListenerCore:
         elif isinstance(msg, wire.Close):
             conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
             if conn is not None:
-                self._close(conn)
+                self._close(conn, said_close=True)
                 if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
                     self._finished.add(addr)
         else:
@@ -699,12 +699,21 @@ class ListenerCore:
             waiting.remove(conn)  # never accept a session that is already fenced
         self._forget(conn)
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: _Conn, said_close: bool = False) -> None:
+        """End a session: it said CLOSE, it expired, or its connection closed."""
         self._forget(conn)
         p = conn.producer
         if p.conn is conn:
             p.conn = None
             if p.pid >> 63 and p.stored >= p.received:
-                # an anonymous producer is never seen again once its link closed
+                # an anonymous producer is not needed in memory between sessions: a
+                # link that comes back (after an expiry, or on a new connection)
+                # finds its state in the store
                 self._producers.pop((p.stream, p.pid), None)
                 self._memory -= self._holding.pop(p, 0)
+                if said_close:
+                    # a link says CLOSE once, when it is closed for good, and its
+                    # anonymous id dies with it: the store may forget the producer
+                    # (it would otherwise keep one entry per short-lived link)
+                    self.store.forget(p.stream, p.pid)
+                    self.stats.forgotten += 1

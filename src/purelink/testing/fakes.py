@@ -114,6 +114,8 @@ class MemoryStore:
         self.durable_epochs: dict[tuple[str, int], int] = {}
         self.owners: dict[tuple[str, int], int] = {}
         self.durable_owners: dict[tuple[str, int], int] = {}
+        self.forgotten: set[tuple[str, int]] = set()
+        """Producers the core let go (StoreView.forget); their batches stay."""
 
     def _check(self, stream: str) -> None:
         validate_stream_name(stream)  # the store's own rule, so fakes and store agree
@@ -124,6 +126,8 @@ class MemoryStore:
         self.batches.setdefault(stream, [])
         last = 0
         epoch = self.epochs.get((stream, pid), 0)
+        if (stream, pid) in self.forgotten:  # as the real store: no state in memory
+            return epoch, last
         for _, batch in self.batches[stream]:
             h = wire.decode_batch_header(batch)
             if h.producer == pid:
@@ -144,6 +148,13 @@ class MemoryStore:
             self.durable_epochs[(stream, pid)] = epoch
             self.durable_owners[(stream, pid)] = owner
         return epoch
+
+    def forget(self, stream: str, pid: int) -> None:
+        """StoreView: let go of a producer's state (its batches stay)."""
+        self._check(stream)
+        self.forgotten.add((stream, pid))
+        self.epochs.pop((stream, pid), None)
+        self.owners.pop((stream, pid), None)
 
     def append(self, stream: str, writes: list[tuple[bytes | memoryview, wire.BatchHeader]]) -> int:
         """Append batches, stamping positions; returns the last position."""
