@@ -1,10 +1,23 @@
 """`purelink bench grace`: 10 readers, 1 updater waiting for grace periods (SPEC section 8).
 
-Why it exists: it shows the effect of "signal only a waiter that waits, once
-per grace period" (src/purelink/primitives/grace.py, after the liburcu QSBR
-patch, where rcutorture went from 302 to 408 updates) against the naive
-signalling kept as the "before" variant, in the same process, on the same
-machine, back to back.
+Why it exists: it shows the effect of Paolo Bonzini's liburcu QSBR patch
+("avoid useless futex wakeups and burning CPU for long grace periods"; where
+rcutorture went from 302 to 408 updates), which src/purelink/primitives/grace.py
+follows, against the code before it, in the same process, on the same machine,
+back to back.  The patch changed two things and the variants take them apart:
+
+* after: the patch -- the updater parks again after every wake; a reader
+  signals only if the parked updater flagged it (still pending), once per
+  grace period;
+* before: liburcu without the patch, as it was -- the updater parks once per
+  grace period, and once woken busy-checks (bare, as caa_cpu_relax()) until
+  the last reader is in; any reader's quiescent state wakes it while
+  gp_futex == -1 (and resets it, so one wake per park);
+* no-flags: the patch's updater with the unpatched readers (any reader, even
+  one already counted, wakes the re-parked updater): the flags' share alone;
+* before-yield (not in the seed; only with --variants): `before` with an
+  os.sched_yield() between busy checks, which releases the GIL: what the
+  busy checks cost when they do not hold the GIL.
 
 Workload (rcutorture's shape, nreaders=10, nupdaters=1, duration=10):
 
@@ -18,9 +31,11 @@ Workload (rcutorture's shape, nreaders=10, nupdaters=1, duration=10):
 
 Reported per variant (median and min-max of `--repeat` runs of `--seconds`):
 updates/s, reader batches/s, parks and unparks (signals) per grace period,
-CPU of the whole process per second of wall time; then the ratio
-after / before of updates/s (target >= 1.3).  A reader that ever sees a
-freed object fails the run (exit 1): the figure would mean nothing.
+busy checks per grace period, the median and 99th percentile of one update's
+duration (mostly synchronize()), CPU of the whole process per second of wall
+time; then the ratio after / before of updates/s (target >= 1.3) and after /
+each other variant.  A reader that ever sees a freed object fails the run
+(exit 1): the figure would mean nothing.
 
 Run from the checkout root: `python -m bench.grace [--seconds S] [--json]`,
 or `purelink bench grace`.
@@ -39,17 +54,21 @@ from typing import Any
 
 from purelink.primitives import GraceDomain
 
-from ._common import Report, Summary, base_parser, ratio, summarize
+from ._common import Report, Summary, base_parser, percentile, ratio, summarize
 
 __all__ = ["RATIO_TARGET", "main", "run_once"]
 
 RATIO_TARGET = 1.3
 """updates/s with the patch / without it, on a 2-core machine (SPEC section 8)."""
 
-VARIANTS = {
-    "after": True,  # signal only a waiter that waits, once per grace period
-    "before": False,  # every quiescent state signals while the waiter may be parked
+VARIANTS: dict[str, dict[str, Any]] = {
+    # GraceDomain keywords: the patch, liburcu before it, and the two halves apart
+    "after": {"signal_only_waiting": True, "park_once": False},
+    "before": {"signal_only_waiting": False, "park_once": True},
+    "no-flags": {"signal_only_waiting": False, "park_once": False},
+    "before-yield": {"signal_only_waiting": False, "park_once": True, "relax": os.sched_yield},
 }
+DEFAULT_VARIANTS = ("after", "before", "no-flags")
 BATCH_BYTES = 4096
 
 
@@ -64,10 +83,10 @@ class _Shared:
 
 
 def run_once(
-    only_waiting: bool, seconds: float, readers: int, spins: int | None = None
+    variant: str, seconds: float, readers: int, spins: int | None = None
 ) -> dict[str, Any]:
-    """One run of the workload; a dict of raw counts and rates."""
-    domain = GraceDomain(signal_only_waiting=only_waiting, spins=spins)
+    """One run of the workload with one of VARIANTS; a dict of raw counts and rates."""
+    domain = GraceDomain(spins=spins, **VARIANTS[variant])
     with tempfile.TemporaryFile() as f:
         f.write(b"\x5a" * (64 << 10))
         f.flush()
@@ -100,16 +119,21 @@ def run_once(
             t.start()
         started.wait()
         updates = 0
+        waits: list[float] = []  # seconds each update took (publish, synchronize, free)
+        clock = time.perf_counter
         cpu0 = time.process_time()
-        t0 = time.perf_counter()
+        t0 = now = clock()
         end = t0 + seconds
         try:
-            while time.perf_counter() < end:
+            while now < end:
                 old = holder[0]
                 holder[0] = _Shared(updates + 1)
                 domain.synchronize()
                 old.freed = True
                 updates += 1
+                done = clock()
+                waits.append(done - now)
+                now = done
         finally:
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
@@ -118,12 +142,16 @@ def run_once(
                 t.join(30)
     stats = domain.statistics()
     periods = max(1, stats.grace_periods)
+    waits.sort()
     return {
         "updates": updates,
         "updates_per_s": updates / wall,
         "batches_per_s": sum(batches) / wall,
         "parks_per_gp": stats.parks / periods,
         "unparks_per_gp": stats.unparks / periods,
+        "spins_per_gp": stats.spins / periods,
+        "gp_p50_us": percentile(waits, 50) * 1e6,
+        "gp_p99_us": percentile(waits, 99) * 1e6,
         "cpu_per_s": cpu / wall,
         "violations": sum(violations),
         "wall_s": wall,
@@ -156,6 +184,9 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
             reader_batches_per_s=_s(rs, "batches_per_s", "batches/s"),
             parks_per_gp=_s(rs, "parks_per_gp"),
             unparks_per_gp=_s(rs, "unparks_per_gp"),
+            checks_per_gp=_s(rs, "spins_per_gp"),
+            gp_p50_us=_s(rs, "gp_p50_us", "us"),
+            gp_p99_us=_s(rs, "gp_p99_us", "us"),
             cpu_cores=_s(rs, "cpu_per_s", "CPU s/s"),
         )
     report.extra = {"runs": runs}
@@ -165,19 +196,29 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
             f"updates/s after / before: x{x:.2f} (target >= {RATIO_TARGET}): "
             + ("met" if x >= RATIO_TARGET else "NOT met")
         )
-        # each "after" run and the "before" run right behind it shared the machine's
-        # load: the ratio within a pair is steadier than the ratio of the medians
-        pairs = summarize(
-            a["updates_per_s"] / b["updates_per_s"]
-            for a, b in zip(runs["after"], runs["before"], strict=False)
-        )
-        report.extra["pair_ratios"] = list(pairs.values)
-        report.notes.append(f"after / before within each back-to-back pair: x{pairs}")
+    if "after" in runs:
+        # each "after" run and the other runs of the same round shared the machine's
+        # load: the ratio within a round is steadier than the ratio of the medians
+        report.extra["round_ratios"] = {}
+        for name, rs in runs.items():
+            if name == "after":
+                continue
+            rounds = summarize(
+                a["updates_per_s"] / b["updates_per_s"]
+                for a, b in zip(runs["after"], rs, strict=False)
+            )
+            report.extra["round_ratios"][name] = list(rounds.values)
+            report.notes.append(f"after / {name} within each round: x{rounds}")
     report.notes.append(
-        "after = signal only a parked waiter, once per grace period (the liburcu patch); "
-        "before = every quiescent state signals while the waiter may be parked"
+        "after = the patch (re-park after each wake; only flagged, still pending readers "
+        "signal); before = liburcu before it (park once, then busy checks; any reader "
+        "wakes a parked updater); no-flags = the patch's updater, unpatched readers; "
+        "before-yield = before with os.sched_yield() between busy checks"
     )
-    report.notes.append("cells are median (min-max) over the runs; unparks = reader signals")
+    report.notes.append(
+        "cells are median (min-max) over the runs; unparks = reader signals; checks = busy "
+        "checks; gp_p50/p99 = one update's duration, percentiles within a run"
+    )
     return report
 
 
@@ -189,7 +230,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--spins", type=int, default=None, metavar="N", help="checks before parking"
     )
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma-separated: after,before"
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma-separated, run in this order each round: " + ",".join(VARIANTS),
     )
     args = parser.parse_args(list(argv))
     args.variant_list = [v for v in args.variants.split(",") if v]
@@ -206,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variant_list}
     for _ in range(args.repeat):  # interleaved, so a noisy minute hurts both variants
         for name in args.variant_list:
-            runs[name].append(run_once(VARIANTS[name], args.seconds, args.readers, args.spins))
+            runs[name].append(run_once(name, args.seconds, args.readers, args.spins))
     build_report(args, runs).emit(args.json)
     bad = sum(r["violations"] for rs in runs.values() for r in rs)
     if bad:

@@ -3,7 +3,9 @@
 The traces are checked step by step against the liburcu patch's sequence: the
 reclaimer parks, each pending reader signals it once, readers already counted
 never signal again in that grace period, and nobody signals a reclaimer that
-does not wait.  The naive "before" variant is checked to signal more.
+does not wait.  The benchmark's unpatched variants are checked too: readers
+without flags wake a re-parked reclaimer again; the unpatched reclaimer parks
+once, then busy-checks.
 """
 
 from __future__ import annotations
@@ -244,6 +246,59 @@ def test_naive_variant_signals_on_every_quiescent_state() -> None:
     assert (a.signals, b.signals) == (2, 1)
 
 
+def test_unpatched_waiter_parks_once_then_busy_checks() -> None:
+    """The "before" of the benchmark (liburcu without the patch): any reader wakes the
+    parked reclaimer, which then never parks again in that grace period but busy-checks."""
+    domain = GraceDomain(trace=True, signal_only_waiting=False, park_once=True)
+    a, b = domain.register("a"), domain.register("b")
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    a.quiescent()  # futex was -1: a wakes it, and sets it back to 0 first
+    assert domain.futex == 0
+    wait_until(lambda: domain.statistics().spins > 0)  # awake, busy-checking b
+    for _ in range(100):
+        a.quiescent()  # nobody parked: no signal
+    assert reclaimer.thread.is_alive()
+    b.quiescent()
+    assert reclaimer.join() is True
+    assert steps(domain) == [
+        ("reclaimer", "begin"),
+        ("reclaimer", "park"),
+        ("a", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "end"),
+    ]
+    assert (a.signals, b.signals) == (1, 0)
+    stats = domain.statistics()
+    assert (stats.grace_periods, stats.parks, stats.unparks) == (1, 1, 1)
+
+
+def test_unpatched_waiter_times_out_while_busy_checking() -> None:
+    domain = GraceDomain(trace=True, signal_only_waiting=False, park_once=True)
+    a, b = domain.register("a"), domain.register("b")
+    reclaimer = Reclaimer(domain, timeout=0.2)
+    wait_until(reclaimer.parked(1))
+    a.quiescent()  # wakes it; b never comes in
+    assert reclaimer.join() is False
+    assert steps(domain)[-1] == ("reclaimer", "timeout")
+    stats = domain.statistics()
+    assert (stats.parks, stats.timeouts, stats.grace_periods) == (1, 1, 0)
+    assert stats.spins > 0
+    assert domain.futex == 0
+    a.offline()
+    b.unregister()
+    assert domain.synchronize(timeout=1.0)
+
+
+def test_relax_runs_between_busy_checks() -> None:
+    calls: list[None] = []
+    domain = GraceDomain(spins=5, relax=lambda: calls.append(None))
+    reader = domain.register()
+    assert not domain.synchronize(timeout=0.001)
+    assert len(calls) == domain.statistics().spins == 4
+    reader.unregister()
+
+
 # ---- the guarantee, under load --------------------------------------------------------
 
 
@@ -255,11 +310,13 @@ class Box:
         self.freed = False
 
 
-@pytest.mark.parametrize("only_waiting", [True, False])
-def test_nothing_is_freed_while_a_reader_holds_it(only_waiting: bool) -> None:
+@pytest.mark.parametrize(
+    ("only_waiting", "park_once"), [(True, False), (False, False), (False, True)]
+)
+def test_nothing_is_freed_while_a_reader_holds_it(only_waiting: bool, park_once: bool) -> None:
     """4 readers hold the current box between quiescent states; the updater
     frees the old box only after synchronize(). A reader must never see a freed box."""
-    domain = GraceDomain(signal_only_waiting=only_waiting)
+    domain = GraceDomain(signal_only_waiting=only_waiting, park_once=park_once)
     current = Box(0)
     stop = threading.Event()
     errors: list[str] = []

@@ -20,15 +20,26 @@
 #     gp_futex = 0; FUTEX_WAKE                       under the lock: futex = 0; notify
 #   rcu_thread_offline()/online(): ctr = 0 / gp    offline()/online(), blocked()
 #
-# The patch's point: a reader that already passed a quiescent state in this grace
-# period was removed from the waiter's list and so is not flagged again; it never
-# signals again in this period, and nobody signals while the waiter spins.  Before
-# the patch every quiescent state signalled whenever the waiter might sleep (rcutorture,
-# 10 readers and 1 updater: 302 -> 408 updates).  That "before" behaviour is kept here
-# (`signal_only_waiting=False`) for bench/grace.py only.  One refinement: the patch
-# raises the flags before it drops the readers seen quiescent, so a reader that just
-# signalled may be flagged once more and signal twice; here the readers seen quiescent
-# are dropped first, so each reader signals at most once per grace period.
+# The patch changed two things; both are kept switchable here for bench/grace.py only:
+#
+# 1. The waiter (`park_once`).  Unpatched, update_counter_and_wait() took the futex
+#    path exactly once, at wait_loops == RCU_QS_ACTIVE_ATTEMPTS: it parked at most once
+#    per grace period and, once woken, busy-checked (caa_cpu_relax()) until the last
+#    reader came in -- "burning CPU for long grace periods".  Patched, it announces
+#    itself and parks again after every wake.  `park_once=True` is the unpatched waiter.
+# 2. The readers (`signal_only_waiting`).  Unpatched, wake_up_gp() woke whenever
+#    gp_futex == -1 (and set it to 0 first, so one wake per park); patched, only a
+#    reader whose `waiting` flag the parked waiter raised, i.e. one still pending,
+#    once per grace period.  Without the flags, a waiter that parks again would be
+#    woken by readers already counted.  `signal_only_waiting=False` is the unpatched
+#    reader.
+#
+# So unpatched liburcu is `park_once=True, signal_only_waiting=False`, the patch is
+# the defaults (rcutorture, 10 readers and 1 updater: 302 -> 408 updates for the
+# whole patch).  One refinement: the patch raises the flags before it
+# drops the readers seen quiescent, so a reader that just signalled may be flagged
+# once more and signal twice; here the readers seen quiescent are dropped first, so
+# each reader signals at most once per grace period.
 #
 # Theory of operation.  `gp` is the grace-period counter, bumped by synchronize();
 # a reader's `ctr` is 0 when offline, else the `gp` it saw at its last quiescent state
@@ -52,13 +63,14 @@
 #
 # Spinning: under the GIL a spinning waiter cannot see progress (parker.py measured it),
 # so `spins` defaults to parker.DEFAULT_SPINS: 1 with the GIL, 100 (liburcu's
-# RCU_QS_ACTIVE_ATTEMPTS) on a free-threaded build.
+# RCU_QS_ACTIVE_ATTEMPTS) on a free-threaded build.  Nothing runs between two busy
+# checks (liburcu's caa_cpu_relax() is a pause instruction) unless `relax` is given.
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -75,7 +87,8 @@ class GraceStatistics:
     grace_periods: int
     """synchronize() calls that completed."""
     spins: int
-    """Busy checks of the readers that found some still pending, before parking."""
+    """Busy checks of the readers that found some still pending (before parking;
+    with `park_once`, also every check after the one park)."""
     parks: int
     """Times the waiter blocked (one grace period may park more than once)."""
     unparks: int
@@ -207,13 +220,19 @@ class GraceDomain:
         *,
         spins: int | None = None,
         signal_only_waiting: bool = True,
+        park_once: bool = False,
+        relax: Callable[[], object] | None = None,
         trace: bool = False,
     ) -> None:
         """`spins`: busy checks before parking (default parker.DEFAULT_SPINS).
-        `signal_only_waiting=False` is the naive "before" signalling (benchmark
-        only).  `trace=True` records every step in `trace` (tests)."""
+        `signal_only_waiting=False` and `park_once=True` are the unpatched
+        readers and waiter (benchmark only, see the header); `relax` is called
+        between two busy checks (default: nothing).  `trace=True` records every
+        step in `trace` (tests)."""
         self.spins = DEFAULT_SPINS if spins is None else max(1, spins)
         self.signal_only_waiting = signal_only_waiting
+        self.park_once = park_once
+        self.relax = relax
         self.gp = 1
         """The grace-period counter (readers' `ctr` is 0 when offline, so it starts at 1)."""
         self.futex = 0
@@ -265,6 +284,8 @@ class GraceDomain:
             if trace is not None:
                 trace.append(GraceEvent(gp, "reclaimer", "begin"))
             flag = self.signal_only_waiting
+            park_once = self.park_once
+            relax = self.relax
             spins = self.spins
             attempts = 0
             while True:
@@ -272,8 +293,13 @@ class GraceDomain:
                 if not pending:
                     break
                 attempts += 1
-                if attempts < spins:
+                if attempts < spins or (park_once and attempts > spins):
+                    # busy check; unpatched (park_once), every check after the one park
                     self._spins += 1
+                    if attempts > spins and deadline is not None and time.monotonic() >= deadline:
+                        return self._timed_out(gp)
+                    if relax is not None:
+                        relax()
                     continue
                 self.futex = -1  # announce, then check again: the header's Dekker pair
                 if flag:
@@ -284,15 +310,18 @@ class GraceDomain:
                     self.futex = 0
                     break
                 if not self._wait_gp(gp, deadline):
-                    self.futex = 0
-                    self._timeouts += 1
-                    if trace is not None:
-                        trace.append(GraceEvent(gp, "reclaimer", "timeout"))
-                    return False
+                    return self._timed_out(gp)
             self._grace_periods += 1
             if trace is not None:
                 trace.append(GraceEvent(gp, "reclaimer", "end"))
             return True
+
+    def _timed_out(self, gp: int) -> bool:
+        self.futex = 0
+        self._timeouts += 1
+        if self.trace is not None:
+            self.trace.append(GraceEvent(gp, "reclaimer", "timeout"))
+        return False
 
     def _wait_gp(self, gp: int, deadline: float | None) -> bool:
         """Park until a reader signals (True) or the deadline passes (False)."""
@@ -329,5 +358,5 @@ class GraceDomain:
     def __repr__(self) -> str:
         return (
             f"<GraceDomain gp={self.gp} spins={self.spins} "
-            f"signal_only_waiting={self.signal_only_waiting}>"
+            f"signal_only_waiting={self.signal_only_waiting} park_once={self.park_once}>"
         )
