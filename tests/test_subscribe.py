@@ -15,6 +15,7 @@ Every wait has a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -25,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 from crc32c import crc32c
@@ -598,6 +600,26 @@ def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     )
 
 
+@contextlib.contextmanager
+def tail_follower(*args: str) -> Iterator[IO[bytes]]:
+    """`purelink tail ARGS --follow` as a child process; yields its stdout.  On
+    leaving the block SIGINT ends it, cleanly: exit 130 and no traceback."""
+    follower = subprocess.Popen(
+        [*PURELINK, "tail", *args, "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert follower.stdout is not None
+        yield follower.stdout
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=TIMEOUT)
+        assert follower.returncode == 130
+        assert b"Traceback" not in err
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+
+
 def test_cli_tail(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from serve_process import ServeProcess  # noqa: PLC0415
@@ -614,45 +636,16 @@ def test_cli_tail(tmp_path: Path) -> None:
         assert [r["position"] for r in rows] == [999, 1000]
         assert run("tail", "udp://127.0.0.1:9", "--stream", "t").returncode == 2
 
-        follower = subprocess.Popen(
-            [*PURELINK, "tail", url, "--stream", "t", "--from", "1001", "--follow"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        try:
+        with tail_follower(url, "--stream", "t", "--from", "1001") as out:
             assert run("send", url, "--stream", "t", stdin=b"new one\n").returncode == 0
-            assert follower.stdout is not None
-            assert follower.stdout.readline() == b"new one\n"
-            follower.send_signal(signal.SIGINT)
-            _, err = follower.communicate(timeout=TIMEOUT)
-            assert follower.returncode == 130
-            assert b"Traceback" not in err
-        finally:
-            if follower.poll() is None:
-                follower.kill()
-                follower.communicate()
+            assert out.readline() == b"new one\n"
 
         # --reconnect: a follower rides through a restart of the listener process
-        resume = ("--reconnect", "30")
-        follower = subprocess.Popen(
-            [*PURELINK, "tail", url, "--stream", "t", "--from", "1002", "--follow", *resume],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        try:
+        with tail_follower(url, "--stream", "t", "--from", "1002", "--reconnect", "30") as out:
             assert run("send", url, "--stream", "t", stdin=b"before\n").returncode == 0
-            assert follower.stdout is not None
-            assert follower.stdout.readline() == b"before\n"
+            assert out.readline() == b"before\n"
             assert server.stop() == 0
             server.restart()
             assert run("send", url, "--stream", "t", stdin=b"after\n").returncode == 0
-            assert follower.stdout.readline() == b"after\n"
-            follower.send_signal(signal.SIGINT)
-            _, err = follower.communicate(timeout=TIMEOUT)
-            assert follower.returncode == 130
-            assert b"Traceback" not in err
-        finally:
-            if follower.poll() is None:
-                follower.kill()
-                follower.communicate()
+            assert out.readline() == b"after\n"
         assert run("tail", url, "--stream", "t", "--reconnect", "soon").returncode == 2

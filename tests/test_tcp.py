@@ -366,14 +366,19 @@ class Host:
         return len(ready)
 
 
-@pytest.fixture
-def host() -> Iterator[tuple[Host, TcpServer]]:
+def tcp_host() -> Iterator[tuple[Host, TcpServer]]:
+    """A TcpServer on a Host turned by hand (the `host` fixtures)."""
     h = Host()
     server = TcpServer(h, "127.0.0.1", 0, max_connections=1000, read_timeout=10.0)  # type: ignore[arg-type]
     server.start()
     yield h, server
     server.close()
     h.epoll.close()
+
+
+@pytest.fixture
+def host() -> Iterator[tuple[Host, TcpServer]]:
+    yield from tcp_host()
 
 
 def connect_many(server: TcpServer, n: int) -> list[socket.socket]:

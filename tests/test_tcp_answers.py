@@ -25,7 +25,7 @@ from purelink.protocol import wire
 from purelink.protocol.framing import FrameDecoder, encode_frame
 from purelink.protocol.listener_core import CoreConfig, ListenerCore
 from purelink.testing import MemoryStore
-from test_tcp import TIMEOUT, Host, closed_by_peer, connect_many, wait_for
+from test_tcp import TIMEOUT, Host, closed_by_peer, connect_many, tcp_host, wait_for
 
 TCP = ("tcp:127.0.0.1", 40000)  # a proven peer: a TCP connection's key
 UDP = ("127.0.0.1", 5000)
@@ -160,12 +160,7 @@ def test_a_stale_close_does_not_finish_a_peer(core: ListenerCore) -> None:
 
 @pytest.fixture
 def host() -> Iterator[tuple[Host, TcpServer]]:
-    h = Host()
-    server = TcpServer(h, "127.0.0.1", 0, max_connections=1000, read_timeout=10.0)  # type: ignore[arg-type]
-    server.start()
-    yield h, server
-    server.close()
-    h.epoll.close()
+    yield from tcp_host()
 
 
 def read_accept(peer: socket.socket) -> wire.Accept:
