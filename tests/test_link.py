@@ -13,11 +13,14 @@ import random
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import purelink
+import purelink.link as link_module
+from purelink.primitives.wakeup import Wakeup
 from purelink.protocol import wire
 from purelink.store.store import Store
 
@@ -231,6 +234,100 @@ def test_full_by_records_is_exact_with_racing_threads(tmp_path: Path) -> None:
     assert sum(refused) == 2000
     assert link.queued == 2000
     assert link.close(timeout=0.3) is False
+
+
+def test_full_by_bytes_holds_with_racing_threads(tmp_path: Path) -> None:
+    """capacity_bytes with four threads racing: the byte total is kept exactly
+    (no thread's bytes lost to another's update), so what gets in past the
+    bound is at most one record per racing thread."""
+    with serve(tmp_path / "d", "udp") as lst:
+        link = purelink.connect(url(lst), stream="s", capacity_bytes=200_000)
+    # the listener is gone: nothing gets stored
+    accepted = [0] * 4
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+
+    def fill(k: int) -> None:
+        for _ in range(5_000):
+            try:
+                link.queue(b"x" * 100)
+                accepted[k] += 1
+            except purelink.Full:
+                return
+
+    try:
+        threads = [threading.Thread(target=fill, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(before)
+    assert 2_000 - 4 <= sum(accepted) <= 2_000 + 4  # 200,000 B of 100 B records
+    assert link._bytes_in == 100 * sum(accepted)  # the running total lost nothing
+    assert link.close(timeout=0.3) is False
+
+
+def test_close_is_never_slept_through(tmp_path: Path) -> None:
+    """close() sets _stop and marks the wakeup just after the idle link thread
+    looked at _stop and just before it cleared the mark: the thread must still
+    see the stop (it checks _stop after arming) and not sleep for ever."""
+    with serve(tmp_path / "d", "udp") as lst:
+        link = purelink.connect(url(lst), stream="s")
+        link.queue(b"x")
+        assert link.wait_stored(timeout=10)
+        w = link._wakeup
+        done: dict[str, float] = {}
+
+        def closer() -> None:
+            started = time.monotonic()
+            link.close()
+            done["seconds"] = time.monotonic() - started
+
+        class Interleaved(Wakeup):
+            __slots__ = ()
+            fired = False
+
+            def begin_look(self) -> None:
+                if not Interleaved.fired and threading.current_thread() is link._thread:
+                    Interleaved.fired = True
+                    threading.Thread(target=closer).start()
+                    deadline = time.monotonic() + 10
+                    while not (link._stop and self.pending) and time.monotonic() < deadline:
+                        time.sleep(0.001)  # until close() has set _stop and the mark
+                super().begin_look()
+
+        w.__class__ = Interleaved
+        w.mark_and_signal()  # wakes the idle thread: it goes round its loop once
+        deadline = time.monotonic() + 10
+        while "seconds" not in done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert done.get("seconds", 99.0) < 2.0  # not the 5 s join timeout
+        assert not link._thread.is_alive()
+
+
+def test_an_interrupted_queue_fails_the_link_instead_of_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue() call interrupted between taking its seq and storing its record
+    (as a KeyboardInterrupt can) leaves a hole nothing can fill: after
+    HOLE_LIMIT the link fails with a LinkError naming the seq, and wait_stored
+    and close() return instead of waiting for ever."""
+    monkeypatch.setattr(link_module, "HOLE_LIMIT", 0.3)
+    with serve(tmp_path / "d", "udp") as lst:
+        link = purelink.connect(url(lst), stream="s")
+        link.queue(b"a")
+        assert link.wait_stored(timeout=10)
+        lost = link._next_seq()  # what the interrupted call had taken
+        link.queue(b"b")
+        with pytest.raises(purelink.LinkError, match=f"seq {lost} was taken"):
+            link.wait_stored(timeout=20)
+        with pytest.raises(purelink.LinkError):
+            link.queue(b"c")
+        started = time.monotonic()
+        assert link.close() is False
+        assert time.monotonic() - started < 5
+    assert read_all(lst, "s") == [b"a"]
 
 
 def test_full_by_bytes(tmp_path: Path, transport: str) -> None:

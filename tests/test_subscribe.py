@@ -551,6 +551,66 @@ def test_reconnect_gives_up_after_its_time(tmp_path: Path) -> None:
     assert time.monotonic() - started < TIMEOUT
 
 
+def test_reconnect_gives_up_on_a_listener_that_accepts_and_closes() -> None:
+    """A listener at its connection limit accepts and closes at once: each new
+    connection "succeeds", but the outage goes on, and `reconnect` bounds it
+    as a whole, not per connection."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(128)
+    stop = threading.Event()
+
+    def accept_and_close() -> None:
+        srv.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    acceptor = threading.Thread(target=accept_and_close)
+    acceptor.start()
+    try:
+        sub = purelink.subscribe("tcp://127.0.0.1:%d" % srv.getsockname()[1], "s", reconnect=1.0)
+        started = time.monotonic()
+        with pytest.raises(purelink.Error, match="could not resume within 1 s"):
+            list(sub)
+        assert time.monotonic() - started < 5
+        assert sub.resumes >= 1  # it did get connections, and gave up all the same
+    finally:
+        stop.set()
+        acceptor.join(TIMEOUT)
+        srv.close()
+
+
+def test_close_during_a_connect_leaves_no_socket_behind(tmp_path: Path) -> None:
+    """close() from another thread while the subscription is connecting: the
+    new socket must not outlive it (a blocked recv on it would never end)."""
+    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0")
+    lst.start()
+    try:
+        _, tcp = urls(lst)
+        sub = purelink.subscribe(tcp, "s")
+        sub.close()
+        sub._closed.clear()  # as if close() had run just before _connect stored its socket
+        real_set = sub._closed.is_set
+        calls = {"n": 0}
+
+        def closed_after_the_connect() -> bool:
+            calls["n"] += 1
+            if sub._sock is not None:
+                sub._closed.set()  # close() lands between the store and the check
+            return real_set()
+
+        sub._closed.is_set = closed_after_the_connect  # type: ignore[method-assign]
+        sub._connect()
+        assert calls["n"] >= 1
+        assert sub._sock is None  # the late close() was honoured
+    finally:
+        lst.close()
+
+
 def test_close_stops_a_subscription_waiting_to_resume(tmp_path: Path) -> None:
     lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0")
     lst.start()

@@ -148,6 +148,16 @@ def test_finished_once_after_the_last_session_of_a_tcp_peer_closes(core: Listene
     assert not core.finished(UDP)  # a UDP peer has no connection to end
 
 
+def test_a_new_session_after_a_close_unfinishes_the_peer(core: ListenerCore) -> None:
+    """A CLOSE and a new HELLO in the same read: the connection now carries the
+    new session and must not be closed under it."""
+    a = accept_tcp(core, 100.0)
+    core.receive_datagram(wire.encode_close(a.conn_id, a.epoch), TCP, 100.0, True)
+    core.receive_datagram(hello(nonce=8, pid=ANON + 1), TCP, 100.0, True)
+    assert core.links == 1
+    assert not core.finished(TCP)
+
+
 def test_a_stale_close_does_not_finish_a_peer(core: ListenerCore) -> None:
     a = accept_tcp(core, 100.0)
     core.receive_datagram(wire.encode_close(a.conn_id, a.epoch + 1), TCP, 100.0, True)

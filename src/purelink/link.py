@@ -55,6 +55,12 @@ __all__ = ["Link", "LinkStats", "connect"]
 log = logging.getLogger("purelink.link")
 
 RING_SLACK: Final = 4096
+HOLE_LIMIT = 2.0
+"""Seconds a taken seq may stay without its record before the link fails: a
+queue() call interrupted between taking its seq and storing the record (a
+KeyboardInterrupt lands exactly there, after the C call returns) leaves a
+hole the link could never send past; failing loudly beats hanging."""
+HOLE_RECHECK: Final = 0.1
 SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 _MAX_RECORD: Final = 16 << 20
 
@@ -128,8 +134,6 @@ class Link:
             raise ValueError("capacity and capacity_bytes must be positive")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        if secret is not None and len(secret) < 16:
-            raise ValueError("secret must be at least 16 bytes")
         if secret is not None and len(secret) < 16:  # the listener's rule too
             raise ValueError("secret must be at least 16 bytes")
         self.url = url
@@ -180,23 +184,29 @@ class Link:
         self._sleeps = 0
         self._late_pickups = 0
         self._timed_out = False
+        self._hole_since = 0.0  # since when the next seq was taken but not stored (0: no hole)
         self._thread = threading.Thread(
             target=self._run, name=f"purelink-link-{stream}", daemon=True
         )
 
     # ------------------------------------------------------------ the API
     def queue(self, record: bytes, seq: int | None = None) -> int:
-        """Queue one record; returns its seq.  Never blocks.  Raises Full."""
+        """Queue one record; returns its seq.  Never blocks.  Raises Full.
+        `seq=`: the seq this record must get (queued + 1, else ValueError); it is
+        checked and taken under a lock, so it means something only when no other
+        thread queues at the same time."""
         if seq is None and record.__class__ is bytes:
             n = len(record)
-            b = self._bytes_in + n
-            if n < self._small and b <= self._limit_bytes:
+            if n < self._small and self._bytes_in + n <= self._limit_bytes:
                 try:
                     s = self._next_seq()
                 except StopIteration:  # the grant is used up: see the module header
                     return self._queue_slow(record, None)
                 self._ring[s & self._mask] = record
-                self._bytes_in = b
+                # one statement with no call in it, so no other thread runs between
+                # the load and the store (a total kept in a local across the call
+                # above lost other threads' bytes)
+                self._bytes_in += n
                 if self._wakeup.armed:
                     self._wakeup.signal()
                 return s
@@ -252,6 +262,8 @@ class Link:
         call to _queue_slow to raise the error."""
         if self._error is None:
             self._limit_bytes = self._bytes_out + self._capacity_bytes
+            if self._error is not None:  # close() ran meanwhile: its -1 must stand
+                self._limit_bytes = -1
         else:
             self._limit_bytes = -1
 
@@ -396,9 +408,14 @@ class Link:
         open_ = SenderState.OPEN
 
         def has_next() -> bool:
-            """Whether the next record the thread reads is in the ring (the "mark"
-            of mechanism 1 is the record itself: see primitives/wakeup.py)."""
-            return ring[self._taken + 1 & mask] is not None and sender.state == open_
+            """Whether the thread has work: the next record it reads is in the ring
+            (the "mark" of mechanism 1 is the record itself: see
+            primitives/wakeup.py), or close() asked it to stop.  close() stores
+            `_stop` and then loads `armed`; this runs after the thread stored
+            `armed`: one of the two sees the other, so a stop is never slept through."""
+            return self._stop or (
+                ring[self._taken + 1 & mask] is not None and sender.state == open_
+            )
 
         sender.connect(monotonic())
         try:
@@ -411,6 +428,8 @@ class Link:
                     if self._timed_out and self._taken != taken:
                         self._late_pickups += 1
                     self._timed_out = False
+                    if self._hole_since and self._hole_failed(now):
+                        break
                 self._transmit(now)
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
@@ -424,6 +443,8 @@ class Link:
                     continue
                 timer = sender.get_timer()
                 timeout = -1.0 if timer is None else max(timer - monotonic(), 0.0)
+                if self._hole_since:  # look again soon: its writer may store it yet
+                    timeout = HOLE_RECHECK if timeout < 0 else min(timeout, HOLE_RECHECK)
                 self._sleeps += 1
                 ready = ep.poll(timeout)
                 self._timed_out = not ready
@@ -452,8 +473,11 @@ class Link:
         if None in chunk:  # a writer took its seq and has not stored its record yet
             n = chunk.index(None)
             if not n:
+                if not self._hole_since:
+                    self._hole_since = time.monotonic()
                 return
             del chunk[n:]
+        self._hole_since = 0.0
         try:
             # the batch's length table; through a list, which array() takes faster
             lens = array("H", list(map(len, chunk)))  # type: ignore[arg-type]  # no None
@@ -468,6 +492,22 @@ class Link:
             ring[:j] = itertools.repeat(None, j)
         self._taken += n
         self._sender.push(chunk, lens)  # type: ignore[arg-type]
+
+    def _hole_failed(self, now: float) -> bool:
+        """The next seq has been taken and not stored for HOLE_LIMIT seconds: fail
+        the link (its queue() call was interrupted; nothing after it can be sent)."""
+        if now - self._hole_since <= HOLE_LIMIT:
+            return False
+        seq = self._taken + 1
+        self._error = LinkError(
+            f"seq {seq} was taken by a queue() call that never stored its record "
+            f"(interrupted, e.g. by KeyboardInterrupt): records from seq {seq} on "
+            "cannot be sent"
+        )
+        self._set_limits()
+        self._parker.unpark()
+        log.error("purelink link %s: %s", self.url, self._error)
+        return True
 
     def _transmit(self, now: float) -> None:
         sender = self._sender

@@ -115,6 +115,11 @@ class Subscription:
         self._reconnect = reconnect
         self._sock: socket.socket | None = None
         self._closed = threading.Event()
+        # one outage, however many connections it takes: its deadline and backoff
+        # last until a resumed connection delivers a record (a listener that
+        # accepts and then closes, at its connection limit, is still an outage)
+        self._outage_deadline = 0.0
+        self._backoff = BACKOFF_FIRST
         self._decoder = TailDecoder(start)
         self._records = chain.from_iterable(self._receive())  # C-level, per record
 
@@ -137,10 +142,9 @@ class Subscription:
         except OSError as exc:
             sock.close()
             raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
-        if self._closed.is_set():  # closed meanwhile, from another thread
-            sock.close()
-            return
         self._sock = sock
+        if self._closed.is_set():  # closed meanwhile, from another thread: its
+            self.close()  # close() may have run before the store above; run it again
 
     def _resume(self, why: str) -> bool:
         """The connection broke (`why`): connect again from next_position, with
@@ -148,22 +152,26 @@ class Subscription:
         old, self._sock = self._sock, None
         if old is not None:
             old.close()
-        deadline = time.monotonic() + self._reconnect
-        delay = BACKOFF_FIRST
+        if not self._outage_deadline:
+            self._outage_deadline = time.monotonic() + self._reconnect
+            self._backoff = BACKOFF_FIRST
+        deadline = self._outage_deadline
         while True:
-            if self._closed.wait(min(delay, max(deadline - time.monotonic(), 0.0))):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Error(
+                    f"subscription to {self.stream!r} broke ({why}) and could not "
+                    f"resume within {self._reconnect:g} s"
+                )
+            if self._closed.wait(min(self._backoff, left)):
                 return False
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
             try:
                 self._connect()
             except ConnectError as exc:
-                if time.monotonic() >= deadline:
-                    raise Error(
-                        f"subscription to {self.stream!r} broke ({why}) and could not "
-                        f"resume within {self._reconnect:g} s: {exc}"
-                    ) from None
-                delay = min(delay * 2, BACKOFF_MAX)
+                why = str(exc)
                 continue
-            if self._sock is None:
+            if self._sock is None or self._closed.is_set():
                 return False
             self._decoder = TailDecoder(self._decoder.next_position)
             self.resumes += 1
@@ -218,6 +226,7 @@ class Subscription:
                         raise Error(str(exc).removeprefix("refused: ")) from None
                     raise Error(f"subscription to {self.stream!r}: {exc}") from None
                 if records:
+                    self._outage_deadline = 0.0  # delivering again: any outage is over
                     yield records
                 if decoder.ended:
                     return

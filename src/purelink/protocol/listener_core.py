@@ -639,6 +639,7 @@ class ListenerCore:
         if proven:
             conn.proven = True
             self._by_peer.setdefault(addr, []).append(conn_id)
+            self._finished.discard(addr)  # a new session: the connection carries it
         if producer.stored >= producer.received:
             self._accept(conn)
         else:

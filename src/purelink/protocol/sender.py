@@ -177,9 +177,9 @@ class Sender:
         self.stats.handshakes += 1
 
     def push(self, records: list[bytes], lengths: array[int] | None = None) -> None:
-        """Hand in records with seqs pushed+1, pushed+2, ... (copied: the caller
-        keeps its list).  `lengths`: their lengths as array("H"), each clamped to
-        65,535, if known.
+        """Hand in records with seqs pushed+1, pushed+2, ... (the list is copied;
+        `lengths`, their lengths as array("H") each clamped to 65,535, if known,
+        may be kept as it is).
 
         `_recs` stays one list object for the sender's life (extended and cut,
         never replaced): a long-lived list settles in the collector's oldest

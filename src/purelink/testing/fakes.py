@@ -161,6 +161,7 @@ class MemoryStore:
         log = self.batches.setdefault(stream, [])
         pos = self.last(stream)
         for data, header in writes:
+            self.forgotten.discard((stream, header.producer))  # known again, as the store
             log.append((pos + 1, bytes(data)))
             pos += header.count
         return pos
