@@ -38,6 +38,7 @@ TINY: dict[str, list[str]] = {
     "connections": ["--links", "100", "--concurrency", "20", "--repeat", "1"],
     "pool": ["--calls", "2000", "--min-calls", "20", "--repeat", "1"],
     "stages": ["--records", "2000", "--repeat", "1"],
+    "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],
     "grace": ["--seconds", "0.3", "--readers", "3"],
     "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
 }
