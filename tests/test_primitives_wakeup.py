@@ -188,8 +188,9 @@ def test_statistics_is_a_frozen_snapshot(wakeup: Wakeup) -> None:
 # Each actor is a generator that performs one load or store of the real Wakeup per step
 # and yields; a scheduler picks who runs next. Under the GIL a thread can be switched
 # out between any two of these steps, so exploring schedules explores what the threads
-# can do. The work is a deque the owner can look at (the link's ring); producers set no
-# mark. Three protocols: the shipped one, and two wrong orders the header names.
+# can do. The work is the link's ring: a producer takes a slot (its seq), fills it in a
+# later step (a taken, unfilled slot stops the owner), and sets no mark. Three
+# protocols: the shipped one, and two wrong orders the header names.
 
 GOOD = "good"  # owner: arm, then look; producer: store, load armed, disarm, write
 LOOK_THEN_ARM = "look-then-arm"  # the owner looks at the work before arming: loses
@@ -206,7 +207,9 @@ class Model:
         after_wake: tuple[str, ...] = ("drain", "disarm"),
     ) -> None:
         self.w = Wakeup()
-        self.work: deque[int] = deque()
+        # the link's ring: a producer takes a slot (its seq) and fills it in a later
+        # step; the owner takes filled slots in order and stops at an empty one
+        self.slots: list[int | None] = []
         self.total = producers * items
         self.taken = 0
         self.in_poll = False
@@ -219,7 +222,10 @@ class Model:
     def producer(self, items: int) -> Generator[None, None, None]:
         w = self.w
         for i in range(items):
-            self.work.append(i)  # store the item
+            seq = len(self.slots)
+            self.slots.append(None)  # take a seq (the islice's next())
+            yield
+            self.slots[seq] = i  # store the item in its slot
             yield
             if not w.armed:
                 yield
@@ -237,22 +243,26 @@ class Model:
 
     def owner(self) -> Generator[None, None, None]:
         w = self.w
+        slots = self.slots
+
+        def next_filled() -> bool:  # the link's has_next(): is the next slot filled?
+            return self.taken < len(slots) and slots[self.taken] is not None
+
         while True:
-            while self.work:
-                self.work.popleft()
+            while next_filled():
                 self.taken += 1
             if self.taken == self.total:
                 return
             yield
             if self.protocol == LOOK_THEN_ARM:
-                seen = bool(self.work)
+                seen = next_filled()
                 yield
                 w.armed = True
                 yield
             else:
                 w.armed = True  # prepare_sleep: arm ...
                 yield
-                seen = bool(self.work)  # ... then look (ready())
+                seen = next_filled()  # ... then look (ready())
             if seen:
                 w.armed = False
                 yield
