@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,21 @@ def test_full_then_queue_again_once_stored(tmp_path: Path, transport: str) -> No
     assert len(read_all(lst2, "s")) == 101
 
 
+def race(fill: Callable[[int], None], threads: int = 4) -> None:
+    """Run fill(0) .. fill(threads - 1) at once, switching threads every 10 us
+    (instead of 5 ms) so that they interleave inside queue()."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        running = [threading.Thread(target=fill, args=(k,)) for k in range(threads)]
+        for t in running:
+            t.start()
+        for t in running:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_full_by_records_is_exact_with_racing_threads(tmp_path: Path) -> None:
     """Seqs come from a grant sized to `capacity`: four threads racing for the
     last places get exactly `capacity` records in, with distinct seqs, and
@@ -211,8 +227,6 @@ def test_full_by_records_is_exact_with_racing_threads(tmp_path: Path) -> None:
     # the listener is gone: nothing gets stored
     got: list[list[int]] = [[] for _ in range(4)]
     refused = [0] * 4
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often, inside the race
 
     def fill(k: int) -> None:
         for i in range(1000):
@@ -221,14 +235,7 @@ def test_full_by_records_is_exact_with_racing_threads(tmp_path: Path) -> None:
             except purelink.Full:
                 refused[k] += 1
 
-    try:
-        threads = [threading.Thread(target=fill, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-    finally:
-        sys.setswitchinterval(before)
+    race(fill)
     seqs = sorted(s for g in got for s in g)
     assert seqs == list(range(1, 2001))
     assert sum(refused) == 2000
@@ -244,8 +251,6 @@ def test_full_by_bytes_holds_with_racing_threads(tmp_path: Path) -> None:
         link = purelink.connect(url(lst), stream="s", capacity_bytes=200_000)
     # the listener is gone: nothing gets stored
     accepted = [0] * 4
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
 
     def fill(k: int) -> None:
         for _ in range(5_000):
@@ -255,14 +260,7 @@ def test_full_by_bytes_holds_with_racing_threads(tmp_path: Path) -> None:
             except purelink.Full:
                 return
 
-    try:
-        threads = [threading.Thread(target=fill, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-    finally:
-        sys.setswitchinterval(before)
+    race(fill)
     assert 2_000 - 4 <= sum(accepted) <= 2_000 + 4  # 200,000 B of 100 B records
     assert link._bytes_in == 100 * sum(accepted)  # the running total lost nothing
     assert link.close(timeout=0.3) is False
