@@ -55,11 +55,13 @@ __all__ = ["Link", "LinkStats", "connect"]
 log = logging.getLogger("purelink.link")
 
 RING_SLACK: Final = 4096
-HOLE_LIMIT = 2.0
+HOLE_LIMIT = 5.0
 """Seconds a taken seq may stay without its record before the link fails: a
 queue() call interrupted between taking its seq and storing the record (a
 KeyboardInterrupt lands exactly there, after the C call returns) leaves a
-hole the link could never send past; failing loudly beats hanging."""
+hole the link could never send past; failing loudly beats hanging.  Long
+enough that a writer merely descheduled (or stepped through in a debugger
+for a moment) is not taken for an interrupted one."""
 HOLE_RECHECK: Final = 0.1
 SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 _MAX_RECORD: Final = 16 << 20
