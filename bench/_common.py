@@ -205,6 +205,13 @@ def summarize(values: Iterable[float], unit: str = "") -> Summary:
     return Summary(tuple(float(v) for v in values), unit)
 
 
+def summarize_key(
+    runs: Iterable[Mapping[str, Any]], key: str, unit: str = "", scale: float = 1.0
+) -> Summary:
+    """A Summary of one figure (`key`, times `scale`) of repeated runs."""
+    return summarize((r[key] * scale for r in runs), unit)
+
+
 def ratio(after: float | Summary, before: float | Summary) -> float:
     """after / before of two figures (medians of Summaries); nan if before is 0."""
     a = after.median if isinstance(after, Summary) else after

@@ -49,12 +49,11 @@ from purelink.store.format import ProducerState
 
 from ._common import (
     Report,
-    Summary,
     base_parser,
     make_records,
     ratio,
     self_cpu_ns,
-    summarize,
+    summarize_key,
     thread_cpu_ns,
 )
 from ._links import held, no_gso, open_link
@@ -209,10 +208,6 @@ def run_drain(variant: str, records: list[bytes]) -> dict[str, Any]:
     }
 
 
-def _s(runs: list[dict[str, Any]], key: str, unit: str = "") -> Summary:
-    return summarize((r[key] for r in runs), unit)
-
-
 def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> Report:
     report = Report(
         "drain",
@@ -223,29 +218,27 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
     for variant, rs in runs.items():
         report.add(
             variant=variant,
-            records_per_s=_s(rs, "rate", "records/s"),
-            link_cpu_ns=_s(rs, "link_cpu_ns", "ns/record"),
-            listener_cpu_ns=_s(rs, "listener_cpu_ns", "ns/record"),
-            process_cpu_ns=_s(rs, "process_cpu_ns", "ns/record"),
-            datagrams=_s(rs, "datagrams"),
-            send_calls=_s(rs, "send_calls"),
-            recv_calls=_s(rs, "recv_calls"),
-            retransmits=_s(rs, "retransmits"),
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            link_cpu_ns=summarize_key(rs, "link_cpu_ns", "ns/record"),
+            listener_cpu_ns=summarize_key(rs, "listener_cpu_ns", "ns/record"),
+            process_cpu_ns=summarize_key(rs, "process_cpu_ns", "ns/record"),
+            datagrams=summarize_key(rs, "datagrams"),
+            send_calls=summarize_key(rs, "send_calls"),
+            recv_calls=summarize_key(rs, "recv_calls"),
+            retransmits=summarize_key(rs, "retransmits"),
         )
     report.extra = {"runs": runs}
     after = runs.get("after")
     if after:
-        rate = _s(after, "rate").median
+        rate = summarize_key(after, "rate").median
         report.notes.append(
             f"drain {rate:,.0f} records/s (target >= {RATE_TARGET:,.0f}): "
             + ("met" if rate >= RATE_TARGET else "NOT met")
         )
         for before in ("send-per-datagram", "no-gro"):
             if before in runs:
-                report.notes.append(
-                    f"after / {before}: records/s "
-                    f"x{ratio(_s(after, 'rate'), _s(runs[before], 'rate')):.2f}"
-                )
+                x = ratio(summarize_key(after, "rate"), summarize_key(runs[before], "rate"))
+                report.notes.append(f"after / {before}: records/s x{x:.2f}")
     if any(r["taken_early"] for rs in runs.values() for r in rs):
         report.notes.append("note: in some runs the link thread took records before the release")
     report.notes.append(

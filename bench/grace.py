@@ -56,7 +56,7 @@ from typing import Any
 
 from purelink.primitives import GraceDomain
 
-from ._common import Report, Summary, base_parser, percentile, ratio, summarize
+from ._common import Report, base_parser, percentile, ratio, summarize, summarize_key
 
 __all__ = ["RATIO_TARGET", "main", "run_once"]
 
@@ -163,10 +163,6 @@ def run_once(
     }
 
 
-def _s(runs: list[dict[str, Any]], key: str, unit: str = "") -> Summary:
-    return summarize((r[key] for r in runs), unit)
-
-
 def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> Report:
     report = Report(
         "grace",
@@ -182,24 +178,30 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
     for name, rs in runs.items():
         report.add(
             variant=name,
-            updates_per_s=_s(rs, "updates_per_s", "updates/s"),
-            reader_batches_per_s=_s(rs, "batches_per_s", "batches/s"),
-            parks_per_gp=_s(rs, "parks_per_gp"),
-            unparks_per_gp=_s(rs, "unparks_per_gp"),
-            checks_per_gp=_s(rs, "spins_per_gp"),
-            gp_p50_us=_s(rs, "gp_p50_us", "us"),
-            gp_p99_us=_s(rs, "gp_p99_us", "us"),
-            cpu_cores=_s(rs, "cpu_per_s", "CPU s/s"),
+            updates_per_s=summarize_key(rs, "updates_per_s", "updates/s"),
+            reader_batches_per_s=summarize_key(rs, "batches_per_s", "batches/s"),
+            parks_per_gp=summarize_key(rs, "parks_per_gp"),
+            unparks_per_gp=summarize_key(rs, "unparks_per_gp"),
+            checks_per_gp=summarize_key(rs, "spins_per_gp"),
+            gp_p50_us=summarize_key(rs, "gp_p50_us", "us"),
+            gp_p99_us=summarize_key(rs, "gp_p99_us", "us"),
+            cpu_cores=summarize_key(rs, "cpu_per_s", "CPU s/s"),
         )
     report.extra = {"runs": runs}
     if "after" in runs and "before" in runs:
-        x = ratio(_s(runs["after"], "updates_per_s"), _s(runs["before"], "updates_per_s"))
+        x = ratio(
+            summarize_key(runs["after"], "updates_per_s"),
+            summarize_key(runs["before"], "updates_per_s"),
+        )
         report.notes.append(
             f"updates/s after / before (the whole patch, as the seed measured it): x{x:.2f}"
             f" (>= {RATIO_TARGET}: " + ("yes" if x >= RATIO_TARGET else "no") + ")"
         )
     if "after" in runs and "no-flags" in runs:
-        x = ratio(_s(runs["after"], "updates_per_s"), _s(runs["no-flags"], "updates_per_s"))
+        x = ratio(
+            summarize_key(runs["after"], "updates_per_s"),
+            summarize_key(runs["no-flags"], "updates_per_s"),
+        )
         report.notes.append(
             f"updates/s after / no-flags ('wake only a waiter that waits' alone, SPEC 8's "
             f"toggle): x{x:.2f} (target >= {RATIO_TARGET}: "

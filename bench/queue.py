@@ -44,7 +44,6 @@ from purelink.link import Link
 
 from ._common import (
     Report,
-    Summary,
     base_parser,
     make_records,
     peak_rss_bytes,
@@ -53,7 +52,7 @@ from ._common import (
     rss_bytes,
     self_cpu_ns,
     serving,
-    summarize,
+    summarize_key,
 )
 from ._links import VARIANTS, held, open_link
 
@@ -200,10 +199,6 @@ def measure(
     return {"runs": runs, "backlog": backlog}
 
 
-def _s(runs: list[dict[str, Any]], key: str, unit: str = "", scale: float = 1.0) -> Summary:
-    return summarize((r[key] * scale for r in runs), unit)
-
-
 def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
     report = Report(
         "queue",
@@ -221,23 +216,23 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
     for variant, rs in runs.items():
         report.add(
             variant=variant,
-            queue_ns=_s(rs, "queue_ns", "ns"),
-            queue_ns_mean=_s(rs, "queue_ns_mean", "ns"),
-            records_per_s=_s(rs, "rate", "records/s"),
-            wakeups=_s(rs, "wakeups"),
-            wakeups_per_1000=_s(rs, "wakeups", "per 1,000 records", 1000 / n),
-            datagrams=_s(rs, "datagrams"),
-            send_calls=_s(rs, "send_calls"),
-            syncs=_s(rs, "syncs"),
-            send_cpu_ns=_s(rs, "cpu_ns_per_record", "ns/record"),
-            peak_rss_mb=_s(rs, "peak_rss", "MB", 1 / (1 << 20)),
+            queue_ns=summarize_key(rs, "queue_ns", "ns"),
+            queue_ns_mean=summarize_key(rs, "queue_ns_mean", "ns"),
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            wakeups=summarize_key(rs, "wakeups"),
+            wakeups_per_1000=summarize_key(rs, "wakeups", "per 1,000 records", 1000 / n),
+            datagrams=summarize_key(rs, "datagrams"),
+            send_calls=summarize_key(rs, "send_calls"),
+            syncs=summarize_key(rs, "syncs"),
+            send_cpu_ns=summarize_key(rs, "cpu_ns_per_record", "ns/record"),
+            peak_rss_mb=summarize_key(rs, "peak_rss", "MB", 1 / (1 << 20)),
         )
     backlog = measured["backlog"]
     if backlog:
         report.add(
             variant="held backlog",
-            records_per_s=_s(backlog, "drain_rate", "records/s"),
-            peak_rss_mb=_s(backlog, "peak_rss", "MB", 1 / (1 << 20)),
+            records_per_s=summarize_key(backlog, "drain_rate", "records/s"),
+            peak_rss_mb=summarize_key(backlog, "peak_rss", "MB", 1 / (1 << 20)),
         )
     report.columns = [
         "variant", "queue_ns", "queue_ns_mean", "records_per_s", "wakeups", "wakeups_per_1000",
@@ -246,8 +241,8 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
     report.extra = {"runs": runs, "backlog": backlog}
     after = runs.get("after")
     if after:
-        q = _s(after, "queue_ns").median
-        rate = _s(after, "rate").median
+        q = summarize_key(after, "queue_ns").median
+        rate = summarize_key(after, "rate").median
         report.notes.append(
             f"queue() median {q:.0f} ns (target <= {QUEUE_NS_TARGET:.0f}): "
             + ("met" if q <= QUEUE_NS_TARGET else "NOT met")
@@ -258,13 +253,15 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
         )
         for before in ("wake-every-record", "send-per-datagram"):
             if before in runs:
-                rate_x = ratio(_s(after, "rate"), _s(runs[before], "rate"))
-                ns_x = ratio(_s(after, "queue_ns"), _s(runs[before], "queue_ns"))
+                rate_x = ratio(summarize_key(after, "rate"), summarize_key(runs[before], "rate"))
+                ns_x = ratio(
+                    summarize_key(after, "queue_ns"), summarize_key(runs[before], "queue_ns")
+                )
                 report.notes.append(
                     f"after / {before}: records/s x{rate_x:.2f}, queue ns x{ns_x:.2f}"
                 )
     if backlog:
-        peak = _s(backlog, "peak_rss").median
+        peak = summarize_key(backlog, "peak_rss").median
         report.notes.append(
             f"peak RSS with all {n:,} records queued and unstored: {peak / (1 << 20):.1f} MB "
             f"(target <= {RSS_TARGET >> 20} MB): " + ("met" if peak <= RSS_TARGET else "NOT met")

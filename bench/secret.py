@@ -41,11 +41,10 @@ from purelink.protocol import wire
 
 from ._common import (
     Report,
-    Summary,
     base_parser,
     make_records,
     self_cpu_ns,
-    summarize,
+    summarize_key,
     thread_cpu_ns,
 )
 
@@ -148,10 +147,6 @@ def time_wire(size: int, loops: int, rounds: int = 15) -> dict[str, dict[str, fl
     return best
 
 
-def _s(runs: list[dict[str, Any]], key: str, unit: str = "") -> Summary:
-    return summarize((r[key] for r in runs), unit)
-
-
 def build_report(
     args: argparse.Namespace,
     runs: dict[str, list[dict[str, Any]]],
@@ -166,12 +161,12 @@ def build_report(
     for variant, rs in runs.items():
         report.add(
             variant=variant,
-            records_per_s=_s(rs, "rate", "records/s"),
-            link_cpu_ns=_s(rs, "link_cpu_ns", "ns/record"),
-            listener_cpu_ns=_s(rs, "listener_cpu_ns", "ns/record"),
-            process_cpu_ns=_s(rs, "process_cpu_ns", "ns/record"),
-            datagrams=_s(rs, "datagrams"),
-            retransmits=_s(rs, "retransmits"),
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            link_cpu_ns=summarize_key(rs, "link_cpu_ns", "ns/record"),
+            listener_cpu_ns=summarize_key(rs, "listener_cpu_ns", "ns/record"),
+            process_cpu_ns=summarize_key(rs, "process_cpu_ns", "ns/record"),
+            datagrams=summarize_key(rs, "datagrams"),
+            retransmits=summarize_key(rs, "retransmits"),
         )
     plain, keyed = wire_rows["no-secret"], wire_rows["secret"]
     per_record = {
@@ -188,7 +183,7 @@ def build_report(
     if "no-secret" in runs and "secret" in runs:
         a, b = runs["no-secret"], runs["secret"]
         for key, what in (("process_cpu_ns", "process CPU"), ("rate", "records/s")):
-            before, after = _s(a, key).median, _s(b, key).median
+            before, after = summarize_key(a, key).median, summarize_key(b, key).median
             report.notes.append(
                 f"secret vs none, {what}: {after:,.0f} vs {before:,.0f} "
                 f"({(after - before) / before:+.1%})"

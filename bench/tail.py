@@ -45,7 +45,13 @@ import purelink
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store.store import DataDir, Store
 
-from ._common import Report, ServeProcess, Summary, base_parser, self_cpu_ns, summarize
+from ._common import (
+    Report,
+    ServeProcess,
+    base_parser,
+    self_cpu_ns,
+    summarize_key,
+)
 
 __all__ = ["RATE_TARGET", "main"]
 
@@ -184,10 +190,6 @@ def measure_live(url: str, udp_url: str, server: ServeProcess, records: int) -> 
     }
 
 
-def _s(runs: list[dict[str, Any]], key: str, unit: str = "") -> Summary:
-    return summarize((r[key] for r in runs), unit)
-
-
 def run(args: argparse.Namespace) -> Report:
     port = free_port()
     server = ServeProcess(sync="batch", extra_args=["--tcp", f"127.0.0.1:{port}"])
@@ -226,27 +228,31 @@ def run(args: argparse.Namespace) -> Report:
         rs = runs[mode]
         report.add(
             workload=label,
-            records_per_s=_s(rs, "rate", "records/s"),
-            listener_cpu_ns=_s(rs, "server_cpu_ns", "ns/record") if mode != "local" else None,
-            subscriber_cpu_ns=_s(rs, "client_cpu_ns", "ns/record"),
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            listener_cpu_ns=summarize_key(rs, "server_cpu_ns", "ns/record")
+            if mode != "local"
+            else None,
+            subscriber_cpu_ns=summarize_key(rs, "client_cpu_ns", "ns/record"),
         )
     if runs["live"]:
         rs = runs["live"]
         report.add(
             workload="live link, subscribe: chunks()",
-            records_per_s=_s(rs, "rate", "records/s"),
-            link_records_per_s=_s(rs, "link_rate", "records/s"),
-            lag_ms=_s(rs, "lag_ms", "ms"),
-            listener_cpu_ns=_s(rs, "server_cpu_ns", "ns/record"),
-            subscriber_cpu_ns=_s(rs, "client_cpu_ns", "ns/record"),
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            link_records_per_s=summarize_key(rs, "link_rate", "records/s"),
+            lag_ms=summarize_key(rs, "lag_ms", "ms"),
+            listener_cpu_ns=summarize_key(rs, "server_cpu_ns", "ns/record"),
+            subscriber_cpu_ns=summarize_key(rs, "client_cpu_ns", "ns/record"),
         )
     report.columns = [
         "workload", "records_per_s", "link_records_per_s", "lag_ms",
         "listener_cpu_ns", "subscriber_cpu_ns",
     ]  # fmt: skip
     report.extra = {"runs": runs}
-    best = max(_s(runs["records"], "rate").median, _s(runs["chunks"], "rate").median)
-    per_record = _s(runs["records"], "rate").median
+    best = max(
+        summarize_key(runs["records"], "rate").median, summarize_key(runs["chunks"], "rate").median
+    )
+    per_record = summarize_key(runs["records"], "rate").median
     if per_record >= RATE_TARGET:
         verdict = "met"
     else:

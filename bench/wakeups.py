@@ -29,7 +29,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._common import Report, Summary, base_parser, make_records, self_cpu_ns, serving, summarize
+from ._common import (
+    Report,
+    base_parser,
+    make_records,
+    self_cpu_ns,
+    serving,
+    summarize_key,
+)
 from ._links import asleep, open_link
 from .queue import run_queue
 
@@ -94,10 +101,6 @@ def run_idle(seconds: float, warm_records: int = 1000) -> dict[str, Any]:
     }
 
 
-def _s(runs: list[dict[str, Any]], key: str, unit: str = "", scale: float = 1.0) -> Summary:
-    return summarize((r[key] * scale for r in runs), unit)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("wakeups", "eventfd writes per 1,000 records; CPU of an idle pair")
     parser.add_argument("--records", type=int, default=200_000, metavar="N")
@@ -132,32 +135,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.add(
             part="queue",
             variant=variant,
-            wakeups=_s(rs, "wakeups"),
-            wakeups_per_1000=_s(rs, "wakeups", "per 1,000 records", per_1000),
-            link_sleeps=_s(rs, "sleeps"),
-            records_per_s=_s(rs, "rate", "records/s"),
+            wakeups=summarize_key(rs, "wakeups"),
+            wakeups_per_1000=summarize_key(rs, "wakeups", "per 1,000 records", per_1000),
+            link_sleeps=summarize_key(rs, "sleeps"),
+            records_per_s=summarize_key(rs, "rate", "records/s"),
         )
     report.add(
         part="idle",
         variant="after",
-        wakeups=_s(idle, "link_wakeups"),
-        link_sleeps=_s(idle, "link_sleeps"),
-        listener_cpu_pct=_s(idle, "listener_cpu_pct", "% of a core"),
-        sender_cpu_pct=_s(idle, "sender_cpu_pct", "% of a core"),
-        listener_switches=_s(idle, "listener_switches"),
+        wakeups=summarize_key(idle, "link_wakeups"),
+        link_sleeps=summarize_key(idle, "link_sleeps"),
+        listener_cpu_pct=summarize_key(idle, "listener_cpu_pct", "% of a core"),
+        sender_cpu_pct=summarize_key(idle, "sender_cpu_pct", "% of a core"),
+        listener_switches=summarize_key(idle, "listener_switches"),
     )
     report.columns = [
         "part", "variant", "wakeups", "wakeups_per_1000", "link_sleeps", "records_per_s",
         "listener_cpu_pct", "sender_cpu_pct", "listener_switches",
     ]  # fmt: skip
     report.extra = {"queue_runs": runs, "idle_runs": idle}
-    w = _s(runs["after"], "wakeups", scale=per_1000).median
+    w = summarize_key(runs["after"], "wakeups", scale=per_1000).median
     report.notes.append(
         f"eventfd writes per 1,000 records {w:.3f} (target <= {WAKEUPS_TARGET:g}): "
         + ("met" if w <= WAKEUPS_TARGET else "NOT met")
     )
     for key, who in (("listener_cpu_pct", "listener"), ("sender_cpu_pct", "sending process")):
-        pct = _s(idle, key).median
+        pct = summarize_key(idle, key).median
         report.notes.append(
             f"idle CPU of the {who} {pct:.3f} % of a core (target <= {IDLE_CPU_TARGET:g} %): "
             + ("met" if pct <= IDLE_CPU_TARGET else "NOT met")
