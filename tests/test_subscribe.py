@@ -536,6 +536,50 @@ def test_a_follower_with_reconnect_resumes_across_a_listener_restart(tmp_path: P
     assert got == expected(1, 501)
 
 
+def test_an_idle_follower_gets_a_new_budget_for_each_outage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower of an idle stream resumes after one listener restart and then
+    hears nothing (there is nothing to send); a second restart, after more than
+    `reconnect` seconds, is a new outage with a whole new budget, not the
+    first one's, long spent."""
+    # the module, not the function purelink.subscribe that shadows its name
+    monkeypatch.setattr(sys.modules["purelink.subscribe"], "OUTAGE_OVER", 0.3)
+    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0")
+    lst.start()
+    udp, tcp = urls(lst)
+    ports = (udp.removeprefix("udp://"), tcp.removeprefix("tcp://"))
+    sub = purelink.subscribe(tcp, "s", reconnect=1.0)
+    got: list[tuple[int, bytes]] = []
+    failed: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            for record in sub:
+                got.append(record)
+        except BaseException as exc:
+            failed.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        for _ in range(2):
+            lst.close()
+            lst = purelink.Listener(tmp_path, udp=ports[0], tcp=ports[1])
+            lst.start()
+            wait_until(lambda: sub.resumes >= 1 and sub._sock is not None)
+            time.sleep(1.5)  # idle, and longer than `reconnect`: the test's point
+            assert not failed
+        send(udp, "s", 1, 3)
+        wait_until(lambda: len(got) == 3)
+        assert sub.resumes == 2
+    finally:
+        sub.close()
+        follower.join(TIMEOUT)
+        lst.close()
+    assert not failed and got == expected(1, 4)
+
+
 def test_reconnect_gives_up_after_its_time(tmp_path: Path) -> None:
     lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0")
     lst.start()

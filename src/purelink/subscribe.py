@@ -24,7 +24,10 @@ With `reconnect=SECONDS`, a subscription whose connection breaks (the
 listener restarted, the network failed) connects again and resumes at
 `next_position`, as a Kafka consumer rides through a broker restart: with
 backoff (0.05 s doubling to 2 s) for up to that many seconds after the
-break, then it raises.  No record is lost or repeated across a resume: the
+break, then it raises.  One outage may take several connections (a
+listener at its connection limit accepts and closes); it is over once a
+resumed connection delivers a record or lives `OUTAGE_OVER` seconds, and
+the next break gets the whole `reconnect` again.  No record is lost or repeated across a resume: the
 new request starts exactly after the last record yielded (a partial batch
 received before the break is dropped and comes again whole).  A refusal (a
 start below what is retained, a wrong secret) or a batch that fails its
@@ -58,6 +61,9 @@ RECEIVE_SIZE: Final = 256 << 10
 """Bytes asked for per receive: the only buffer a subscriber holds (plus one partial batch)."""
 BACKOFF_FIRST: Final = 0.05
 BACKOFF_MAX: Final = 2.0
+OUTAGE_OVER: Final = 5.0
+"""Seconds a resumed connection must live (if it delivers nothing) for its
+next break to count as a new outage, with the whole `reconnect` again."""
 
 
 def subscribe(
@@ -116,10 +122,12 @@ class Subscription:
         self._sock: socket.socket | None = None
         self._closed = threading.Event()
         # one outage, however many connections it takes: its deadline and backoff
-        # last until a resumed connection delivers a record (a listener that
-        # accepts and then closes, at its connection limit, is still an outage)
+        # last until a resumed connection delivers a record or lives OUTAGE_OVER
+        # seconds (a listener that accepts and then closes, at its connection
+        # limit, is still an outage; an idle stream delivers nothing for hours)
         self._outage_deadline = 0.0
         self._backoff = BACKOFF_FIRST
+        self._resumed_at = 0.0
         self._decoder = TailDecoder(start)
         self._records = chain.from_iterable(self._receive())  # C-level, per record
 
@@ -152,8 +160,9 @@ class Subscription:
         old, self._sock = self._sock, None
         if old is not None:
             old.close()
-        if not self._outage_deadline:
-            self._outage_deadline = time.monotonic() + self._reconnect
+        now = time.monotonic()
+        if not self._outage_deadline or now - self._resumed_at > OUTAGE_OVER:
+            self._outage_deadline = now + self._reconnect  # a new outage
             self._backoff = BACKOFF_FIRST
         deadline = self._outage_deadline
         while True:
@@ -175,6 +184,7 @@ class Subscription:
                 return False
             self._decoder = TailDecoder(self._decoder.next_position)
             self.resumes += 1
+            self._resumed_at = time.monotonic()
             return True
 
     @property
