@@ -21,6 +21,7 @@ import pytest
 
 import purelink
 import purelink.link as link_module
+from purelink.link import Link
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol import wire
 from purelink.store.store import Store
@@ -304,27 +305,31 @@ def test_close_is_never_slept_through(tmp_path: Path) -> None:
         assert not link._thread.is_alive()
 
 
+@pytest.mark.parametrize("then", ["queue more", "close at once"])
 def test_an_interrupted_queue_fails_the_link_instead_of_hanging(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
     """A queue() call interrupted between taking its seq and storing its record
     (as a KeyboardInterrupt can) leaves a hole nothing can fill: after
     HOLE_LIMIT the link fails with a LinkError naming the seq, and wait_stored
-    and close() return instead of waiting for ever."""
+    and close() return instead of waiting for ever -- also when nothing else is
+    queued, so that the link thread sleeps with no timer (close() wakes it)."""
     monkeypatch.setattr(link_module, "HOLE_LIMIT", 0.3)
     with serve(tmp_path / "d", "udp") as lst:
         link = purelink.connect(url(lst), stream="s")
         link.queue(b"a")
         assert link.wait_stored(timeout=10)
         lost = link._next_seq()  # what the interrupted call had taken
-        link.queue(b"b")
-        with pytest.raises(purelink.LinkError, match=f"seq {lost} was taken"):
-            link.wait_stored(timeout=20)
-        with pytest.raises(purelink.LinkError):
-            link.queue(b"c")
+        if then == "queue more":
+            link.queue(b"b")
+            with pytest.raises(purelink.LinkError, match=f"seq {lost} was taken"):
+                link.wait_stored(timeout=20)
+            with pytest.raises(purelink.LinkError):
+                link.queue(b"c")
         started = time.monotonic()
         assert link.close() is False
         assert time.monotonic() - started < 5
+        assert isinstance(link._error, purelink.LinkError)
     assert read_all(lst, "s") == [b"a"]
 
 
@@ -413,3 +418,23 @@ def test_a_record_over_the_listeners_max_record_is_refused_at_queue(tmp_path: Pa
         with pytest.raises(ValueError):
             link.queue(b"x" * 1001)
         assert link.wait_stored(timeout=10)
+
+
+def test_a_hole_needs_time_and_looks_before_it_fails_the_link() -> None:
+    """Wall-clock time alone does not fail a link: a stopped process (SIGSTOP)
+    or a thread that held the GIL for long lets HOLE_LIMIT pass with the link
+    thread unable to look.  It must also have looked HOLE_LIMIT / HOLE_RECHECK
+    / 2 times."""
+    link = Link("udp://127.0.0.1:9", "s")  # made, not connected: no thread runs
+    try:
+        now = time.monotonic()
+        link._hole_since = now - 10 * link_module.HOLE_LIMIT
+        link._hole_looks = 1
+        assert not link._hole_failed(now)
+        assert link._error is None
+        link._hole_looks = int(link_module.HOLE_LIMIT / link_module.HOLE_RECHECK / 2)
+        assert link._hole_failed(now)
+        assert isinstance(link._error, purelink.LinkError)
+    finally:
+        link._transport.close()
+        link._wakeup.close()

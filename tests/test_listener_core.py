@@ -342,3 +342,21 @@ def test_an_expired_anonymous_session_is_not_forgotten_by_the_store() -> None:
     assert core.stats.dropped["session_expired"] == 1
     assert not store.forgotten
     assert store.producer_state("s", a.producer)[1] == 1  # the link can still resume
+
+
+def test_a_close_before_the_sync_forgets_the_producer_once_synced() -> None:
+    """close(timeout) gave up with a record written but not durable: the CLOSE
+    comes first, the sync later; the producer is let go when the sync lands."""
+    store = MemoryStore()
+    core = ListenerCore(store)
+    a = handshake(core, now=100.0)
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, batch), ADDR, 100.0)
+    last = store.append("s", core.take_writes()["s"])
+    core.written("s", last)
+    core.receive_datagram(wire.encode_close(a.conn_id, a.epoch), ADDR, 100.0)
+    assert not store.forgotten and core.stats.forgotten == 0  # not durable yet
+    core.synced("s", store.sync("s"))
+    assert store.forgotten == {("s", a.producer)}
+    assert core.stats.forgotten == 1
+    assert not list(core.producers())

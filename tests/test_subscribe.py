@@ -563,11 +563,11 @@ def test_an_idle_follower_gets_a_new_budget_for_each_outage(
     follower = threading.Thread(target=follow)
     follower.start()
     try:
-        for _ in range(2):
+        for k in range(2):
             lst.close()
             lst = purelink.Listener(tmp_path, udp=ports[0], tcp=ports[1])
             lst.start()
-            wait_until(lambda: sub.resumes >= 1 and sub._sock is not None)
+            wait_until(lambda k=k: sub.resumes >= k + 1 and sub._sock is not None)
             time.sleep(1.5)  # idle, and longer than `reconnect`: the test's point
             assert not failed
         send(udp, "s", 1, 3)

@@ -58,10 +58,14 @@ RING_SLACK: Final = 4096
 HOLE_LIMIT = 5.0
 """Seconds a taken seq may stay without its record before the link fails: a
 queue() call interrupted between taking its seq and storing the record (a
-KeyboardInterrupt lands exactly there, after the C call returns) leaves a
-hole the link could never send past; failing loudly beats hanging.  Long
-enough that a writer merely descheduled (or stepped through in a debugger
-for a moment) is not taken for an interrupted one."""
+KeyboardInterrupt, or any signal handler that raises, lands exactly there,
+after the C call returns) leaves a hole the link could never send past;
+failing loudly beats hanging.  The link thread must also have looked at the
+hole HOLE_LIMIT / HOLE_RECHECK / 2 times, each after a wait that let every
+other thread run, so a process that was stopped (SIGSTOP) or a thread that
+held the GIL for long is not taken for an interrupted writer.  A signal
+handler that calls close() in the thread it interrupted inside queue() waits
+this long, then gets the LinkError."""
 HOLE_RECHECK: Final = 0.1
 SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 _MAX_RECORD: Final = 16 << 20
@@ -187,6 +191,7 @@ class Link:
         self._late_pickups = 0
         self._timed_out = False
         self._hole_since = 0.0  # since when the next seq was taken but not stored (0: no hole)
+        self._hole_looks = 0  # how often the thread has looked at that hole since
         self._thread = threading.Thread(
             target=self._run, name=f"purelink-link-{stream}", daemon=True
         )
@@ -283,6 +288,7 @@ class Link:
         """Wait until `seq` (default: the last queued) is stored; False on timeout.
         Raises the link's error (Fenced, LinkError) if it fails meanwhile."""
         target = self.queued if seq is None else seq
+        self._wakeup.mark_and_signal()  # an idle thread looks once more (a hole?)
         ok = self._parker.wait(lambda: self._stored >= target or self._error is not None, timeout)
         if self._stored >= target:
             return True
@@ -293,6 +299,7 @@ class Link:
     async def wait_stored_async(self, seq: int | None = None, timeout: float | None = None) -> bool:
         """`wait_stored` for asyncio: the event loop keeps running meanwhile."""
         target = self.queued if seq is None else seq
+        self._wakeup.mark_and_signal()  # an idle thread looks once more (a hole?)
         await self._parker.wait_async(
             lambda: self._stored >= target or self._error is not None, timeout
         )
@@ -336,6 +343,7 @@ class Link:
             return self._stored >= self.queued
         target = self.queued
         if self._error is None:
+            self._wakeup.mark_and_signal()  # an idle thread looks once more (a hole?)
             self._parker.wait(lambda: self._stored >= target or self._error is not None, timeout)
         ok = self._stored >= target
         self._closing = True
@@ -445,7 +453,8 @@ class Link:
                     continue
                 timer = sender.get_timer()
                 timeout = -1.0 if timer is None else max(timer - monotonic(), 0.0)
-                if self._hole_since:  # look again soon: its writer may store it yet
+                if self._hole_since and sender.state == open_:  # look again soon: its
+                    # writer may store it yet (not while reconnecting: no take then)
                     timeout = HOLE_RECHECK if timeout < 0 else min(timeout, HOLE_RECHECK)
                 self._sleeps += 1
                 ready = ep.poll(timeout)
@@ -477,6 +486,8 @@ class Link:
             if not n:
                 if not self._hole_since:
                     self._hole_since = time.monotonic()
+                    self._hole_looks = 0
+                self._hole_looks += 1
                 return
             del chunk[n:]
         self._hole_since = 0.0
@@ -498,13 +509,13 @@ class Link:
     def _hole_failed(self, now: float) -> bool:
         """The next seq has been taken and not stored for HOLE_LIMIT seconds: fail
         the link (its queue() call was interrupted; nothing after it can be sent)."""
-        if now - self._hole_since <= HOLE_LIMIT:
+        if now - self._hole_since <= HOLE_LIMIT or self._hole_looks < HOLE_LIMIT / HOLE_RECHECK / 2:
             return False
         seq = self._taken + 1
         self._error = LinkError(
             f"seq {seq} was taken by a queue() call that never stored its record "
-            f"(interrupted, e.g. by KeyboardInterrupt): records from seq {seq} on "
-            "cannot be sent"
+            f"(interrupted by KeyboardInterrupt or another exception a signal handler "
+            f"raised): records from seq {seq} on cannot be sent"
         )
         self._set_limits()
         self._parker.unpark()

@@ -26,10 +26,11 @@ listener restarted, the network failed) connects again and resumes at
 backoff (0.05 s doubling to 2 s) for up to that many seconds after the
 break, then it raises.  One outage may take several connections (a
 listener at its connection limit accepts and closes); it is over once a
-resumed connection delivers a record or lives `OUTAGE_OVER` seconds, and
-the next break gets the whole `reconnect` again.  No record is lost or repeated across a resume: the
-new request starts exactly after the last record yielded (a partial batch
-received before the break is dropped and comes again whole).  A refusal (a
+resumed connection delivers a record or lives `OUTAGE_OVER` seconds (at
+most `reconnect`), and the next break gets the whole `reconnect` again.
+No record is lost or repeated across a resume: the new request starts
+exactly after the last record yielded (a partial batch received before the
+break is dropped and comes again whole).  A refusal (a
 start below what is retained, a wrong secret) or a batch that fails its
 checks is never retried.  With `follow=False` a resumed request ends at the
 records stored when the listener got *it*, which may be more than at first.
@@ -63,7 +64,8 @@ BACKOFF_FIRST: Final = 0.05
 BACKOFF_MAX: Final = 2.0
 OUTAGE_OVER: Final = 5.0
 """Seconds a resumed connection must live (if it delivers nothing) for its
-next break to count as a new outage, with the whole `reconnect` again."""
+next break to count as a new outage, with the whole `reconnect` again (or
+`reconnect` seconds, if that is less)."""
 
 
 def subscribe(
@@ -161,7 +163,8 @@ class Subscription:
         if old is not None:
             old.close()
         now = time.monotonic()
-        if not self._outage_deadline or now - self._resumed_at > OUTAGE_OVER:
+        lived = now - self._resumed_at
+        if not self._outage_deadline or lived > min(OUTAGE_OVER, self._reconnect):
             self._outage_deadline = now + self._reconnect  # a new outage
             self._backoff = BACKOFF_FIRST
         deadline = self._outage_deadline

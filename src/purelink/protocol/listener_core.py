@@ -128,6 +128,8 @@ class ListenerCore:
         self._ack_due: set[int] = set()
         self._hold_until = 0.0  # the earliest hold_until of a held ACK; 0: none held
         self._finished: set[Address] = set()  # proven peers whose last session said CLOSE
+        # anonymous producers whose link said CLOSE before its records were durable
+        self._closed_unsynced: set[Producer] = set()
         self._accept_waiting: dict[str, list[_Conn]] = {}
         self._next_sweep = 0.0  # when the HELLO path next looks for idle sessions
         self._by_peer: dict[Address, list[int]] = {}  # proven peer -> its sessions' conn_ids
@@ -208,6 +210,8 @@ class ListenerCore:
                     conn = producer.conn
                     if isinstance(conn, _Conn) and conn.accepted:
                         self._want_ack(conn)
+                    elif producer in self._closed_unsynced:
+                        self._forget_closed(producer)
         waiting = self._accept_waiting.get(stream)
         if waiting:
             still = []
@@ -284,8 +288,9 @@ class ListenerCore:
         return False
 
     def disconnected(self, addr: Address) -> None:
-        """The connection of a proven peer closed: its sessions end as if each had
-        said CLOSE (nothing ever comes from that address again)."""
+        """The connection of a proven peer closed: its sessions end (as an expiry
+        ends one: the store keeps an anonymous producer's state, since its link
+        may come back on a new connection; only a CLOSE lets it go)."""
         self._finished.discard(addr)
         for conn_id in self._by_peer.pop(addr, ()):
             conn = self._conns.get(conn_id)
@@ -692,6 +697,18 @@ class ListenerCore:
             self._drop("session_expired")
             self._close(conn)
 
+    def _forget_closed(self, p: Producer) -> None:
+        """An anonymous producer whose link said CLOSE before its records were
+        durable: once they are (and no new session took it), forget it."""
+        if p.stored < p.received:
+            return
+        self._closed_unsynced.discard(p)
+        if p.conn is None:
+            self._producers.pop((p.stream, p.pid), None)
+            self._memory -= self._holding.pop(p, 0)
+            self.store.forget(p.stream, p.pid)
+            self.stats.forgotten += 1
+
     def _fence(self, conn: _Conn) -> None:
         self.stats.fenced += 1
         conn.fenced = True
@@ -718,3 +735,7 @@ class ListenerCore:
                     # (it would otherwise keep one entry per short-lived link)
                     self.store.forget(p.stream, p.pid)
                     self.stats.forgotten += 1
+            elif p.pid >> 63 and said_close:
+                # closed with records written but not yet durable (a close() that
+                # timed out): let it go when the sync that covers them lands
+                self._closed_unsynced.add(p)

@@ -287,7 +287,9 @@ class StreamLog:
         return epoch
 
     def forget(self, producer: int) -> None:
-        """Drop an (anonymous, expired) producer's state from memory."""
+        """Drop an anonymous producer's state from memory: its link said CLOSE with
+        every record durable, so it never comes back (the next roll's `.sum`
+        snapshot leaves it out too)."""
         self.producers.pop(producer, None)
 
     def close(self) -> None:
