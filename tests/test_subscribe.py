@@ -48,6 +48,7 @@ from purelink.protocol.tail import (
 from purelink.protocol.wire import batch_records, encode_batch, position_bytes, verify_batch
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
+from purelink.subscribe import Subscription
 from purelink.tail_server import TailServer
 
 TIMEOUT = 20.0
@@ -499,15 +500,10 @@ def test_closing_the_listener_ends_a_follower_with_an_error(tmp_path: Path) -> N
     assert "closed the subscription" in str(outcome[0])
 
 
-def test_a_follower_with_reconnect_resumes_across_a_listener_restart(tmp_path: Path) -> None:
-    """The listener stops and comes back on the same ports: a subscription with
-    `reconnect` resumes at its next position, with no record lost or repeated."""
-    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0", segment_bytes=4096)
-    lst.start()
-    udp, tcp = urls(lst)
-    addresses = (udp.removeprefix("udp://"), tcp.removeprefix("tcp://"))
-    send(udp, "s", 1, 300)
-    sub = purelink.subscribe(tcp, "s", reconnect=30)
+def follow_in_thread(
+    sub: Subscription,
+) -> tuple[threading.Thread, list[tuple[int, bytes]], list[BaseException]]:
+    """Iterate `sub` in a started thread: (the thread, the records so far, what it raised)."""
     got: list[tuple[int, bytes]] = []
     failed: list[BaseException] = []
 
@@ -520,6 +516,19 @@ def test_a_follower_with_reconnect_resumes_across_a_listener_restart(tmp_path: P
 
     follower = threading.Thread(target=follow)
     follower.start()
+    return follower, got, failed
+
+
+def test_a_follower_with_reconnect_resumes_across_a_listener_restart(tmp_path: Path) -> None:
+    """The listener stops and comes back on the same ports: a subscription with
+    `reconnect` resumes at its next position, with no record lost or repeated."""
+    lst = purelink.Listener(tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0", segment_bytes=4096)
+    lst.start()
+    udp, tcp = urls(lst)
+    addresses = (udp.removeprefix("udp://"), tcp.removeprefix("tcp://"))
+    send(udp, "s", 1, 300)
+    sub = purelink.subscribe(tcp, "s", reconnect=30)
+    follower, got, failed = follow_in_thread(sub)
     try:
         wait_until(lambda: len(got) == 300)
         lst.close()  # the follower's connection breaks; it retries meanwhile
@@ -550,18 +559,7 @@ def test_an_idle_follower_gets_a_new_budget_for_each_outage(
     udp, tcp = urls(lst)
     ports = (udp.removeprefix("udp://"), tcp.removeprefix("tcp://"))
     sub = purelink.subscribe(tcp, "s", reconnect=1.0)
-    got: list[tuple[int, bytes]] = []
-    failed: list[BaseException] = []
-
-    def follow() -> None:
-        try:
-            for record in sub:
-                got.append(record)
-        except BaseException as exc:
-            failed.append(exc)
-
-    follower = threading.Thread(target=follow)
-    follower.start()
+    follower, got, failed = follow_in_thread(sub)
     try:
         for k in range(2):
             lst.close()
