@@ -218,7 +218,8 @@ def test_unregister_releases_a_parked_reclaimer() -> None:
 
 
 def test_naive_variant_signals_on_every_quiescent_state() -> None:
-    """The "before" of the benchmark: a reader already counted keeps waking the reclaimer."""
+    """The benchmark's "no-flags" variant (unpatched readers): a reader already
+    counted keeps waking the re-parked reclaimer."""
     domain = GraceDomain(trace=True, signal_only_waiting=False)
     a, b = domain.register("a"), domain.register("b")
     reclaimer = Reclaimer(domain)
