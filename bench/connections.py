@@ -25,6 +25,16 @@ Variants:
   objects per connection and no store.  Whatever purelink costs above it is
   its protocol and its store; whatever it costs below uvloop is out of reach
   of any server whose per-connection work runs in Python.
+* `durable echo` (the floor for a Python server that keeps what it gets):
+  the epoll echo, but each poll round's requests are appended to one file
+  with one write and one fdatasync before any of them is answered (group
+  commit).
+* `durable 3-round echo` (the floor for a Python server in purelink's
+  message shape): the durable echo, but the client speaks in purelink's
+  rounds on a plain socket -- a 37 B "HELLO" answered at once with 60 B,
+  the 128 B record answered with 68 B once it is fdatasync'ed, then a 20 B
+  "CLOSE" after which the server closes.  No protocol is parsed.  What
+  purelink costs above it is its protocol and its objects.
 
 What is reported, per variant, the median (min-max) of `--repeat` runs of
 `--links` connections (after a warm-up of `--concurrency` connections that is
@@ -78,8 +88,18 @@ from ._common import Report, Summary, base_parser, process_cpu_ns, summarize
 
 __all__ = ["VARIANTS", "main"]
 
-VARIANTS = ("drained accept", "one accept per event", "uvloop echo", "asyncio echo", "epoll echo")
-ECHOES = ("uvloop echo", "asyncio echo", "epoll echo")
+VARIANTS = (
+    "drained accept",
+    "one accept per event",
+    "uvloop echo",
+    "asyncio echo",
+    "epoll echo",
+    "durable echo",
+    "durable 3-round echo",
+)
+ECHOES = ("uvloop echo", "asyncio echo", "epoll echo", "durable echo", "durable 3-round echo")
+# the 3-round echo's messages: sizes of a HELLO, an ACCEPT, an ACK and a CLOSE
+HELLO, ACCEPT, ACK, CLOSE = b"h" * 37, b"a" * 60, b"k" * 68, b"c" * 20
 RECORD = b"r" * 128
 TIMEOUT = 60.0
 STOPPED_PREFIX = "purelink serve: stopped "
@@ -114,8 +134,11 @@ else:
     asyncio.run(serve())
 """
 
-_EPOLL_ECHO = """
-import select, socket
+# The pure-Python servers share this: a listening socket, one epoll loop's state,
+# accept until EAGAIN, and the end of a connection.  Each server script is this
+# and its own loop, run with `python -c`.
+_EPOLL_PRELUDE = """
+import os, select, socket, sys
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(4096)
@@ -124,30 +147,102 @@ print(f"echo listening tcp=127.0.0.1:{srv.getsockname()[1]}", flush=True)
 ep = select.epoll()
 ep.register(srv.fileno(), select.EPOLLIN)
 lfd = srv.fileno()
-conns = {}
+conns = {}  # fd -> [socket, messages read]
+
+def accept_all():
+    while True:
+        try:
+            c, _ = srv.accept()
+        except BlockingIOError:
+            return
+        c.setblocking(False)
+        conns[c.fileno()] = [c, 0]
+        ep.register(c.fileno(), select.EPOLLIN)
+
+def gone(fd, c):
+    ep.unregister(fd)
+    del conns[fd]
+    c.close()
+"""
+
+_EPOLL_ECHO = _EPOLL_PRELUDE + """
 while True:
     for fd, _ in ep.poll():
         if fd == lfd:
-            while True:
-                try:
-                    c, _ = srv.accept()
-                except BlockingIOError:
-                    break
-                c.setblocking(False)
-                conns[c.fileno()] = c
-                ep.register(c.fileno(), select.EPOLLIN)
+            accept_all()
+            continue
+        c = conns[fd][0]
+        try:
+            data = c.recv(4096)
+        except BlockingIOError:
+            continue
+        if data:
+            c.send(data)
         else:
-            c = conns[fd]
-            try:
-                data = c.recv(4096)
-            except BlockingIOError:
-                continue
-            if data:
-                c.send(data)
-            else:
-                ep.unregister(fd)
-                del conns[fd]
-                c.close()
+            gone(fd, c)
+"""
+
+# The epoll echo that also stores: each round's requests are appended to one
+# file with one write and made durable with one fdatasync before any of them is
+# answered (group commit: what arrives during a sync is the next round's group).
+# The least a Python server can do per connection and still keep what it got.
+_DURABLE_ECHO = _EPOLL_PRELUDE + """
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+while True:
+    got = []
+    for fd, _ in ep.poll():
+        if fd == lfd:
+            accept_all()
+            continue
+        c = conns[fd][0]
+        try:
+            data = c.recv(4096)
+        except BlockingIOError:
+            continue
+        if data:
+            got.append((c, data))
+        else:
+            gone(fd, c)
+    if got:
+        os.write(log, b"".join(data for _, data in got))
+        os.fdatasync(log)
+        for c, data in got:
+            c.send(data)
+"""
+
+# The durable echo in purelink's message shape: a HELLO is answered at once;
+# the record is stored (group commit, as above) and then answered; a CLOSE
+# ends the connection, which the server closes.  Three client messages at
+# three times, two answers, one fdatasync share: the least a Python server
+# speaking a protocol of purelink's shape can do, with no protocol in it.
+_DURABLE_3_ROUND_ECHO = _EPOLL_PRELUDE + """
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+ACCEPT, ACK = b"a" * 60, b"k" * 68
+while True:
+    got = []
+    for fd, _ in ep.poll():
+        if fd == lfd:
+            accept_all()
+            continue
+        entry = conns[fd]
+        c = entry[0]
+        try:
+            data = c.recv(4096)
+        except BlockingIOError:
+            continue
+        if data and entry[1] == 0:  # the HELLO
+            entry[1] = 1
+            c.send(ACCEPT)
+        elif data and entry[1] == 1:  # the record
+            entry[1] = 2
+            got.append((c, data))
+        else:  # the CLOSE, or the peer went away
+            gone(fd, c)
+    if got:
+        os.write(log, b"".join(data for _, data in got))
+        os.fdatasync(log)
+        for c, _ in got:
+            c.send(ACK)
 """
 
 
@@ -229,6 +324,21 @@ def _echo_once(address: tuple[str, int]) -> None:
             got += len(data)
 
 
+def _three_rounds_once(address: tuple[str, int]) -> None:
+    """The durable 3-round echo's client: purelink's message shape on a plain socket."""
+    with socket.create_connection(address, timeout=TIMEOUT) as sock:
+        for message, answer in ((HELLO, len(ACCEPT)), (RECORD, len(ACK)), (CLOSE, 0)):
+            sock.sendall(message)
+            got = 0
+            while True:
+                data = sock.recv(4096)
+                got += len(data)
+                if not data or (answer and got >= answer):
+                    break
+            if got < answer:
+                raise RuntimeError("the 3-round echo server closed early")
+
+
 def _run(task: Callable[[], None], count: int, concurrency: int) -> float:
     """Run `task` `count` times, `concurrency` at a time; wall seconds."""
     start = time.perf_counter()
@@ -248,6 +358,10 @@ def _variant(
         command = [sys.executable, "-c", _ECHO_SERVER, "asyncio"]
     elif name == "epoll echo":
         command = [sys.executable, "-c", _EPOLL_ECHO]
+    elif name == "durable echo":
+        command = [sys.executable, "-c", _DURABLE_ECHO, "{DATA}"]
+    elif name == "durable 3-round echo":
+        command = [sys.executable, "-c", _DURABLE_3_ROUND_ECHO, "{DATA}"]
     else:
         serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
         if name == "drained accept":
@@ -256,7 +370,13 @@ def _variant(
             command = [sys.executable, "-c", _NAIVE_SERVE, *serve]
     child = Child(command)
     try:
-        if name in ECHOES:
+        if name == "durable 3-round echo":
+            address = child.address
+
+            def task() -> None:
+                _three_rounds_once(address)
+
+        elif name in ECHOES:
             address = child.address
 
             def task() -> None:
@@ -349,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu[name] = row["server CPU us/conn"]
         if stats:
             report.extra[name] = stats
-    after, before, echo, aio, floor = (cpu.get(v) for v in VARIANTS)
+    after, before, echo, aio, floor, durable, shaped = (cpu.get(v) for v in VARIANTS)
     if after is not None and before is not None:
         report.notes.append(
             f"drained accept / one accept per event: {after.median / before.median:.2f} "
@@ -361,15 +481,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"purelink (stores, fdatasync) / uvloop echo (stores nothing): "
             f"{after.median / echo.median:.2f} x the CPU per connection (target <= 1: {met})"
         )
-    for label, ref in (("asyncio echo", aio), ("epoll echo (pure Python floor)", floor)):
+    for label, ref in (
+        ("asyncio echo", aio),
+        ("epoll echo (pure Python floor)", floor),
+        ("durable echo (pure Python floor that stores)", durable),
+        ("durable 3-round echo (the same in purelink's message shape)", shaped),
+    ):
         if after is not None and ref is not None:
             report.notes.append(
                 f"purelink / {label}: {after.median / ref.median:.2f} x the CPU per connection"
             )
-    if floor is not None and echo is not None:
-        report.notes.append(
-            f"epoll echo (pure Python floor) / uvloop echo: {floor.median / echo.median:.2f} x"
-        )
+    for label, ref in (
+        ("epoll echo", floor),
+        ("durable echo", durable),
+        ("durable 3-round echo", shaped),
+    ):
+        if ref is not None and echo is not None:
+            report.notes.append(f"{label} / uvloop echo: {ref.median / echo.median:.2f} x")
     report.emit(args.json)
     return 0
 

@@ -24,6 +24,15 @@ has its command.
   Medians and p90 in microseconds.  The wrappers add ~1 us per step.
 * `tcp`: the `queue` workload end to end over one tcp:// link
   (`purelink serve --no-udp --tcp`), `--repeat` runs against one listener.
+* `short-process`: what a short-lived process (a job, a CLI tool, a
+  serverless function) pays to ship one record: `--samples` / 20 fresh
+  interpreters, one after the other, each `import purelink`, connect a tcp://
+  link, queue one 128 B record, wait until it is stored (`sync=batch`),
+  close, exit; against interpreters that only `import purelink` and that do
+  nothing.  Median wall time per process and CPU time per process (user +
+  system, from the children's rusage), in milliseconds.  The children run
+  without PYTHONDONTWRITEBYTECODE, after one warm-up each, so they import
+  from cached bytecode as an installed package does (pip compiles it).
 
 Run from the checkout root: `python -m bench.probes [--probe NAME] [--json]`.
 These reach into private attributes of `Link` (as bench/_links.py does).
@@ -32,7 +41,10 @@ These reach into private attributes of `Link` (as bench/_links.py does).
 from __future__ import annotations
 
 import itertools
+import os
+import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -47,7 +59,16 @@ from .connections import Child
 
 __all__ = ["PROBES", "main"]
 
-PROBES = ("queue-floor", "slowstart", "latency-split", "tcp")
+PROBES = ("queue-floor", "slowstart", "latency-split", "tcp", "short-process")
+
+_ONE_RECORD = """
+import sys, purelink
+link = purelink.connect(sys.argv[1], stream="short", timeout=30)
+link.queue(b"r" * 128)
+if not link.wait_stored(timeout=30):
+    sys.exit("not stored")
+link.close(timeout=30)
+"""
 
 
 def _median_block_ns(call: Callable[[bytes], object], records: list[bytes], block: int) -> float:
@@ -220,6 +241,42 @@ def tcp(records: int, repeat: int) -> list[dict[str, Any]]:
     return [{"probe": "tcp", "what": "first queue -> last told", "records_per_s": summarize(rates)}]
 
 
+def short_process(samples: int) -> list[dict[str, Any]]:
+    runs = max(5, samples // 20)
+    serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", "batch"]
+    child = Child([sys.executable, "-m", "purelink", *serve])
+    rows = []
+    try:
+        url = "tcp://%s:%d" % child.address
+        shapes = (
+            ("python -c pass", ["-c", "pass"]),
+            ("python -c 'import purelink'", ["-c", "import purelink"]),
+            ("import, connect, queue one record, stored, close", ["-c", _ONE_RECORD, url]),
+        )
+        walls: dict[str, list[float]] = {label: [] for label, _ in shapes}
+        cpus: dict[str, list[float]] = {label: [] for label, _ in shapes}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for _, args in shapes:  # warm-up: writes the bytecode caches
+            subprocess.run([sys.executable, *args], check=True, timeout=60, env=env)
+        for _ in range(runs):  # interleaved, so a noisy moment hurts all three
+            for label, args in shapes:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                # no timeout=: waiting with one polls in sleeps of up to 50 ms, which
+                # would be the wall time's resolution; the child has its own timeouts
+                subprocess.run([sys.executable, *args], check=True, env=env)
+                walls[label].append((time.perf_counter() - t0) * 1e3)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                cpus[label].append(cpu * 1e3)
+        for label, _ in shapes:
+            wall, cpu = summarize(walls[label]), summarize(cpus[label])
+            rows.append({"probe": "short-process", "what": label, "wall_ms": wall, "cpu_ms": cpu})
+    finally:
+        child.close()
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("probes", "what stands in the way: floors, timelines, splits", 3)
     parser.add_argument(
@@ -249,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             report.add(**row)
     if "tcp" in probes:
         for row in tcp(args.records, args.repeat):
+            report.add(**row)
+    if "short-process" in probes:
+        for row in short_process(args.samples):
             report.add(**row)
     report.emit(args.json)
     return 0

@@ -247,6 +247,52 @@ def test_naive_variant_signals_on_every_quiescent_state() -> None:
     assert (a.signals, b.signals) == (2, 1)
 
 
+def test_always_signal_variant_takes_the_lock_at_every_quiescent_state() -> None:
+    """The benchmark's "always-signal" variant: every quiescent state notifies,
+    parked waiter or not; a parked reclaimer is woken (and counted) once per park,
+    and no reader is ever flagged."""
+    domain = GraceDomain(trace=True, signal_only_waiting=False, signal_always=True)
+    a, b = domain.register("a"), domain.register("b")
+    taken = [0]
+    lock = domain._cond
+
+    class Counting:  # wraps the domain's Condition to count the lock's uses
+        def __enter__(self) -> None:
+            taken[0] += 1
+            lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.__exit__(None, None, None)
+
+        def notify(self) -> None:
+            lock.notify()
+
+    for _ in range(5):
+        domain._cond = Counting()  # type: ignore[assignment]
+        a.quiescent()  # nobody waits: the lock is taken anyway, nothing is counted
+        domain._cond = lock
+    assert taken[0] == 5
+    assert (a.signals, domain.statistics().unparks) == (0, 0)
+    reclaimer = Reclaimer(domain)
+    wait_until(reclaimer.parked(1))
+    assert not a.waiting and not b.waiting  # no flags
+    a.quiescent()
+    wait_until(reclaimer.parked(2))
+    b.quiescent()
+    assert reclaimer.join() is True
+    assert steps(domain) == [
+        ("reclaimer", "begin"),
+        ("reclaimer", "park"),
+        ("a", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "park"),
+        ("b", "signal"),
+        ("reclaimer", "wake"),
+        ("reclaimer", "end"),
+    ]
+    assert (a.signals, b.signals) == (1, 1)
+
+
 def test_unpatched_waiter_parks_once_then_busy_checks() -> None:
     """The "before" of the benchmark (liburcu without the patch): any reader wakes the
     parked reclaimer, which then never parks again in that grace period but busy-checks."""
@@ -312,12 +358,17 @@ class Box:
 
 
 @pytest.mark.parametrize(
-    ("only_waiting", "park_once"), [(True, False), (False, False), (False, True)]
+    ("only_waiting", "park_once", "always"),
+    [(True, False, False), (False, False, False), (False, True, False), (False, False, True)],
 )
-def test_nothing_is_freed_while_a_reader_holds_it(only_waiting: bool, park_once: bool) -> None:
+def test_nothing_is_freed_while_a_reader_holds_it(
+    only_waiting: bool, park_once: bool, always: bool
+) -> None:
     """4 readers hold the current box between quiescent states; the updater
     frees the old box only after synchronize(). A reader must never see a freed box."""
-    domain = GraceDomain(signal_only_waiting=only_waiting, park_once=park_once)
+    domain = GraceDomain(
+        signal_only_waiting=only_waiting, park_once=park_once, signal_always=always
+    )
     current = Box(0)
     stop = threading.Event()
     errors: list[str] = []

@@ -11,6 +11,7 @@ and the first `Full` by bytes; these go on from there.
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pytest
 
 import purelink
 from netproxy import Faults, NetProxy
+from purelink.protocol import wire
+from purelink.protocol.framing import FrameDecoder, encode_frames
 from purelink.protocol.sender import Sender
 from purelink.store.format import decode_summary
 from serve_process import ServeProcess
@@ -253,3 +256,31 @@ def test_short_anonymous_links_leave_no_producer_state_behind(tmp_path: Path, sc
         summary = decode_summary(path.read_bytes())
         assert summary is not None and len(summary.producers) <= 1
     check_stream(data, "s", {"job%d" % i: 1 for i in range(150)}, exact=True)
+
+
+def test_a_flood_of_hellos_that_never_send_leaves_no_producer_state(tmp_path: Path) -> None:
+    """300 TCP connections, each a HELLO under a fresh anonymous id that gets its
+    ACCEPT and then drops without a record or a CLOSE (a crashed job, or a peer
+    flooding the listener): the stream's producer table must not keep them."""
+    with purelink.Listener(tmp_path / "d", udp=None, tcp="127.0.0.1:0") as lst:
+        assert lst.tcp_address is not None
+        with purelink.connect(f"tcp://127.0.0.1:{lst.tcp_address[1]}", stream="s") as link:
+            link.queue(b"real")  # one real producer, which must stay known
+            assert link.wait_stored(timeout=20)
+            for i in range(300):
+                hello = wire.Hello(i + 1, "s", "", (1 << 63) | (5000 + i), 1400, b"")
+                with socket.create_connection(lst.tcp_address, timeout=20) as sock:
+                    sock.sendall(encode_frames([wire.encode_hello(hello)]))
+                    decoder = FrameDecoder()
+                    frames: list[bytes] = []
+                    while not frames:
+                        data = sock.recv(4096)
+                        assert data, "closed before the ACCEPT"
+                        frames = list(decoder.feed(data))
+                    assert isinstance(wire.decode_datagram(frames[0]), wire.Accept)
+            log = lst._data.stream("s")  # type: ignore[union-attr]
+            deadline = time.monotonic() + 10
+            while len(log.producers) > 1 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the last disconnects may still be on their way
+            assert list(log.producers) == [link._sender.producer_id]
+            assert lst._core.stats.forgotten == 300  # type: ignore[union-attr]

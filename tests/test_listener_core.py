@@ -344,6 +344,78 @@ def test_an_expired_anonymous_session_is_not_forgotten_by_the_store() -> None:
     assert store.producer_state("s", a.producer)[1] == 1  # the link can still resume
 
 
+def test_an_anonymous_producer_that_never_stored_is_forgotten_however_it_ends() -> None:
+    """A flood of HELLOs under fresh anonymous ids, each session ended without a
+    CLOSE and without a record (TCP connections dropped, UDP sessions expired),
+    must not leave one producer entry each in the store: there is nothing to
+    deduplicate against.  A producer with a record stored keeps its entry."""
+    store = MemoryStore()
+    core = ListenerCore(store, CoreConfig(idle_timeout=60.0))
+    pids = [(1 << 63) | (1000 + i) for i in range(100)]
+    for i, pid in enumerate(pids):  # over TCP: proven, no cookie; then the connection drops
+        peer = ("tcp:127.0.0.1", 40_000 + i)
+        core.receive_datagram(
+            wire.encode_hello(wire.Hello(i + 1, "s", "", pid, 1400, b"")), peer, 100.0, True
+        )
+        accept = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+        assert isinstance(accept, wire.Accept) and accept.producer == pid
+        core.disconnected(peer)
+    assert store.forgotten == {("s", pid) for pid in pids}
+    assert core.stats.forgotten == 100
+    assert not list(core.producers())
+    assert all(store.producer_state("s", pid) == (0, 0) for pid in pids)
+
+    # over UDP, sessions that only expired: forgotten too if they stored nothing
+    kept = _ship_one(core, store, 100.0)  # stores seq 1
+    other = (1 << 63) | 4242
+    core.receive_datagram(
+        wire.encode_hello(wire.Hello(60, "s", "", other, 1400, b"")), OTHER, 100.0
+    )
+    retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(
+        wire.encode_hello(wire.Hello(60, "s", "", other, 1400, retry.cookie)), OTHER, 100.0
+    )
+    assert isinstance(wire.decode_datagram(core.datagrams_to_send(100.0)[0][0]), wire.Accept)
+    # much later a HELLO sweeps both idle sessions away
+    third = ("127.0.0.1", 5002)
+    core.receive_datagram(hello(nonce=70), third, 300.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(300.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(hello(nonce=70, cookie=retry.cookie), third, 300.0)
+    assert core.stats.dropped["session_expired"] == 2
+    assert ("s", other) in store.forgotten  # never stored a record
+    assert ("s", kept.producer) not in store.forgotten  # stored seq 1: may come back
+    assert store.producer_state("s", kept.producer)[1] == 1
+
+
+def test_a_forgotten_link_that_comes_back_starts_again_from_seq_1() -> None:
+    store = MemoryStore()
+    core = ListenerCore(store)
+    pid = (1 << 63) | 99
+    peer = ("tcp:127.0.0.1", 40_001)
+    core.receive_datagram(
+        wire.encode_hello(wire.Hello(1, "s", "", pid, 1400, b"")), peer, 1.0, True
+    )
+    first = wire.decode_datagram(core.datagrams_to_send(1.0)[0][0])
+    assert isinstance(first, wire.Accept)
+    core.disconnected(peer)  # the connection broke before any record went out
+    assert ("s", pid) in store.forgotten
+    again_peer = ("tcp:127.0.0.1", 40_002)
+    back = wire.Hello(2, "s", "", pid, 1400, b"", epoch=first.epoch)
+    core.receive_datagram(wire.encode_hello(back), again_peer, 2.0, True)
+    accept = wire.decode_datagram(core.datagrams_to_send(2.0)[0][0])
+    assert isinstance(accept, wire.Accept)
+    assert (accept.stored, accept.received) == (0, 0)
+    batch = wire.encode_batch(pid, accept.epoch, 1, [b"a", b"b"])
+    core.receive_datagram(wire.encode_data(accept.conn_id, 1, batch), again_peer, 2.0)
+    last = store.append("s", core.take_writes()["s"])
+    core.written("s", last)
+    core.synced("s", store.sync("s"))
+    assert [r for _, p, _, r in store.records("s") if p == pid] == [b"a", b"b"]
+    assert ("s", pid) not in store.forgotten  # known again once it wrote
+
+
 def test_a_close_before_the_sync_forgets_the_producer_once_synced() -> None:
     """close(timeout) gave up with a record written but not durable: the CLOSE
     comes first, the sync later; the producer is let go when the sync lands."""

@@ -1,15 +1,25 @@
 """purelink: ship records from Python to durable storage and learn exactly which are stored.
 
-Only the public names of SPEC section 3 live here.
+Only the public names of SPEC section 3 live here.  `Listener`, `ListenerStats`
+and `Store` are loaded on first use (PEP 562): a process that only ships records
+-- a job, a CLI tool, a serverless function -- imports the link and not the
+listener and the store (docs/performance.md, "short-lived processes").
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
 from .link import Link, LinkStats, connect
-from .listener import Listener, ListenerStats
-from .store.store import Store
 from .subscribe import subscribe
+
+if TYPE_CHECKING:
+    from .listener import Listener, ListenerStats
+    from .store.store import Store
+
+_LAZY = {"Listener": ".listener", "ListenerStats": ".listener", "Store": ".store.store"}
 
 __all__ = [
     "Closed",
@@ -28,3 +38,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -6,7 +6,6 @@ IPv6 hosts are written in brackets ("[::1]:7400"), as in URLs.  Port 0 means
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 
 __all__ = ["format_hostport", "is_loopback", "parse_hostport", "parse_url"]
@@ -50,6 +49,8 @@ def is_loopback(host: str) -> bool:
     """Whether `host` names only this machine."""
     if host == "localhost":
         return True
+    import ipaddress  # noqa: PLC0415 -- here, not at import: ~5 ms a short process needs not pay
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

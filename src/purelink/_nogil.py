@@ -21,7 +21,6 @@ loaded, so behaviour never depends on this module, only speed.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import socket
 import struct
 from typing import Final
@@ -51,7 +50,9 @@ class _MsgHdr(ctypes.Structure):
 
 
 try:
-    _libc = ctypes.PyDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # the process's own symbols, libc's among them: no library search
+    # (ctypes.util.find_library runs ldconfig in a child process: ~8 ms at import)
+    _libc = ctypes.PyDLL(None, use_errno=True)
     _send = _libc.send
     _send.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
     _send.restype = ctypes.c_ssize_t

@@ -8,14 +8,50 @@
   `ScanningPool` is the naive "before" variant, for the benchmark only.
 
 Each has a `statistics()` method returning a frozen snapshot of its counters.
+
+The names are loaded on first use (PEP 562): a link needs the wakeup and the
+parker, and should not pay for importing the grace periods and the pool.
 """
 
 from __future__ import annotations
 
-from .grace import GraceDomain, GraceEvent, GraceReader, GraceStatistics
-from .parker import DEFAULT_SPINS, Parker, ParkerStatistics
-from .pool import BufferPool, PoolStatistics, ScanningPool
-from .wakeup import Wakeup, WakeupStatistics
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .grace import GraceDomain, GraceEvent, GraceReader, GraceStatistics
+    from .parker import DEFAULT_SPINS, Parker, ParkerStatistics
+    from .pool import BufferPool, PoolStatistics, ScanningPool
+    from .wakeup import Wakeup, WakeupStatistics
+
+_WHERE = {
+    "GraceDomain": "grace",
+    "GraceEvent": "grace",
+    "GraceReader": "grace",
+    "GraceStatistics": "grace",
+    "DEFAULT_SPINS": "parker",
+    "Parker": "parker",
+    "ParkerStatistics": "parker",
+    "BufferPool": "pool",
+    "PoolStatistics": "pool",
+    "ScanningPool": "pool",
+    "Wakeup": "wakeup",
+    "WakeupStatistics": "wakeup",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "DEFAULT_SPINS",

@@ -34,6 +34,11 @@
 #    woken by readers already counted.  `signal_only_waiting=False` is the unpatched
 #    reader.
 #
+# A third reader, in neither version of liburcu, is kept for the benchmark as the plain
+# reading of "without 'wake only a waiter that waits'": `signal_always=True` takes the
+# lock and notifies at every quiescent state, parked waiter or not (as mechanism 1's
+# "before" writes the eventfd for every record).
+#
 # So unpatched liburcu is `park_once=True, signal_only_waiting=False`, the patch is
 # the defaults (rcutorture, 10 readers and 1 updater: 302 -> 408 updates for the
 # whole patch).  One refinement: the patch raises the flags before it
@@ -174,12 +179,17 @@ class GraceReader:
         with domain._cond:
             if domain.futex != -1:
                 return
-            domain.futex = 0
-            domain._unparks += 1
-            self.signals += 1
-            if domain.trace is not None:
-                domain.trace.append(GraceEvent(domain.gp, self.name, "signal"))
-            domain._cond.notify()
+            self._wake()
+
+    def _wake(self) -> None:
+        """With the domain's lock held and the waiter parked: wake it, count it."""
+        domain = self._domain
+        domain.futex = 0
+        domain._unparks += 1
+        self.signals += 1
+        if domain.trace is not None:
+            domain.trace.append(GraceEvent(domain.gp, self.name, "signal"))
+        domain._cond.notify()
 
     def __enter__(self) -> GraceReader:
         return self
@@ -211,6 +221,29 @@ class _NaiveReader(GraceReader):
             self._signal()
 
 
+class _AlwaysReader(GraceReader):
+    """The "always-signal" variant: every quiescent state takes the lock and
+    notifies, whether or not the waiter is parked.  For bench/grace.py only."""
+
+    __slots__ = ()
+
+    def quiescent(self) -> None:
+        self.ctr = self._domain.gp
+        self._signal_always()
+
+    def offline(self) -> None:
+        self.ctr = 0
+        self._signal_always()
+
+    def _signal_always(self) -> None:
+        domain = self._domain
+        with domain._cond:
+            if domain.futex == -1:
+                self._wake()  # a parked waiter: woken and counted, as by the others
+            else:
+                domain._cond.notify()  # nobody parked: the notify finds no one
+
+
 class GraceDomain:
     """Readers register and announce quiescent states; synchronize() waits until
     every reader online when it started has passed one (spin, then park)."""
@@ -221,17 +254,20 @@ class GraceDomain:
         spins: int | None = None,
         signal_only_waiting: bool = True,
         park_once: bool = False,
+        signal_always: bool = False,
         relax: Callable[[], object] | None = None,
         trace: bool = False,
     ) -> None:
         """`spins`: busy checks before parking (default parker.DEFAULT_SPINS).
         `signal_only_waiting=False` and `park_once=True` are the unpatched
-        readers and waiter (benchmark only, see the header); `relax` is called
+        readers and waiter, `signal_always=True` readers that signal at every
+        quiescent state (benchmark only, see the header); `relax` is called
         between two busy checks (default: nothing).  `trace=True` records every
         step in `trace` (tests)."""
         self.spins = DEFAULT_SPINS if spins is None else max(1, spins)
         self.signal_only_waiting = signal_only_waiting
         self.park_once = park_once
+        self.signal_always = signal_always
         self.relax = relax
         self.gp = 1
         """The grace-period counter (readers' `ctr` is 0 when offline, so it starts at 1)."""
@@ -258,7 +294,13 @@ class GraceDomain:
         with self._registry_lock:
             self._count += 1
             label = name if name is not None else f"reader-{self._count}"
-            cls = GraceReader if self.signal_only_waiting else _NaiveReader
+            cls: type[GraceReader] = (
+                _AlwaysReader
+                if self.signal_always
+                else GraceReader
+                if self.signal_only_waiting
+                else _NaiveReader
+            )
             reader = cls(self, label, online)
             self._readers.append(reader)
         return reader
@@ -283,7 +325,7 @@ class GraceDomain:
             trace = self.trace
             if trace is not None:
                 trace.append(GraceEvent(gp, "reclaimer", "begin"))
-            flag = self.signal_only_waiting
+            flag = self.signal_only_waiting and not self.signal_always
             park_once = self.park_once
             relax = self.relax
             spins = self.spins

@@ -50,13 +50,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where it is used: asyncio costs ~25 ms to import, and
+    import asyncio  # a process that never awaits a link should not pay for it
 
 __all__ = ["DEFAULT_SPINS", "Parker", "ParkerStatistics"]
 
@@ -227,6 +230,8 @@ class Parker:
 
     async def wait_async(self, predicate: Predicate, timeout: float | None = None) -> bool:
         """The asyncio form of wait(): True once predicate() holds, False on timeout."""
+        import asyncio  # noqa: PLC0415 -- see the imports: already loaded by any caller
+
         future = self.register_future(asyncio.get_running_loop(), predicate)
         if future.done():
             return future.result()

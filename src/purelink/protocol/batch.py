@@ -18,8 +18,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from crc32c import crc32c
-
+from .._crc32c import crc32c
 from ..errors import ProtocolError
 
 __all__ = [

@@ -111,7 +111,8 @@ class CoreStats:
     accepts: int = 0
     fenced: int = 0
     forgotten: int = 0
-    """Anonymous producers whose state was let go after their link's CLOSE."""
+    """Anonymous producers whose state was let go: after their link's CLOSE, or at
+    the end of a session in which they never stored a record."""
     dropped: dict[str, int] = field(default_factory=dict)
 
 

@@ -55,8 +55,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from crc32c import crc32c
-
+from .._crc32c import crc32c
 from ..errors import Error, ProtocolError
 from . import wire
 from .core_parts import (
@@ -729,10 +728,15 @@ class ListenerCore:
                 # finds its state in the store
                 self._producers.pop((p.stream, p.pid), None)
                 self._memory -= self._holding.pop(p, 0)
-                if said_close:
+                if said_close or not p.stored:
                     # a link says CLOSE once, when it is closed for good, and its
                     # anonymous id dies with it: the store may forget the producer
-                    # (it would otherwise keep one entry per short-lived link)
+                    # (it would otherwise keep one entry per short-lived link).
+                    # So may it one that never stored a record, however its session
+                    # ended: there is nothing to deduplicate against, and a link that
+                    # comes back starts again from seq 1 as it would anyway.  (A flood
+                    # of HELLOs that never send data, each under a new anonymous id,
+                    # would otherwise grow the stream's producer table without bound.)
                     self.store.forget(p.stream, p.pid)
                     self.stats.forgotten += 1
             elif p.pid >> 63 and said_close:

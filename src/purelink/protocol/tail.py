@@ -50,8 +50,7 @@ from collections.abc import Sequence
 from hashlib import blake2b
 from typing import Final, NamedTuple
 
-from crc32c import crc32c
-
+from .._crc32c import crc32c
 from ..errors import ProtocolError
 from .names import validate_stream_name
 from .wire import BATCH_HEADER, BATCH_MAGIC, FLAG_LARGE, MAC_SIZE, VERSION

@@ -30,8 +30,7 @@ from functools import lru_cache
 from hashlib import blake2b
 from typing import Final, NamedTuple
 
-from crc32c import crc32c
-
+from .._crc32c import crc32c
 from ..errors import ProtocolError
 from .batch import (
     _BATCH_TAIL,

@@ -41,8 +41,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from crc32c import crc32c
-
 from purelink.errors import ProtocolError
 from purelink.protocol.wire import (
     BATCH_HEADER,
@@ -52,6 +50,8 @@ from purelink.protocol.wire import (
     decode_batch_header,
     verify_batch,
 )
+
+from .._crc32c import crc32c
 
 __all__ = [
     "CHUNK",
