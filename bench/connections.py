@@ -165,7 +165,9 @@ def gone(fd, c):
     c.close()
 """
 
-_EPOLL_ECHO = _EPOLL_PRELUDE + """
+_EPOLL_ECHO = (
+    _EPOLL_PRELUDE
+    + """
 while True:
     for fd, _ in ep.poll():
         if fd == lfd:
@@ -181,12 +183,15 @@ while True:
         else:
             gone(fd, c)
 """
+)
 
 # The epoll echo that also stores: each round's requests are appended to one
 # file with one write and made durable with one fdatasync before any of them is
 # answered (group commit: what arrives during a sync is the next round's group).
 # The least a Python server can do per connection and still keep what it got.
-_DURABLE_ECHO = _EPOLL_PRELUDE + """
+_DURABLE_ECHO = (
+    _EPOLL_PRELUDE
+    + """
 log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 while True:
     got = []
@@ -209,13 +214,20 @@ while True:
         for c, data in got:
             c.send(data)
 """
+)
 
 # The durable echo in purelink's message shape: a HELLO is answered at once;
 # the record is stored (group commit, as above) and then answered; a CLOSE
 # ends the connection, which the server closes.  Three client messages at
 # three times, two answers, one fdatasync share: the least a Python server
 # speaking a protocol of purelink's shape can do, with no protocol in it.
-_DURABLE_3_ROUND_ECHO = _EPOLL_PRELUDE + """
+# It counts reads, not messages: it relies on its client sending each
+# message only after the previous answer, and on loopback delivering 128 B
+# in one piece (a split record or a HELLO and record in one read would be
+# mistaken); for a floor, parsing nothing is the point.
+_DURABLE_3_ROUND_ECHO = (
+    _EPOLL_PRELUDE
+    + """
 log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 ACCEPT, ACK = b"a" * 60, b"k" * 68
 while True:
@@ -244,6 +256,7 @@ while True:
         for c, _ in got:
             c.send(ACK)
 """
+)
 
 
 class Child:

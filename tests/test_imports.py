@@ -122,3 +122,9 @@ def test_crc32c_falls_back_to_the_plain_import(monkeypatch: pytest.MonkeyPatch) 
 def test_crc32c_uses_the_package_when_it_is_already_imported() -> None:
     assert "crc32c" in sys.modules  # this file imported it
     assert _crc32c._load() is crc32c_package.crc32c
+
+
+def test_a_blocked_crc32c_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "crc32c", None)  # the import deliberately blocked
+    with pytest.raises(ImportError):
+        _crc32c._load()

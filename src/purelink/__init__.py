@@ -8,7 +8,7 @@ listener and the store (docs/performance.md, "short-lived processes").
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 

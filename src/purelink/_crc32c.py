@@ -18,8 +18,7 @@ __all__ = ["crc32c"]
 
 
 def _load() -> Callable[..., int]:
-    package = sys.modules.get("crc32c")
-    if package is None:
+    if "crc32c" not in sys.modules:  # imported already, or blocked (None): the plain way
         try:
             import importlib.machinery  # noqa: PLC0415 -- only here
             import importlib.util  # noqa: PLC0415 -- only here

@@ -37,11 +37,13 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, NoReturn
 
-from . import ConnectError, Error, Full, Link, Listener, Store, _address, connect, subscribe
-from ._demo import DemoError, run_demo
+from . import ConnectError, Error, Full, Link, _address, connect, subscribe
 from ._progress import Progress
-from .store import validate_stream_name
-from .store.follow import follow_records
+from .protocol.names import validate_stream_name
+
+# The listener, the store and the demo are imported by the verbs that use them:
+# `purelink send` is what a shell script runs once per job, and should not pay
+# for importing them (docs/performance.md, "short-lived processes").
 
 __all__ = ["main"]
 
@@ -170,6 +172,8 @@ def _require_dir(path: str) -> Path:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from .listener import Listener  # noqa: PLC0415 -- see the imports
+
     if args.udp is None and args.tcp is None:
         raise UsageError("nothing to listen on: both --udp and --tcp are disabled")
     secret = _read_secret(args.secret_file)
@@ -325,6 +329,9 @@ def _cmd_read(args: argparse.Namespace) -> int:
     wait for it to appear).  A stream comes into being with its first record,
     so "unknown" and "empty" are the same state, as `Store.first/last` = 0, 0 say.
     """
+    from .store.follow import follow_records  # noqa: PLC0415 -- see the imports
+    from .store.store import Store  # noqa: PLC0415
+
     if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
     store = Store(str(_require_dir(args.data)))
@@ -393,6 +400,8 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
 
 def _cmd_streams(args: argparse.Namespace) -> int:
+    from .store.store import Store  # noqa: PLC0415 -- see the imports
+
     directory = _require_dir(args.data)
     store = Store(str(directory))
     infos = [store.stream_info(name) for name in store.streams()]
@@ -411,7 +420,13 @@ def _cmd_streams(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(records=args.records, size=args.size)
+    from ._demo import DemoError, run_demo  # noqa: PLC0415 -- see the imports
+
+    try:
+        return run_demo(records=args.records, size=args.size)
+    except DemoError as exc:
+        _fail(f"demo: {exc}")
+        return 1
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -593,9 +608,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _fail(str(exc))
         return 2
-    except DemoError as exc:
-        _fail(f"demo: {exc}")
-        return 1
     except ConnectError as exc:
         _fail(f"cannot reach the listener: {exc}" if str(exc) else "cannot reach the listener")
         return 1

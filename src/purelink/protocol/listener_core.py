@@ -289,7 +289,8 @@ class ListenerCore:
     def disconnected(self, addr: Address) -> None:
         """The connection of a proven peer closed: its sessions end (as an expiry
         ends one: the store keeps an anonymous producer's state, since its link
-        may come back on a new connection; only a CLOSE lets it go)."""
+        may come back on a new connection; only a CLOSE lets it go, or the end
+        of a session in which the producer never had a record stored)."""
         self._finished.discard(addr)
         for conn_id in self._by_peer.pop(addr, ()):
             conn = self._conns.get(conn_id)

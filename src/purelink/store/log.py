@@ -288,8 +288,9 @@ class StreamLog:
 
     def forget(self, producer: int) -> None:
         """Drop an anonymous producer's state from memory: its link said CLOSE with
-        every record durable, so it never comes back (the next roll's `.sum`
-        snapshot leaves it out too)."""
+        every record durable, so it never comes back, or its session ended
+        before it had a record stored, so there is nothing to deduplicate
+        against (the next roll's `.sum` snapshot leaves it out too)."""
         self.producers.pop(producer, None)
 
     def close(self) -> None:
