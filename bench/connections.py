@@ -35,6 +35,10 @@ Variants:
   the 128 B record answered with 68 B once it is fdatasync'ed, then a 20 B
   "CLOSE" after which the server closes.  No protocol is parsed.  What
   purelink costs above it is its protocol and its objects.
+* `uvloop durable 3-round echo`: the same rounds as an asyncio Protocol on
+  uvloop, the yardstick's own loop (each loop iteration's records written
+  and fdatasync'ed together): against `uvloop echo` it isolates the cost of
+  the shape on a C event loop.
 
 What is reported, per variant, the median (min-max) of `--repeat` runs of
 `--links` connections (after a warm-up of `--concurrency` connections that is
@@ -96,8 +100,17 @@ VARIANTS = (
     "epoll echo",
     "durable echo",
     "durable 3-round echo",
+    "uvloop durable 3-round echo",
 )
-ECHOES = ("uvloop echo", "asyncio echo", "epoll echo", "durable echo", "durable 3-round echo")
+ECHOES = (
+    "uvloop echo",
+    "asyncio echo",
+    "epoll echo",
+    "durable echo",
+    "durable 3-round echo",
+    "uvloop durable 3-round echo",
+)
+THREE_ROUNDS = ("durable 3-round echo", "uvloop durable 3-round echo")
 # the 3-round echo's messages: sizes of a HELLO, an ACCEPT, an ACK and a CLOSE
 HELLO, ACCEPT, ACK, CLOSE = b"h" * 37, b"a" * 60, b"k" * 68, b"c" * 20
 RECORD = b"r" * 128
@@ -132,6 +145,49 @@ if sys.argv[1:] == ["uvloop"]:
     uvloop.run(serve())
 else:
     asyncio.run(serve())
+"""
+
+# The durable 3-round echo (below) as an asyncio Protocol on uvloop, the loop
+# of the yardstick: the same rounds, on the same event loop as the uvloop echo,
+# so the two differ only by the shape.  Each loop iteration's records are
+# appended with one write and one fdatasync, then answered (group commit).
+_UVLOOP_3_ROUND_ECHO = """
+import asyncio, os, sys, uvloop
+
+ACCEPT, ACK = b"a" * 60, b"k" * 68
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+pending = []
+
+def flush():
+    os.write(log, b"".join(data for _, data in pending))
+    os.fdatasync(log)
+    for transport, _ in pending:
+        transport.write(ACK)
+    pending.clear()
+
+class ThreeRounds(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+        self.read = 0
+    def data_received(self, data):
+        self.read += 1
+        if self.read == 1:  # the HELLO
+            self.transport.write(ACCEPT)
+        elif self.read == 2:  # the record
+            if not pending:
+                asyncio.get_running_loop().call_soon(flush)
+            pending.append((self.transport, data))
+        else:  # the CLOSE
+            self.transport.close()
+
+async def serve():
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(ThreeRounds, "127.0.0.1", 0, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    print(f"echo listening tcp=127.0.0.1:{port}", flush=True)
+    await asyncio.Event().wait()
+
+uvloop.run(serve())
 """
 
 # The pure-Python servers share this: a listening socket, one epoll loop's state,
@@ -375,6 +431,8 @@ def _variant(
         command = [sys.executable, "-c", _DURABLE_ECHO, "{DATA}"]
     elif name == "durable 3-round echo":
         command = [sys.executable, "-c", _DURABLE_3_ROUND_ECHO, "{DATA}"]
+    elif name == "uvloop durable 3-round echo":
+        command = [sys.executable, "-c", _UVLOOP_3_ROUND_ECHO, "{DATA}"]
     else:
         serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
         if name == "drained accept":
@@ -383,7 +441,7 @@ def _variant(
             command = [sys.executable, "-c", _NAIVE_SERVE, *serve]
     child = Child(command)
     try:
-        if name == "durable 3-round echo":
+        if name in THREE_ROUNDS:
             address = child.address
 
             def task() -> None:
@@ -471,18 +529,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     cpu: dict[str, Summary] = {}
     for name in variants:
-        if name == "uvloop echo":
+        if name.startswith("uvloop"):
             try:
                 import uvloop  # noqa: F401, PLC0415 -- only to see that it is there
             except ImportError:
-                report.notes.append("uvloop echo: skipped (pip install '.[bench]')")
+                report.notes.append(f"{name}: skipped (pip install '.[bench]')")
                 continue
         row, stats = _variant(name, args.links, args.concurrency, args.repeat, args.sync)
         report.add(**row)
         cpu[name] = row["server CPU us/conn"]
         if stats:
             report.extra[name] = stats
-    after, before, echo, aio, floor, durable, shaped = (cpu.get(v) for v in VARIANTS)
+    after, before, echo, aio, floor, durable, shaped, uv_shaped = (cpu.get(v) for v in VARIANTS)
     if after is not None and before is not None:
         report.notes.append(
             f"drained accept / one accept per event: {after.median / before.median:.2f} "
@@ -499,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("epoll echo (pure Python floor)", floor),
         ("durable echo (pure Python floor that stores)", durable),
         ("durable 3-round echo (the same in purelink's message shape)", shaped),
+        ("uvloop durable 3-round echo (that shape on uvloop)", uv_shaped),
     ):
         if after is not None and ref is not None:
             report.notes.append(
@@ -508,6 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("epoll echo", floor),
         ("durable echo", durable),
         ("durable 3-round echo", shaped),
+        ("uvloop durable 3-round echo", uv_shaped),
     ):
         if ref is not None and echo is not None:
             report.notes.append(f"{label} / uvloop echo: {ref.median / echo.median:.2f} x")
