@@ -1,0 +1,210 @@
+"""The messages of the wire protocol, as values: what each datagram type says.
+
+Why a module of its own: these are the protocol's vocabulary, used by both
+state machines (sender.py, listener_core.py) and by the tests, while wire.py
+is how they become bytes and back.  Field by field they follow docs/wire.md
+section 3; `wire` re-exports every name here, so `wire.Hello` and the rest
+keep working.  Frozen dataclasses (small, immutable, a docstring per field:
+STYLE.md practice 4); `Data` is a NamedTuple because the listener builds one
+per DATA datagram on its hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+__all__ = [
+    "Accept",
+    "Ack",
+    "Close",
+    "Data",
+    "Fragment",
+    "Hello",
+    "Message",
+    "MsgType",
+    "Probe",
+    "Refuse",
+    "RefuseReason",
+    "Retry",
+]
+
+
+class MsgType:
+    """Datagram types."""
+
+    HELLO = 1
+    RETRY = 2
+    ACCEPT = 3
+    DATA = 4
+    FRAGMENT = 5
+    ACK = 6
+    PROBE = 7
+    CLOSE = 8
+    REFUSE = 9
+
+
+class RefuseReason:
+    """Why a listener refused a link."""
+
+    FENCED = 1
+    """A newer session of this named producer exists."""
+    UNKNOWN = 2
+    """The listener has no such connection (it restarted or expired it): reconnect."""
+    BAD_STREAM = 3
+    """The stream name is not valid."""
+    LIMIT = 4
+    """A configured limit (links, streams, record size) was reached."""
+    BAD_REQUEST = 5
+    """The request was well-formed but not acceptable (e.g. datagram size too small)."""
+
+    NAMES: Final = {1: "fenced", 2: "unknown", 3: "bad_stream", 4: "limit", 5: "bad_request"}
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """link -> listener: open (or resume) a session."""
+
+    nonce: int
+    """Random per connect attempt; echoed in RETRY/ACCEPT/REFUSE."""
+    stream: str
+    """Stream name."""
+    producer: str
+    """Producer name; empty for an anonymous producer."""
+    producer_id: int
+    """An anonymous producer's id, chosen at random by the link and kept across its
+    reconnects; 0 for a named producer (the listener derives its id from the name)."""
+    max_datagram: int
+    """Largest datagram the link will send."""
+    cookie: bytes
+    """Address-proving token from a RETRY; empty on the first try."""
+    epoch: int = 0
+    """The epoch of the session this link had before (0 on its first connect).  A
+    listener that knows a newer session of the producer refuses it (fenced), so an
+    old session can never come back and take over after a listener restart."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """listener -> link: prove your address by sending HELLO again with this cookie."""
+
+    nonce: int
+    """The HELLO's nonce."""
+    cookie: bytes
+    """Opaque token bound to the link's address and a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """listener -> link: the session is open."""
+
+    conn_id: int
+    """Listener-chosen id carried in every later datagram of the session."""
+    nonce: int
+    """The HELLO's nonce."""
+    producer: int
+    """Producer id (stable for a named producer)."""
+    epoch: int
+    """This session's epoch."""
+    stored: int
+    """Last seq of this producer that is durably stored."""
+    received: int
+    """Last seq received in order (stored, or written and waiting for a sync)."""
+    window: int
+    """Bytes the listener accepts beyond `received`."""
+    max_record: int
+    """Largest record the listener accepts."""
+
+
+class Data(NamedTuple):
+    """link -> listener: one batch of whole records (a NamedTuple: hot path)."""
+
+    conn_id: int
+    """The session."""
+    pn: int
+    """Packet number: new for every datagram sent, retransmissions included."""
+    batch: memoryview
+    """The batch bytes, exactly as they will be stored (position 0)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """link -> listener: a piece of a record larger than one datagram."""
+
+    conn_id: int
+    """The session."""
+    pn: int
+    """Packet number."""
+    epoch: int
+    """The session's epoch."""
+    seq: int
+    """The record's seq."""
+    total: int
+    """The record's full length."""
+    offset: int
+    """Where this piece starts in the record."""
+    chunk: memoryview
+    """The piece."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """listener -> link: what is stored, what is received, what is held."""
+
+    conn_id: int
+    """The session."""
+    epoch: int
+    """The session's epoch."""
+    stored: int
+    """Last seq durably stored (contiguous)."""
+    received: int
+    """Last seq received in order."""
+    window: int
+    """Bytes the listener accepts beyond `received`."""
+    largest_pn: int
+    """Largest packet number received since the previous answer (0: none)."""
+    ack_delay: int
+    """Microseconds between receiving `largest_pn` and sending this answer."""
+    ranges: tuple[tuple[int, int], ...]
+    """Inclusive seq ranges above `received` that are held (out of order)."""
+    fragments: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
+    """For partly reassembled large records: (seq, ((start, end), ...)) byte ranges held."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """link -> listener: answer now (data outstanding, answers stopped)."""
+
+    conn_id: int
+    """The session."""
+    pn: int
+    """Packet number."""
+    epoch: int
+    """The session's epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """link -> listener: the session ends; its state may be dropped."""
+
+    conn_id: int
+    """The session."""
+    epoch: int
+    """The session's epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """listener -> link: no (see RefuseReason)."""
+
+    conn_id: int
+    """The session, or 0 when refusing a HELLO."""
+    nonce: int
+    """The HELLO's nonce (0 when refusing a session's datagram)."""
+    epoch: int
+    """The refused epoch (0 when refusing a HELLO)."""
+    reason: int
+    """A RefuseReason."""
+
+
+Message = Hello | Retry | Accept | Data | Fragment | Ack | Probe | Close | Refuse
