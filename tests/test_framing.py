@@ -137,9 +137,13 @@ def test_split_frames_gives_views_into_the_callers_buffer() -> None:
 
 
 def test_split_frames_refuses_an_oversized_header_in_the_middle() -> None:
-    data = encode_frame(b"fine") + struct.pack("<I", 1 << 20)
-    with pytest.raises(FrameError):
+    data = encode_frame(b"fine") + encode_frame(b"too") + struct.pack("<I", 1 << 20)
+    with pytest.raises(FrameError) as caught:
         split_frames(data, 0, len(data), max_frame=1000)
+    # the whole frames before the bad length come with the error, to be fed first
+    assert [bytes(f) for f in caught.value.frames] == [b"fine", b"too"]
+    assert caught.value.at == len(data) - 4
+    assert caught.value.reason == "frame_too_large"
 
 
 @settings(max_examples=200, deadline=None)

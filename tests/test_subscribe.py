@@ -49,7 +49,7 @@ from purelink.protocol.wire import batch_records, encode_batch, position_bytes, 
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
 from purelink.subscribe import Subscription
-from purelink.tail_server import TailServer
+from purelink.tail_server import NOT_MINE, TailServer
 
 TIMEOUT = 20.0
 PURELINK = [sys.executable, "-m", "purelink"]
@@ -94,6 +94,10 @@ def test_request_round_trip_and_checks() -> None:
         decode_request(bytes(bad))
     with pytest.raises(ProtocolError, match="truncated"):
         decode_request(raw[:-1])
+    for flags in (0x02, 0x40, 0x7E):  # a bit the listener does not know is not ignored
+        body = struct.pack("<8sQBB", PREAMBLE, 1, flags, 1) + b"s"
+        with pytest.raises(ProtocolError, match="bad_flags"):
+            decode_request(body + struct.pack("<I", crc32c(body)))
     with pytest.raises(ValueError):
         encode_request("../x", 1, True)
     with pytest.raises(ValueError):
@@ -324,7 +328,8 @@ def test_a_request_that_fails_gets_an_error_item(tmp_path: Path) -> None:
             pair.subscribe("s", 1, follow=True)
             with pytest.raises(ProtocolError, match="records retained start at"):
                 pair.receive(lambda got: False)
-            assert pair.server.statistics().refused == 1
+            stats = pair.server.statistics()
+            assert (stats.refused, stats.dropped) == (1, {"tail_below_retained": 1})
         finally:
             pair.close()
 
@@ -334,7 +339,7 @@ def test_take_leaves_links_alone(tmp_path: Path) -> None:
         server = TailServer(data, sync="batch")
         a, b = socket.socketpair()
         try:
-            assert not server.take(a, memoryview(b"\xff\xff\xff\x7fjunk"))
+            assert server.take(a, memoryview(b"\xff\xff\xff\x7fjunk")) is NOT_MINE
         finally:
             a.close()
             b.close()

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import logging
 import os
+import select
 import signal
 import sys
 import time
@@ -202,6 +203,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_memory=args.max_memory,
             handshake_rate=args.handshake_rate,
             handshake_burst=max(2.0 * args.handshake_rate, 1.0),
+            max_connections=args.max_connections,
+            read_timeout=args.read_timeout,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
@@ -213,6 +216,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # A pipe write takes no lock, and a signal that arrives before the read
     # leaves its byte waiting, so no stop request is ever lost.
     wake_r, wake_w = os.pipe()
+    crashed: BaseException | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         with contextlib.suppress(OSError):  # full pipe: a stop is already pending
@@ -231,7 +235,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(" ".join(parts), flush=True)
         except BrokenPipeError:
             _silence_stdout()  # nobody reads the ready line; keep serving
-        os.read(wake_r, 1)  # blocks until SIGINT or SIGTERM; PEP 475 retries on EINTR
+        # blocks until SIGINT or SIGTERM, or until a thread of the listener died
+        # (a bug; it is logged): then stop, and exit 1 rather than stay up deaf
+        failure = listener._failure_fd()
+        ready, _, _ = select.select([wake_r, failure], [], [])  # PEP 475 retries on EINTR
+        if failure in ready:
+            crashed = listener.error
     finally:
         # Signals during close are swallowed by on_signal: close flushes and
         # syncs; SIGKILL remains for the impatient, and the store recovers.
@@ -242,6 +251,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.close(wake_w)
     stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
     sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
+    if crashed is not None:
+        _fail(f"serve: the listener stopped serving: {crashed!r}")
+        return 1
     return 0
 
 
@@ -518,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--max-record", 16 << 20, "largest record accepted, bytes"),
         ("--max-reorder", 4 << 20, "bytes held out of order per link"),
         ("--max-memory", 1 << 30, "bytes held out of order across all links"),
+        ("--max-connections", 10_000, "TCP connections open at once"),
     ):
         p.add_argument(
             flag, type=_int_at_least(1), default=default, metavar="N", help=f"{text} ({default})"
@@ -528,6 +541,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         metavar="N",
         help="handshakes per second per source IP, bursts of 2N; 0 = no limit (1000)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="a TCP connection's time to finish a frame, or to open a session (10)",
     )
 
     p = verb("send", "send each line of stdin (or a file) as one record", _cmd_send)

@@ -127,8 +127,9 @@ class ListenerStats:
 class _Store:
     """The core's StoreView over a DataDir."""
 
-    def __init__(self, data: DataDir) -> None:
+    def __init__(self, data: DataDir, failed: set[str]) -> None:
         self.data = data
+        self.failed = failed  # streams a write failed on: no new session may start there
 
     def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
         log_ = self.data.stream(stream)
@@ -140,6 +141,8 @@ class _Store:
         return state.owner if state is not None else 0
 
     def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
+        if stream in self.failed:
+            raise Error(f"stream {stream!r} cannot be written (a store error; see the log)")
         return self.data.stream(stream).new_epoch(pid, durable=durable, owner=owner)
 
     def forget(self, stream: str, pid: int) -> None:
@@ -226,6 +229,9 @@ class Listener:
         self._datagrams = 0
         self._bytes = 0
         self._syncs = 0
+        self._store_errors = 0  # batches received that the store failed to write
+        self._failed_streams: set[str] = set()
+        self._failure_r = self._failure_w = -1  # readable once a thread of ours died
         self._started = False
         self._closed = False
         self._epoll: select.epoll | None = None
@@ -252,7 +258,7 @@ class Listener:
             retention=self._retention,
         )
         try:
-            self._core = ListenerCore(_Store(self._data), self._core_config)
+            self._core = ListenerCore(_Store(self._data, self._failed_streams), self._core_config)
             if self._udp_bind is not None:
                 self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -280,7 +286,7 @@ class Listener:
         self._thread.start()
         if self.sync == "batch":
             self._sync_thread = threading.Thread(
-                target=self._sync_loop, name="purelink-sync", daemon=True
+                target=self._sync_run, name="purelink-sync", daemon=True
             )
             self._sync_thread.start()
 
@@ -306,10 +312,11 @@ class Listener:
         self._release()
 
     def _release(self) -> None:
-        for fd in (self._wake_fd, self._synced_fd, self._sync_fd):
+        for fd in (self._wake_fd, self._synced_fd, self._sync_fd, self._failure_r, self._failure_w):
             if fd >= 0:
                 os.close(fd)
         self._wake_fd = self._synced_fd = self._sync_fd = -1
+        self._failure_r = self._failure_w = -1
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -349,6 +356,11 @@ class Listener:
         dropped = dict(c.dropped) if c else {}
         if tcp is not None:
             for reason, count in tcp.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        if self._store_errors:
+            dropped["store_error"] = dropped.get("store_error", 0) + self._store_errors
+        if self._tail is not None:  # subscriptions refused, by reason (all "tail_...")
+            for reason, count in self._tail.statistics().dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
         return ListenerStats(
             datagrams=self._datagrams + (tcp.frames if tcp else 0),
@@ -408,9 +420,31 @@ class Listener:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # pragma: no cover - a bug: log it loudly
-            self.error = exc
-            log.exception("purelink listener loop crashed")
+        except BaseException as exc:  # a bug: log it loudly, and tell whoever waits
+            self._died(exc, "loop")
+
+    def _sync_run(self) -> None:
+        try:
+            self._sync_loop()
+        except BaseException as exc:  # a bug, as above
+            self._died(exc, "sync thread")
+
+    def _died(self, exc: BaseException, what: str) -> None:
+        self.error = exc
+        log.error("purelink listener %s crashed", what, exc_info=exc)
+        if self._failure_w >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._failure_w, b"x")
+
+    def _failure_fd(self) -> int:
+        """A descriptor that becomes readable if a thread of the listener dies
+        (`error` says why): `purelink serve` waits on it with its signal pipe,
+        so a listener that stopped serving does not stay up pretending to."""
+        if self._failure_r < 0:
+            self._failure_r, self._failure_w = os.pipe()
+            if self.error is not None:
+                os.write(self._failure_w, b"x")
+        return self._failure_r
 
     def _loop(self) -> None:
         assert self._core is not None and self._epoll is not None
@@ -517,17 +551,34 @@ class Listener:
         for stream, writes in core.take_writes().items():
             if not writes:
                 continue
-            log_: StreamLog = data.stream(stream)
-            last = log_.append(writes)
-            core.written(stream, last)
-            if self.sync == "none":
-                core.synced(stream, last)
-            elif self.sync == "always":
-                core.synced(stream, log_.sync())
-                self._syncs += 1
-            else:
-                self._dirty.append(stream)
-                dirty = True
+            if stream in self._failed_streams:  # see below: nothing more is written there
+                self._store_errors += len(writes)
+                core.write_failed(stream)
+                continue
+            try:
+                log_: StreamLog = data.stream(stream)
+                last = log_.append(writes)
+                core.written(stream, last)
+                if self.sync == "none":
+                    core.synced(stream, last)
+                elif self.sync == "always":
+                    core.synced(stream, log_.sync())
+                    self._syncs += 1
+                else:
+                    self._dirty.append(stream)
+                    dirty = True
+            except (Error, OSError) as exc:
+                # A disk error.  These batches are never stored, so never answered
+                # "stored"; and nothing more is written to this stream until a
+                # restart: a later batch stored after this gap would make its
+                # producer's "stored" cover the records lost in it.  New sessions
+                # on the stream are refused (`store_error`); the loop goes on
+                # serving the other streams.  A restart recovers the log as it is
+                # on disk, and links resend from what it really holds.
+                self._store_errors += len(writes)
+                self._failed_streams.add(stream)
+                core.write_failed(stream)
+                log.error("purelink: stream %s cannot be written until a restart: %s", stream, exc)
         if dirty and self._sync_asleep:  # wake the sync thread only if it sleeps, once
             self._sync_asleep = False
             os.eventfd_write(self._sync_fd, 1)

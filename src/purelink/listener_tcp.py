@@ -84,6 +84,7 @@ from typing import TYPE_CHECKING, Any, Final
 from . import _address
 from .errors import Error
 from .protocol.framing import HEADER, FrameError, split_frames
+from .tail_server import NEED_MORE, Take
 
 if TYPE_CHECKING:
     from .listener import Listener
@@ -94,6 +95,13 @@ TCP_PREFIX: Final = "tcp:"
 """Prefix of a TCP peer's host in the keys the core and `Listener.routes` use."""
 ACCEPT_BUDGET: Final = 64
 READ_BUDGET: Final = 16
+FRAME_BUDGET: Final = 1024
+"""Frames fed to the core per readiness event of one connection, about: no more
+buffers are read once it is reached (the rest waits in the socket, and epoll
+reports it again next round), so a peer of tiny frames cannot hold the loop."""
+JUNK_LIMIT: Final = 256
+"""Frames of one connection the core may drop before the connection is closed
+(`junk_frames`): a link never sends one; a peer that does is not a link."""
 BACKLOG: Final = 4096
 TIMER_SLACK: Final = 0.05
 _EPOLLIN: Final = select.EPOLLIN | select.EPOLLRDHUP  # RDHUP: the peer's EOF is queued
@@ -105,7 +113,18 @@ _LEN_BYTES: Final = 4
 class _Conn:
     """One accepted connection."""
 
-    __slots__ = ("closed", "deadline", "fd", "handler", "key", "out", "partial", "queued", "sock")
+    __slots__ = (
+        "closed",
+        "deadline",
+        "fd",
+        "handler",
+        "junk",
+        "key",
+        "out",
+        "partial",
+        "queued",
+        "sock",
+    )
 
     def __init__(self, sock: socket.socket, key: tuple[str, int], deadline: float) -> None:
         self.sock = sock
@@ -117,6 +136,7 @@ class _Conn:
         self.out = bytearray()  # answer frames the kernel did not take yet
         self.closed = False
         self.handler: Callable[[float, int], None] | None = None
+        self.junk = 0  # its frames the core dropped
 
 
 class TcpServer:
@@ -132,6 +152,7 @@ class TcpServer:
         read_timeout: float,
         max_buffered: int = 64 << 20,
         max_unsent: int = 1 << 20,
+        max_unsent_total: int = 64 << 20,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be positive")
@@ -143,6 +164,9 @@ class TcpServer:
         self.read_timeout = read_timeout
         self.max_buffered = max_buffered
         self.max_unsent = max_unsent
+        self.max_unsent_total = max_unsent_total
+        """Answer bytes the kernel has not taken, across all connections (each also
+        at most `max_unsent`); past it the connection adding more is closed."""
         self.accept_budget = ACCEPT_BUDGET
         """Accepts per readiness event; 1 is the naive way (the benchmark's "before")."""
         self.read_budget = READ_BUDGET
@@ -154,6 +178,7 @@ class TcpServer:
         self._conns: dict[int, _Conn] = {}
         self._timers: deque[tuple[float, _Conn]] = deque()
         self._buffered = 0
+        self._unsent = 0  # sum of len(conn.out)
         self.accepts = 0
         self.accept_drains = 0
         self.drains = 0
@@ -161,10 +186,12 @@ class TcpServer:
         self.frames = 0
         self.bytes = 0
         self.dropped: dict[str, int] = {}
-        self.foreign: Callable[[socket.socket, memoryview], bool] | None = None
+        self.foreign: Callable[[socket.socket, memoryview], Take] | None = None
         """Called when a connection's first bytes are not a frame (a length over the
-        limit): True if it took the connection (a dup of the socket), e.g. a
-        subscription (tail_server.py); else the connection is dropped as before."""
+        limit): TAKEN if it took the connection (a dup of the socket), e.g. a
+        subscription (tail_server.py); NEED_MORE if the bytes so far begin its
+        preamble (they are kept, and it is asked again when more come); else
+        (NOT_MINE) the connection is dropped as before."""
 
     @property
     def connections(self) -> int:
@@ -300,7 +327,13 @@ class TcpServer:
             self._read(conn, now, mask & _EPOLLRDHUP)
 
     def _read(self, conn: _Conn, now: float, closing: int = 0) -> None:
-        """Read until the socket is empty (or the budget); frames to the core."""
+        """Read until the socket is empty (or a budget); frames to the core.
+
+        Deadlines: a connection owes bytes (`read_timeout`) while a frame is
+        incomplete, and while it has no session in the core: from its accept, or
+        from the first frame after its last session ended.  A frame fed does
+        not clear that debt unless it opened a session (junk frames, or a
+        refused HELLO, do not keep a connection open)."""
         listener = self._listener
         pool = listener._pool
         core = listener._core
@@ -318,8 +351,12 @@ class TcpServer:
         if end:
             buf[:end] = had
         fed = False  # frames in `buf` went to the core: it goes back after the round
+        any_fed = False  # frames of this event went to the core
         reason: str | None = None  # why the connection ends, if it does
         eof = False
+        drops = core.drops
+        room = JUNK_LIMIT - conn.junk  # frames the core may still drop before it ends
+        budget = FRAME_BUDGET
         recv_into = conn.sock.recv_into
         try:
             for _ in range(self.read_budget):
@@ -342,27 +379,51 @@ class TcpServer:
                 self.recv_calls += 1
                 self.bytes += n
                 end += n
-                frames, start = split_frames(buf, start, end, max_frame)
+                try:
+                    frames, start = split_frames(buf, start, end, max_frame)
+                except FrameError as exc:  # the frames before the bad length still count
+                    if exc.frames:
+                        fed = any_fed = True
+                        self.frames += len(exc.frames)
+                        for frame in exc.frames:
+                            receive(frame, key, now, True)
+                        start = exc.at
+                    raise
                 if frames:
-                    fed = True
+                    fed = any_fed = True
                     self.frames += len(frames)
+                    budget -= len(frames)
                     for frame in frames:
                         receive(frame, key, now, True)
-                if n < want and not closing:
-                    break  # the socket had less than asked: it is empty now
+                        if core.drops - drops > room:
+                            break  # not a link: see JUNK_LIMIT
+                    if core.drops - drops > room:
+                        break
+                if (n < want and not closing) or budget <= 0:
+                    break  # the socket had less than asked (it is empty now), or enough
         except FrameError as exc:
             reason = exc.reason
             foreign = self.foreign
-            if start == 0 and foreign is not None and foreign(conn.sock, view[:end]):
-                view.release()  # not a link: another server took (a dup of) the socket
-                self._give_back(buf, fed)
-                self._buffered -= len(had)
-                conn.partial = b""
-                self._close(conn, None)
-                return
+            if start == 0 and not any_fed and foreign is not None:
+                taken = foreign(conn.sock, view[:end])
+                if taken is NEED_MORE:
+                    reason = None  # a subscription's preamble, not complete yet
+                elif taken:
+                    view.release()  # not a link: another server took (a dup of) the socket
+                    self._give_back(buf, fed)
+                    self._buffered -= len(had)
+                    conn.partial = b""
+                    self._close(conn, None)
+                    return
         tail = end - start
         self._buffered -= len(had)
         conn.partial = b""
+        junk = core.drops - drops
+        if junk:
+            conn.junk += junk
+            if conn.junk > JUNK_LIMIT and reason is None:
+                reason = "junk_frames"
+        session = any_fed and reason is None and core.has_session(key)
         if reason is None and tail:
             if eof:
                 reason = "truncated_frame"  # gone in the middle of a frame
@@ -371,16 +432,22 @@ class TcpServer:
             else:
                 conn.partial = bytes(view[start:end])
                 self._buffered += tail
-                if fed or not had:  # a new frame began: it has read_timeout to finish
+                if session or (not had and conn.deadline is None):
+                    # a new frame began: it has read_timeout to finish (a connection
+                    # without a session keeps the deadline it has)
                     conn.deadline = now + self.read_timeout
                     self._schedule(conn)
-        elif fed:
-            conn.deadline = None  # nothing owed
+        elif any_fed and reason is None:
+            if session:
+                conn.deadline = None  # nothing owed
+            elif conn.deadline is None:  # frames, but no session: it owes one
+                conn.deadline = now + self.read_timeout
+                self._schedule(conn)
         view.release()
         self._give_back(buf, fed)
         if reason is not None:
             self._close(conn, reason)
-        elif eof or (fed and core.finished(key)):
+        elif eof or (any_fed and core.finished(key)):
             self._close(conn, None)  # gone, or its last session said CLOSE: done with it
 
     def _give_back(self, buf: bytearray, fed: bool) -> None:
@@ -396,7 +463,11 @@ class TcpServer:
             return
         frame = len(data).to_bytes(_LEN_BYTES, "little") + data
         if conn.out:
+            if self._unsent + len(frame) > self.max_unsent_total:
+                self._close(conn, "unsent_limit")
+                return
             conn.out += frame
+            self._unsent += len(frame)
             if len(conn.out) > self.max_unsent:
                 self._close(conn, "slow_reader")
             return
@@ -408,7 +479,11 @@ class TcpServer:
             self._close(conn, None)
             return
         if n < len(frame):
+            if self._unsent + len(frame) - n > self.max_unsent_total:
+                self._close(conn, "unsent_limit")
+                return
             conn.out += frame[n:]
+            self._unsent += len(frame) - n
             self._watch(conn, _EPOLLIN | _EPOLLOUT)
 
     def _flush(self, conn: _Conn) -> None:
@@ -417,6 +492,7 @@ class TcpServer:
             while out:
                 n = conn.sock.send(out)
                 del out[:n]
+                self._unsent -= n
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -442,6 +518,8 @@ class TcpServer:
         listener.routes.pop(conn.key, None)
         self._buffered -= len(conn.partial)
         conn.partial = b""
+        self._unsent -= len(conn.out)
+        conn.out.clear()
         conn.deadline = None
         conn.sock.close()
         core = listener._core

@@ -9,9 +9,12 @@ on the way out, and the kernel moves page-cache pages to the socket.
 How a connection gets here: the listener's TCP server reads the first bytes
 of every connection as a link's frame; `PREAMBLE` read as a frame length is
 far over the limit, and instead of dropping the connection the server calls
-`TailServer.take` (its `foreign` hook), which keeps a duplicate of the socket
-and starts a thread for it.  `take` runs on the listener's loop and does no
-I/O: the thread reads the rest of the request.
+`TailServer.take` (its `foreign` hook).  `take` answers `NEED_MORE` while the
+bytes so far are only a beginning of `PREAMBLE` (a request split across TCP
+segments), `NOT_MINE` for anything else, and `TAKEN` once it has the
+connection: it keeps a duplicate of the socket and starts a thread for it,
+or refuses it at once (rate limit, too many incomplete requests) with one
+non-blocking send.  `take` runs on the listener's loop and never blocks.
 
 One thread per subscriber (at most `max_subscribers`), because each one
 blocks in turn on the socket (a subscriber that reads slowly) and on the
@@ -29,8 +32,17 @@ threads:
   told;
 * **waiting** is mechanism 2: the thread parks on the log's `synced_parker`
   (or `parker` with sync="none"), which `sync` (`append`) unparks only while
-  someone is parked.  Every `HEARTBEAT` seconds a parked follower looks at
-  its socket, so one that disconnected while the stream was idle is let go.
+  someone is parked.  Every `HEARTBEAT` seconds a parked follower polls its
+  socket: a hang-up lets it go, and any byte is a protocol error (a
+  subscriber sends nothing after its request), read and refused -- never
+  peeked, which would leave poll readable for ever and the wait spinning.
+
+Abuse is bounded and counted by reason (`TailStatistics.dropped`): a request
+must be whole within `request_timeout` seconds, overall; a connection still
+sending its request holds no subscriber slot (at most `max_pending` of them
+at once, counted only when their first bytes did not already hold the whole
+request, as a real subscriber's do); new subscriptions are rate-limited per
+source address (token buckets, protocol/ratelimit.py).
 
 Segments are found in the log's published table and opened while registered
 (online) with the DataDir's grace domain, exactly as Store readers are, so
@@ -38,60 +50,121 @@ retention never unlinks a segment a subscriber is about to open; one that
 retention overtakes gets an ERROR ("records retained start at N").
 
 Where a batch starts: closed segments are sent from the offset to their end
-without looking inside (they are whole and synced); the active one is walked
-header by header (u64 position, u32 length, u32 count, from 1 MiB preads)
-only up to the stored position.  The subscriber checks every CRC.
+without looking inside (they are whole and synced).  Anywhere else the
+cursor jumps to the nearest entry of the segment's sparse batch index
+(`StreamLog.batch_index`, kept by the writer) and walks the batch headers
+from there (u64 position, u32 length, u32 count), a few hundred KiB at
+most, only up to the stored position.  The subscriber checks every CRC.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import select
 import socket
-import struct
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from .errors import Error, ProtocolError
 from .primitives.grace import GraceReader
 from .primitives.parker import Parker
+from .protocol.ratelimit import TokenBuckets
 from .protocol.tail import END, ERROR, PREAMBLE, decode_request, encode_control, request_size
-from .protocol.wire import BATCH_HEADER
-from .store.log import StreamLog
+from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
 
-__all__ = ["HEARTBEAT", "TailServer", "TailStatistics"]
+__all__ = [
+    "HEARTBEAT",
+    "NEED_MORE",
+    "NOT_MINE",
+    "TAKEN",
+    "TailServer",
+    "TailStatistics",
+    "Take",
+]
 
 log = logging.getLogger("purelink.listener")
 
 HEARTBEAT: Final = 5.0
 """Seconds a parked follower waits before it checks that its subscriber is still there."""
-REQUEST_TIMEOUT: Final = 10.0
+REQUEST_TIMEOUT: Final = 5.0
+"""Seconds a connection has, from `take`, to send its whole request (overall)."""
+REFUSE_TIMEOUT: Final = 1.0
+"""Seconds an ERROR item may take to leave (a subscriber that does not read)."""
+SUBSCRIBE_RATE: Final = 100.0
+"""New subscriptions per second per source address (a token bucket's rate)..."""
+SUBSCRIBE_BURST: Final = 200.0
+"""... and its burst: more than `max_subscribers`, so a whole host's
+subscribers may resume at once after a listener restart."""
+SUBSCRIBE_SOURCES: Final = 4096
+"""Source addresses whose buckets are remembered (protocol/ratelimit.py)."""
 SEND_CHUNK: Final = 8 << 20
-WALK_CHUNK: Final = 1 << 20
-_HEAD = struct.Struct("<Q8xII")  # position, (crc, magic, version, flags), length, count
+_HANG_UP: Final = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
+
+
+class Take(enum.Enum):
+    """What `TailServer.take` did with a connection (truthy only when TAKEN)."""
+
+    NOT_MINE = "not_mine"
+    """Not a subscription: the caller keeps (or drops) the connection."""
+    TAKEN = "taken"
+    """A subscription, served or refused: the caller closes its own socket."""
+    NEED_MORE = "need_more"
+    """The bytes so far are a proper prefix of PREAMBLE: ask again with more."""
+
+    def __bool__(self) -> bool:
+        return self is Take.TAKEN
+
+
+TAKEN: Final = Take.TAKEN
+NOT_MINE: Final = Take.NOT_MINE
+NEED_MORE: Final = Take.NEED_MORE
 
 
 @dataclass(frozen=True, slots=True)
 class TailStatistics:
-    """A snapshot of the subscription server's counters."""
+    """A snapshot of the subscription server's counters.
+
+    `dropped` counts every refused or abandoned subscription by reason:
+
+    * ``tail_bad_request``: a request that does not decode (preamble,
+      checksum, unknown flags, stream name);
+    * ``tail_unauthenticated``: no MAC, or a wrong one, on a listener with a secret;
+    * ``tail_request_timeout``: no whole request within `request_timeout` seconds;
+    * ``tail_truncated_request``: the peer hung up (or reset) before its request was whole;
+    * ``tail_trailing_bytes``: bytes after the request (a subscriber sends
+      nothing more), at once or while it follows;
+    * ``tail_too_many_pending``: `max_pending` incomplete requests were being read already;
+    * ``tail_too_many_subscribers``: `max_subscribers` subscribers were served already;
+    * ``tail_rate_limited``: the source address used up its token bucket;
+    * ``tail_below_retained``: a start below the first record retained, or
+      retention overtook the subscriber;
+    * ``tail_damaged``: a segment whose batch headers do not follow on;
+    * ``tail_failed``: anything else the listener could not serve (closed meanwhile).
+    """
 
     subscriptions: int
-    """Subscriptions accepted (requests that decoded)."""
+    """Subscriptions accepted (requests that decoded and got a slot)."""
     subscribers: int
-    """Subscribers connected now."""
+    """Subscribers served now (each holds a slot of `max_subscribers`)."""
     refused: int
-    """Requests refused: bad, unauthenticated, too many subscribers, overtaken."""
+    """Subscriptions refused or abandoned: the sum of `dropped`."""
     bytes_sent: int
     """Bytes of batches sent (by sendfile)."""
     sendfile_calls: int
     """sendfile calls."""
+    pending: int = 0
+    """Connections still sending an incomplete request now (at most `max_pending`)."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Refusals by reason (see the class docstring); a copy, safe to keep."""
 
 
 class _Cursor:
@@ -111,6 +184,15 @@ class _Gone(Exception):
     """The subscriber went away, or the listener is closing: stop quietly."""
 
 
+class _Refused(Exception):
+    """Refuse the subscription: count `reason`, send an ERROR item saying `text`."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+        self.text = text
+
+
 class TailServer:
     """Serves subscriptions for one listener (see the module docstring)."""
 
@@ -121,7 +203,12 @@ class TailServer:
         sync: str,
         secret: bytes | None = None,
         max_subscribers: int = 64,
+        max_pending: int = 64,
+        request_timeout: float = REQUEST_TIMEOUT,
+        subscribe_rate: float = SUBSCRIBE_RATE,
+        subscribe_burst: float = SUBSCRIBE_BURST,
     ) -> None:
+        """`subscribe_rate` 0: no rate limit."""
         self._data = data
         self._secret = secret
         self._stored: Callable[[StreamLog], int]
@@ -131,35 +218,82 @@ class TailServer:
         else:
             self._stored, self._parker = _synced, _sync_parker
         self.max_subscribers = max_subscribers
+        """Subscribers served at once; more are refused (tail_too_many_subscribers)."""
+        self.max_pending = max_pending
+        """Connections reading an incomplete request at once (tail_too_many_pending)."""
+        self.request_timeout = request_timeout
+        """Seconds a connection has to send its whole request (tail_request_timeout)."""
+        self._buckets = (
+            TokenBuckets(subscribe_rate, subscribe_burst, SUBSCRIBE_SOURCES)
+            if subscribe_rate > 0
+            else None
+        )
         self._lock = threading.Lock()
         self._threads: dict[socket.socket, threading.Thread] = {}
         self._closing = False
+        self._pending = 0
+        self._subscribers = 0
         self._subscriptions = 0
-        self._refused = 0
+        self._dropped: dict[str, int] = {}
         self._bytes_sent = 0
         self._sendfile_calls = 0
 
     # ---- the hook (the listener's loop thread) --------------------------------------
 
-    def take(self, sock: socket.socket, head: bytes | memoryview) -> bool:
-        """TcpServer's `foreign` hook: take a connection that began with PREAMBLE."""
-        if bytes(head[: len(PREAMBLE)]) != PREAMBLE:
-            return False
+    def take(self, sock: socket.socket, head: bytes | memoryview) -> Take:
+        """TcpServer's `foreign` hook for a connection whose first bytes are `head`:
+        NEED_MORE while they are a proper prefix of PREAMBLE, NOT_MINE if they do
+        not begin with it, else TAKEN (served on a thread of its own, or refused
+        at once).  Never blocks."""
+        first = bytes(head[: len(PREAMBLE)])
+        if first != PREAMBLE:
+            short = len(first) < len(PREAMBLE) and PREAMBLE.startswith(first)
+            return NEED_MORE if short else NOT_MINE
+        size = request_size(head)
+        whole = size is not None and len(head) >= size  # as a real subscriber's request comes
+        refusal = None
+        source = _source(sock)
+        with self._lock:
+            if self._closing:
+                return TAKEN  # the caller closes the connection
+            if self._buckets is not None and not self._buckets.allow(source, time.monotonic()):
+                refusal = _Refused("tail_rate_limited", "too many new subscriptions, try later")
+            elif not whole and self._pending >= self.max_pending:
+                refusal = _Refused(
+                    "tail_too_many_pending",
+                    f"too many incomplete requests (at most {self.max_pending})",
+                )
+            elif not whole:
+                self._pending += 1
+            if refusal is not None:
+                self._count(refusal.reason)
+        if refusal is not None:  # one non-blocking send; the caller closes the socket
+            with contextlib.suppress(OSError):
+                sock.send(encode_control(ERROR, refusal.text), socket.MSG_DONTWAIT)
+            return TAKEN
         try:
             mine = sock.dup()
             mine.setblocking(True)
         except OSError:
-            return False
+            self._unpend(not whole)
+            return NOT_MINE  # no descriptor for it: the caller drops the connection
         thread = threading.Thread(
-            target=self._serve, args=(mine, bytes(head)), name="purelink-tail", daemon=True
+            target=self._serve,
+            args=(mine, bytes(head), not whole),
+            name="purelink-tail",
+            daemon=True,
         )
         with self._lock:
-            if self._closing:
-                mine.close()
-                return True
             self._threads[mine] = thread
-        thread.start()
-        return True
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had
+            with self._lock:
+                self._threads.pop(mine, None)
+                self._count("tail_failed")
+            self._unpend(not whole)
+            mine.close()
+        return TAKEN
 
     def close(self) -> None:
         """Disconnect every subscriber and wait for their threads (briefly)."""
@@ -178,33 +312,54 @@ class TailServer:
             thread.join(5.0)
 
     def statistics(self) -> TailStatistics:
+        """A snapshot of the counters (any thread; `dropped` is a copy)."""
         with self._lock:
-            subscribers = len(self._threads)
-        return TailStatistics(
-            subscriptions=self._subscriptions,
-            subscribers=subscribers,
-            refused=self._refused,
-            bytes_sent=self._bytes_sent,
-            sendfile_calls=self._sendfile_calls,
-        )
+            return TailStatistics(
+                subscriptions=self._subscriptions,
+                subscribers=self._subscribers,
+                refused=sum(self._dropped.values()),
+                bytes_sent=self._bytes_sent,
+                sendfile_calls=self._sendfile_calls,
+                pending=self._pending,
+                dropped=dict(self._dropped),
+            )
+
+    def _count(self, reason: str) -> None:
+        """Count a refusal (under _lock)."""
+        self._dropped[reason] = self._dropped.get(reason, 0) + 1
+
+    def _unpend(self, pending: bool) -> None:
+        if pending:
+            with self._lock:
+                self._pending -= 1
 
     # ---- one subscriber (its own thread) --------------------------------------------
 
-    def _serve(self, sock: socket.socket, head: bytes) -> None:
+    def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
+        subscribed = False
         try:
+            try:
+                raw = self._read_request(sock, head)
+            finally:
+                self._unpend(pending)
+            request = decode_request(raw, self._secret)
             with self._lock:
-                crowded = len(self._threads) > self.max_subscribers
-            if crowded:
-                raise Error(f"too many subscribers (at most {self.max_subscribers})")
-            request = decode_request(self._read_request(sock, head), self._secret)
-            with self._lock:
+                if self._subscribers >= self.max_subscribers:
+                    raise _Refused(
+                        "tail_too_many_subscribers",
+                        f"too many subscribers (at most {self.max_subscribers})",
+                    )
+                self._subscribers += 1
                 self._subscriptions += 1
+                subscribed = True
             self._stream(sock, request.stream, request.start, request.follow)
-        except (Error, ProtocolError) as exc:
-            with self._lock:
-                self._refused += 1
-            with contextlib.suppress(OSError):
-                sock.sendall(encode_control(ERROR, str(exc)))
+        except ProtocolError as exc:
+            bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
+            self._refuse(sock, _Refused(bad, str(exc)))
+        except _Refused as exc:
+            self._refuse(sock, exc)
+        except Error as exc:  # e.g. the data directory closed under it
+            self._refuse(sock, _Refused("tail_failed", str(exc)))
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
@@ -212,22 +367,46 @@ class TailServer:
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
+                self._subscribers -= subscribed
             sock.close()
 
-    @staticmethod
-    def _read_request(sock: socket.socket, head: bytes) -> bytes:
+    def _refuse(self, sock: socket.socket, refusal: _Refused) -> None:
+        """Count the refusal (unless closing) and tell the subscriber, briefly."""
+        with self._lock:
+            if self._closing:
+                return
+            self._count(refusal.reason)
+        with contextlib.suppress(OSError):
+            sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
+            sock.sendall(encode_control(ERROR, refusal.text))
+
+    def _read_request(self, sock: socket.socket, head: bytes) -> bytes:
+        """The whole request, within `request_timeout` seconds overall; nothing after it."""
         data = bytearray(head)
-        sock.settimeout(REQUEST_TIMEOUT)
-        while True:
-            size = request_size(data)
-            if size is not None and len(data) >= size:
-                break
-            chunk = sock.recv(4096)
+        deadline = time.monotonic() + self.request_timeout
+        while (size := request_size(data)) is None or len(data) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Refused(
+                    "tail_request_timeout",
+                    f"no whole request within {self.request_timeout:g} s",
+                )
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                continue  # the deadline, checked above
+            except OSError:
+                chunk = b""  # reset: gone as surely as a hang-up
             if not chunk:
-                raise _Gone
+                if self._closing:
+                    raise _Gone
+                raise _Refused("tail_truncated_request", "the request ended early")
             data += chunk
-        sock.settimeout(None)
-        return bytes(data[:size])
+        if len(data) > size:
+            raise _Refused("tail_trailing_bytes", f"{len(data) - size} bytes after the request")
+        sock.settimeout(None)  # blocking again: sendfile waits for a slow subscriber
+        return bytes(data)
 
     def _stream(self, sock: socket.socket, stream: str, start: int, follow: bool) -> None:
         stream_log = self._wait_for_stream(sock, stream, follow)
@@ -260,28 +439,31 @@ class TailServer:
 
     def _wait_for_stream(self, sock: socket.socket, stream: str, follow: bool) -> StreamLog | None:
         """The stream's log; a follower of a stream not created yet waits for it
-        (polling, at most once a second: a rare case with nothing to park on)."""
+        (polling its socket 10 ms doubling to 1 s: a rare case with nothing to park on)."""
         delay = 0.01
         while True:
             with contextlib.suppress(KeyError):
                 return self._data.stream(stream, create=False)
             if not follow:
                 return None
-            if self._closing or _peer_left(sock, delay):
+            if self._closing or _hung_up(sock, delay):
                 raise _Gone
             delay = min(delay * 2, 1.0)
 
     def _wait(
         self, sock: socket.socket, stream_log: StreamLog, parker: Parker, position: int
     ) -> None:
-        """Park until `position` is stored (or closing); check the peer now and then."""
+        """Park until `position` is stored (or closing); check the peer first (one
+        that left at once frees its slot now, not a HEARTBEAT later), then now and then."""
         stored = self._stored
 
         def ready() -> bool:
             return stored(stream_log) >= position or self._closing or stream_log.closed
 
+        if _hung_up(sock, 0):
+            raise _Gone
         while not parker.wait(ready, timeout=HEARTBEAT):
-            if _peer_left(sock, 0):
+            if _hung_up(sock, 0):
                 raise _Gone
         if self._closing or (stream_log.closed and stored(stream_log) < position):
             raise _Gone
@@ -295,9 +477,10 @@ class TailServer:
         try:
             table = stream_log.segments
             if position < table[0][0]:
-                raise Error(
+                raise _Refused(
+                    "tail_below_retained",
                     f"stream {stream!r}: records retained start at {table[0][0]}, "
-                    f"cannot read from {position}"
+                    f"cannot read from {position}",
                 )
             i = bisect_right([base for base, _ in table], position) - 1
             base, path = table[i]
@@ -307,7 +490,7 @@ class TailServer:
         cursor = _Cursor(fd, base, path, 0, base)
         if position > base:
             try:
-                self._walk(cursor, position - 1, os.fstat(fd).st_size)
+                _skip(stream_log, cursor, position - 1, os.fstat(fd).st_size)
             except BaseException:
                 os.close(fd)
                 raise
@@ -325,36 +508,14 @@ class TailServer:
         if closed and i >= 0 and table[i][0] == cursor.base and table[i + 1][0] - 1 <= upto:
             cursor.offset, cursor.position = size, table[i + 1][0]  # whole and synced
         else:  # the active segment, or a closed one retention has retired meanwhile
-            self._walk(cursor, upto, size)
+            _skip(stream_log, cursor, upto, size)
         if cursor.offset == start and not (closed and start >= size):
-            raise Error(f"segment {cursor.path}: no whole batch at offset {start}")
+            raise _Refused("tail_damaged", f"segment {cursor.path}: no whole batch at {start}")
         self._sendfile(sock, cursor.fd, start, cursor.offset - start)
         if closed and cursor.offset >= size:
             os.close(cursor.fd)
             cursor.fd = -1
         return cursor.position
-
-    @staticmethod
-    def _walk(cursor: _Cursor, upto: int, size: int) -> None:
-        """Move the cursor past every whole batch whose records are all <= `upto`."""
-        fd, offset, position = cursor.fd, cursor.offset, cursor.position
-        unpack = _HEAD.unpack_from
-        while offset < size:
-            buf = os.pread(fd, min(WALK_CHUNK, size - offset), offset)
-            at = 0
-            while len(buf) - at >= BATCH_HEADER:
-                pos, length, count = unpack(buf, at)
-                if pos != position or length < BATCH_HEADER:
-                    raise Error(f"segment {cursor.path} is damaged at offset {offset + at}")
-                if pos + count - 1 > upto or offset + at + length > size:
-                    cursor.offset, cursor.position = offset + at, position
-                    return
-                at += length
-                position += count
-            if at == 0:  # a header cut by the end of the file: not written yet
-                break
-            offset += at
-        cursor.offset, cursor.position = min(offset, size), position
 
     def _sendfile(self, sock: socket.socket, fd: int, offset: int, count: int) -> None:
         out = sock.fileno()
@@ -371,18 +532,56 @@ class TailServer:
             count -= sent
 
 
-def _peer_left(sock: socket.socket, timeout: float) -> bool:
-    """Whether the subscriber closed its side (it sends nothing after its request)."""
+def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
+    """Move the cursor past every whole batch whose records are all <= `upto`:
+    first to the segment's nearest indexed batch start at or below `upto + 1`
+    (every batch before it holds positions <= upto), then header by header."""
+    try:
+        index = stream_log.batch_index(cursor.base, cursor.fd)
+        position, offset = index.floor(upto + 1, cursor.fd)
+        if offset > cursor.offset:
+            cursor.offset, cursor.position = offset, position
+        cursor.offset, cursor.position = walk_batches(
+            cursor.fd, cursor.offset, cursor.position, upto, size
+        )
+    except Error as exc:
+        raise _Refused("tail_damaged", f"segment {cursor.path}: {exc}") from None
+
+
+def _hung_up(sock: socket.socket, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the subscriber to hang up: True if it did.
+
+    A subscriber sends nothing after its request, so a readable socket is
+    either its hang-up (POLLHUP/POLLRDHUP, or a recv of b"") or bytes it had
+    no business sending: those are read, not peeked (a byte left unread
+    keeps poll readable, and every later wait would return at once), and
+    refused (tail_trailing_bytes)."""
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
-    if not poller.poll(timeout * 1000):
+    events = poller.poll(timeout * 1000)
+    if not events:
         return False
+    hung_up = bool(events[0][1] & _HANG_UP)
+    if events[0][1] & select.POLLIN:  # bytes first (sent before a hang-up are still bytes)
+        try:
+            data = sock.recv(4096, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return hung_up
+        except OSError:
+            return True
+        if data:
+            raise _Refused("tail_trailing_bytes", f"{len(data)} bytes after the request")
+        return True  # b"": the hang-up
+    return hung_up
+
+
+def _source(sock: socket.socket) -> object:
+    """The rate limit's key: the peer's address without its port."""
     try:
-        return not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return False
+        peer = sock.getpeername()
     except OSError:
-        return True
+        return None
+    return peer[0] if isinstance(peer, tuple) else peer
 
 
 def _last(stream_log: StreamLog) -> int:

@@ -62,7 +62,15 @@ _MAX_LENGTH: Final = 0xFFFF_FFFF
 
 class FrameError(ProtocolError):
     """A frame that must not be read further: its connection is dropped.
-    `reason` is "frame_too_large" (the listener's drop counter's name)."""
+    `reason` is "frame_too_large" (the listener's drop counter's name).
+    From split_frames, `frames` are the whole frames before the bad length
+    (still good: feed them before dropping the connection) and `at` the offset
+    of that length."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason, detail)
+        self.frames: list[memoryview] = []
+        self.at = 0
 
 
 def encode_frame(datagram: bytes | bytearray | memoryview) -> bytes:
@@ -95,8 +103,9 @@ def split_frames(
     `buf`, the offset where the incomplete rest begins; `end` if none is left).
 
     Raises FrameError as soon as a length over `max_frame` is readable, even if
-    the frame's body is not.  The views are only valid while `buf` is not
-    overwritten; the caller decides how long that is.
+    the frame's body is not; the error carries the whole frames before it
+    (`frames`) and the bad length's offset (`at`).  The views are only valid
+    while `buf` is not overwritten; the caller decides how long that is.
     """
     view = memoryview(buf)
     unpack = _LEN.unpack_from
@@ -105,7 +114,9 @@ def split_frames(
     while end - pos >= HEADER:
         (length,) = unpack(view, pos)
         if length > max_frame:
-            raise _too_large(length, max_frame)
+            error = _too_large(length, max_frame)
+            error.frames, error.at = frames, pos
+            raise error
         stop = pos + HEADER + length
         if stop > end:
             break

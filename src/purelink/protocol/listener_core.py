@@ -135,6 +135,9 @@ class ListenerCore:
         self._spent: dict[tuple[Address, int], float] = {}  # ended (addr, nonce) -> fresh until
         self._memory = 0  # sum of p.memory over the producers in _holding
         self._holding: dict[Producer, int] = {}  # producers holding bytes -> their p.memory
+        self.drops = 0
+        """Datagrams dropped, all reasons together (a driver compares it before and
+        after feeding a peer's datagrams, to tell a peer that sends junk)."""
         cfg = self.config
         self._limiter = (
             TokenBuckets(cfg.handshake_rate, cfg.handshake_burst, cfg.handshake_sources)
@@ -191,6 +194,12 @@ class ListenerCore:
         Their memoryviews may point into the driver's receive buffers."""
         writes, self._writes = self._writes, {}
         return writes
+
+    def write_failed(self, stream: str) -> None:
+        """The writes taken for `stream` could not be stored, nor will any later
+        one be (the driver stops writing there): forget whose they were, so that
+        nothing ever says they are stored."""
+        self._write_owners.pop(stream, None)
 
     def written(self, stream: str, last_position: int) -> None:
         """The writes taken for `stream` are in the log, up to `last_position`."""
@@ -286,6 +295,21 @@ class ListenerCore:
             return True
         return False
 
+    def has_session(self, addr: Address) -> bool:
+        """Whether the proven peer `addr` has a session open (accepted, or waiting
+        for its ACCEPT): its connection then owes nothing while it is idle."""
+        ids = self._by_peer.get(addr)
+        if not ids:
+            return False
+        conns = self._conns
+        live = [c for c in ids if c in conns]
+        if len(live) != len(ids):
+            if live:
+                self._by_peer[addr] = live
+            else:
+                del self._by_peer[addr]
+        return bool(live)
+
     def disconnected(self, addr: Address) -> None:
         """The connection of a proven peer closed: its sessions end (as an expiry
         ends one: the store keeps an anonymous producer's state, since its link
@@ -323,6 +347,7 @@ class ListenerCore:
     def _drop(self, reason: str) -> None:
         dropped = self.stats.dropped
         dropped[reason] = dropped.get(reason, 0) + 1
+        self.drops += 1
 
     def _send_unproven(self, data: bytes, addr: Address, received: int) -> None:
         """Send to an address that has not proven itself: never more than 3x what came."""
@@ -605,6 +630,9 @@ class ListenerCore:
         except Error:  # the store may not open another stream (max_streams)
             self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "stream_limit")
             return
+        except OSError:  # the store could not open the stream (no descriptors, a disk error)
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
+            return
         instance = hello.producer_id  # the link instance (an anonymous producer's id)
         if (
             hello.epoch
@@ -618,7 +646,7 @@ class ListenerCore:
             return
         try:
             epoch = self.store.new_epoch(stream, pid, bool(hello.producer), instance)
-        except Error:  # the epoch could not be made durable: never answer as if it were
+        except (Error, OSError):  # the epoch is not durable: refuse, never accept
             self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
             return
         self._producers[key] = producer

@@ -19,7 +19,7 @@ Request, client to listener, little-endian, sent once:
     8s   "PLTAIL01"
     u64  start        first position wanted; 0 = the first record retained
     u8   flags        0x01 follow: wait for more instead of ending;
-                      0x80 a MAC follows
+                      0x80 a MAC follows; any other bit: refused (bad_flags)
     u8   n            length of the stream name
     n    name         the stream (SPEC section 1 rules)
     u32  crc32c       of every byte before it
@@ -123,7 +123,7 @@ def request_size(head: bytes | bytearray | memoryview) -> int | None:
 
 def decode_request(data: bytes, key: bytes | None = None) -> Request:
     """A whole request (`request_size` bytes). Raises ProtocolError with a reason:
-    bad_preamble, bad_checksum, bad_name, bad_start, unauthenticated."""
+    bad_preamble, bad_checksum, bad_flags, bad_name, bad_start, unauthenticated."""
     size = request_size(data)
     if size is None or len(data) != size:
         raise ProtocolError("truncated", "not a whole request")
@@ -133,6 +133,8 @@ def decode_request(data: bytes, key: bytes | None = None) -> Request:
     end = _FIXED.size + n
     if crc32c(data[:end]) != _U32.unpack_from(data, end)[0]:
         raise ProtocolError("bad_checksum", "request")
+    if flags & ~(FLAG_FOLLOW | FLAG_MAC):  # a bit this listener does not know: not ignored
+        raise ProtocolError("bad_flags", f"flags {flags:#04x}")
     if key is not None:
         signed = data[: end + _U32.size]
         if not flags & FLAG_MAC or not _compare(data[end + _U32.size :], _mac(key, signed)):
