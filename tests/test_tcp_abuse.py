@@ -10,6 +10,7 @@ stream the store could not open killing the loop.  Each fails without its fix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import struct
@@ -299,3 +300,61 @@ def test_a_subscription_request_split_anywhere_is_served(lst: purelink.Listener,
     sock.close()
     assert [payload for _, payload in got] == [b"r%d" % i for i in range(5)]
     assert "frame_too_large" not in lst.stats().dropped
+
+
+def test_expired_sessions_are_not_junk_of_whoever_swept_them(tmp_path: Path) -> None:
+    """The idle sweep runs on some link's HELLO: its `session_expired` drops were
+    charged to that connection's junk, and a link whose session expired was cut
+    off for the `unknown_conn` burst it sent before its REFUSE came (review)."""
+    listener = purelink.Listener(tmp_path / "d", udp=None, tcp="127.0.0.1:0", sync="none")
+    listener._core_config = dataclasses.replace(listener._core_config, idle_timeout=0.5)
+    with listener as lst:
+        idle = [RawLink(lst, "s") for _ in range(JUNK_LIMIT + 20)]
+        try:
+            time.sleep(0.7)  # they all go idle past idle_timeout
+            with purelink.connect(tcp_url(lst), stream="t", timeout=TIMEOUT) as link:  # sweeps
+                link.queue(b"x")
+                assert link.wait_stored(timeout=TIMEOUT)
+                assert link.stats().reconnects == 0
+            # one whose session is gone sends a burst of DATA before its REFUSE comes
+            expired = idle[0].sender
+            pid, epoch, conn_id = expired.producer_id, expired.epoch, expired.conn_id
+            burst = [
+                wire.encode_data(conn_id, pn, wire.encode_batch(pid, epoch, pn, [b"y"]))
+                for pn in range(1, 2 * JUNK_LIMIT)
+            ]
+            idle[0].sock.sendall(encode_frames(burst))
+            assert wait_for(lambda: lst.stats().dropped.get("unknown_conn", 0) > JUNK_LIMIT)
+            dropped = lst.stats().dropped
+            assert dropped["session_expired"] == JUNK_LIMIT + 20
+            assert "junk_frames" not in dropped
+        finally:
+            for raw_link in idle:
+                raw_link.sock.close()
+
+
+def test_close_after_a_failed_fdatasync_lets_everything_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed fdatasync makes its log refuse all work; close() then raised on
+    it, synced no stream after it and left the directory locked (review)."""
+    real = os.fdatasync
+    failing = [True]
+
+    def flaky(fd: int) -> None:
+        if failing[0]:
+            failing[0] = False
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    lst = purelink.Listener(tmp_path / "d", udp=None, tcp="127.0.0.1:0")
+    lst.start()
+    link = purelink.connect(tcp_url(lst), stream="a", timeout=TIMEOUT)
+    monkeypatch.setattr(os, "fdatasync", flaky)
+    link.queue(b"1")
+    assert not link.wait_stored(timeout=1.0)  # its sync failed: never told stored
+    link.close(timeout=0.1)
+    monkeypatch.setattr(os, "fdatasync", real)
+    lst.close()  # no exception
+    with purelink.Listener(tmp_path / "d", udp=None, tcp="127.0.0.1:0") as again:  # not locked
+        assert again.tcp_address is not None

@@ -238,8 +238,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         # blocks until SIGINT or SIGTERM, or until a thread of the listener died
         # (a bug; it is logged): then stop, and exit 1 rather than stay up deaf
         failure = listener._failure_fd()
-        ready, _, _ = select.select([wake_r, failure], [], [])  # PEP 475 retries on EINTR
-        if failure in ready:
+        waiting = select.poll()  # not select(): with many streams open, fds pass 1023
+        waiting.register(wake_r, select.POLLIN)
+        waiting.register(failure, select.POLLIN)
+        ready = waiting.poll()  # PEP 475 retries it on EINTR
+        if any(fd == failure for fd, _ in ready):
             crashed = listener.error
     finally:
         # Signals during close are swallowed by on_signal: close flushes and

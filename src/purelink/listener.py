@@ -298,18 +298,22 @@ class Listener:
         self._stop = True
         if self._wake_fd >= 0:
             os.eventfd_write(self._wake_fd, 1)
-        if self._thread is not None:
-            self._thread.join()
-        if self._sync_fd >= 0:
-            os.eventfd_write(self._sync_fd, 1)
-        if self._sync_thread is not None:
-            self._sync_thread.join()
-        if self._data is not None and self.sync != "none":
-            for name in self._data.streams():
-                with contextlib.suppress(OSError):
-                    self._data.stream(name, create=False).sync()
-                    self._syncs += 1
-        self._release()
+        try:
+            if self._thread is not None:
+                self._thread.join()
+            if self._sync_fd >= 0:
+                os.eventfd_write(self._sync_fd, 1)
+            if self._sync_thread is not None:
+                self._sync_thread.join()
+            if self._data is not None and self.sync != "none":
+                for name in self._data.streams():
+                    try:
+                        self._data.stream(name, create=False).sync()
+                        self._syncs += 1
+                    except (OSError, Error) as exc:  # a failed log refuses: sync the others
+                        log.error("purelink: stream %s was not synced at close: %s", name, exc)
+        finally:
+            self._release()  # whatever happened, the files, sockets and lock are let go
 
     def _release(self) -> None:
         for fd in (self._wake_fd, self._synced_fd, self._sync_fd, self._failure_r, self._failure_w):

@@ -100,8 +100,9 @@ FRAME_BUDGET: Final = 1024
 buffers are read once it is reached (the rest waits in the socket, and epoll
 reports it again next round), so a peer of tiny frames cannot hold the loop."""
 JUNK_LIMIT: Final = 256
-"""Frames of one connection the core may drop before the connection is closed
-(`junk_frames`): a link never sends one; a peer that does is not a link."""
+"""Frames of one connection the core may drop, for a reason no link gives
+(ListenerCore.junk: not a session that expired or was fenced under it), before
+the connection is closed (`junk_frames`): a peer that sends them is not a link."""
 BACKLOG: Final = 4096
 TIMER_SLACK: Final = 0.05
 _EPOLLIN: Final = select.EPOLLIN | select.EPOLLRDHUP  # RDHUP: the peer's EOF is queued
@@ -354,7 +355,7 @@ class TcpServer:
         any_fed = False  # frames of this event went to the core
         reason: str | None = None  # why the connection ends, if it does
         eof = False
-        drops = core.drops
+        drops = core.junk
         room = JUNK_LIMIT - conn.junk  # frames the core may still drop before it ends
         budget = FRAME_BUDGET
         recv_into = conn.sock.recv_into
@@ -395,9 +396,9 @@ class TcpServer:
                     budget -= len(frames)
                     for frame in frames:
                         receive(frame, key, now, True)
-                        if core.drops - drops > room:
+                        if core.junk - drops > room:
                             break  # not a link: see JUNK_LIMIT
-                    if core.drops - drops > room:
+                    if core.junk - drops > room:
                         break
                 if (n < want and not closing) or budget <= 0:
                     break  # the socket had less than asked (it is empty now), or enough
@@ -418,7 +419,7 @@ class TcpServer:
         tail = end - start
         self._buffered -= len(had)
         conn.partial = b""
-        junk = core.drops - drops
+        junk = core.junk - drops
         if junk:
             conn.junk += junk
             if conn.junk > JUNK_LIMIT and reason is None:

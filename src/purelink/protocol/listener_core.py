@@ -75,6 +75,10 @@ from .receiver import Producer, Write
 __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 
 AMPLIFICATION: Final = 3
+_NOT_JUNK: Final = frozenset({"session_expired", "unknown_conn", "stale_epoch", "not_accepted"})
+"""Drop reasons a real link can cause: a session expired or fenced under it (its
+next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), or a
+DATA racing its ACCEPT.  Every other reason means bytes no link sends."""
 # a DATA datagram's fixed part: header, packet number, batch header
 _DATA_FAST = struct.Struct("<2sBBIQQI2sBBIIQQI")
 _U32 = struct.Struct("<I")
@@ -135,9 +139,10 @@ class ListenerCore:
         self._spent: dict[tuple[Address, int], float] = {}  # ended (addr, nonce) -> fresh until
         self._memory = 0  # sum of p.memory over the producers in _holding
         self._holding: dict[Producer, int] = {}  # producers holding bytes -> their p.memory
-        self.drops = 0
-        """Datagrams dropped, all reasons together (a driver compares it before and
-        after feeding a peer's datagrams, to tell a peer that sends junk)."""
+        self.junk = 0
+        """Datagrams dropped for a reason no link gives (not one of `_NOT_JUNK`):
+        a driver compares it before and after feeding a peer's datagrams, to
+        tell a peer that is not a link."""
         cfg = self.config
         self._limiter = (
             TokenBuckets(cfg.handshake_rate, cfg.handshake_burst, cfg.handshake_sources)
@@ -302,13 +307,11 @@ class ListenerCore:
         if not ids:
             return False
         conns = self._conns
-        live = [c for c in ids if c in conns]
-        if len(live) != len(ids):
-            if live:
-                self._by_peer[addr] = live
-            else:
-                del self._by_peer[addr]
-        return bool(live)
+        for conn_id in ids:
+            if conn_id in conns:
+                return True
+        del self._by_peer[addr]  # every one of them ended: nothing to keep
+        return False
 
     def disconnected(self, addr: Address) -> None:
         """The connection of a proven peer closed: its sessions end (as an expiry
@@ -347,7 +350,8 @@ class ListenerCore:
     def _drop(self, reason: str) -> None:
         dropped = self.stats.dropped
         dropped[reason] = dropped.get(reason, 0) + 1
-        self.drops += 1
+        if reason not in _NOT_JUNK:
+            self.junk += 1
 
     def _send_unproven(self, data: bytes, addr: Address, received: int) -> None:
         """Send to an address that has not proven itself: never more than 3x what came."""
@@ -722,7 +726,7 @@ class ListenerCore:
         limit = now - self.config.idle_timeout
         self._next_sweep = now + self.config.idle_timeout / 4
         for conn in [c for c in self._conns.values() if c.last_seen < limit]:
-            self._drop("session_expired")
+            self._drop("session_expired")  # counted, and not junk (see _NOT_JUNK)
             self._close(conn)
 
     def _forget_closed(self, p: Producer) -> None:
