@@ -296,8 +296,13 @@ def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
             wait_until(lambda: server.tail.statistics().subscribers == 0)
             server.connect(encode_request("s", first, True, secret))  # holds the one slot
             wait_until(lambda: server.tail.statistics().subscribers == 1)
+            served: list[object] = []
+            serve = server.tail._serve
+            server.tail._serve = lambda *args: (served.append(args), serve(*args))  # type: ignore[method-assign]
             reply = read_reply(server.connect(encode_request("s", first, False, secret))[0])
             assert reply.error is not None and "too many subscribers" in reply.error
+            assert served == []  # refused in take(), on the loop, with no thread started
+            server.tail._serve = serve  # type: ignore[method-assign]
             gone, _ = server.connect(PREAMBLE)
             gone.close()  # hangs up in the middle of its request
             wait_until(lambda: server.tail.statistics().refused == 5)

@@ -265,6 +265,12 @@ class TailServer:
                 )
             elif not whole:
                 self._pending += 1
+            elif self._subscribers >= self.max_subscribers:  # refused here: no Thread.start
+                try:  # (it waits for the GIL) on the loop; as _serve would, bad ones first
+                    decode_request(bytes(head[:size]), self._secret)
+                    refusal = self._full()
+                except ProtocolError as exc:
+                    refusal = _bad_request(exc)
             if refusal is not None:
                 self._count(refusal.reason)
         if refusal is not None:  # one non-blocking send; the caller closes the socket
@@ -294,6 +300,11 @@ class TailServer:
             self._unpend(not whole)
             mine.close()
         return TAKEN
+
+    def _full(self) -> _Refused:
+        return _Refused(
+            "tail_too_many_subscribers", f"too many subscribers (at most {self.max_subscribers})"
+        )
 
     def close(self) -> None:
         """Disconnect every subscriber and wait for their threads (briefly)."""
@@ -345,17 +356,13 @@ class TailServer:
             request = decode_request(raw, self._secret)
             with self._lock:
                 if self._subscribers >= self.max_subscribers:
-                    raise _Refused(
-                        "tail_too_many_subscribers",
-                        f"too many subscribers (at most {self.max_subscribers})",
-                    )
+                    raise self._full()
                 self._subscribers += 1
                 self._subscriptions += 1
                 subscribed = True
             self._stream(sock, request.stream, request.start, request.follow)
         except ProtocolError as exc:
-            bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
-            self._refuse(sock, _Refused(bad, str(exc)))
+            self._refuse(sock, _bad_request(exc))
         except _Refused as exc:
             self._refuse(sock, exc)
         except Error as exc:  # e.g. the data directory closed under it
@@ -582,6 +589,11 @@ def _source(sock: socket.socket) -> object:
     except OSError:
         return None
     return peer[0] if isinstance(peer, tuple) else peer
+
+
+def _bad_request(exc: ProtocolError) -> _Refused:
+    bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
+    return _Refused(bad, str(exc))
 
 
 def _last(stream_log: StreamLog) -> int:
