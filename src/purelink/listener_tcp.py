@@ -356,7 +356,7 @@ class TcpServer:
         reason: str | None = None  # why the connection ends, if it does
         eof = False
         drops = core.junk
-        room = JUNK_LIMIT - conn.junk  # frames the core may still drop before it ends
+        junk_at = drops + JUNK_LIMIT - conn.junk  # past it, the peer is not a link (JUNK_LIMIT)
         budget = FRAME_BUDGET
         recv_into = conn.sock.recv_into
         try:
@@ -380,26 +380,23 @@ class TcpServer:
                 self.recv_calls += 1
                 self.bytes += n
                 end += n
+                bad: FrameError | None = None
                 try:
                     frames, start = split_frames(buf, start, end, max_frame)
                 except FrameError as exc:  # the frames before the bad length still count
-                    if exc.frames:
-                        fed = any_fed = True
-                        self.frames += len(exc.frames)
-                        for frame in exc.frames:
-                            receive(frame, key, now, True)
-                        start = exc.at
-                    raise
+                    bad, frames, start = exc, exc.frames, exc.at
                 if frames:
                     fed = any_fed = True
                     self.frames += len(frames)
                     budget -= len(frames)
                     for frame in frames:
                         receive(frame, key, now, True)
-                        if core.junk - drops > room:
-                            break  # not a link: see JUNK_LIMIT
-                    if core.junk - drops > room:
+                        if core.junk > junk_at:
+                            break
+                    if core.junk > junk_at:
                         break
+                if bad is not None:
+                    raise bad
                 if (n < want and not closing) or budget <= 0:
                     break  # the socket had less than asked (it is empty now), or enough
         except FrameError as exc:
