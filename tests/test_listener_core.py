@@ -147,15 +147,37 @@ def test_new_session_fences_the_old(core: ListenerCore) -> None:
 
 
 def test_bad_stream_and_bad_producer_are_refused(core: ListenerCore) -> None:
-    for kw in ({"stream": "../x"}, {"stream": ".hidden"}, {"producer": "a/b"}):
+    bad_stream, bad_producer = wire.RefuseReason.BAD_STREAM, wire.RefuseReason.BAD_PRODUCER
+    for kw, reason in (
+        ({"stream": "../x"}, bad_stream),
+        ({"stream": ".hidden"}, bad_stream),
+        ({"producer": "a/b"}, bad_producer),
+    ):
         core.receive_datagram(hello(**kw), ADDR, 100.0)  # type: ignore[arg-type]
         retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
         assert isinstance(retry, wire.Retry)
         core.receive_datagram(hello(cookie=retry.cookie, **kw), ADDR, 100.0)  # type: ignore[arg-type]
         refuse = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
         assert isinstance(refuse, wire.Refuse)
-        assert refuse.reason in (wire.RefuseReason.BAD_STREAM, wire.RefuseReason.BAD_REQUEST)
+        assert refuse.reason == reason
     assert core.links == 0
+
+
+def test_a_refusal_names_what_was_wrong(core: ListenerCore) -> None:
+    """Each refusal of a HELLO says which rule or limit it broke, so a link can
+    tell its user ("max_links", not "limit"); the counters keep their names."""
+    small = wire.encode_hello(wire.Hello(3, "s", "", ANON, 100, b""))
+    core.receive_datagram(small, ADDR, 100.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(
+        wire.encode_hello(wire.Hello(3, "s", "", ANON, 100, retry.cookie)), ADDR, 100.0
+    )
+    refuse = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(refuse, wire.Refuse)
+    assert refuse.reason == wire.RefuseReason.BAD_DATAGRAM_SIZE
+    assert wire.RefuseReason.NAMES[refuse.reason] == "bad_datagram_size"
+    assert core.stats.dropped == {"bad_request": 1}
 
 
 def test_link_limit(core: ListenerCore) -> None:
@@ -166,7 +188,7 @@ def test_link_limit(core: ListenerCore) -> None:
     assert isinstance(retry, wire.Retry)
     limited.receive_datagram(hello(nonce=9, cookie=retry.cookie), OTHER, 100.0)
     refuse = wire.decode_datagram(limited.datagrams_to_send(100.0)[0][0])
-    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.LIMIT
+    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.MAX_LINKS
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,7 @@ def test_bad_producer_names_are_refused() -> None:
         msg = wire.Hello(i, "s", name, 0, 1400, retry.cookie)
         core.receive_datagram(wire.encode_hello(msg), ADDR, 100.0)
         ((refuse, _),) = answers(core)
-        assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.BAD_REQUEST
+        assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.BAD_PRODUCER
     assert core.stats.dropped == {"bad_request": 4}
 
 
@@ -407,13 +407,13 @@ def refused(core: ListenerCore, addr: tuple[str, int], nonce: int, stream: str =
 def test_link_stream_and_store_limits_are_refused_and_counted() -> None:
     core = ListenerCore(LimitedStore(streams=1), CoreConfig(max_links=2))
     handshake(core, ADDR, stream="s")
-    assert refused(core, OTHER, 1, stream="t") == wire.RefuseReason.LIMIT
+    assert refused(core, OTHER, 1, stream="t") == wire.RefuseReason.MAX_STREAMS
     assert core.stats.dropped == {"stream_limit": 1}
     handshake(core, OTHER, nonce=2, stream="s", pid=ANON + 2)
-    assert refused(core, ("127.0.0.3", 1), 3) == wire.RefuseReason.LIMIT
+    assert refused(core, ("127.0.0.3", 1), 3) == wire.RefuseReason.MAX_LINKS
     assert core.stats.dropped == {"stream_limit": 1, "link_limit": 1}
     failing = ListenerCore(LimitedStore(streams=9, epochs_fail=True))
-    assert refused(failing, ADDR, 1) == wire.RefuseReason.LIMIT
+    assert refused(failing, ADDR, 1) == wire.RefuseReason.STORE_ERROR
     assert failing.stats.dropped == {"store_error": 1} and failing.links == 0
 
 

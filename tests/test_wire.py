@@ -523,7 +523,13 @@ def test_constants() -> None:
         3: "bad_stream",
         4: "limit",
         5: "bad_request",
+        6: "max_links",
+        7: "max_streams",
+        8: "store_error",
+        9: "bad_producer",
+        10: "bad_datagram_size",
     }
+    assert set(RefuseReason.MEANINGS) <= set(RefuseReason.NAMES.values())
 
 
 # ------------------------------------------- whole, byte by byte, with junk

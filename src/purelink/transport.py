@@ -31,6 +31,9 @@ length-prefixed frame (protocol/framing.py).  Theory of operation:
   one break, so a session never silently moves to a new connection.  The
   sender paces those attempts: it sends only HELLOs, with backoff, until a
   handshake succeeds;
+* the first connection is waited for, briefly (`FIRST_CONNECT_WAIT`): a
+  refusal then is raised from the constructor (`connect()` reports
+  "connection refused" at once); later ones are the reconnects above;
 * EOF, a reset, or a frame over the limit from the listener closes the
   connection and sets `broken`; the link then starts a new handshake at
   once (`Sender.reset_session`).  A failure seen while sending is reported
@@ -69,6 +72,8 @@ MAX_UNSENT: Final = 32 << 20
 TCP_READ: Final = 256 << 10
 TCP_READ_BUDGET: Final = 64
 TCP_USER_TIMEOUT_MS: Final = 30_000
+FIRST_CONNECT_WAIT: Final = 1.0
+"""Seconds a TcpTransport waits for its first connection to be made or refused."""
 
 
 class Transport(Protocol):
@@ -204,7 +209,11 @@ class TcpTransport:
         try:
             self._epoll.register(self._notice, select.EPOLLIN)
             self._connect()
+            self._first_outcome()
         except OSError:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
             self._epoll.close()
             os.close(self._notice)
             raise
@@ -308,6 +317,23 @@ class TcpTransport:
         self.broken = False
         self._writing = False  # the first send asks for EPOLLOUT if the kernel defers it
         self._epoll.register(sock, select.EPOLLIN)
+
+    def _first_outcome(self) -> None:
+        """Wait up to FIRST_CONNECT_WAIT seconds for the first connection to be
+        made or refused; raise the refusal (ECONNREFUSED, EHOSTUNREACH, ...) as
+        OSError, so that `connect()` says at once that nobody listens there,
+        as a TCP client does, instead of waiting out its handshake timeout.  A
+        connection still pending then (a black hole, a long path) is left to
+        the handshake's own timeout."""
+        sock = self._sock
+        assert sock is not None
+        waiting = select.poll()
+        waiting.register(sock, select.POLLOUT)
+        if not waiting.poll(FIRST_CONNECT_WAIT * 1000):
+            return
+        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if error:
+            raise OSError(error, os.strerror(error))
 
     def _drop(self, notify: bool = False) -> None:
         """The connection is gone: close it and tell the link (`broken`)."""

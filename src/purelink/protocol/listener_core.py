@@ -593,11 +593,13 @@ class ListenerCore:
                 self._drop("replayed_hello")
                 return
         if hello.max_datagram < 128:
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
+            self._refuse_hello(
+                hello, addr, size, wire.RefuseReason.BAD_DATAGRAM_SIZE, "bad_request"
+            )
             return
         if hello.producer:
             if not is_valid_name(hello.producer):
-                self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
+                self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_PRODUCER, "bad_request")
                 return
             pid = named_producer_id(hello.producer)
         else:
@@ -612,7 +614,7 @@ class ListenerCore:
         if now >= self._next_sweep or len(self._conns) >= self.config.max_links:
             self._expire_idle(now)
         if len(self._conns) >= self.config.max_links:
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "link_limit")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.MAX_LINKS, "link_limit")
             return
         key = (stream, pid)
         producer = self._producers.get(key)
@@ -632,10 +634,10 @@ class ListenerCore:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_STREAM)
             return
         except Error:  # the store may not open another stream (max_streams)
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "stream_limit")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.MAX_STREAMS, "stream_limit")
             return
         except OSError:  # the store could not open the stream (no descriptors, a disk error)
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.STORE_ERROR, "store_error")
             return
         instance = hello.producer_id  # the link instance (an anonymous producer's id)
         if (
@@ -651,7 +653,7 @@ class ListenerCore:
         try:
             epoch = self.store.new_epoch(stream, pid, bool(hello.producer), instance)
         except (Error, OSError):  # the epoch is not durable: refuse, never accept
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.STORE_ERROR, "store_error")
             return
         self._producers[key] = producer
         epoch = max(epoch, producer.epoch + 1)

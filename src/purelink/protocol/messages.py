@@ -54,11 +54,48 @@ class RefuseReason:
     BAD_STREAM = 3
     """The stream name is not valid."""
     LIMIT = 4
-    """A configured limit (links, streams, record size) was reached."""
+    """A configured limit was reached (a listener sends the codes below, which say which)."""
     BAD_REQUEST = 5
-    """The request was well-formed but not acceptable (e.g. datagram size too small)."""
+    """The request was well-formed but not acceptable (an anonymous producer id
+    without its top bit)."""
+    MAX_LINKS = 6
+    """The listener has `max_links` links open already."""
+    MAX_STREAMS = 7
+    """The stream is new and the store holds `max_streams` streams already."""
+    STORE_ERROR = 8
+    """The store could not open the stream or make the session's epoch durable
+    (out of descriptors, a disk error, a stream stopped by an earlier write error)."""
+    BAD_PRODUCER = 9
+    """The producer name is not valid (the stream name's rule)."""
+    BAD_DATAGRAM_SIZE = 10
+    """The HELLO's `max_datagram` is below 128."""
 
-    NAMES: Final = {1: "fenced", 2: "unknown", 3: "bad_stream", 4: "limit", 5: "bad_request"}
+    NAMES: Final = {
+        1: "fenced",
+        2: "unknown",
+        3: "bad_stream",
+        4: "limit",
+        5: "bad_request",
+        6: "max_links",
+        7: "max_streams",
+        8: "store_error",
+        9: "bad_producer",
+        10: "bad_datagram_size",
+    }
+    """Each reason's name, as a link reports it ("the listener refused the link: max_links")."""
+    MEANINGS: Final = {
+        "bad_stream": "the stream name is not valid",
+        "limit": "a limit of the listener was reached",
+        "bad_request": "the listener did not accept the link's request",
+        "max_links": "the listener has as many links open as its --max-links allows",
+        "max_streams": "the stream is new and the store has as many streams as "
+        "the listener's --max-streams allows",
+        "store_error": "the listener's store could not open the stream or record the "
+        "session (see the listener's log)",
+        "bad_producer": "the producer name is not valid",
+        "bad_datagram_size": "the link's datagram size is below 128 bytes",
+    }
+    """What a refusal means, by name, for people (the command line prints it)."""
 
 
 @dataclass(frozen=True, slots=True)
