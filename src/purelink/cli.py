@@ -387,34 +387,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    """Hand over to the benchmark suite (SPEC section 8).
-
-    The suite is `purelink.bench` if it ships in the package, else the
-    `bench/` package of the checkout this module runs from (an editable
-    install); either exposes `main(argv: list[str]) -> int`.
-    """
+    """Hand over to the benchmark suite (docs/performance.md): `purelink.bench`,
+    which is bench/ of the checkout, shipped in the wheel under that name
+    (setup.py).  Options after a single name go to that benchmark."""
     import importlib  # noqa: PLC0415 -- only this verb needs it
 
-    argv = [*args.names, *(["--json"] if args.json else [])]
-    checkout = Path(__file__).resolve().parents[2]
-    for name in ("purelink.bench", "bench"):
-        if name == "bench":
-            if not (checkout / "bench" / "__init__.py").is_file():
-                continue
-            sys.path.insert(0, str(checkout))
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
+    try:
+        bench = importlib.import_module(f"{__package__}.bench")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.bench":
             raise Error(f"the benchmarks need {exc.name!r}: pip install '.[bench]'") from None
-        bench_main = getattr(module, "main", None)
-        if callable(bench_main):
-            return int(bench_main(argv))
-    raise UsageError(
-        "the benchmarks are not installed: they live in bench/ of a source checkout "
-        "(pip install -e . there, or run python -m bench from it)"
-    )
+        raise UsageError(
+            "the benchmarks are not installed with this copy of purelink: they are bench/ "
+            "of the source checkout (pip install . from it, or python -m bench there)"
+        ) from None
+    names: dict[str, str] = bench.BENCHMARKS
+    if args.options and len(args.names) != 1:
+        raise UsageError(
+            f"options {' '.join(args.options)!r} need exactly one benchmark name "
+            f"(choose from {', '.join(names)})"
+        )
+    unknown = [n for n in args.names if n not in names]
+    if unknown:
+        raise UsageError(f"unknown benchmark {unknown[0]!r} (choose from {', '.join(names)})")
+    return int(bench.main([*args.names, *args.options, *(["--json"] if args.json else [])]))
 
 
 # --- the parser ---
@@ -556,9 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=_int_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
     )
 
-    p = verb("bench", "run the benchmark suite", _cmd_bench)
-    p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--json", action="store_true")
+    p = verb("bench", "run the benchmark suite (options after one NAME go to it)", _cmd_bench)
+    p.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     return parser
 
 
@@ -578,7 +574,12 @@ def _connect_error(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":  # a benchmark's own options pass through
+        args.options = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # The library logs (store recovery, reconnects) through `logging`; a
     # listener's INFO lines are worth seeing, a sender's are noise.
     logging.basicConfig(

@@ -5,7 +5,7 @@ listener's disk) reads a stream from any position and follows its tail, as a
 Kafka consumer or a NATS JetStream consumer does.  The bytes are in
 protocol/tail.py; the listener's side is tail_server.py.
 
-    with purelink.subscribe("tcp://127.0.0.1:7401", "orders", start=1) as records:
+    with purelink.subscribe("tcp://127.0.0.1:7401", "orders") as records:
         for position, payload in records:
             ...
 
@@ -71,7 +71,7 @@ next break to count as a new outage, with the whole `reconnect` again (or
 def subscribe(
     url: str,
     stream: str,
-    start: int = 1,
+    start: int = 0,
     follow: bool = True,
     *,
     secret: bytes | None = None,
@@ -79,14 +79,18 @@ def subscribe(
     reconnect: float = 0.0,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
-    from position `start` (0: from the first record retained); iterate the
-    result for (position, payload).
+    from position `start` (0, the default: from the first record retained, as
+    `Store.read`); iterate the result for (position, payload).  A `start`
+    below the first record retained is refused, naming it (iterating raises
+    `purelink.Error`): never a silent gap.
 
     `reconnect`: seconds to keep trying to resume after the connection breaks
-    (0: raise at once).  See the module header.
+    (0: raise at once), and to reach the listener in the first place.  See the
+    module header.
 
     Raises ValueError for a bad URL, stream name, start or reconnect, and
-    ConnectError if the listener cannot be reached within `timeout` seconds.
+    ConnectError if the listener cannot be reached within `timeout` seconds
+    (within `reconnect` seconds, if that is given).
     """
     scheme, _, _ = _address.parse_url(url)
     if scheme != "tcp":
@@ -95,7 +99,7 @@ def subscribe(
         raise ValueError(f"reconnect must be a number of seconds >= 0, not {reconnect!r}")
     encode_request(stream, start, follow, secret)  # checks name and start
     sub = Subscription(url, stream, start, follow, secret, timeout, reconnect)
-    sub._connect()
+    sub._first_connect()
     return sub
 
 
@@ -155,6 +159,27 @@ class Subscription:
         self._sock = sock
         if self._closed.is_set():  # closed meanwhile, from another thread: its
             self.close()  # close() may have run before the store above; run it again
+
+    def _first_connect(self) -> None:
+        """Connect; with `reconnect`, keep trying (with the same backoff as a
+        resume) for that long, so a follower started while its listener is
+        down waits for it, as one whose listener goes down later does."""
+        deadline = time.monotonic() + self._reconnect
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                self._connect()
+            except ConnectError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if not self._reconnect:
+                        raise
+                    raise ConnectError(f"{exc} (tried for {self._reconnect:g} s)") from None
+                if self._closed.wait(min(backoff, left)):
+                    raise
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            return
 
     def _resume(self, why: str) -> bool:
         """The connection broke (`why`): connect again from next_position, with

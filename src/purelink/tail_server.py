@@ -32,10 +32,13 @@ threads:
   told;
 * **waiting** is mechanism 2: the thread parks on the log's `synced_parker`
   (or `parker` with sync="none"), which `sync` (`append`) unparks only while
-  someone is parked.  Every `HEARTBEAT` seconds a parked follower polls its
-  socket: a hang-up lets it go, and any byte is a protocol error (a
-  subscriber sends nothing after its request), read and refused -- never
-  peeked, which would leave poll readable for ever and the wait spinning.
+  someone is parked.  A parked follower learns at once that its subscriber
+  hung up (or sent a byte, a protocol error: a subscriber sends nothing
+  after its request): one thread watches every follower's socket
+  (tail_hangups.py) and unparks it, and its slot is free again at once.
+  The byte is read and refused -- never peeked, which would leave the socket
+  readable for ever.  Only where that watch cannot run does a parked
+  follower look at its socket every `HEARTBEAT` seconds instead.
 
 Abuse is bounded and counted by reason (`TailStatistics.dropped`): a request
 must be whole within `request_timeout` seconds, overall; a connection still
@@ -63,14 +66,11 @@ import contextlib
 import enum
 import logging
 import os
-import select
 import socket
 import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from .errors import Error, ProtocolError
@@ -80,6 +80,19 @@ from .protocol.ratelimit import TokenBuckets
 from .protocol.tail import END, ERROR, PREAMBLE, decode_request, encode_control, request_size
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
+from .tail_hangups import HangUps
+from .tail_parts import (
+    TailStatistics,
+    _append_parker,
+    _Cursor,
+    _Gone,
+    _hung_up,
+    _last,
+    _Refused,
+    _source,
+    _sync_parker,
+    _synced,
+)
 
 __all__ = [
     "HEARTBEAT",
@@ -94,7 +107,8 @@ __all__ = [
 log = logging.getLogger("purelink.listener")
 
 HEARTBEAT: Final = 5.0
-"""Seconds a parked follower waits before it checks that its subscriber is still there."""
+"""Seconds between a parked follower's looks at its socket, where the hang-up watch
+(tail_hangups.py) cannot run (no thread or descriptor to be had)."""
 REQUEST_TIMEOUT: Final = 5.0
 """Seconds a connection has, from `take`, to send its whole request (overall)."""
 REFUSE_TIMEOUT: Final = 1.0
@@ -107,7 +121,6 @@ subscribers may resume at once after a listener restart."""
 SUBSCRIBE_SOURCES: Final = 4096
 """Source addresses whose buckets are remembered (protocol/ratelimit.py)."""
 SEND_CHUNK: Final = 8 << 20
-_HANG_UP: Final = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
 class Take(enum.Enum):
@@ -129,68 +142,20 @@ NOT_MINE: Final = Take.NOT_MINE
 NEED_MORE: Final = Take.NEED_MORE
 
 
-@dataclass(frozen=True, slots=True)
-class TailStatistics:
-    """A snapshot of the subscription server's counters.
+class _Alarm:
+    """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
 
-    `dropped` counts every refused or abandoned subscription by reason:
+    __slots__ = ("parker", "rung", "watching")
 
-    * ``tail_bad_request``: a request that does not decode (preamble,
-      checksum, unknown flags, stream name);
-    * ``tail_unauthenticated``: no MAC, or a wrong one, on a listener with a secret;
-    * ``tail_request_timeout``: no whole request within `request_timeout` seconds;
-    * ``tail_truncated_request``: the peer hung up (or reset) before its request was whole;
-    * ``tail_trailing_bytes``: bytes after the request (a subscriber sends
-      nothing more), at once or while it follows;
-    * ``tail_too_many_pending``: `max_pending` incomplete requests were being read already;
-    * ``tail_too_many_subscribers``: `max_subscribers` subscribers were served already;
-    * ``tail_rate_limited``: the source address used up its token bucket;
-    * ``tail_below_retained``: a start below the first record retained, or
-      retention overtook the subscriber;
-    * ``tail_damaged``: a segment whose batch headers do not follow on;
-    * ``tail_failed``: anything else the listener could not serve (closed meanwhile).
-    """
+    def __init__(self, parker: Parker) -> None:
+        self.parker = parker
+        self.rung = False
+        self.watching = False
 
-    subscriptions: int
-    """Subscriptions accepted (requests that decoded and got a slot)."""
-    subscribers: int
-    """Subscribers served now (each holds a slot of `max_subscribers`)."""
-    refused: int
-    """Subscriptions refused or abandoned: the sum of `dropped`."""
-    bytes_sent: int
-    """Bytes of batches sent (by sendfile)."""
-    sendfile_calls: int
-    """sendfile calls."""
-    pending: int = 0
-    """Connections still sending an incomplete request now (at most `max_pending`)."""
-    dropped: dict[str, int] = field(default_factory=dict)
-    """Refusals by reason (see the class docstring); a copy, safe to keep."""
-
-
-class _Cursor:
-    """Where a subscriber is in one segment: its own fd, the next batch's offset."""
-
-    __slots__ = ("base", "fd", "offset", "path", "position")
-
-    def __init__(self, fd: int, base: int, path: Path, offset: int, position: int) -> None:
-        self.fd = fd
-        self.base = base
-        self.path = path
-        self.offset = offset
-        self.position = position  # of the batch at `offset`
-
-
-class _Gone(Exception):
-    """The subscriber went away, or the listener is closing: stop quietly."""
-
-
-class _Refused(Exception):
-    """Refuse the subscription: count `reason`, send an ERROR item saying `text`."""
-
-    def __init__(self, reason: str, text: str) -> None:
-        super().__init__(text)
-        self.reason = reason
-        self.text = text
+    def ring(self) -> None:
+        """On the watch thread: flag, then unpark (the parker's order: state first)."""
+        self.rung = True
+        self.parker.unpark()
 
 
 class TailServer:
@@ -237,6 +202,7 @@ class TailServer:
         self._dropped: dict[str, int] = {}
         self._bytes_sent = 0
         self._sendfile_calls = 0
+        self._hangups = HangUps()
 
     # ---- the hook (the listener's loop thread) --------------------------------------
 
@@ -321,6 +287,7 @@ class TailServer:
                 stream_log.synced_parker.unpark()
         for thread in threads.values():
             thread.join(5.0)
+        self._hangups.close()
 
     def statistics(self) -> TailStatistics:
         """A snapshot of the counters (any thread; `dropped` is a copy)."""
@@ -425,6 +392,7 @@ class TailServer:
         parker = self._parker(stream_log)
         position = start or stream_log.segments[0][0]  # 0: from the first retained
         cursor: _Cursor | None = None
+        alarm = _Alarm(parker)
         reader = self._data.grace.register("subscriber", online=False)
         try:
             while True:
@@ -438,8 +406,10 @@ class TailServer:
                 if limit is not None:
                     sock.sendall(encode_control(END))
                     return
-                self._wait(sock, stream_log, parker, position)
+                self._wait(sock, stream_log, alarm, position)
         finally:
+            if alarm.watching:
+                self._hangups.unwatch(sock)
             if cursor is not None and cursor.fd >= 0:
                 os.close(cursor.fd)
             reader.unregister()
@@ -458,20 +428,33 @@ class TailServer:
             delay = min(delay * 2, 1.0)
 
     def _wait(
-        self, sock: socket.socket, stream_log: StreamLog, parker: Parker, position: int
+        self, sock: socket.socket, stream_log: StreamLog, alarm: _Alarm, position: int
     ) -> None:
-        """Park until `position` is stored (or closing); check the peer first (one
-        that left at once frees its slot now, not a HEARTBEAT later), then now and then."""
+        """Park until `position` is stored (or closing), or until the hang-up
+        watch rings: then look at the socket (a subscriber gone frees its slot
+        now).  Looks first too: one that left at once never parks."""
         stored = self._stored
 
         def ready() -> bool:
-            return stored(stream_log) >= position or self._closing or stream_log.closed
+            return (
+                alarm.rung or stored(stream_log) >= position or self._closing or stream_log.closed
+            )
 
         if _hung_up(sock, 0):
             raise _Gone
-        while not parker.wait(ready, timeout=HEARTBEAT):
-            if _hung_up(sock, 0):
-                raise _Gone
+        if not alarm.watching:
+            alarm.watching = self._hangups.watch(sock, alarm.ring)
+        timeout = None if alarm.watching else HEARTBEAT
+        while True:
+            woke = alarm.parker.wait(ready, timeout=timeout)
+            if alarm.rung or not woke:
+                alarm.rung = False
+                if _hung_up(sock, 0):
+                    raise _Gone
+                if alarm.watching:
+                    self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
+            if stored(stream_log) >= position or self._closing or stream_log.closed:
+                break
         if self._closing or (stream_log.closed and stored(stream_log) < position):
             raise _Gone
 
@@ -487,7 +470,7 @@ class TailServer:
                 raise _Refused(
                     "tail_below_retained",
                     f"stream {stream!r}: records retained start at {table[0][0]}, "
-                    f"cannot read from {position}",
+                    f"cannot read from {position} (start 0 reads from the first retained)",
                 )
             i = bisect_right([base for base, _ in table], position) - 1
             base, path = table[i]
@@ -555,58 +538,6 @@ def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
         raise _Refused("tail_damaged", f"segment {cursor.path}: {exc}") from None
 
 
-def _hung_up(sock: socket.socket, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for the subscriber to hang up: True if it did.
-
-    A subscriber sends nothing after its request, so a readable socket is
-    either its hang-up (POLLHUP/POLLRDHUP, or a recv of b"") or bytes it had
-    no business sending: those are read, not peeked (a byte left unread
-    keeps poll readable, and every later wait would return at once), and
-    refused (tail_trailing_bytes)."""
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
-    events = poller.poll(timeout * 1000)
-    if not events:
-        return False
-    hung_up = bool(events[0][1] & _HANG_UP)
-    if events[0][1] & select.POLLIN:  # bytes first (sent before a hang-up are still bytes)
-        try:
-            data = sock.recv(4096, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return hung_up
-        except OSError:
-            return True
-        if data:
-            raise _Refused("tail_trailing_bytes", f"{len(data)} bytes after the request")
-        return True  # b"": the hang-up
-    return hung_up
-
-
-def _source(sock: socket.socket) -> object:
-    """The rate limit's key: the peer's address without its port."""
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        return None
-    return peer[0] if isinstance(peer, tuple) else peer
-
-
 def _bad_request(exc: ProtocolError) -> _Refused:
     bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
     return _Refused(bad, str(exc))
-
-
-def _last(stream_log: StreamLog) -> int:
-    return stream_log.last_position
-
-
-def _synced(stream_log: StreamLog) -> int:
-    return stream_log.synced_position
-
-
-def _append_parker(stream_log: StreamLog) -> Parker:
-    return stream_log.parker
-
-
-def _sync_parker(stream_log: StreamLog) -> Parker:
-    return stream_log.synced_parker
