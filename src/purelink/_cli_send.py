@@ -67,7 +67,8 @@ class _Send:
         self.first_skip = ""
         self.progress = Progress(f"{PROG} send", None)
         self._seen = link.stored
-        self._moved = time.monotonic()
+        self._moved = time.monotonic()  # when `stored` last moved (or a wait began)
+        self._waited = 0.0  # when the last wait step ended
         self._waiting = False
 
     def summary(self) -> str:
@@ -88,10 +89,14 @@ class _Send:
 
     def wait(self, seq: int | None) -> bool:
         """Wait a step for `seq` (None: all queued) to be stored; raise _GaveUp
-        after --timeout seconds in which `stored` did not move."""
+        after --timeout seconds of waiting in which `stored` did not move (the
+        clock runs only while send waits, not while it reads its input)."""
         link = self.link
+        began = time.monotonic()
+        if began - self._waited > 2 * _STEP:  # a new wait: time spent reading input is no stall
+            self._moved = began
         done = link.wait_stored(seq, timeout=_STEP)
-        now = time.monotonic()
+        now = self._waited = time.monotonic()
         stored = link.stored
         if stored != self._seen or done:
             self._seen, self._moved = stored, now

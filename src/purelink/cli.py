@@ -447,14 +447,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--segment-bytes",
-        type=_int_at_least(1),
+        type=_int_at_least(1, 1 << 40),
         default=64 << 20,
         metavar="N",
         help="roll to a new segment file past N bytes (default 64 MiB)",
     )
     p.add_argument(
         "--retain-bytes",
-        type=_int_at_least(0),
+        type=_int_at_least(0, 1 << 62),
         metavar="N",
         help="remove the oldest segments of a stream past N bytes (default: keep all)",
     )
@@ -465,21 +465,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove segments whose last record is older than this (default: keep all)",
     )
     # limits (SPEC section 7; docs/security.md): each one counted in stats().dropped when hit
-    for flag, default, text in (
-        ("--max-links", 100_000, "most links open at once"),
-        ("--max-streams", 10_000, "most streams in the store"),
-        ("--max-record", 16 << 20, "largest record accepted, bytes"),
-        ("--max-reorder", 4 << 20, "bytes held out of order per link"),
-        ("--max-memory", 1 << 30, "bytes held out of order across all links"),
-        ("--max-connections", 10_000, "TCP connections open at once"),
-        ("--max-subscriptions", 64, "subscribers (tail, subscribe) served at once"),
+    # (the upper bounds: what the wire carries -- a u32 max_record and window -- or
+    # more than any machine has; past them a value is a typo, refused here)
+    for flag, default, high, text in (
+        ("--max-links", 100_000, 1 << 31, "most links open at once"),
+        ("--max-streams", 10_000, 1 << 31, "most streams in the store"),
+        ("--max-record", 16 << 20, 16 << 20, "largest record accepted, bytes, at most 16 MiB"),
+        ("--max-reorder", 4 << 20, 1 << 31, "bytes held out of order per link"),
+        ("--max-memory", 1 << 30, 1 << 50, "bytes held out of order across all links"),
+        ("--max-connections", 10_000, 1 << 31, "TCP connections open at once"),
+        ("--max-subscriptions", 64, 1 << 20, "subscribers (tail, subscribe) served at once"),
     ):
         p.add_argument(
-            flag, type=_int_at_least(1), default=default, metavar="N", help=f"{text} ({default})"
+            flag,
+            type=_int_at_least(1, high),
+            default=default,
+            metavar="N",
+            help=f"{text} ({default})",
         )
     p.add_argument(
         "--handshake-rate",
-        type=_int_at_least(0),
+        type=_int_at_least(0, 10**9),
         default=1000,
         metavar="N",
         help="handshakes per second per source IP, bursts of 2N; 0 = no limit (1000)",
@@ -543,7 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="if the connection breaks, resume where it stopped, trying for this long",
     )
 
-    p = verb("streams", "list the streams of a store", _cmd_streams)
+    p = verb(
+        "streams",
+        "list the streams of a store: first and last position, records, and bytes "
+        "on disk (segment files, batch headers included: more than send's payload bytes)",
+        _cmd_streams,
+    )
     p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
 
     p = verb("demo", "the main job in one command, with a summary", _cmd_demo)
@@ -567,7 +578,7 @@ def _connect_error(text: str) -> str:
     if refused:
         meaning = RefuseReason.MEANINGS.get(name.strip())
         return f"{text} ({meaning})" if meaning else text
-    if text.startswith("cannot reach"):
+    if text.startswith(("cannot reach", "cannot subscribe")):
         return text
     return f"cannot reach the listener: {text}" if text else "cannot reach the listener"
 
