@@ -152,6 +152,11 @@ BAD_ARGUMENTS = [
     ["demo", "--records", "-1"],
     ["demo", "--records", "many"],
     ["demo", "--size", "3"],
+    ["demo", "--size", "20000000"],
+    ["serve", "--data", ""],
+    ["streams", "--data", ""],
+    ["send", "udp://127.0.0.1:7400", "--stream", "s", "--producer", "p/1"],
+    ["tail", "tcp://127.0.0.1:7400", "--stream", "s", "--from", "18446744073709551616"],
     ["bench", "--bogus"],
 ]
 
@@ -182,7 +187,9 @@ def test_serve_refuses_a_public_address_without_a_secret(
 # --- serve ---
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
 def test_serve_prints_the_ready_line_and_stops_cleanly(tmp_path: Path, sig: int) -> None:
     data = tmp_path / "data"
     with serving(data, "--udp", "127.0.0.1:0") as srv:
