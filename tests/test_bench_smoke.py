@@ -138,18 +138,15 @@ def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
 def test_a_plain_install_ships_the_benchmarks(tmp_path: Path) -> None:
     """`pip install .` (a wheel, not the checkout) has `purelink bench`: the
     wheel holds bench/ as purelink.bench, and the verb runs a benchmark from it."""
+    source = tmp_path / "source"  # a copy: the build leaves nothing in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(CHECKOUT / name, source / name)
+    for name in ("src", "bench"):
+        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+        shutil.copytree(CHECKOUT / name, source / name, ignore=skip)
     built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(CHECKOUT),
-        ],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
         capture_output=True,
         text=True,
         timeout=300,
