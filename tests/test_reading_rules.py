@@ -2,8 +2,9 @@
 
 Why it exists: `Store.read`, `purelink.subscribe`, `purelink read` and
 `purelink tail` must agree on what "from the start" means once retention
-removed old segments: start 0, the default, is the first record retained;
-an explicit start below it is an error that names it (never a silent gap).
+removed old segments: start 1 (the default) or 0 is the beginning, the
+first record retained; a later start below it is an error that names it
+(never a silent gap).
 And a subscription slot (`max_subscriptions`, settable on the Listener and
 `serve`) must come back as soon as its subscriber leaves, not a heartbeat
 later.  A refused first TCP connection is reported at once.  Real listeners
@@ -68,9 +69,11 @@ def test_store_read_defaults_to_the_first_retained(retained: tuple[Path, int]) -
     store = purelink.Store(path)
     assert list(store.read("s")) == expected(first, 301)
     assert list(store.read("s", start=0)) == expected(first, 301)
+    assert list(store.read("s", start=1)) == expected(first, 301)
     assert list(store.read("s", 0, stop=first + 2)) == expected(first, first + 2)
+    assert list(store.read("s", first + 1, stop=first + 3)) == expected(first + 1, first + 3)
     with pytest.raises(purelink.Error, match=f"records retained start at {first}, cannot read"):
-        store.read("s", start=1)
+        store.read("s", start=2)
     with pytest.raises(ValueError):
         store.read("s", start=-1)
     assert list(store.read("unknown")) == []
@@ -81,9 +84,10 @@ def test_cli_read_from_the_first_retained_and_below_it(retained: tuple[Path, int
     out = run("read", "--data", str(path), "--stream", "s")
     assert out.returncode == 0
     assert out.stdout.splitlines() == [payload(p) for p in range(first, 301)]
-    line = assert_one_line_error(
-        run("read", "--data", str(path), "--stream", "s", "--from", "1"), 1
-    )
+    out = run("read", "--data", str(path), "--stream", "s", "--from", "1")  # the beginning
+    assert out.stdout.splitlines() == [payload(p) for p in range(first, 301)]
+    below = run("read", "--data", str(path), "--stream", "s", "--from", "2")
+    line = assert_one_line_error(below, 1)
     assert f"records retained start at {first}" in line
 
 
@@ -97,11 +101,13 @@ def test_subscribe_defaults_to_the_first_retained(retained: tuple[Path, int]) ->
         url = f"tcp://127.0.0.1:{lst.tcp_address[1]}"
         assert list(purelink.subscribe(url, "s", follow=False)) == expected(first, 301)
         assert list(purelink.subscribe(url, "s", start=0, follow=False)) == expected(first, 301)
+        assert list(purelink.subscribe(url, "s", start=1, follow=False)) == expected(first, 301)
         with pytest.raises(purelink.Error, match=f"records retained start at {first}"):
-            list(purelink.subscribe(url, "s", start=1, follow=False))
-        out = run("tail", url, "--stream", "s")
-        assert out.stdout.splitlines() == [payload(p) for p in range(first, 301)]
-        line = assert_one_line_error(run("tail", url, "--stream", "s", "--from", "1"), 1)
+            list(purelink.subscribe(url, "s", start=2, follow=False))
+        for args in ([], ["--from", "1"]):
+            out = run("tail", url, "--stream", "s", *args)
+            assert out.stdout.splitlines() == [payload(p) for p in range(first, 301)]
+        line = assert_one_line_error(run("tail", url, "--stream", "s", "--from", "2"), 1)
         assert f"records retained start at {first}" in line
 
 

@@ -123,8 +123,9 @@ def test_bytes_removes_oldest_closed_segments_never_the_active(tmp_path: Path) -
         records = list(store.read("s", first))
         check_contiguous(records, first)
         assert records[-1][0] == log.last_position
+        assert list(store.read("s", 1)) == records  # 1, the beginning: the first retained
         with pytest.raises(Error, match=f"records retained start at {first}"):
-            store.read("s", 1)
+            store.read("s", 2)
         stats = retention.statistics()
         assert (stats.segments_removed, stats.grace_periods) == (removed, 1)
         assert stats.bytes_removed == sum(
@@ -269,7 +270,7 @@ def test_a_segment_is_unlinked_only_after_the_grace_period(tmp_path: Path) -> No
             assert first_segment.exists()  # unpublished, not unlinked
             assert log.segments[0][0] > 1
             with pytest.raises(Error, match="records retained start at"):
-                Store(tmp_path).read("s", 1)  # new readers cannot find it any more
+                Store(tmp_path).read("s", 2)  # new readers cannot find it any more
             reader.quiescent()
             worker.join(5)
             assert not worker.is_alive()

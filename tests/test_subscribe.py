@@ -465,9 +465,10 @@ def test_retention_overtaking_a_subscriber_is_an_error(tmp_path: Path) -> None:
         wait_until(lambda: data.stream("s").first_position > 1)
         first = data.stream("s").first_position
         with pytest.raises(purelink.Error, match=f"records retained start at {first}"):
-            list(purelink.subscribe(tcp, "s", start=1, follow=False))
+            list(purelink.subscribe(tcp, "s", start=2, follow=False))
         got = list(purelink.subscribe(tcp, "s", start=0, follow=False))  # the first retained
         assert got == expected(first, 2001)
+        assert list(purelink.subscribe(tcp, "s", start=1, follow=False)) == got  # the beginning
 
 
 def test_a_secret_is_needed_when_the_listener_has_one(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ ends with one line on stderr that says how many records were stored.
   it (exit 1, naming the line and the limit, once the lines before it are
   stored); with `--skip-long` it skips it, counts it, and goes on, as a
   Kafka console producer goes on past a record the broker refuses;
-* Ctrl-C: a summary of what was stored, exit 130;
+* Ctrl-C: a summary of what was stored (after waiting up to `INTERRUPT_GRACE`
+  for the answers already on their way; a second Ctrl-C goes at once), exit 130;
 * the link fails (fenced, the listener lost records): the error and the summary, exit 1.
 
 Memory stays bounded whatever the input: a line is read at most
@@ -25,6 +26,7 @@ longer one is skipped over in pieces, never held whole.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
@@ -34,12 +36,14 @@ from . import Error, Full, Link, connect
 from ._cli_common import PROG, UsageError, read_secret
 from ._progress import Progress
 
-__all__ = ["MAX_LINE", "STALL_NOTICE", "cmd_send"]
+__all__ = ["INTERRUPT_GRACE", "MAX_LINE", "STALL_NOTICE", "cmd_send"]
 
 MAX_LINE: Final = 16 << 20
 """The largest record any listener accepts (its --max-record is at most this)."""
 STALL_NOTICE: Final = 1.0
 """Seconds without progress on `stored` before send says that it is waiting."""
+INTERRUPT_GRACE: Final = 0.5
+"""Seconds a Ctrl-C'd send waits for answers on their way, so its summary is current."""
 _STEP: Final = 0.1  # seconds per wait: the progress bar and the stall clock tick at this rate
 
 
@@ -219,6 +223,8 @@ def cmd_send(args: argparse.Namespace) -> int:
             send.run(source)
         except KeyboardInterrupt:
             send.progress.close(send.records)
+            with contextlib.suppress(KeyboardInterrupt, Error):  # a second Ctrl-C: go now
+                link.wait_stored(timeout=INTERRUPT_GRACE)  # answers already on their way
             link.close(timeout=0)
             sys.stderr.write(f"{PROG} send: interrupted: {send.summary()}\n")
             return 130

@@ -34,7 +34,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import NoReturn
 
 from . import ConnectError, Error, _address, subscribe
@@ -113,8 +113,8 @@ def _add_from(p: argparse.ArgumentParser) -> None:
         dest="start",
         type=_int_at_least(1, MAX_POSITION),
         metavar="N",
-        help="first position (default: the first record retained; "
-        "a position below it reads from it)",
+        help="first position (default, and 1: the first record retained; "
+        "a later position below it is an error naming it)",
     )
 
 
@@ -387,20 +387,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    """Hand over to the benchmark suite (docs/performance.md): `purelink.bench`,
-    which is bench/ of the checkout, shipped in the wheel under that name
-    (setup.py).  Options after a single name go to that benchmark."""
-    import importlib  # noqa: PLC0415 -- only this verb needs it
-
-    try:
-        bench = importlib.import_module(f"{__package__}.bench")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__}.bench":
-            raise Error(f"the benchmarks need {exc.name!r}: pip install '.[bench]'") from None
-        raise UsageError(
-            "the benchmarks are not installed with this copy of purelink: they are bench/ "
-            "of the source checkout (pip install . from it, or python -m bench there)"
-        ) from None
+    """Hand over to the benchmark suite (docs/performance.md).  A wheel ships it
+    as `purelink.bench` (setup.py copies bench/ in); an editable install runs
+    it from bench/ of its checkout.  Options after a single name go to it."""
+    bench = _bench_suite()
     names: dict[str, str] = bench.BENCHMARKS
     if args.options and len(args.names) != 1:
         raise UsageError(
@@ -411,6 +401,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown benchmark {unknown[0]!r} (choose from {', '.join(names)})")
     return int(bench.main([*args.names, *args.options, *(["--json"] if args.json else [])]))
+
+
+def _bench_suite() -> ModuleType:
+    """`purelink.bench`, else the `bench` package of the checkout this file is in."""
+    import importlib  # noqa: PLC0415 -- only this verb needs it
+
+    checkout = Path(__file__).resolve().parents[2]
+    for name in (f"{__package__}.bench", "bench"):
+        if name == "bench":
+            if not (checkout / "bench" / "__init__.py").is_file():
+                continue
+            sys.path.insert(0, str(checkout))
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise Error(f"the benchmarks need {exc.name!r}: pip install '.[bench]'") from None
+    raise UsageError(
+        "the benchmarks are not installed with this copy of purelink: they are bench/ "
+        "of the source checkout (pip install . from it, or python -m bench there)"
+    )
 
 
 # --- the parser ---

@@ -5,7 +5,7 @@ listener's disk) reads a stream from any position and follows its tail, as a
 Kafka consumer or a NATS JetStream consumer does.  The bytes are in
 protocol/tail.py; the listener's side is tail_server.py.
 
-    with purelink.subscribe("tcp://127.0.0.1:7401", "orders") as records:
+    with purelink.subscribe("tcp://127.0.0.1:7401", "orders", start=1) as records:
         for position, payload in records:
             ...
 
@@ -71,7 +71,7 @@ next break to count as a new outage, with the whole `reconnect` again (or
 def subscribe(
     url: str,
     stream: str,
-    start: int = 0,
+    start: int = 1,
     follow: bool = True,
     *,
     secret: bytes | None = None,
@@ -79,10 +79,11 @@ def subscribe(
     reconnect: float = 0.0,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
-    from position `start` (0, the default: from the first record retained, as
-    `Store.read`); iterate the result for (position, payload).  A `start`
-    below the first record retained is refused, naming it (iterating raises
-    `purelink.Error`): never a silent gap.
+    from position `start`; iterate the result for (position, payload).
+    `start` 1 (the default) or 0 is the beginning of the stream: the first
+    record retained, as for `Store.read`.  A later `start` below the first
+    record retained is refused, naming it (iterating raises `purelink.Error`):
+    never a silent gap.
 
     `reconnect`: seconds to keep trying to resume after the connection breaks
     (0: raise at once), and to reach the listener in the first place.  See the
@@ -98,7 +99,8 @@ def subscribe(
     if not reconnect >= 0:
         raise ValueError(f"reconnect must be a number of seconds >= 0, not {reconnect!r}")
     encode_request(stream, start, follow, secret)  # checks name and start
-    sub = Subscription(url, stream, start, follow, secret, timeout, reconnect)
+    # 1 is the beginning, which the request says as 0: "the first retained"
+    sub = Subscription(url, stream, 0 if start == 1 else start, follow, secret, timeout, reconnect)
     sub._first_connect()
     return sub
 

@@ -470,7 +470,7 @@ class TailServer:
                 raise _Refused(
                     "tail_below_retained",
                     f"stream {stream!r}: records retained start at {table[0][0]}, "
-                    f"cannot read from {position} (start 0 reads from the first retained)",
+                    f"cannot read from {position} (start 1 reads from the first retained)",
                 )
             i = bisect_right([base for base, _ in table], position) - 1
             base, path = table[i]
