@@ -11,13 +11,15 @@ Exit codes, for every verb (SPEC section 4):
 * 1   the operation failed: an unreachable listener (`ConnectError`), any other
       `purelink.Error`, an OS error such as an address in use, a demo whose
       read-back differs;
-* 2   bad arguments: argparse errors, a malformed address or stream name, a
-      missing file, a refused non-loopback bind;
-* 130 interrupted by SIGINT (Ctrl-C), quietly.
+* 2   bad arguments: argparse errors, a malformed address, stream or producer
+      name, a number out of range, a missing file, a refused non-loopback bind,
+      a --data that is empty or not a store;
+* 130 interrupted by SIGINT (Ctrl-C), quietly -- `send` says what was stored;
+      a demo stopped by SIGTERM or SIGHUP exits 143 or 129, cleaned up.
 
 Every failure is ONE line on stderr, `purelink: error: ...`, never a usage dump
 and never a traceback.  A closed stdout (`purelink read ... | head`) exits 0
-quietly.
+quietly.  `send` lives in _cli_send.py, `bench` in _cli_bench.py.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import NoReturn
 
 from . import ConnectError, Error, _address, subscribe
+from ._cli_bench import cmd_bench
 from ._cli_common import PROG, UsageError, fail, format_address, read_secret, silence_stdout
 from ._cli_send import cmd_send
 from .protocol.names import is_valid_name, validate_stream_name
@@ -386,45 +389,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 1
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    """Hand over to the benchmark suite (docs/performance.md).  A wheel ships it
-    as `purelink.bench` (setup.py copies bench/ in); an editable install runs
-    it from bench/ of its checkout.  Options after a single name go to it."""
-    bench = _bench_suite()
-    names: dict[str, str] = bench.BENCHMARKS
-    if args.options and len(args.names) != 1:
-        raise UsageError(
-            f"options {' '.join(args.options)!r} need exactly one benchmark name "
-            f"(choose from {', '.join(names)})"
-        )
-    unknown = [n for n in args.names if n not in names]
-    if unknown:
-        raise UsageError(f"unknown benchmark {unknown[0]!r} (choose from {', '.join(names)})")
-    return int(bench.main([*args.names, *args.options, *(["--json"] if args.json else [])]))
-
-
-def _bench_suite() -> ModuleType:
-    """`purelink.bench`, else the `bench` package of the checkout this file is in."""
-    import importlib  # noqa: PLC0415 -- only this verb needs it
-
-    checkout = Path(__file__).resolve().parents[2]
-    for name in (f"{__package__}.bench", "bench"):
-        if name == "bench":
-            if not (checkout / "bench" / "__init__.py").is_file():
-                continue
-            sys.path.insert(0, str(checkout))
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise Error(f"the benchmarks need {exc.name!r}: pip install '.[bench]'") from None
-    raise UsageError(
-        "the benchmarks are not installed with this copy of purelink: they are bench/ "
-        "of the source checkout (pip install . from it, or python -m bench there)"
-    )
-
-
 # --- the parser ---
 
 
@@ -575,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=_int_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
     )
 
-    p = verb("bench", "run the benchmark suite (options after one NAME go to it)", _cmd_bench)
+    p = verb("bench", "run the benchmark suite (options after one NAME go to it)", cmd_bench)
     p.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     return parser
