@@ -177,6 +177,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.udp is None and args.tcp is None:
         raise UsageError("nothing to listen on: both --udp and --tcp are disabled")
+    if args.metrics is not None:
+        from . import metrics  # noqa: PLC0415 -- see the imports
+
+        if not metrics.available():
+            raise UsageError(f"--metrics needs prometheus-client: {metrics.INSTALL}")
     secret = _read_secret(args.secret_file)
     if secret is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
@@ -223,8 +228,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             os.write(wake_w, bytes([signum & 0xFF]))
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    exporter = None
     try:
         listener.start()
+        if args.metrics is not None:  # up before the ready line, so it means both
+            exporter = metrics.MetricsServer(listener, args.metrics)
+            shown = _format_address(exporter.address)
+            logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
         try:
             parts = [f"{PROG} listening"]
             if listener.udp_address is not None:
@@ -247,6 +257,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         # Signals during close are swallowed by on_signal: close flushes and
         # syncs; SIGKILL remains for the impatient, and the store recovers.
+        if exporter is not None:
+            exporter.close()
         listener.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -506,6 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret-file", metavar="F", help="authenticate every datagram with this key")
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without a secret"
+    )
+    p.add_argument(
+        "--metrics",
+        type=_bind_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (needs: pip install 'purelink[metrics]')",
     )
     p.add_argument(
         "--segment-bytes",

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from . import _address
 from .errors import Error
-from .listener_parts import ListenerStats, StoreOverDataDir
+from .listener_parts import ListenerStats, StoreOverDataDir, SyncTimes
 from .listener_tcp import TCP_PREFIX, TcpServer
 from .primitives.pool import BufferPool
 from .protocol.listener_core import CoreConfig, ListenerCore
@@ -150,6 +150,9 @@ class Listener:
         self._datagrams = 0
         self._bytes = 0
         self._syncs = 0
+        self._sync_times = SyncTimes()  # for serve --metrics (purelink/metrics.py)
+        self._stream_records: dict[str, int] = {}  # stored since start, per stream
+        self._stream_bytes: dict[str, int] = {}
         self._store_errors = 0  # batches received that the store failed to write
         self._failed_streams: set[str] = set()
         self._failure_r = self._failure_w = -1  # readable once a thread of ours died
@@ -231,8 +234,7 @@ class Listener:
             if self._data is not None and self.sync != "none":
                 for name in self._data.streams():
                     try:
-                        self._data.stream(name, create=False).sync()
-                        self._syncs += 1
+                        self._timed_sync(self._data.stream(name, create=False))
                     except (OSError, Error) as exc:  # a failed log refuses: sync the others
                         log.error("purelink: stream %s was not synced at close: %s", name, exc)
         finally:
@@ -313,6 +315,12 @@ class Listener:
             pool_misses=pool.misses,
             memory=core.memory if core is not None else 0,
             dropped=dropped,
+            frames=tcp.frames if tcp else 0,
+            subscribers=self._tail.statistics().subscribers if self._tail is not None else 0,
+            stream_records=dict(self._stream_records),
+            stream_bytes=dict(self._stream_bytes),
+            sync_seconds=tuple(self._sync_times.counts),
+            sync_seconds_sum=self._sync_times.sum,
         )
 
     def stats_dict(self) -> dict[str, Any]:
@@ -484,13 +492,17 @@ class Listener:
                 continue
             try:
                 log_: StreamLog = data.stream(stream)
+                before = log_.last_position
                 last = log_.append(writes)
                 core.written(stream, last)
+                records = self._stream_records
+                records[stream] = records.get(stream, 0) + last - before
+                sizes = self._stream_bytes
+                sizes[stream] = sizes.get(stream, 0) + sum([h.length for _, h in writes])
                 if self.sync == "none":
                     core.synced(stream, last)
                 elif self.sync == "always":
-                    core.synced(stream, log_.sync())
-                    self._syncs += 1
+                    core.synced(stream, self._timed_sync(log_))
                 else:
                     self._dirty.append(stream)
                     dirty = True
@@ -528,6 +540,14 @@ class Listener:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
 
     # ------------------------------------------------------- group commit
+    def _timed_sync(self, log_: StreamLog) -> int:
+        """log_.sync(), counted and timed (the histogram of serve --metrics)."""
+        started = time.perf_counter()
+        position = log_.sync()
+        self._sync_times.observe(time.perf_counter() - started)
+        self._syncs += 1
+        return position
+
     def _take_synced(self) -> None:
         core = self._core
         assert core is not None
@@ -555,11 +575,10 @@ class Listener:
                 dirty.add(pending.popleft())
             for stream in dirty:
                 try:
-                    position = data.stream(stream, create=False).sync()
+                    position = self._timed_sync(data.stream(stream, create=False))
                 except Exception:  # pragma: no cover - a disk error: never answer "stored"
                     log.exception("purelink: sync of stream %s failed", stream)
                     continue
-                self._syncs += 1
                 self._synced.append((stream, position))
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._synced_fd, 1)
