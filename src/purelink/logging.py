@@ -68,7 +68,8 @@ _FIXED = ("time", "level", "logger", "message", "thread", "exception", "stack")
 _PLAIN = (str, int, float, bool, type(None))
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
-_CONNECT_TIMEOUT = 5.0
+_CONNECT_FIRST = 0.5  # the first handshake's timeout, doubling up to _CONNECT_MAX
+_CONNECT_MAX = 5.0
 _DRAIN_OUTSIDE_GATE = 1024  # pending records moved before taking the gate for the rest
 
 
@@ -87,14 +88,17 @@ def decode(payload: bytes | bytearray | memoryview | str) -> dict[str, Any]:
     return value
 
 
-def _plain(value: Any) -> Any:
-    """`value` with everything JSON cannot encode made a string."""
+def _plain(value: Any, depth: int = 0) -> Any:
+    """`value` with everything JSON cannot encode made a string (a cycle too, at depth 16)."""
     if isinstance(value, _PLAIN):
         return value
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+    if depth < 16:
+        if isinstance(value, dict):
+            return {
+                k if isinstance(k, str) else str(k): _plain(v, depth + 1) for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [_plain(v, depth + 1) for v in value]
     return str(value)
 
 
@@ -224,7 +228,8 @@ class LinkHandler(logging.Handler):
             "message": record.getMessage(),
             "thread": record.threadName,
         }
-        if record.exc_info and not record.exc_text:  # cached there, as logging.Formatter does
+        # cached on the record, as logging.Formatter does; loguru hands over "\n"
+        if record.exc_info and not (record.exc_text and record.exc_text.strip()):
             record.exc_text = self._exceptions.formatException(record.exc_info)
         if record.exc_text:
             doc["exception"] = record.exc_text
@@ -287,6 +292,7 @@ class LinkHandler(logging.Handler):
     def _connect_loop(self) -> None:
         time.sleep(0)  # let the thread that started this one have the GIL back at once
         delay = _BACKOFF_FIRST
+        patience = _CONNECT_FIRST
         told = False
         while True:
             left = self._deadline - time.monotonic()
@@ -297,7 +303,7 @@ class LinkHandler(logging.Handler):
                 link = connect(
                     self.url,
                     stream=self.stream,
-                    timeout=min(_CONNECT_TIMEOUT, left),
+                    timeout=min(patience, left),
                     **self._options,
                 )
                 break
@@ -313,6 +319,7 @@ class LinkHandler(logging.Handler):
                 return
             self._wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
             delay = min(delay * 2, _BACKOFF_MAX)
+            patience = min(patience * 2, _CONNECT_MAX)
         pending = self._pending
         while len(pending) > _DRAIN_OUTSIDE_GATE:  # emit only appends on the right
             self._move(link, pending.popleft())
