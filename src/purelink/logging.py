@@ -59,11 +59,11 @@ from purelink.protocol.names import validate_stream_name
 __all__ = ["LinkHandler", "decode"]
 
 # LogRecord attributes that are not `extra=` fields
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
-    "message",
-    "asctime",
-    "taskName",
-}
+_BARE = logging.LogRecord("", 0, "", 0, "", (), None).__dict__
+_BARE_SIZE = len(_BARE)  # a record with no more attributes than this has no extra= field
+_STANDARD = frozenset(_BARE) | {"message", "asctime", "taskName"}
+# one encoder for every record: json.dumps() with options builds a new one per call
+_json = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":")).encode
 _FIXED = ("time", "level", "logger", "message", "thread", "exception", "stack")
 _PLAIN = (str, int, float, bool, type(None))
 _BACKOFF_FIRST = 0.05
@@ -236,14 +236,13 @@ class LinkHandler(logging.Handler):
         if record.stack_info:
             doc["stack"] = record.stack_info
         fields = record.__dict__
-        extra = fields.keys() - _STANDARD
-        if extra:
-            for key in sorted(extra):
+        if len(fields) > _BARE_SIZE:
+            for key in sorted(fields.keys() - _STANDARD):
                 doc[f"extra.{key}" if key in _FIXED else key] = fields[key]
         try:
-            text = json.dumps(doc, default=str, ensure_ascii=False, separators=(",", ":"))
+            text = _json(doc)
         except (TypeError, ValueError):  # keys JSON cannot take, a cycle
-            text = json.dumps(_plain(doc), default=str, ensure_ascii=False, separators=(",", ":"))
+            text = _json(_plain(doc))
         return text.encode("utf-8", "backslashreplace")
 
     def _hold(self, payload: bytes) -> Link | None:
