@@ -133,6 +133,8 @@ def run_handler(
     }
 
 
+COLUMNS = ("handler", "us per call (median block)", "us per call (mean)", "records/s",
+           "done means", "dropped")  # fmt: skip
 KINDS = ("LinkHandler", "FileHandler", "QueueHandler", "no handler work")
 DONE = {
     "LinkHandler": "stored (fsynced by the listener)",
@@ -156,8 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "logging",
         "us per logger.info call, and records/s to done, per handler (median of runs)",
         parameters={"records": args.records, "block": args.block, "repeat": args.repeat},
-        columns=["handler", "us per call (median block)", "us per call (mean)", "records/s",
-                 "done means", "dropped"],  # fmt: skip
+        columns=[*COLUMNS],
     )
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with serving("batch") as server, tempfile.TemporaryDirectory() as tmp:
