@@ -14,6 +14,8 @@ logger with one handler, as fast as it can.  Handlers, each in a fresh logger:
 * `QueueHandler` + `QueueListener` to that FileHandler (the standard
   library's non-blocking recipe): the call formats and enqueues, a thread
   writes; done = the listener's queue drained;
+* `JSON, no link` (a Handler that encodes with LinkHandler's JSONFormatter
+  and drops the bytes): how much of LinkHandler's cost is the JSON;
 * `no handler work` (a Handler whose emit does nothing): what the logging
   call itself costs (LogRecord, level checks), under every row above.
 
@@ -40,7 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from purelink.logging import LinkHandler
+from purelink.logging import JSONFormatter, LinkHandler
 
 from ._common import Report, base_parser, serving, summarize_key
 
@@ -52,6 +54,15 @@ FILE_FORMAT = "%(created)f %(levelname)s %(name)s %(threadName)s %(message)s"
 class _NoWork(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         return None
+
+
+class _JSONOnly(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self._encode = JSONFormatter().encode
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._encode(record)
 
 
 def _loop(log: logging.Logger, records: int, block: int) -> tuple[list[float], float]:
@@ -111,7 +122,7 @@ def run_handler(
 
         closers.append(target.close)
     else:
-        handler = _NoWork()
+        handler = _JSONOnly() if kind == "JSON, no link" else _NoWork()
 
         def finish() -> None:
             return None
@@ -135,11 +146,12 @@ def run_handler(
 
 COLUMNS = ("handler", "us per call (median block)", "us per call (mean)", "records/s",
            "done means", "dropped")  # fmt: skip
-KINDS = ("LinkHandler", "FileHandler", "QueueHandler", "no handler work")
+KINDS = ("LinkHandler", "FileHandler", "QueueHandler", "JSON, no link", "no handler work")
 DONE = {
     "LinkHandler": "stored (fsynced by the listener)",
     "FileHandler": "written to the page cache",
     "QueueHandler": "written by the queue's thread",
+    "JSON, no link": "-",
     "no handler work": "-",
 }
 
@@ -174,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "us per call (median block)": summarize_key(runs[kind], "call_us", "us"),
                 "us per call (mean)": summarize_key(runs[kind], "mean_us", "us"),
                 "records/s": summarize_key(runs[kind], "rate", "records/s")
-                if kind != "no handler work"
+                if DONE[kind] != "-"
                 else None,
                 "done means": DONE[kind],
                 "dropped": max(r["dropped"] for r in runs[kind]),

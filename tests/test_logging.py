@@ -298,6 +298,30 @@ def test_dictconfig_builds_it_and_a_formatter_replaces_the_json(
     assert payloads == [f"INFO {name} formatted".encode()]
 
 
+def test_basicconfig_keeps_the_json(listener: purelink.Listener) -> None:
+    root = logging.getLogger()
+    before = root.handlers[:]
+    handler = LinkHandler(_url(listener), "basic")
+    root.handlers.clear()  # basicConfig does nothing where the root has handlers
+    try:
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        logging.getLogger("shop").info("order %s paid", 7)
+        assert handler.wait_stored(10)
+    finally:
+        root.handlers[:] = before
+        handler.close()
+    (record,) = _records(listener.path, "basic")
+    assert (record["logger"], record["message"]) == ("shop", "order 7 paid")
+
+
+def test_json_formatter_works_on_any_handler() -> None:
+    from purelink.logging import JSONFormatter  # noqa: PLC0415
+
+    record = logging.makeLogRecord({"msg": "m %d", "args": (1,), "levelname": "INFO", "k": "v"})
+    assert decode(JSONFormatter().format(record)) == decode(JSONFormatter().encode(record))
+    assert decode(JSONFormatter().format(record))["k"] == "v"
+
+
 def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) -> None:
     log = _logger()
     handler = LinkHandler(_url(listener), "cli")

@@ -56,7 +56,7 @@ from purelink.errors import ConnectError, Error
 from purelink.link import Link, connect
 from purelink.protocol.names import validate_stream_name
 
-__all__ = ["LinkHandler", "decode"]
+__all__ = ["JSONFormatter", "LinkHandler", "decode"]
 
 # LogRecord attributes that are not `extra=` fields
 _BARE = logging.LogRecord("", 0, "", 0, "", (), None).__dict__
@@ -102,14 +102,50 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
+class JSONFormatter(logging.Formatter):
+    """LinkHandler's default format: one JSON object per record (see `decode`).
+
+    Usable with any handler (`logging.FileHandler` for JSON lines, say).
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.encode(record).decode("utf-8")
+
+    def encode(self, record: logging.LogRecord) -> bytes:
+        """The record as UTF-8 JSON."""
+        doc: dict[str, Any] = {
+            "time": record.created,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "thread": record.threadName,
+        }
+        # cached on the record, as logging.Formatter does; loguru hands over "\n"
+        if record.exc_info and not (record.exc_text and record.exc_text.strip()):
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            doc["exception"] = record.exc_text
+        if record.stack_info:
+            doc["stack"] = record.stack_info
+        fields = record.__dict__
+        if len(fields) > _BARE_SIZE:
+            for key in sorted(fields.keys() - _STANDARD):
+                doc[f"extra.{key}" if key in _FIXED else key] = fields[key]
+        try:
+            text = _json(doc)
+        except (TypeError, ValueError):  # keys JSON cannot take, a cycle
+            text = _json(_plain(doc))
+        return text.encode("utf-8", "backslashreplace")
+
+
 class LinkHandler(logging.Handler):
     """Ships each log record as one record on stream `stream` of the listener at `url`.
 
     `url`, `stream`, `producer`, `secret`, `capacity` and `capacity_bytes` are
     those of `purelink.connect`; `secret_file` reads the secret from a file (one
     trailing newline dropped), for `logging.config.dictConfig`; `key_id` is
-    passed to connect.  `formatter` replaces the JSON format (as
-    `setFormatter` does, which `dictConfig`'s "formatter" key calls).
+    passed to connect.  `formatter` replaces the JSON format (JSONFormatter), as
+    `setFormatter` does, which `dictConfig`'s "formatter" key calls.
     `timeout`: how long `close()` waits for everything to be stored.
     """
 
@@ -155,9 +191,9 @@ class LinkHandler(logging.Handler):
         self.timeout = timeout
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
-        if formatter is not None:
-            self.setFormatter(formatter)
-        self._exceptions = logging.Formatter()  # formats tracebacks in the JSON format
+        # a formatter of its own: logging.basicConfig(handlers=...) gives one to every
+        # handler that has none, which would turn the JSON off
+        self.setFormatter(formatter if formatter is not None else JSONFormatter())
         self.dropped = 0
         """Records not stored: refused by a full link, emitted after close, or
         still unstored when close() gave up."""
@@ -219,31 +255,10 @@ class LinkHandler(logging.Handler):
             self._drop(f"the link refused it ({type(exc).__name__}: {exc})")
 
     def _encode(self, record: logging.LogRecord) -> bytes:
-        if self.formatter is not None:
-            return self.format(record).encode("utf-8", "backslashreplace")
-        doc: dict[str, Any] = {
-            "time": record.created,
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "thread": record.threadName,
-        }
-        # cached on the record, as logging.Formatter does; loguru hands over "\n"
-        if record.exc_info and not (record.exc_text and record.exc_text.strip()):
-            record.exc_text = self._exceptions.formatException(record.exc_info)
-        if record.exc_text:
-            doc["exception"] = record.exc_text
-        if record.stack_info:
-            doc["stack"] = record.stack_info
-        fields = record.__dict__
-        if len(fields) > _BARE_SIZE:
-            for key in sorted(fields.keys() - _STANDARD):
-                doc[f"extra.{key}" if key in _FIXED else key] = fields[key]
-        try:
-            text = _json(doc)
-        except (TypeError, ValueError):  # keys JSON cannot take, a cycle
-            text = _json(_plain(doc))
-        return text.encode("utf-8", "backslashreplace")
+        formatter = self.formatter
+        if formatter.__class__ is JSONFormatter:
+            return formatter.encode(record)
+        return self.format(record).encode("utf-8", "backslashreplace")
 
     def _hold(self, payload: bytes) -> Link | None:
         """Before the link is up: keep the record for it (or drop it).  Returns the
