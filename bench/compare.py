@@ -360,17 +360,23 @@ def _plot(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.ticker  # noqa: PLC0415
 
     names = [r["system"] for r in rows]
     rates = [r["records/s"].median for r in rows]
     colors = ["#1f77b4" if d else "#aaaaaa" for d in durable]
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
     ax.barh(names[::-1], rates[::-1], color=colors[::-1])
     for y, rate in enumerate(rates[::-1]):
         ax.text(rate, y, f" {rate:,.0f}", va="center", fontsize=8)
     ax.set_xlabel("records/s, first send to the last done (median of runs)")
-    ax.set_title(f"{records:,} x {size} B from one Python thread (blue: durable when done)")
-    ax.set_xlim(0, max(rates) * 1.25)
+    ax.set_title(
+        f"{records:,} records of {size} B from one Python thread\n"
+        "blue: durable (fsynced) when done; grey: not",
+        fontsize=10,
+    )
+    ax.set_xlim(0, max(rates) * 1.2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
