@@ -390,6 +390,8 @@ def test_bad_arguments_fail_at_construction() -> None:
         LinkHandler("http://127.0.0.1:1", "s")
     with pytest.raises(ValueError, match="capacity"):
         LinkHandler("udp://127.0.0.1:1", "s", capacity=0)
+    with pytest.raises(ValueError, match="16 bytes"):
+        LinkHandler("udp://127.0.0.1:1", "s", secret="short")
 
 
 def test_key_id_is_passed_only_where_connect_takes_it(listener: purelink.Listener) -> None:

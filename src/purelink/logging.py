@@ -180,6 +180,8 @@ class LinkHandler(logging.Handler):
             "capacity_bytes": capacity_bytes,
             "secret": secret.encode() if isinstance(secret, str) else secret,
         }
+        if self._options["secret"] is not None and len(self._options["secret"]) < 16:
+            raise ValueError("secret must be at least 16 bytes")  # connect's rule, said now
         if key_id is not None:
             if "key_id" not in inspect.signature(connect).parameters:
                 raise ValueError(
