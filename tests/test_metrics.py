@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -185,3 +186,29 @@ def test_link_collector_exports_link_and_handler_stats(tmp_path: Path) -> None:
 def test_link_collector_needs_a_link() -> None:
     with pytest.raises(TypeError):
         LinkCollector()
+
+
+def test_listener_collector_counts_subscriptions_and_tcp_frames(tmp_path: Path) -> None:
+    from purelink.metrics import ListenerCollector  # noqa: PLC0415
+
+    with purelink.Listener(tmp_path / "data", udp=None, tcp="127.0.0.1:0") as listener:
+        assert listener.tcp_address is not None
+        url = "tcp://%s:%d" % listener.tcp_address
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(ListenerCollector(listener))
+        _ship(url, "s", 10)
+        with purelink.subscribe(url, "s", start=1, follow=True) as subscription:
+            records = iter(subscription)
+            assert next(records)[0] == 1  # the subscriber is being served now
+            during = _parse(generate_latest(registry).decode())
+        deadline = time.monotonic() + 20  # the listener sees the subscriber go, then frees it
+        while True:
+            after = _parse(generate_latest(registry).decode())
+            if after[("purelink_subscriptions", ())] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+    assert during[("purelink_subscriptions", ())] == 1
+    assert during[("purelink_datagrams_received_total", (("transport", "tcp"),))] > 0
+    assert during[("purelink_datagrams_received_total", (("transport", "udp"),))] == 0
+    assert during[("purelink_stream_records_stored_total", (("stream", "s"),))] == 10
+    assert after[("purelink_subscriptions", ())] == 0
