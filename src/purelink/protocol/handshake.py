@@ -257,12 +257,13 @@ class ResponderHello:
     plaintext; `seal_reply` answers without a session, `accept` makes the
     session (the listener's ephemeral) and `seal_resp` answers with it."""
 
-    __slots__ = ("_e", "_key", "_sym", "e_pub", "hello", "session")
+    __slots__ = ("_e", "_h", "_key", "_sym", "e_pub", "hello", "session")
 
     def __init__(self, sym: _Symmetric, hello: bytes) -> None:
         self._sym = sym
         self.hello = hello
         self._key = hkdf(sym.ck, b"purelink reply", 1)[0]
+        self._h = sym.h  # the hash a REPLY is bound to: the INIT's, before accept()
         self._e: X25519PrivateKey | None = None
         self.e_pub = b""
         self.session: Session | None = None
@@ -271,7 +272,7 @@ class ResponderHello:
         """A REPLY: `plaintext` sealed under the INIT's reply key, random nonce."""
         head = _HDR.pack(MAGIC, VERSION, REPLY)
         nonce = os.urandom(12)
-        sealed = AESGCM(self._key).encrypt(nonce, plaintext, self._sym.h + head)
+        sealed = AESGCM(self._key).encrypt(nonce, plaintext, self._h + head)
         return b"".join((head, nonce, sealed))
 
     def accept(self, e_i: bytes) -> Session:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..protocol import events
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
 from .fakes import FakeClock, FakeNet, MemoryStore
+
+if TYPE_CHECKING:
+    from ..protocol.channel import RekeyPolicy
 
 __all__ = ["SimLink", "Simulation"]
 
@@ -56,12 +60,15 @@ class Simulation:
         core_config: CoreConfig | None = None,
         clock: FakeClock | None = None,
         keys: KeyTable | None = None,
+        rekey: RekeyPolicy | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.keys = keys
         """With keys, the listener is a SecureCore and links may be given a secret."""
         self.wall = 1.7e9
         """The Unix time the listener's keys are checked against."""
+        self.rekey = rekey
+        """When the encrypted sessions' keys are updated (None: the defaults)."""
         self.net = net
         self.store = MemoryStore()
         self.core_config = core_config or CoreConfig()
@@ -78,7 +85,7 @@ class Simulation:
             return ListenerCore(self.store, self.core_config)
         from ..protocol.secure_core import SecureCore  # noqa: PLC0415 - needs cryptography
 
-        return SecureCore(self.store, self.core_config, self.keys, lambda: self.wall)
+        return SecureCore(self.store, self.core_config, self.keys, lambda: self.wall, self.rekey)
 
     def add_link(
         self,
@@ -105,7 +112,7 @@ class Simulation:
         else:
             from ..protocol.secure_sender import SecureSender  # noqa: PLC0415
 
-            sender = SecureSender(cfg, secret, key_id)
+            sender = SecureSender(cfg, secret, key_id, self.rekey)
         sender.connect(self.clock.now)
         link = SimLink(
             f"link{self._port}", sender, list(records), ("10.0.0.1", self._port), push_every
