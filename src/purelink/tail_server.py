@@ -71,15 +71,27 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import Error, ProtocolError
 from .primitives.grace import GraceReader
 from .primitives.parker import Parker
+from .protocol.keys import KeyTable
 from .protocol.ratelimit import TokenBuckets
-from .protocol.tail import END, ERROR, PREAMBLE, decode_request, encode_control, request_size
+from .protocol.tail import (
+    END,
+    ERROR,
+    PREAMBLE,
+    Request,
+    decode_request,
+    encode_control,
+    request_size,
+)
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
+
+if TYPE_CHECKING:
+    from .protocol.channel import Channel
 
 __all__ = [
     "HEARTBEAT",
@@ -201,7 +213,7 @@ class TailServer:
         data: DataDir,
         *,
         sync: str,
-        secret: bytes | None = None,
+        keys: KeyTable | None = None,
         max_subscribers: int = 64,
         max_pending: int = 64,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -210,7 +222,9 @@ class TailServer:
     ) -> None:
         """`subscribe_rate` 0: no rate limit."""
         self._data = data
-        self._secret = secret
+        self.keys = keys
+        """With keys, every subscription is encrypted (protocol/tail_seal.py) and
+        a key reads only the streams it may; swapped whole by a reload."""
         self._stored: Callable[[StreamLog], int]
         self._parker: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -267,7 +281,7 @@ class TailServer:
                 self._pending += 1
             elif self._subscribers >= self.max_subscribers:  # refused here: no Thread.start
                 try:  # (it waits for the GIL) on the loop; as _serve would, bad ones first
-                    decode_request(bytes(head[:size]), self._secret)
+                    self._decode(bytes(head[:size]))
                     refusal = self._full()
                 except ProtocolError as exc:
                     refusal = _bad_request(exc)
@@ -346,27 +360,45 @@ class TailServer:
 
     # ---- one subscriber (its own thread) --------------------------------------------
 
+    def _decode(self, raw: bytes) -> tuple[Request, Any]:
+        """The request, and with keys the exchange it opened (ProtocolError if bad)."""
+        keys = self.keys
+        if keys is None:
+            return decode_request(raw), None
+        from .protocol.tail_seal import open_sealed_request  # noqa: PLC0415 - with keys only
+
+        request, hs, e_i, _ = open_sealed_request(raw, keys, time.time())
+        return request, (hs, e_i)
+
     def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
         subscribed = False
+        out: _Out = _Out(self, sock)
         try:
             try:
                 raw = self._read_request(sock, head)
             finally:
                 self._unpend(pending)
-            request = decode_request(raw, self._secret)
+            request, exchange = self._decode(raw)
             with self._lock:
                 if self._subscribers >= self.max_subscribers:
                     raise self._full()
                 self._subscribers += 1
                 self._subscriptions += 1
                 subscribed = True
-            self._stream(sock, request.stream, request.start, request.follow)
+            if exchange is not None:
+                from .protocol.tail_seal import respond  # noqa: PLC0415
+
+                hs, e_i = exchange
+                resp, channel = respond(hs, e_i, time.monotonic())
+                sock.sendall(resp)
+                out = _SealedOut(self, sock, channel)
+            self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
-            self._refuse(sock, _bad_request(exc))
+            self._refuse(out, _bad_request(exc))
         except _Refused as exc:
-            self._refuse(sock, exc)
+            self._refuse(out, exc)
         except Error as exc:  # e.g. the data directory closed under it
-            self._refuse(sock, _Refused("tail_failed", str(exc)))
+            self._refuse(out, _Refused("tail_failed", str(exc)))
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
@@ -377,15 +409,15 @@ class TailServer:
                 self._subscribers -= subscribed
             sock.close()
 
-    def _refuse(self, sock: socket.socket, refusal: _Refused) -> None:
+    def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
         with self._lock:
             if self._closing:
                 return
             self._count(refusal.reason)
         with contextlib.suppress(OSError):
-            sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
-            sock.sendall(encode_control(ERROR, refusal.text))
+            out.sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
+            out.send(encode_control(ERROR, refusal.text))
 
     def _read_request(self, sock: socket.socket, head: bytes) -> bytes:
         """The whole request, within `request_timeout` seconds overall; nothing after it."""
@@ -415,10 +447,11 @@ class TailServer:
         sock.settimeout(None)  # blocking again: sendfile waits for a slow subscriber
         return bytes(data)
 
-    def _stream(self, sock: socket.socket, stream: str, start: int, follow: bool) -> None:
+    def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
+        sock = out.sock
         stream_log = self._wait_for_stream(sock, stream, follow)
         if stream_log is None:  # an unknown stream is empty
-            sock.sendall(encode_control(END))
+            out.send(encode_control(END))
             return
         stored = self._stored
         limit = None if follow else stored(stream_log)
@@ -432,11 +465,11 @@ class TailServer:
                 while position <= upto:
                     if cursor is None:
                         cursor = self._open_at(stream_log, reader, position, stream)
-                    position = self._send(sock, stream_log, cursor, upto)
+                    position = self._send(out, stream_log, cursor, upto)
                     if cursor.fd < 0:
                         cursor = None  # a closed segment sent to its end: on to the next
                 if limit is not None:
-                    sock.sendall(encode_control(END))
+                    out.send(encode_control(END))
                     return
                 self._wait(sock, stream_log, parker, position)
         finally:
@@ -503,7 +536,7 @@ class TailServer:
                 raise
         return cursor
 
-    def _send(self, sock: socket.socket, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
+    def _send(self, out: _Out, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
         """Send the batches of the cursor's segment up to position `upto`; return the
         position that follows them.  Closes the cursor's fd once its (closed)
         segment was sent to its end."""
@@ -518,25 +551,75 @@ class TailServer:
             _skip(stream_log, cursor, upto, size)
         if cursor.offset == start and not (closed and start >= size):
             raise _Refused("tail_damaged", f"segment {cursor.path}: no whole batch at {start}")
-        self._sendfile(sock, cursor.fd, start, cursor.offset - start)
+        out.file(cursor.fd, start, cursor.offset - start)
         if closed and cursor.offset >= size:
             os.close(cursor.fd)
             cursor.fd = -1
         return cursor.position
 
-    def _sendfile(self, sock: socket.socket, fd: int, offset: int, count: int) -> None:
-        out = sock.fileno()
+
+class _Out:
+    """A subscriber's reply, in plaintext: control items by sendall, batches by
+    sendfile straight from the segment."""
+
+    __slots__ = ("server", "sock")
+
+    def __init__(self, server: TailServer, sock: socket.socket) -> None:
+        self.server = server
+        self.sock = sock
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def file(self, fd: int, offset: int, count: int) -> None:
+        server = self.server
+        out = self.sock.fileno()
         while count > 0:
-            if self._closing:
+            if server._closing:
                 raise _Gone
             sent = os.sendfile(out, fd, offset, min(count, SEND_CHUNK))
             if sent == 0:
                 raise _Gone
-            with self._lock:
-                self._sendfile_calls += 1
-                self._bytes_sent += sent
+            with server._lock:
+                server._sendfile_calls += 1
+                server._bytes_sent += sent
             offset += sent
             count -= sent
+
+
+class _SealedOut(_Out):
+    """A subscriber's reply under a session's keys (protocol/tail_seal.py): the same
+    bytes, read from the segment (no sendfile: they must be sealed) and sent in
+    frames of at most CHUNK plaintext bytes."""
+
+    __slots__ = ("channel",)
+
+    def __init__(self, server: TailServer, sock: socket.socket, channel: Channel) -> None:
+        super().__init__(server, sock)
+        self.channel = channel
+
+    def send(self, data: bytes) -> None:
+        from .protocol.tail_seal import frame  # noqa: PLC0415
+
+        self.sock.sendall(frame(self.channel.seal(data, time.monotonic())))
+
+    def file(self, fd: int, offset: int, count: int) -> None:
+        from .protocol.tail_seal import CHUNK, frame  # noqa: PLC0415
+
+        server = self.server
+        seal = self.channel.seal
+        while count > 0:
+            if server._closing:
+                raise _Gone
+            chunk = os.pread(fd, min(count, CHUNK), offset)
+            if not chunk:
+                raise _Gone  # the segment is shorter than its index said: end here
+            sealed = frame(seal(chunk, time.monotonic()))
+            self.sock.sendall(sealed)
+            with server._lock:
+                server._bytes_sent += len(sealed)
+            offset += len(chunk)
+            count -= len(chunk)
 
 
 def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
@@ -591,8 +674,13 @@ def _source(sock: socket.socket) -> object:
     return peer[0] if isinstance(peer, tuple) else peer
 
 
+_KEY_REASONS: Final = frozenset(
+    {"unauthenticated", "unknown_key", "expired_key", "bad_secret", "forbidden"}
+)
+
+
 def _bad_request(exc: ProtocolError) -> _Refused:
-    bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
+    bad = f"tail_{exc.reason}" if exc.reason in _KEY_REASONS else "tail_bad_request"
     return _Refused(bad, str(exc))
 
 

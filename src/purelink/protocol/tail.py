@@ -60,6 +60,8 @@ __all__ = [
     "ERROR",
     "FLAG_FOLLOW",
     "FLAG_MAC",
+    "FLAG_SEALED",
+    "MAX_INIT",
     "MAX_ITEM",
     "PREAMBLE",
     "Request",
@@ -73,6 +75,10 @@ __all__ = [
 PREAMBLE: Final = b"PLTAIL01"
 FLAG_FOLLOW: Final = 0x01
 FLAG_MAC: Final = 0x80
+FLAG_SEALED: Final = 0x40
+"""The request is an INIT (tail_seal.py): the reply comes encrypted."""
+MAX_INIT: Final = 1024
+"""Largest INIT a sealed request may carry."""
 END: Final = 1
 ERROR: Final = 2
 
@@ -117,7 +123,9 @@ def request_size(head: bytes | bytearray | memoryview) -> int | None:
     """The whole request's size, once its fixed part (18 bytes) is known; else None."""
     if len(head) < _FIXED.size:
         return None
-    _, _, flags, n = _FIXED.unpack_from(head)
+    _, start, flags, n = _FIXED.unpack_from(head)
+    if flags & FLAG_SEALED:  # `start` holds the INIT's length (tail_seal.py)
+        return int(_FIXED.size + min(start, MAX_INIT) + _U32.size)
     return int(_FIXED.size + n + _U32.size + (MAC_SIZE if flags & FLAG_MAC else 0))
 
 
