@@ -398,7 +398,7 @@ class Link:
             # silence is all a link can observe then
             raise ConnectError(
                 f"no answer from {self.url} within {self._timeout:g} s "
-                "(no listener there, or a secret where it has none, or none where it has one?)"
+                "(no listener there, or a missing or unexpected secret?)"
             )
 
     # ------------------------------------------------------ the link thread
