@@ -71,7 +71,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .errors import Error, ProtocolError
 from .primitives.grace import GraceReader
@@ -89,9 +89,9 @@ from .protocol.tail import (
 )
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
-
-if TYPE_CHECKING:
-    from .protocol.channel import Channel
+from .tail_out import Gone as _Gone
+from .tail_out import Out as _Out
+from .tail_out import SealedOut as _SealedOut
 
 __all__ = [
     "HEARTBEAT",
@@ -118,7 +118,6 @@ SUBSCRIBE_BURST: Final = 200.0
 subscribers may resume at once after a listener restart."""
 SUBSCRIBE_SOURCES: Final = 4096
 """Source addresses whose buckets are remembered (protocol/ratelimit.py)."""
-SEND_CHUNK: Final = 8 << 20
 _HANG_UP: Final = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
@@ -190,10 +189,6 @@ class _Cursor:
         self.path = path
         self.offset = offset
         self.position = position  # of the batch at `offset`
-
-
-class _Gone(Exception):
-    """The subscriber went away, or the listener is closing: stop quietly."""
 
 
 class _Refused(Exception):
@@ -556,70 +551,6 @@ class TailServer:
             os.close(cursor.fd)
             cursor.fd = -1
         return cursor.position
-
-
-class _Out:
-    """A subscriber's reply, in plaintext: control items by sendall, batches by
-    sendfile straight from the segment."""
-
-    __slots__ = ("server", "sock")
-
-    def __init__(self, server: TailServer, sock: socket.socket) -> None:
-        self.server = server
-        self.sock = sock
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def file(self, fd: int, offset: int, count: int) -> None:
-        server = self.server
-        out = self.sock.fileno()
-        while count > 0:
-            if server._closing:
-                raise _Gone
-            sent = os.sendfile(out, fd, offset, min(count, SEND_CHUNK))
-            if sent == 0:
-                raise _Gone
-            with server._lock:
-                server._sendfile_calls += 1
-                server._bytes_sent += sent
-            offset += sent
-            count -= sent
-
-
-class _SealedOut(_Out):
-    """A subscriber's reply under a session's keys (protocol/tail_seal.py): the same
-    bytes, read from the segment (no sendfile: they must be sealed) and sent in
-    frames of at most CHUNK plaintext bytes."""
-
-    __slots__ = ("channel",)
-
-    def __init__(self, server: TailServer, sock: socket.socket, channel: Channel) -> None:
-        super().__init__(server, sock)
-        self.channel = channel
-
-    def send(self, data: bytes) -> None:
-        from .protocol.tail_seal import frame  # noqa: PLC0415
-
-        self.sock.sendall(frame(self.channel.seal(data, time.monotonic())))
-
-    def file(self, fd: int, offset: int, count: int) -> None:
-        from .protocol.tail_seal import CHUNK, frame  # noqa: PLC0415
-
-        server = self.server
-        seal = self.channel.seal
-        while count > 0:
-            if server._closing:
-                raise _Gone
-            chunk = os.pread(fd, min(count, CHUNK), offset)
-            if not chunk:
-                raise _Gone  # the segment is shorter than its index said: end here
-            sealed = frame(seal(chunk, time.monotonic()))
-            self.sock.sendall(sealed)
-            with server._lock:
-                server._bytes_sent += len(sealed)
-            offset += len(chunk)
-            count -= len(chunk)
 
 
 def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
