@@ -64,9 +64,7 @@ def _pair(variant: str) -> tuple[Sender, ListenerCore]:
         return Sender(SenderConfig("bench", secret=KEY, pad=True)), ListenerCore(
             store, CoreConfig(secret=KEY)
         )
-    return SecureSender(config, KEY), SecureCore(
-        store, None, KeyTable.single(KEY), lambda: 1.7e9
-    )
+    return SecureSender(config, KEY), SecureCore(store, None, KeyTable.single(KEY), lambda: 1.7e9)
 
 
 def run_core(variant: str, records: list[bytes]) -> dict[str, Any]:
