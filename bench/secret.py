@@ -1,10 +1,10 @@
-"""`python -m bench.secret`: what encryption costs per record (SPEC 7, docs/performance.md).
+"""`python -m bench.secret`: what encryption costs per record (docs/performance.md).
 
 Why it exists: with a secret every datagram is sealed with AES-256-GCM under
-session keys (protocol/channel.py); before, it carried a keyed BLAKE2b MAC
-and travelled in clear.  SPEC 7 and issue 16 ask that the per-record CPU of
-an encrypted link be no higher than the MAC-only link's, measured in the
-same run.  Three measurements, each with its variants interleaved so that a
+session keys (protocol/channel.py, docs/security.md); the protocol layer
+also still speaks its older form, a keyed BLAKE2b MAC on datagrams that
+travel in clear.  The per-record CPU of an encrypted link must be no higher
+than the MAC-only link's, measured in the same run.  Three measurements, each with its variants interleaved so that a
 busy moment of the machine hits them alike:
 
 * `core` rows: the protocol work of both sides, in memory, in one thread
