@@ -1,7 +1,7 @@
 """The key exchange that opens an encrypted link: two messages, sans-IO.
 
-Why it exists: with a secret, SPEC section 7 asks for every datagram to be
-encrypted under session keys that come from an ephemeral X25519 exchange
+Why it exists: with a secret, every datagram is encrypted (docs/security.md)
+under session keys that come from an ephemeral X25519 exchange
 mixed with the pre-shared key, so that someone who later steals the key
 still cannot read recorded traffic (forward secrecy).  This module is that
 exchange and nothing else: bytes and keys in, bytes and keys out, no

@@ -1,6 +1,6 @@
 """Encrypted subscriptions: the request as an INIT, the reply in sealed frames.
 
-Why it exists: with a secret, SPEC section 7 wants every frame encrypted,
+Why it exists: with a secret every frame is encrypted (docs/security.md),
 and a subscription's reply is the stream's records.  The plaintext
 subscription protocol (tail.py) is kept whole and carried inside the
 encrypted layer of handshake.py and channel.py, as a link's datagrams are:
