@@ -3,9 +3,10 @@
 Why it exists: with a secret every datagram is sealed with AES-256-GCM under
 session keys (protocol/channel.py, docs/security.md); the protocol layer
 also still speaks its older form, a keyed BLAKE2b MAC on datagrams that
-travel in clear.  The per-record CPU of an encrypted link must be no higher
-than the MAC-only link's, measured in the same run.  Three measurements, each with its variants interleaved so that a
-busy moment of the machine hits them alike:
+travel in clear. The per-record CPU of an encrypted link must be no higher
+than the MAC-only link's, measured in the same run. Three measurements, each
+with its variants interleaved so that a busy moment of the machine hits them
+alike:
 
 * `core` rows: the protocol work of both sides, in memory, in one thread
   and no sockets: a Sender packs `--records` records of 61 B, a listener

@@ -1,9 +1,10 @@
 """The listener's keys: who may open a link or a subscription, to which streams.
 
 Why it exists: one shared secret that grants everything is the gap
-`--keys-file` closes (docs/security.md, "Keys, permissions and rotation").  This module is the file's parser and
-the table it yields; the handshake (secure_core.py) looks a key up by the id
-an INIT names and asks it about the stream of the HELLO inside.
+`--keys-file` closes (docs/security.md, "Keys, permissions and rotation").
+This module is the file's parser and the table it yields; the handshake
+(secure_core.py) looks a key up by the id an INIT names and asks it about
+the stream of the HELLO inside.
 
 The file, one key per line (docs/security.md has an example):
 
