@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from purelink.protocol import wire
 from purelink.protocol.channel import RekeyPolicy
@@ -254,3 +256,40 @@ def test_answers_to_unproven_addresses_stay_within_3x() -> None:
         core.receive_datagram(init, ("10.0.0.9", 9), 1.0)
         (answer,) = core.datagrams_to_send(1.0)
         assert len(answer[0]) <= 3 * len(init)
+
+
+def _init_of(secret: bytes = SECRET, key_id: str = "") -> bytes:
+    sender = SecureSender(SenderConfig("orders"), secret, key_id)
+    sender.connect(1.0)
+    (init,) = sender.datagrams_to_send(1.0)
+    return init
+
+
+def test_every_truncation_of_an_init_is_dropped_and_keeps_nothing() -> None:
+    """Byte by byte: no prefix of a real INIT opens, answers more than 3x, or leaves state."""
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    init = _init_of()
+    for n in range(len(init)):
+        core.receive_datagram(init[:n], ("10.0.0.9", 9), 1.0)
+        for answer, _ in core.datagrams_to_send(1.0):
+            assert len(answer) <= 3 * max(n, 1)
+    assert sum(core.stats.dropped.values()) == len(init)
+    assert core.links == 0 and core.stats.retries == 0
+    core.receive_datagram(init + b"junk", ("10.0.0.9", 9), 1.0)  # trailing junk: no tag
+    assert core.stats.dropped.get("bad_secret") is not None and core.stats.retries == 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x04]), st.binary(max_size=300))
+def test_junk_is_dropped_by_both_sides_and_never_raises(kind: int, body: bytes) -> None:
+    data = b"PL\x01" + bytes((kind,)) + body
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    core.receive_datagram(data, ("10.0.0.9", 9), 1.0)
+    for answer, _ in core.datagrams_to_send(1.0):
+        assert len(answer) <= 3 * len(data)
+    assert core.links == 0 and sum(core.stats.dropped.values()) == 1
+    sender = SecureSender(SenderConfig("orders"), SECRET)
+    sender.connect(1.0)
+    sender.datagrams_to_send(1.0)
+    sender.receive_datagram(data, 1.0)
+    assert sender.state == SenderState.CONNECTING and sender.stats.dropped == 1
