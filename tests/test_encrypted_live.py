@@ -269,3 +269,35 @@ def test_a_reload_under_load_loses_nothing(tmp_path: Path) -> None:
                 time.sleep(0.01)
         assert lst.stats().dropped.get("key_revoked") == 1
         link.close(timeout=1)
+
+
+def test_a_reload_ends_the_subscriptions_of_a_removed_key(tmp_path: Path) -> None:
+    with listening(tmp_path) as lst:
+        udp, tcp = urls(lst)
+        with purelink.connect(udp, stream="orders-1", secret=ALL, key_id="all") as link:
+            link.queue(b"one")
+            assert link.wait_stored(timeout=10)
+        kept = purelink.subscribe(tcp, "orders-1", secret=ALL, key_id="all")
+        gone = purelink.subscribe(tcp, "orders-1", secret=READER, key_id="reader")
+        assert next(kept) == (1, b"one") and next(gone) == (1, b"one")
+        outcome: list[BaseException] = []
+
+        def follow() -> None:
+            try:
+                for _ in gone:
+                    pass
+            except purelink.Error as exc:
+                outcome.append(exc)
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        lst.set_keys(KeyTable([Key("all", ALL)]))
+        follower.join(15)  # a parked follower notices within its heartbeat (5 s)
+        assert not follower.is_alive() and outcome
+        with purelink.connect(udp, stream="orders-1", secret=ALL, key_id="all") as link:
+            link.queue(b"two")
+            assert link.wait_stored(timeout=10)
+        assert next(kept) == (2, b"two")  # the other key's subscription runs on
+        kept.close()
+        assert lst._tail is not None
+        assert lst._tail.statistics().dropped.get("tail_key_revoked") == 1

@@ -450,7 +450,7 @@ class Listener:
             ended = core.set_keys(keys, now)
             log.info("purelink: keys reloaded (%d keys); %d sessions ended", len(keys), ended)
         if self._tail is not None:
-            self._tail.keys = keys
+            self._tail.set_keys(keys)
 
     def add_source(self, fd: int, handler: Callable[[float, int], None], events: int = 0) -> None:
         """Poll `fd` in the loop and call `handler(now, event_mask)` when it is ready.

@@ -239,6 +239,7 @@ class TailServer:
         )
         self._lock = threading.Lock()
         self._threads: dict[socket.socket, threading.Thread] = {}
+        self._keyed: dict[socket.socket, tuple[str, str]] = {}  # sealed: (key id, stream)
         self._closing = False
         self._pending = 0
         self._subscribers = 0
@@ -310,6 +311,24 @@ class TailServer:
             mine.close()
         return TAKEN
 
+    def set_keys(self, keys: KeyTable) -> int:
+        """Use `keys` for new subscriptions; end those whose key is gone, expired or
+        may no longer read their stream (their connection is shut down, counted
+        `tail_key_revoked`).  Any thread.  Returns how many were ended."""
+        wall = time.time()
+        with self._lock:
+            self.keys = keys
+            ended = []
+            for sock, (key_id, stream) in self._keyed.items():
+                key = keys.get(key_id)
+                if key is None or key.expired(wall) or not key.may_read(stream):
+                    ended.append(sock)
+                    self._count("tail_key_revoked")
+        for sock in ended:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # unblocks its sendall, or its wait
+        return len(ended)
+
     def _full(self) -> _Refused:
         return _Refused(
             "tail_too_many_subscribers", f"too many subscribers (at most {self.max_subscribers})"
@@ -362,8 +381,8 @@ class TailServer:
             return decode_request(raw), None
         from .protocol.tail_seal import open_sealed_request  # noqa: PLC0415 - with keys only
 
-        request, hs, e_i, _ = open_sealed_request(raw, keys, time.time())
-        return request, (hs, e_i)
+        request, hs, e_i, key = open_sealed_request(raw, keys, time.time())
+        return request, (hs, e_i, key.key_id)
 
     def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
         subscribed = False
@@ -383,7 +402,9 @@ class TailServer:
             if exchange is not None:
                 from .protocol.tail_seal import respond  # noqa: PLC0415
 
-                hs, e_i = exchange
+                hs, e_i, key_id = exchange
+                with self._lock:
+                    self._keyed[sock] = (key_id, request.stream)
                 resp, channel = respond(hs, e_i, time.monotonic())
                 sock.sendall(resp)
                 out = _SealedOut(self, sock, channel)
@@ -401,6 +422,7 @@ class TailServer:
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
+                self._keyed.pop(sock, None)
                 self._subscribers -= subscribed
             sock.close()
 
