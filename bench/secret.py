@@ -20,6 +20,9 @@ alike:
   thread queueing one record at a time: records/s and CPU ns per record of
   the link thread, the listener thread and the process; `no-secret` vs
   `encrypted` (the MAC-only link is no longer reachable through the API).
+* `tail` rows: a subscription (`follow=False`) reads every record back over
+  TCP from a listener in this process: plaintext batches by `sendfile` vs
+  sealed frames read with `pread`; records/s and process CPU per record.
 * `wire` rows: one full DATA datagram of 61 B records sealed and opened in a
   loop, MAC vs AEAD, free of the scheduler's noise; per record.
 
@@ -172,6 +175,39 @@ def run_link(secret: bytes | None, records: list[bytes]) -> dict[str, Any]:
     }
 
 
+def run_tail(secret: bytes | None, records: list[bytes]) -> dict[str, Any]:
+    """A subscription reads back every record (follow=False) from a listener in this
+    process: records/s and the process's CPU ns per record while it reads."""
+    n = len(records)
+    with tempfile.TemporaryDirectory(prefix="purelink-bench-secret-") as tmp:
+        listener = purelink.Listener(
+            Path(tmp) / "data", udp="127.0.0.1:0", tcp="127.0.0.1:0", secret=secret
+        )
+        listener.start()
+        try:
+            assert listener.udp_address is not None and listener.tcp_address is not None
+            udp = "udp://%s:%d" % listener.udp_address
+            tcp = "tcp://%s:%d" % listener.tcp_address
+            with purelink.connect(udp, stream="bench", secret=secret) as link:
+                for record in records:
+                    link.queue(record)
+                if not link.wait_stored(timeout=TOLD_TIMEOUT):
+                    raise RuntimeError("not all stored")
+            cpu0 = self_cpu_ns()
+            t0 = time.perf_counter_ns()
+            got = 0
+            with purelink.subscribe(tcp, "bench", follow=False, secret=secret) as sub:
+                for chunk in sub.chunks():
+                    got += len(chunk)
+            t1 = time.perf_counter_ns()
+            cpu1 = self_cpu_ns()
+        finally:
+            listener.close()
+    if got != n:
+        raise RuntimeError(f"read {got:,} of {n:,}")
+    return {"rate": n / ((t1 - t0) / 1e9), "process_cpu_ns": (cpu1 - cpu0) / n}
+
+
 # ------------------------------------------------------------------ wire rows
 def _full_batch(size: int, overhead: int) -> tuple[bytes, int]:
     budget = 1400 - wire.DATA_OVERHEAD - wire.BATCH_HEADER - overhead
@@ -221,6 +257,7 @@ def build_report(
     args: argparse.Namespace,
     cores: dict[str, list[dict[str, Any]]],
     links: dict[str, list[dict[str, Any]]],
+    tails: dict[str, list[dict[str, Any]]],
     wire_rows: dict[str, dict[str, float]],
 ) -> Report:
     report = Report(
@@ -246,6 +283,12 @@ def build_report(
             process_cpu_ns=summarize_key(rs, "process_cpu_ns", "ns/record"),
             datagrams=summarize_key(rs, "datagrams"),
         )
+    for variant, rs in tails.items():
+        report.add(
+            variant=f"tail: {variant}",
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            process_cpu_ns=summarize_key(rs, "process_cpu_ns", "ns/record"),
+        )
     for variant, row in wire_rows.items():
         report.add(
             variant=f"wire: {variant}",
@@ -269,7 +312,14 @@ def build_report(
             f"link, encrypted vs none, {what}: {after:,.0f} vs {before:,.0f} "
             f"({(after - before) / before:+.1%})"
         )
-    report.extra = {"core": cores, "link": links, "wire": wire_rows}
+    a, b = tails["no-secret"], tails["encrypted"]
+    before = summarize_key(a, "process_cpu_ns").median
+    after = summarize_key(b, "process_cpu_ns").median
+    report.notes.append(
+        f"subscription, encrypted vs none, process CPU/record: {after:,.0f} vs {before:,.0f} "
+        f"({(after - before) / before:+.1%})"
+    )
+    report.extra = {"core": cores, "link": links, "tail": tails, "wire": wire_rows}
     return report
 
 
@@ -289,13 +339,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = make_records(args.records, args.size)
     cores: dict[str, list[dict[str, Any]]] = {v: [] for v in CORE_VARIANTS}
     links: dict[str, list[dict[str, Any]]] = {v: [] for v in LINK_VARIANTS}
+    tails: dict[str, list[dict[str, Any]]] = {v: [] for v in LINK_VARIANTS}
     for _ in range(args.repeat):  # alternate, so drift hits every variant alike
         for variant in CORE_VARIANTS:
             cores[variant].append(run_core(variant, data))
         for variant, secret in LINK_VARIANTS.items():
             links[variant].append(run_link(secret, data))
+        for variant, secret in LINK_VARIANTS.items():
+            tails[variant].append(run_tail(secret, data))
     wire_rows = time_wire(args.size, args.loops)
-    build_report(args, cores, links, wire_rows).emit(args.json)
+    build_report(args, cores, links, tails, wire_rows).emit(args.json)
     return 0
 
 
