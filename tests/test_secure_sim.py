@@ -293,3 +293,24 @@ def test_junk_is_dropped_by_both_sides_and_never_raises(kind: int, body: bytes) 
     sender.datagrams_to_send(1.0)
     sender.receive_datagram(data, 1.0)
     assert sender.state == SenderState.CONNECTING and sender.stats.dropped == 1
+
+
+def test_an_init_replayed_from_another_address_is_refused() -> None:
+    """Over TCP no cookie binds a HELLO to its address: a recorded INIT played on
+    another connection must not open a session that fences the live one."""
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    sender = SecureSender(SenderConfig("orders", producer="app"), SECRET)
+    sender.connect(1.0)
+    (init,) = sender.datagrams_to_send(1.0)
+    core.receive_datagram(init, ("tcp", 1), 1.0, proven=True)
+    for answer, _ in core.datagrams_to_send(1.0):
+        sender.receive_datagram(answer, 1.0)
+    assert sender.state == SenderState.OPEN and core.links == 1
+    core.receive_datagram(init, ("tcp", 2), 2.0, proven=True)  # the replay
+    assert core.datagrams_to_send(2.0) == []
+    assert core.stats.dropped == {"replayed_init": 1}
+    assert core.links == 1 and core.stats.fenced == 0
+    core.receive_datagram(init, ("tcp", 1), 2.0, proven=True)  # a retransmission passes:
+    (resp,) = core.datagrams_to_send(2.0)  # the same session's RESP again
+    assert resp[1] == ("tcp", 1) and resp[0][3] == 0x22
+    assert core.stats.dropped == {"replayed_init": 1}

@@ -31,6 +31,16 @@ session's channel.  A channel outlives its session in a bounded memory of
 ended ones (the core's `fenced_memory`), so a fenced session's datagrams
 still get their REFUSE(fenced), sealed.
 
+Replayed INITs.  Over UDP a HELLO's cookie binds it to its address, but a
+TCP connection proves its address itself and needs no cookie, so an INIT
+recorded on the path and played on a new connection would open a session
+(which the attacker cannot use: it lacks the ephemeral private key) that
+fences the live one.  So the ephemerals of INITs that opened are remembered
+for INIT_MEMORY seconds (at most `hello_memory` of them, oldest first out;
+only holders of a key can make one), and the same INIT from another address
+is dropped (`replayed_init`).  A link's own retransmission comes from its
+own address and passes.
+
 Sizes: an INIT is its HELLO plus 53 bytes and answers grow by at most 48
 (RESP) or 32 (REPLY), so the core's 3x rule on the plaintexts still holds
 on the wire.
@@ -64,7 +74,10 @@ from .keys import KeyTable
 from .listener_core import ListenerCore, _Conn
 from .ratelimit import TokenBuckets
 
-__all__ = ["SecureCore"]
+__all__ = ["INIT_MEMORY", "SecureCore"]
+
+INIT_MEMORY = 600.0
+"""Seconds an INIT's ephemeral is remembered against replays from other addresses."""
 
 _RETRY = wire.MsgType.RETRY
 _ACCEPT = wire.MsgType.ACCEPT
@@ -103,6 +116,9 @@ class SecureCore(ListenerCore):
         self._ended: dict[int, _Secure] = {}  # channels of ended sessions, oldest first
         self._pending: dict[tuple[Address, int], ResponderHello] = {}  # this drain's INITs
         self._extra: list[tuple[bytes, Address]] = []  # answers made here, not by the core
+        # ephemerals of INITs that opened -> (their address, remembered until): an INIT
+        # played again from another address is refused (see the module header)
+        self._inits: dict[bytes, tuple[Address, float]] = {}
         cfg = self.config
         self._refusals = (
             TokenBuckets(cfg.handshake_rate, cfg.handshake_burst, cfg.handshake_sources)
@@ -170,6 +186,12 @@ class SecureCore(ListenerCore):
             else:
                 self._outer_drop(data, exc.reason)
             return
+        seen = self._inits.get(e_i)
+        if seen is not None and seen[0] != addr and now < seen[1]:
+            self._outer_drop(data, "replayed_init")
+            return
+        if seen is None:
+            self._remember_init(e_i, addr, now)
         try:
             hello = wire.decode_datagram(hs.hello)
         except ProtocolError as exc:
@@ -190,6 +212,15 @@ class SecureCore(ListenerCore):
             session = hs.accept(e_i)  # the core keeps state now: so may the keys
             channel = Channel(conn_id, session.send, session.receive, now, self._policy)
             self._channels[conn_id] = _Secure(channel, hs, key_id, hello.stream, addr)
+
+    def _remember_init(self, e_i: bytes, addr: Address, now: float) -> None:
+        inits = self._inits
+        inits[e_i] = (addr, now + INIT_MEMORY)
+        while inits:
+            oldest = next(iter(inits))
+            if len(inits) <= self.config.hello_memory and inits[oldest][1] > now:
+                break
+            del inits[oldest]
 
     def _key_refused(
         self, data: bytes | memoryview, addr: Address, now: float, reason: int, name: str
