@@ -35,10 +35,10 @@ Replayed INITs.  Over UDP a HELLO's cookie binds it to its address, but a
 TCP connection proves its address itself and needs no cookie, so an INIT
 recorded on the path and played on a new connection would open a session
 (which the attacker cannot use: it lacks the ephemeral private key) that
-fences the live one.  So the ephemerals of INITs that opened are remembered
-for INIT_MEMORY seconds (at most `hello_memory` of them, oldest first out;
-only holders of a key can make one), and the same INIT from another address
-is dropped (`replayed_init`).  A link's own retransmission comes from its
+fences the live one.  So the ephemerals of INITs that opened on a proven
+peer (a TCP connection) are remembered for INIT_MEMORY seconds (at most
+`hello_memory` of them, oldest first out; only holders of a key can make
+one), and the same INIT on another connection is dropped (`replayed_init`).  A link's own retransmission comes from its
 own address and passes.
 
 Sizes: an INIT is its HELLO plus 53 bytes and answers grow by at most 48
@@ -186,12 +186,13 @@ class SecureCore(ListenerCore):
             else:
                 self._outer_drop(data, exc.reason)
             return
-        seen = self._inits.get(e_i)
-        if seen is not None and seen[0] != addr and now < seen[1]:
-            self._outer_drop(data, "replayed_init")
-            return
-        if seen is None:
-            self._remember_init(e_i, addr, now)
+        if proven:  # (over UDP the HELLO's cookie binds it to its address)
+            seen = self._inits.get(e_i)
+            if seen is not None and seen[0] != addr and now < seen[1]:
+                self._outer_drop(data, "replayed_init")
+                return
+            if seen is None:
+                self._remember_init(e_i, addr, now)
         try:
             hello = wire.decode_datagram(hs.hello)
         except ProtocolError as exc:
