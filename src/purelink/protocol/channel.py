@@ -51,10 +51,11 @@ from .handshake import MAGIC, SEALED, hkdf
 __all__ = ["OVERHEAD", "WINDOW", "Channel", "ChannelStats", "RekeyPolicy", "sealed_conn_id"]
 
 _HEAD = struct.Struct("<2sBBIQ")
+_SIZE: Final = _HEAD.size
 _NONCE = struct.Struct("<IQ")
 OVERHEAD: Final = _HEAD.size + 16
 """Bytes a sealed datagram adds to its plaintext (header, pn, tag): 32."""
-WINDOW: Final = 4096
+WINDOW: Final = 2048
 """Packet numbers the replay window remembers."""
 _MASK: Final = (1 << WINDOW) - 1
 
@@ -77,8 +78,6 @@ class RekeyPolicy:
 class ChannelStats:
     """Counters of a channel."""
 
-    sealed: int = 0
-    opened: int = 0
     send_updates: int = 0
     """Times this side moved to its next sending key."""
     receive_updates: int = 0
@@ -107,6 +106,8 @@ class Channel:
         "_bits",
         "_cur",
         "_cur_first",
+        "_kind",
+        "_max_bytes",
         "_next_key",
         "_next_secret",
         "_phase",
@@ -116,10 +117,10 @@ class Channel:
         "_recv_secret",
         "_send_bytes",
         "_send_key",
-        "_send_packets",
         "_send_secret",
-        "_send_since",
         "_top",
+        "_update_at",
+        "_update_pn",
         "conn_id",
         "pn",
         "policy",
@@ -137,13 +138,18 @@ class Channel:
         self.conn_id = conn_id
         self.policy = policy or RekeyPolicy()
         self.stats = ChannelStats()
-        # sending
+        self.pn = 0
+        """The last packet number sealed."""
+        # sending: the key, its phase, and when it must be replaced
         self._send_secret = send
         self._send_key = _key(send)
         self._phase = 0
-        self._send_packets = 0
+        self._kind = SEALED
+        self._max_bytes = self.policy.rekey_bytes
+        self._update_pn = 0
+        self._update_at = 0.0
         self._send_bytes = 0
-        self._send_since = now
+        self._arm(now)
         # receiving
         self._recv_secret = receive
         self._cur = _key(receive)
@@ -156,25 +162,19 @@ class Channel:
         # replay window: _top is the highest pn opened; bit i of _bits is pn _top - i
         self._top = 0
         self._bits = 0
-        self.pn = 0
-        """The last packet number sealed."""
 
     # ------------------------------------------------------------ sending
     def seal(self, plaintext: bytes | memoryview, now: float) -> bytes:
         """The SEALED datagram carrying `plaintext`."""
-        p = self.policy
-        if (
-            self._send_packets >= p.rekey_packets
-            or self._send_bytes >= p.rekey_bytes
-            or now - self._send_since >= p.rekey_after
-        ):
+        pn = self.pn + 1
+        if pn > self._update_pn or now >= self._update_at:
             self.update(now)
-        self.pn += 1
-        pn = self.pn
-        self._send_packets += 1
-        self._send_bytes += len(plaintext)
-        head = _HEAD.pack(MAGIC, VERSION, SEALED | self._phase, self.conn_id, pn)
-        self.stats.sealed += 1
+        self.pn = pn
+        size = len(plaintext)
+        self._send_bytes += size
+        if self._send_bytes >= self._max_bytes:
+            self._update_pn = pn  # the next datagram goes under the next key
+        head = _HEAD.pack(MAGIC, VERSION, self._kind, self.conn_id, pn)
         return head + self._send_key.encrypt(_NONCE.pack(0, pn), plaintext, head)
 
     def update(self, now: float) -> None:
@@ -182,10 +182,21 @@ class Channel:
         self._send_secret = _next(self._send_secret)
         self._send_key = _key(self._send_secret)
         self._phase ^= 1
-        self._send_packets = 0
-        self._send_bytes = 0
-        self._send_since = now
+        self._kind = SEALED | self._phase
+        self._arm(now)
         self.stats.send_updates += 1
+
+    def _arm(self, now: float) -> None:
+        """The bounds of the current sending key, from the policy."""
+        p = self.policy
+        self._update_pn = self.pn + p.rekey_packets
+        self._update_at = now + p.rekey_after
+        self._send_bytes = 0
+
+    @property
+    def sealed(self) -> int:
+        """Datagrams sealed (the last packet number)."""
+        return self.pn
 
     # ---------------------------------------------------------- receiving
     def open(self, data: bytes | memoryview, now: float) -> bytes:
@@ -195,31 +206,24 @@ class Channel:
         if len(data) < OVERHEAD:
             raise ProtocolError("truncated", "sealed")
         magic, version, kind, conn_id, pn = _HEAD.unpack_from(data)
-        if magic != MAGIC or version != VERSION or kind & ~1 != SEALED:
+        if kind & 0xFE != SEALED or magic != MAGIC or version != VERSION:
             raise ProtocolError("malformed", "not sealed")
         if conn_id != self.conn_id:
             raise ProtocolError("unknown_conn", "sealed for another session")
         top = self._top
-        if pn <= top:
-            back = top - pn
-            if back >= WINDOW or (self._bits >> back) & 1:
-                raise ProtocolError("replayed", f"packet number {pn}")
-        elif not pn:
-            raise ProtocolError("malformed", "packet number 0")
+        if pn <= top and (top - pn >= WINDOW or (self._bits >> (top - pn)) & 1):
+            raise ProtocolError("replayed", f"packet number {pn}")
         view = memoryview(data)
-        head = view[: _HEAD.size].tobytes()
         nonce = _NONCE.pack(0, pn)
-        body = view[_HEAD.size :]
-        phase = kind & 1
         try:
-            if phase == self._recv_phase:
-                plain = self._cur.decrypt(nonce, body, head)
+            if kind & 1 == self._recv_phase:
+                plain = self._cur.decrypt(nonce, view[_SIZE:], view[:_SIZE])
             elif pn < self._cur_first:  # from before the last update
                 if self._prev is None or now > self._prev_until:
                     raise ProtocolError("unauthenticated", "a retired key")
-                plain = self._prev.decrypt(nonce, body, head)
+                plain = self._prev.decrypt(nonce, view[_SIZE:], view[:_SIZE])
             else:  # the peer moved to its next key
-                plain = self._next_key.decrypt(nonce, body, head)
+                plain = self._next_key.decrypt(nonce, view[_SIZE:], view[:_SIZE])
                 self._follow(pn, now)
         except InvalidTag:
             raise ProtocolError("unauthenticated", "sealed") from None
@@ -231,7 +235,6 @@ class Channel:
             self._bits |= 1 << (top - pn)
         if self._prev is not None and now > self._prev_until:
             self._prev = None  # its overlap is over: forget it
-        self.stats.opened += 1
         return plain
 
     def _follow(self, pn: int, now: float) -> None:

@@ -38,8 +38,8 @@ recorded on the path and played on a new connection would open a session
 fences the live one.  So the ephemerals of INITs that opened on a proven
 peer (a TCP connection) are remembered for INIT_MEMORY seconds (at most
 `hello_memory` of them, oldest first out; only holders of a key can make
-one), and the same INIT on another connection is dropped (`replayed_init`).  A link's own retransmission comes from its
-own address and passes.
+one), and the same INIT on another connection is dropped (`replayed_init`).
+A link's own retransmission comes on its own connection and passes.
 
 Sizes: an INIT is its HELLO plus 53 bytes and answers grow by at most 48
 (RESP) or 32 (REPLY), so the core's 3x rule on the plaintexts still holds
@@ -53,12 +53,13 @@ key that is still there (even with a new secret) run on until they end.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import ProtocolError
 from . import wire
-from .channel import Channel, RekeyPolicy
+from .channel import OVERHEAD, Channel, RekeyPolicy
 from .core_parts import Address, CoreConfig, StoreView
 from .handshake import (
     INIT,
@@ -79,6 +80,7 @@ __all__ = ["INIT_MEMORY", "SecureCore"]
 INIT_MEMORY = 600.0
 """Seconds an INIT's ephemeral is remembered against replays from other addresses."""
 
+_CONN = struct.Struct("<I")
 _RETRY = wire.MsgType.RETRY
 _ACCEPT = wire.MsgType.ACCEPT
 _REFUSE = wire.MsgType.REFUSE
@@ -144,12 +146,14 @@ class SecureCore(ListenerCore):
         self._drop(reason)
 
     def _on_sealed(self, data: bytes | memoryview, addr: Address, now: float, proven: bool) -> None:
-        conn_id = int.from_bytes(data[4:8], "little")
+        if len(data) < OVERHEAD:
+            self._outer_drop(data, "truncated")
+            return
+        (conn_id,) = _CONN.unpack_from(data, 4)
         sec = self._channels.get(conn_id) or self._ended.get(conn_id)
         if sec is None:
             self._outer_drop(data, "unknown_conn")
-            if len(data) >= 8:
-                self._extra_unproven(encode_stale(conn_id), addr, len(data))
+            self._extra_unproven(encode_stale(conn_id), addr, len(data))
             return
         if sec.addr != addr:
             self._outer_drop(data, "wrong_address")
@@ -159,10 +163,11 @@ class SecureCore(ListenerCore):
         except ProtocolError as exc:
             self._outer_drop(data, exc.reason)
             return
-        if plain[4:8] != data[4:8]:  # a session's keys speak for that session only
-            self._outer_drop(data, "malformed")
+        if len(plain) < 8 or _CONN.unpack_from(plain, 4)[0] != conn_id:
+            self._outer_drop(data, "malformed")  # a session's keys speak for it only
             return
-        sec.hs = None  # the link has the session keys: no RESP is needed again
+        if sec.hs is not None:
+            sec.hs = None  # the link has the session keys: no RESP is needed again
         super().receive_datagram(plain, addr, now, proven)
 
     def _on_init(self, data: bytes | memoryview, addr: Address, now: float, proven: bool) -> None:
