@@ -7,7 +7,7 @@ encrypted layer of handshake.py and channel.py, as a link's datagrams are:
 
     request   "PLTAIL01", u64 n, u8 flags = FLAG_SEALED, u8 0,
               an INIT of n bytes (<= MAX_INIT) whose HELLO is the plaintext
-              request (tail.encode_request, without a MAC), u32 crc32c
+              request (tail.encode_request), u32 crc32c
     reply     frames: u32 length, then a RESP (the first frame) or a SEALED
               datagram whose plaintext is the next bytes of the plaintext
               reply (batches and control items, tail.py), at most 64 KiB each
