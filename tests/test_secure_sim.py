@@ -314,3 +314,16 @@ def test_an_init_replayed_from_another_address_is_refused() -> None:
     (resp,) = core.datagrams_to_send(2.0)  # the same session's RESP again
     assert resp[1] == ("tcp", 1) and resp[0][3] == 0x22
     assert core.stats.dropped == {"replayed_init": 1}
+
+
+def test_inits_are_rate_limited_per_source_before_they_are_opened() -> None:
+    from purelink.protocol.core_parts import CoreConfig  # noqa: PLC0415
+
+    config = CoreConfig(handshake_rate=0.001, handshake_burst=3)
+    core = SecureCore(MemoryStore(), config, KEYS, lambda: 1.7e9)
+    for _ in range(10):
+        core.receive_datagram(_init_of(OTHER, "nobody"), ("10.0.0.9", 9), 1.0)
+    assert core.stats.dropped == {"unknown_key": 3, "handshake_rate_limited": 7}
+    assert len(core.datagrams_to_send(1.0)) == 3  # three KEYREFUSEs, no more
+    core.receive_datagram(_init_of(), ("10.0.0.10", 9), 1.0)  # another source gets in
+    assert core.stats.retries == 1

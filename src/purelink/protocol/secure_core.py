@@ -13,12 +13,14 @@ What comes in (types of handshake.py):
 * INIT: the key id it names is looked up (unknown -> KEYREFUSE "unknown key
   id"; expired -> "expired key"), the INIT opened with its secret (a wrong
   one -> "wrong secret"), the HELLO inside checked against the key's write
-  globs (no -> REPLY(REFUSE forbidden)) and handed to the core.  If the core
+  globs (no -> REPLY(REFUSE forbidden)) and handed to the core.  INITs are
+  rate-limited per source IP (the core's HELLO bucket settings) before any
+  of this, since opening one costs the listener some 20 us.  If the core
   now has a session for that HELLO, the responder half of the exchange runs
   and the session's channel is kept under its conn id; if not (a RETRY, a
   REFUSE), the INIT's state is kept only until this drain's answers are
   sealed.  So the rule "no state before the address proved itself" holds
-  for the keys too.  KEYREFUSEs are rate-limited per source like HELLOs.
+  for the keys too.
 * SEALED: opened by the channel of its conn id (which checks the replay
   window and the address), then handed to the core; its inner conn id must
   be the channel's.  No channel: the listener answers STALE, so a link
@@ -122,7 +124,7 @@ class SecureCore(ListenerCore):
         # played again from another address is refused (see the module header)
         self._inits: dict[bytes, tuple[Address, float]] = {}
         cfg = self.config
-        self._refusals = (
+        self._init_limiter = (
             TokenBuckets(cfg.handshake_rate, cfg.handshake_burst, cfg.handshake_sources)
             if cfg.handshake_rate > 0
             else None
@@ -171,6 +173,10 @@ class SecureCore(ListenerCore):
         super().receive_datagram(plain, addr, now, proven)
 
     def _on_init(self, data: bytes | memoryview, addr: Address, now: float, proven: bool) -> None:
+        limiter = self._init_limiter  # before any work: opening an INIT costs ~20 us
+        if limiter is not None and not limiter.allow(addr[0], now):
+            self._outer_drop(data, "handshake_rate_limited")
+            return
         try:
             key_id = init_key_id(data)
         except ProtocolError as exc:
@@ -178,16 +184,16 @@ class SecureCore(ListenerCore):
             return
         key = self.keys.get(key_id)
         if key is None:
-            self._key_refused(data, addr, now, wire.RefuseReason.UNKNOWN_KEY, "unknown_key")
+            self._key_refused(data, addr, wire.RefuseReason.UNKNOWN_KEY, "unknown_key")
             return
         if key.expired(self._wall()):
-            self._key_refused(data, addr, now, wire.RefuseReason.EXPIRED_KEY, "expired_key")
+            self._key_refused(data, addr, wire.RefuseReason.EXPIRED_KEY, "expired_key")
             return
         try:
             hs, e_i = open_init(data, key.secret)
         except ProtocolError as exc:
             if exc.reason == "unauthenticated":
-                self._key_refused(data, addr, now, wire.RefuseReason.BAD_SECRET, "bad_secret")
+                self._key_refused(data, addr, wire.RefuseReason.BAD_SECRET, "bad_secret")
             else:
                 self._outer_drop(data, exc.reason)
             return
@@ -228,13 +234,8 @@ class SecureCore(ListenerCore):
                 break
             del inits[oldest]
 
-    def _key_refused(
-        self, data: bytes | memoryview, addr: Address, now: float, reason: int, name: str
-    ) -> None:
+    def _key_refused(self, data: bytes | memoryview, addr: Address, reason: int, name: str) -> None:
         self._outer_drop(data, name)
-        limiter = self._refusals
-        if limiter is not None and not limiter.allow(addr[0], now):
-            return
         self._extra_unproven(encode_keyrefuse(init_ref(data), reason), addr, len(data))
 
     def _extra_unproven(self, answer: bytes, addr: Address, received: int) -> None:
