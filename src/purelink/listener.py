@@ -116,7 +116,8 @@ class Listener:
         self.path = Path(data)
         self.sync = sync
         self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
-        self._new_keys: KeyTable | None = None  # handed to the loop by set_keys()
+        # key tables handed to the loop by set_keys(), each with the event it sets
+        self._new_keys: deque[tuple[KeyTable, threading.Event]] = deque()
         self._segment_bytes = segment_bytes
         # retention (store/retention.py): the default of every stream, and per stream
         self._retain = RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
@@ -427,21 +428,32 @@ class Listener:
             self._epoll = None
             ep.close()
 
-    def set_keys(self, keys: KeyTable) -> None:
+    def set_keys(self, keys: KeyTable, timeout: float = 5.0) -> bool:
         """Use `keys` for every handshake from now on (SIGHUP in `purelink serve`):
         sessions whose key was removed, expired, or no longer allows their stream
         are ended (their links fail with "key revoked"); the others run on.  Any
-        thread; only for a listener started with a secret or keys."""
+        thread; only for a listener given a secret or keys.  Returns once the
+        listener's loop uses them (True), or after `timeout` seconds (False)."""
         if self._keys is None:
             raise ValueError("this listener has no keys: start it with secret= or keys=")
-        self._new_keys = keys
-        if self._wake_fd >= 0:
-            os.eventfd_write(self._wake_fd, 1)
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self._keys = keys  # not serving: start() (or nothing) takes them
+            return True
+        done = threading.Event()
+        self._new_keys.append((keys, done))
+        os.eventfd_write(self._wake_fd, 1)
+        if threading.current_thread() is thread:
+            return False  # the loop takes them when this handler returns
+        return done.wait(timeout)
 
     def _take_keys(self, now: float) -> None:
-        keys, self._new_keys = self._new_keys, None
-        if keys is None:
-            return
+        while self._new_keys:
+            keys, done = self._new_keys.popleft()
+            self._use_keys(keys, now)
+            done.set()
+
+    def _use_keys(self, keys: KeyTable, now: float) -> None:
         self._keys = keys
         from .protocol.secure_core import SecureCore  # noqa: PLC0415 - loaded with the keys
 
