@@ -327,3 +327,25 @@ def test_inits_are_rate_limited_per_source_before_they_are_opened() -> None:
     assert len(core.datagrams_to_send(1.0)) == 3  # three KEYREFUSEs, no more
     core.receive_datagram(_init_of(), ("10.0.0.10", 9), 1.0)  # another source gets in
     assert core.stats.retries == 1
+
+
+def test_a_resent_hello_is_the_same_init_and_a_changed_one_a_new_ephemeral() -> None:
+    """An INIT's key seals one plaintext: a retransmission resends the very bytes,
+    a HELLO that now carries a cookie gets a fresh INIT (a new ephemeral)."""
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    sender = SecureSender(SenderConfig("orders"), SECRET)
+    sender.connect(1.0)
+    (first,) = sender.datagrams_to_send(1.0)
+    sender.handle_timer(1.2)
+    (again,) = sender.datagrams_to_send(1.2)  # no answer: the HELLO again
+    assert again == first
+    core.receive_datagram(again, ("10.0.0.9", 9), 1.2)
+    (retry,) = core.datagrams_to_send(1.2)  # a REPLY carrying a RETRY
+    assert retry[0][3] == 0x23
+    sender.receive_datagram(retry[0], 1.2)
+    (with_cookie,) = sender.datagrams_to_send(1.2)
+    assert with_cookie != first and with_cookie[5:37] != first[5:37]  # a new ephemeral
+    core.receive_datagram(with_cookie, ("10.0.0.9", 9), 1.2)
+    (resp,) = core.datagrams_to_send(1.2)
+    sender.receive_datagram(resp[0], 1.2)
+    assert sender.state == SenderState.OPEN and core.links == 1
