@@ -43,9 +43,10 @@ peer (a TCP connection) are remembered for INIT_MEMORY seconds (at most
 one), and the same INIT on another connection is dropped (`replayed_init`).
 A link's own retransmission comes on its own connection and passes.
 
-Sizes: an INIT is its HELLO plus 53 bytes and answers grow by at most 48
-(RESP) or 32 (REPLY), so the core's 3x rule on the plaintexts still holds
-on the wire.
+Sizes: an INIT is its HELLO plus 53 bytes (and the key id); the answers to
+an address not yet proven are REPLYs, their plaintext plus 32, a KEYREFUSE
+(21) or a STALE (8), so the core's 3x rule on the plaintexts still holds on
+the wire.  A RESP (the ACCEPT plus 64) goes only to a proven address.
 
 Keys change with `set_keys(table)` (SIGHUP): new INITs use the new table
 at once; a session whose key is gone, expired, or no longer allows its
