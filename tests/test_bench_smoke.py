@@ -44,6 +44,7 @@ TINY: dict[str, list[str]] = {
     "logging": ["--records", "2000", "--repeat", "1"],
     # the systems that need nothing beyond the test extra (the others: the bench extra)
     "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
+    "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
 }
 
 

@@ -97,6 +97,7 @@ def test_connect_signature() -> None:
             "datagram_size": 1400,
             "timeout": 10.0,
             "secret": None,
+            "key_id": None,
             "on_stored": None,
         },
         required=("stream",),
@@ -152,7 +153,11 @@ def test_store_methods() -> None:
 
 
 def test_subscribe_signature() -> None:  # SPEC section 9
-    _check(purelink.subscribe, positional=2, named={"start": 1, "follow": True})
+    _check(
+        purelink.subscribe,
+        positional=2,
+        named={"start": 1, "follow": True, "secret": None, "key_id": None},
+    )
 
 
 def test_logging_and_metrics_are_modules_with_their_names() -> None:
