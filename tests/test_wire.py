@@ -523,11 +523,16 @@ def test_constants() -> None:
         3: "bad_stream",
         4: "limit",
         5: "bad_request",
-        6: "max_links",
-        7: "max_streams",
-        8: "store_error",
-        9: "bad_producer",
-        10: "bad_datagram_size",
+        6: "forbidden (the key may not use this stream)",
+        7: "key revoked",
+        8: "unknown key id",
+        9: "wrong secret",
+        10: "expired key",
+        11: "max_links",
+        12: "max_streams",
+        13: "store_error",
+        14: "bad_producer",
+        15: "bad_datagram_size",
     }
     assert set(RefuseReason.MEANINGS) <= set(RefuseReason.NAMES.values())
 

@@ -8,11 +8,20 @@ for a bad argument (`UsageError`), never a traceback (SPEC section 4).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
 
-__all__ = ["PROG", "UsageError", "fail", "format_address", "read_secret", "silence_stdout"]
+__all__ = [
+    "PROG",
+    "UsageError",
+    "client_secret",
+    "fail",
+    "format_address",
+    "read_secret",
+    "silence_stdout",
+]
 
 PROG = "purelink"
 
@@ -40,6 +49,14 @@ def read_secret(path: str | None) -> bytes | None:
         secret = secret[:-1].removesuffix(b"\r")
     if not secret:
         raise UsageError(f"--secret-file {path!r} is empty")
+    return secret
+
+
+def client_secret(args: argparse.Namespace) -> bytes | None:
+    """A client's secret (--secret-file), checked against --key-id."""
+    secret = read_secret(args.secret_file)
+    if args.key_id is not None and secret is None:
+        raise UsageError("--key-id needs --secret-file (the key's secret)")
     return secret
 
 

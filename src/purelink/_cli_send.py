@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import IO, Final
 
 from . import Error, Full, Link, connect
-from ._cli_common import PROG, UsageError, read_secret
+from ._cli_common import PROG, UsageError, client_secret
 from ._progress import Progress
 
 __all__ = ["INTERRUPT_GRACE", "MAX_LINE", "STALL_NOTICE", "cmd_send"]
@@ -204,7 +204,7 @@ def _open_input(path: str | None) -> IO[bytes]:
 
 def cmd_send(args: argparse.Namespace) -> int:
     """Queue each input line as one record; see the module docstring."""
-    secret = read_secret(args.secret_file)
+    secret = client_secret(args)
     source = _open_input(args.file)  # before connecting: a missing file is a usage error
     try:
         try:
@@ -214,6 +214,7 @@ def cmd_send(args: argparse.Namespace) -> int:
                 producer=args.producer,
                 timeout=args.timeout,
                 secret=secret,
+                key_id=args.key_id,
             )
         except ValueError as exc:  # the link refused an argument
             raise UsageError(str(exc)) from None

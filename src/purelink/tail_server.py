@@ -66,33 +66,36 @@ import contextlib
 import enum
 import logging
 import os
+import select
 import socket
 import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import Final
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
 
 from .errors import Error, ProtocolError
 from .primitives.grace import GraceReader
 from .primitives.parker import Parker
+from .protocol.keys import KeyTable
 from .protocol.ratelimit import TokenBuckets
-from .protocol.tail import END, ERROR, PREAMBLE, decode_request, encode_control, request_size
+from .protocol.tail import (
+    END,
+    ERROR,
+    PREAMBLE,
+    Request,
+    decode_request,
+    encode_control,
+    request_size,
+)
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
 from .tail_hangups import HangUps
-from .tail_parts import (
-    TailStatistics,
-    _append_parker,
-    _Cursor,
-    _Gone,
-    _hung_up,
-    _last,
-    _Refused,
-    _source,
-    _sync_parker,
-    _synced,
-)
+from .tail_out import Gone as _Gone
+from .tail_out import Out as _Out
+from .tail_out import SealedOut as _SealedOut
 
 __all__ = [
     "HEARTBEAT",
@@ -120,7 +123,7 @@ SUBSCRIBE_BURST: Final = 200.0
 subscribers may resume at once after a listener restart."""
 SUBSCRIBE_SOURCES: Final = 4096
 """Source addresses whose buckets are remembered (protocol/ratelimit.py)."""
-SEND_CHUNK: Final = 8 << 20
+_HANG_UP: Final = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
 class Take(enum.Enum):
@@ -142,6 +145,57 @@ NOT_MINE: Final = Take.NOT_MINE
 NEED_MORE: Final = Take.NEED_MORE
 
 
+@dataclass(frozen=True, slots=True)
+class TailStatistics:
+    """A snapshot of the subscription server's counters.
+
+    `dropped` counts every refused or abandoned subscription by reason:
+
+    * ``tail_bad_request``: a request that does not decode (preamble,
+      checksum, unknown flags, stream name);
+    * ``tail_unauthenticated``: no MAC, or a wrong one, on a listener with a secret;
+    * ``tail_request_timeout``: no whole request within `request_timeout` seconds;
+    * ``tail_truncated_request``: the peer hung up (or reset) before its request was whole;
+    * ``tail_trailing_bytes``: bytes after the request (a subscriber sends
+      nothing more), at once or while it follows;
+    * ``tail_too_many_pending``: `max_pending` incomplete requests were being read already;
+    * ``tail_too_many_subscribers``: `max_subscribers` subscribers were served already;
+    * ``tail_rate_limited``: the source address used up its token bucket;
+    * ``tail_below_retained``: a start below the first record retained, or
+      retention overtook the subscriber;
+    * ``tail_damaged``: a segment whose batch headers do not follow on;
+    * ``tail_failed``: anything else the listener could not serve (closed meanwhile).
+    """
+
+    subscriptions: int
+    """Subscriptions accepted (requests that decoded and got a slot)."""
+    subscribers: int
+    """Subscribers served now (each holds a slot of `max_subscribers`)."""
+    refused: int
+    """Subscriptions refused or abandoned: the sum of `dropped`."""
+    bytes_sent: int
+    """Bytes of batches sent (by sendfile)."""
+    sendfile_calls: int
+    """sendfile calls."""
+    pending: int = 0
+    """Connections still sending an incomplete request now (at most `max_pending`)."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Refusals by reason (see the class docstring); a copy, safe to keep."""
+
+
+class _Cursor:
+    """Where a subscriber is in one segment: its own fd, the next batch's offset."""
+
+    __slots__ = ("base", "fd", "offset", "path", "position")
+
+    def __init__(self, fd: int, base: int, path: Path, offset: int, position: int) -> None:
+        self.fd = fd
+        self.base = base
+        self.path = path
+        self.offset = offset
+        self.position = position  # of the batch at `offset`
+
+
 class _Alarm:
     """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
 
@@ -158,6 +212,15 @@ class _Alarm:
         self.parker.unpark()
 
 
+class _Refused(Exception):
+    """Refuse the subscription: count `reason`, send an ERROR item saying `text`."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+        self.text = text
+
+
 class TailServer:
     """Serves subscriptions for one listener (see the module docstring)."""
 
@@ -166,7 +229,7 @@ class TailServer:
         data: DataDir,
         *,
         sync: str,
-        secret: bytes | None = None,
+        keys: KeyTable | None = None,
         max_subscribers: int = 64,
         max_pending: int = 64,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -175,7 +238,9 @@ class TailServer:
     ) -> None:
         """`subscribe_rate` 0: no rate limit."""
         self._data = data
-        self._secret = secret
+        self.keys = keys
+        """With keys, every subscription is encrypted (protocol/tail_seal.py) and
+        a key reads only the streams it may; swapped whole by a reload."""
         self._stored: Callable[[StreamLog], int]
         self._parker: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -195,6 +260,7 @@ class TailServer:
         )
         self._lock = threading.Lock()
         self._threads: dict[socket.socket, threading.Thread] = {}
+        self._keyed: dict[socket.socket, tuple[str, str]] = {}  # sealed: (key id, stream)
         self._closing = False
         self._pending = 0
         self._subscribers = 0
@@ -233,7 +299,7 @@ class TailServer:
                 self._pending += 1
             elif self._subscribers >= self.max_subscribers:  # refused here: no Thread.start
                 try:  # (it waits for the GIL) on the loop; as _serve would, bad ones first
-                    decode_request(bytes(head[:size]), self._secret)
+                    self._decode(bytes(head[:size]))
                     refusal = self._full()
                 except ProtocolError as exc:
                     refusal = _bad_request(exc)
@@ -266,6 +332,24 @@ class TailServer:
             self._unpend(not whole)
             mine.close()
         return TAKEN
+
+    def set_keys(self, keys: KeyTable) -> int:
+        """Use `keys` for new subscriptions; end those whose key is gone, expired or
+        may no longer read their stream (their connection is shut down, counted
+        `tail_key_revoked`).  Any thread.  Returns how many were ended."""
+        wall = time.time()
+        with self._lock:
+            self.keys = keys
+            ended = []
+            for sock, (key_id, stream) in self._keyed.items():
+                key = keys.get(key_id)
+                if key is None or key.expired(wall) or not key.may_read(stream):
+                    ended.append(sock)
+                    self._count("tail_key_revoked")
+        for sock in ended:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # unblocks its sendall, or its wait
+        return len(ended)
 
     def _full(self) -> _Refused:
         return _Refused(
@@ -313,27 +397,47 @@ class TailServer:
 
     # ---- one subscriber (its own thread) --------------------------------------------
 
+    def _decode(self, raw: bytes) -> tuple[Request, Any]:
+        """The request, and with keys the exchange it opened (ProtocolError if bad)."""
+        keys = self.keys
+        if keys is None:
+            return decode_request(raw), None
+        from .protocol.tail_seal import open_sealed_request  # noqa: PLC0415 - with keys only
+
+        request, hs, e_i, key = open_sealed_request(raw, keys, time.time())
+        return request, (hs, e_i, key.key_id)
+
     def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
         subscribed = False
+        out: _Out = _Out(self, sock)
         try:
             try:
                 raw = self._read_request(sock, head)
             finally:
                 self._unpend(pending)
-            request = decode_request(raw, self._secret)
+            request, exchange = self._decode(raw)
             with self._lock:
                 if self._subscribers >= self.max_subscribers:
                     raise self._full()
                 self._subscribers += 1
                 self._subscriptions += 1
                 subscribed = True
-            self._stream(sock, request.stream, request.start, request.follow)
+            if exchange is not None:
+                from .protocol.tail_seal import respond  # noqa: PLC0415
+
+                hs, e_i, key_id = exchange
+                with self._lock:
+                    self._keyed[sock] = (key_id, request.stream)
+                resp, channel = respond(hs, e_i, time.monotonic())
+                sock.sendall(resp)
+                out = _SealedOut(self, sock, channel)
+            self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
-            self._refuse(sock, _bad_request(exc))
+            self._refuse(out, _bad_request(exc))
         except _Refused as exc:
-            self._refuse(sock, exc)
+            self._refuse(out, exc)
         except Error as exc:  # e.g. the data directory closed under it
-            self._refuse(sock, _Refused("tail_failed", str(exc)))
+            self._refuse(out, _Refused("tail_failed", str(exc)))
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
@@ -341,18 +445,19 @@ class TailServer:
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
+                self._keyed.pop(sock, None)
                 self._subscribers -= subscribed
             sock.close()
 
-    def _refuse(self, sock: socket.socket, refusal: _Refused) -> None:
+    def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
         with self._lock:
             if self._closing:
                 return
             self._count(refusal.reason)
         with contextlib.suppress(OSError):
-            sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
-            sock.sendall(encode_control(ERROR, refusal.text))
+            out.sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
+            out.send(encode_control(ERROR, refusal.text))
 
     def _read_request(self, sock: socket.socket, head: bytes) -> bytes:
         """The whole request, within `request_timeout` seconds overall; nothing after it."""
@@ -382,10 +487,11 @@ class TailServer:
         sock.settimeout(None)  # blocking again: sendfile waits for a slow subscriber
         return bytes(data)
 
-    def _stream(self, sock: socket.socket, stream: str, start: int, follow: bool) -> None:
+    def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
+        sock = out.sock
         stream_log = self._wait_for_stream(sock, stream, follow)
         if stream_log is None:  # an unknown stream is empty
-            sock.sendall(encode_control(END))
+            out.send(encode_control(END))
             return
         stored = self._stored
         limit = None if follow else stored(stream_log)
@@ -400,11 +506,11 @@ class TailServer:
                 while position <= upto:
                     if cursor is None:
                         cursor = self._open_at(stream_log, reader, position, stream)
-                    position = self._send(sock, stream_log, cursor, upto)
+                    position = self._send(out, stream_log, cursor, upto)
                     if cursor.fd < 0:
                         cursor = None  # a closed segment sent to its end: on to the next
                 if limit is not None:
-                    sock.sendall(encode_control(END))
+                    out.send(encode_control(END))
                     return
                 self._wait(sock, stream_log, alarm, position)
         finally:
@@ -486,7 +592,7 @@ class TailServer:
                 raise
         return cursor
 
-    def _send(self, sock: socket.socket, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
+    def _send(self, out: _Out, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
         """Send the batches of the cursor's segment up to position `upto`; return the
         position that follows them.  Closes the cursor's fd once its (closed)
         segment was sent to its end."""
@@ -501,25 +607,11 @@ class TailServer:
             _skip(stream_log, cursor, upto, size)
         if cursor.offset == start and not (closed and start >= size):
             raise _Refused("tail_damaged", f"segment {cursor.path}: no whole batch at {start}")
-        self._sendfile(sock, cursor.fd, start, cursor.offset - start)
+        out.file(cursor.fd, start, cursor.offset - start)
         if closed and cursor.offset >= size:
             os.close(cursor.fd)
             cursor.fd = -1
         return cursor.position
-
-    def _sendfile(self, sock: socket.socket, fd: int, offset: int, count: int) -> None:
-        out = sock.fileno()
-        while count > 0:
-            if self._closing:
-                raise _Gone
-            sent = os.sendfile(out, fd, offset, min(count, SEND_CHUNK))
-            if sent == 0:
-                raise _Gone
-            with self._lock:
-                self._sendfile_calls += 1
-                self._bytes_sent += sent
-            offset += sent
-            count -= sent
 
 
 def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
@@ -538,6 +630,63 @@ def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
         raise _Refused("tail_damaged", f"segment {cursor.path}: {exc}") from None
 
 
+def _hung_up(sock: socket.socket, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the subscriber to hang up: True if it did.
+
+    A subscriber sends nothing after its request, so a readable socket is
+    either its hang-up (POLLHUP/POLLRDHUP, or a recv of b"") or bytes it had
+    no business sending: those are read, not peeked (a byte left unread
+    keeps poll readable, and every later wait would return at once), and
+    refused (tail_trailing_bytes)."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
+    events = poller.poll(timeout * 1000)
+    if not events:
+        return False
+    hung_up = bool(events[0][1] & _HANG_UP)
+    if events[0][1] & select.POLLIN:  # bytes first (sent before a hang-up are still bytes)
+        try:
+            data = sock.recv(4096, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return hung_up
+        except OSError:
+            return True
+        if data:
+            raise _Refused("tail_trailing_bytes", f"{len(data)} bytes after the request")
+        return True  # b"": the hang-up
+    return hung_up
+
+
+def _source(sock: socket.socket) -> object:
+    """The rate limit's key: the peer's address without its port."""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return None
+    return peer[0] if isinstance(peer, tuple) else peer
+
+
+_KEY_REASONS: Final = frozenset(
+    {"unauthenticated", "unknown_key", "expired_key", "bad_secret", "forbidden"}
+)
+
+
 def _bad_request(exc: ProtocolError) -> _Refused:
-    bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
+    bad = f"tail_{exc.reason}" if exc.reason in _KEY_REASONS else "tail_bad_request"
     return _Refused(bad, str(exc))
+
+
+def _last(stream_log: StreamLog) -> int:
+    return stream_log.last_position
+
+
+def _synced(stream_log: StreamLog) -> int:
+    return stream_log.synced_position
+
+
+def _append_parker(stream_log: StreamLog) -> Parker:
+    return stream_log.parker
+
+
+def _sync_parker(stream_log: StreamLog) -> Parker:
+    return stream_log.synced_parker

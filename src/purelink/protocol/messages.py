@@ -58,16 +58,26 @@ class RefuseReason:
     BAD_REQUEST = 5
     """The request was well-formed but not acceptable (an anonymous producer id
     without its top bit)."""
-    MAX_LINKS = 6
+    FORBIDDEN = 6
+    """The key the link named may not write (or read) this stream."""
+    REVOKED = 7
+    """The key this session was opened with was removed or narrowed (a reload)."""
+    UNKNOWN_KEY = 8
+    """(said by a KEYREFUSE) the listener has no key of the id the link named."""
+    BAD_SECRET = 9
+    """(said by a KEYREFUSE) the link's secret is not the key's."""
+    EXPIRED_KEY = 10
+    """(said by a KEYREFUSE) the key has expired."""
+    MAX_LINKS = 11
     """The listener has `max_links` links open already."""
-    MAX_STREAMS = 7
+    MAX_STREAMS = 12
     """The stream is new and the store holds `max_streams` streams already."""
-    STORE_ERROR = 8
+    STORE_ERROR = 13
     """The store could not open the stream or make the session's epoch durable
     (out of descriptors, a disk error, a stream stopped by an earlier write error)."""
-    BAD_PRODUCER = 9
+    BAD_PRODUCER = 14
     """The producer name is not valid (the stream name's rule)."""
-    BAD_DATAGRAM_SIZE = 10
+    BAD_DATAGRAM_SIZE = 15
     """The HELLO's `max_datagram` is below 128."""
 
     NAMES: Final = {
@@ -76,11 +86,16 @@ class RefuseReason:
         3: "bad_stream",
         4: "limit",
         5: "bad_request",
-        6: "max_links",
-        7: "max_streams",
-        8: "store_error",
-        9: "bad_producer",
-        10: "bad_datagram_size",
+        6: "forbidden (the key may not use this stream)",
+        7: "key revoked",
+        8: "unknown key id",
+        9: "wrong secret",
+        10: "expired key",
+        11: "max_links",
+        12: "max_streams",
+        13: "store_error",
+        14: "bad_producer",
+        15: "bad_datagram_size",
     }
     """Each reason's name, as a link reports it ("the listener refused the link: max_links")."""
     MEANINGS: Final = {
