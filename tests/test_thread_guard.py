@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import purelink
-import purelink.link
+import purelink.transport
 import thread_guard
 
 
@@ -24,11 +24,11 @@ import thread_guard
 def test_a_warning_made_an_error_on_the_link_thread_fails_the_test(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_take = purelink.link.Link._take
+    real_send = purelink.transport.UdpTransport.send
 
-    def deprecated_take(self: purelink.Link) -> None:
+    def deprecated_send(self: purelink.transport.UdpTransport, datagrams: list[bytes]) -> None:
         warnings.warn("a deprecated interpreter trick", DeprecationWarning, stacklevel=1)
-        real_take(self)
+        real_send(self, datagrams)
 
     with (
         purelink.Listener(tmp_path / "d", udp="127.0.0.1:0") as lst,
@@ -36,7 +36,7 @@ def test_a_warning_made_an_error_on_the_link_thread_fails_the_test(
     ):
         assert lst.udp_address is not None
         link = purelink.connect("udp://%s:%d" % lst.udp_address, stream="s")
-        monkeypatch.setattr(purelink.link.Link, "_take", deprecated_take)
+        monkeypatch.setattr(purelink.transport.UdpTransport, "send", deprecated_send)
         link.queue(b"x")
         with pytest.raises(purelink.LinkError, match="DeprecationWarning"):
             link.wait_stored(timeout=10)
