@@ -2,8 +2,8 @@
 #
 # The `crc32c` package (the dependency named in the README) does its work in one C
 # extension, `crc32c._crc32c`.  Its package `__init__` also reads its own version with
-# importlib.metadata and imports its command line: `import crc32c` costs 40-55 ms
-# (python -X importtime, Python 3.11 to 3.13, 2-vCPU machine), this module ~1 ms, and
+# importlib.metadata and imports its command line: `import crc32c` costs 45-70 ms
+# (python -X importtime, medians, Python 3.11 to 3.13, 2 vCPUs), this module ~1 ms, and
 # `import purelink` is paid by every short-lived process that ships a few records.  So
 # the extension is loaded here straight from the package's directory (the package
 # itself is found, not run), with importlib's public loaders only.  What this relies on
