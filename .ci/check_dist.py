@@ -6,9 +6,9 @@ Usage (from the repository root, by .ci/run): python .ci/check_dist.py DIST_DIR
 - the wheel holds the package and its metadata only: every module of
   src/purelink, py.typed (the package is typed), the license file, the
   `purelink` command, and no tests, benchmarks or build leftovers;
-- its metadata says what pyproject.toml promises: Requires-Python, the MIT
-  license expression, a classifier per tested Python, the README as its
-  description, crc32c as the one runtime dependency;
+- its metadata says what pyproject.toml promises: Requires-Python, the
+  license expression, the runtime dependencies, a classifier per supported
+  Python (3.11 to 3.14), the README as its description;
 - the sdist holds every file git tracks (but .gitignore), so that an unpacked
   sdist runs `pip install '.[test]' && pytest` like a clone.
 Prints one line per problem and exits 1 if there is any.
@@ -17,9 +17,11 @@ Prints one line per problem and exits 1 if there is any.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -35,6 +37,11 @@ def version() -> str:
         ]:
             return str(ast.literal_eval(node.value))
     raise SystemExit("check_dist: no __version__ in src/purelink/__init__.py")
+
+
+def _names(requirements: list[str]) -> set[str]:
+    """The project names of requirements such as "crc32c>=2.3"."""
+    return {re.split(r"[^A-Za-z0-9._-]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
 def check_wheel(path: Path, v: str) -> list[str]:
@@ -54,11 +61,12 @@ def check_wheel(path: Path, v: str) -> list[str]:
     stray = [n for n in names if not n.startswith(("purelink/", f"{info}/"))]
     stray += [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     problems += [f"wheel: {name} does not belong in it" for name in sorted(stray)]
+    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     expect = {
         "Name": "purelink",
         "Version": v,
-        "Requires-Python": ">=3.11",
-        "License-Expression": "MIT",
+        "Requires-Python": project["requires-python"],
+        "License-Expression": project["license"],
         "License-File": "LICENSE",
         "Description-Content-Type": "text/markdown",
     }
@@ -70,8 +78,11 @@ def check_wheel(path: Path, v: str) -> list[str]:
         if f"Programming Language :: Python :: {py}" not in classifiers:
             problems.append(f"wheel METADATA: no classifier for Python {py}")
     runtime = [d for d in meta.get_all("Requires-Dist") or [] if "extra ==" not in d]
-    if [d.split(">")[0].strip() for d in runtime] != ["crc32c"]:
-        problems.append(f"wheel METADATA: runtime dependencies are {runtime}, not crc32c alone")
+    if _names(runtime) != _names(project["dependencies"]):
+        problems.append(
+            f"wheel METADATA: runtime dependencies {runtime}, pyproject.toml "
+            f"{project['dependencies']}"
+        )
     if "# purelink" not in meta.get_payload():
         problems.append("wheel METADATA: the README is not the description")
     if "purelink = purelink.cli:main" not in entry_points:
