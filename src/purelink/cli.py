@@ -39,7 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from . import ConnectError, Error, _address, subscribe
+from . import ConnectError, Error, __version__, _address, subscribe
 from ._cli_bench import cmd_bench
 from ._cli_common import (
     PROG,
@@ -464,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ship records to durable storage and learn exactly which are stored.",
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     verbs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def verb(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> _Parser:
