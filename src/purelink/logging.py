@@ -330,7 +330,8 @@ class LinkHandler(logging.Handler):
                         f"cannot reach {self.url} ({exc}); retrying in the background, "
                         f"holding up to {self._capacity:,} log records meanwhile"
                     )
-            except (Error, ValueError, TypeError, OSError) as exc:  # will not get better
+            # will not get better; RuntimeError: no new thread at interpreter shutdown (3.12+)
+            except (Error, ValueError, TypeError, OSError, RuntimeError) as exc:
                 self._give_up(f"cannot connect to {self.url}: {exc}")
                 return
             self._wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
