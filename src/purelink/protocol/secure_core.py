@@ -23,8 +23,10 @@ What comes in (types of handshake.py):
   for the keys too.
 * SEALED: opened by the channel of its conn id (which checks the replay
   window and the address), then handed to the core; its inner conn id must
-  be the channel's.  No channel: the listener answers STALE, so a link
-  whose session the listener forgot (a restart) reconnects at once.
+  be the channel's, and it must not be a HELLO (a HELLO inside a session
+  would skip the key's write check).  No channel: the listener answers
+  STALE, so a link whose session the listener forgot (a restart) reconnects
+  at once.
 * anything else (a plaintext datagram): dropped, `unauthenticated`.
 
 What goes out: ACCEPT as a RESP (the session's ephemeral; a new counter
@@ -87,6 +89,7 @@ _CONN = struct.Struct("<I")
 _RETRY = wire.MsgType.RETRY
 _ACCEPT = wire.MsgType.ACCEPT
 _REFUSE = wire.MsgType.REFUSE
+_HELLO = wire.MsgType.HELLO
 
 
 @dataclass(slots=True)
@@ -166,8 +169,10 @@ class SecureCore(ListenerCore):
         except ProtocolError as exc:
             self._outer_drop(data, exc.reason)
             return
-        if len(plain) < 8 or _CONN.unpack_from(plain, 4)[0] != conn_id:
-            self._outer_drop(data, "malformed")  # a session's keys speak for it only
+        if len(plain) < 8 or _CONN.unpack_from(plain, 4)[0] != conn_id or plain[3] == _HELLO:
+            # a session's keys speak for it only, and a HELLO comes only in an INIT,
+            # where its stream is checked against the key (else: any stream, fenced)
+            self._outer_drop(data, "malformed")
             return
         if sec.hs is not None:
             sec.hs = None  # the link has the session keys: no RESP is needed again

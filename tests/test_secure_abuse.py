@@ -1,0 +1,69 @@
+"""The encrypted layer's adversarial review: each finding pinned by a test.
+
+Why a file of its own: these are attacks on the layer (protocol/secure_core.py,
+secure_sender.py, channel.py, tail_seal.py, keys.py) by someone who holds a
+key or has recorded traffic, each one a test that failed before its fix.
+Sans-IO, fake clock, no sockets, like tests/test_secure_sim.py.
+"""
+
+from __future__ import annotations
+
+from purelink._crc32c import crc32c
+from purelink.protocol import wire
+from purelink.protocol.keys import Key, KeyTable
+from purelink.protocol.secure_core import SecureCore
+from purelink.protocol.secure_sender import SecureSender
+from purelink.protocol.sender import SenderConfig, SenderState
+from purelink.testing.fakes import MemoryStore
+
+SECRET = b"s" * 32
+OTHER = b"o" * 32
+KEYS = KeyTable([Key("", SECRET), Key("orders-writer", OTHER, write=("orders*",), read=())])
+TCP = ("tcp", 1)
+
+
+def _open(
+    core: SecureCore, sender: SecureSender, addr: tuple[str, int], now: float, proven: bool
+) -> None:
+    """Run the handshake between the two until the sender is open (or nothing moves)."""
+    sender.connect(now)
+    for _ in range(4):
+        for d in sender.datagrams_to_send(now):
+            core.receive_datagram(d, addr, now, proven=proven)
+        for answer, _ in core.datagrams_to_send(now):
+            sender.receive_datagram(answer, now)
+        if sender.state == SenderState.OPEN:
+            return
+
+
+def _victim(core: SecureCore, now: float) -> SecureSender:
+    """The producer "app" of stream "payments", open on its own connection."""
+    victim = SecureSender(SenderConfig("payments", producer="app"), SECRET)
+    _open(core, victim, ("tcp", 9), now, proven=True)
+    assert victim.state == SenderState.OPEN
+    return victim
+
+
+def test_a_hello_sealed_inside_a_session_cannot_reach_a_stream_the_key_may_not_write() -> None:
+    """A key that may write only orders* opens a session on "orders", then seals a
+    HELLO for "payments" (inner conn id set to its session's, so the layer's one
+    check passes) under its session keys.  It must not reach the core: it would
+    create the stream and fence the producer writing there."""
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    _victim(core, 1.0)
+    epochs = core.stats.fenced
+    attacker = SecureSender(SenderConfig("orders"), OTHER, "orders-writer")
+    _open(core, attacker, TCP, 1.0, proven=True)
+    assert attacker.state == SenderState.OPEN and attacker.channel is not None
+    channel = attacker.channel
+    for epoch in (0, 1, 2, 1 << 20):
+        hello = wire.Hello(7 + epoch, "payments", "app", 0, 1200, b"", epoch)
+        forged = bytearray(wire.encode_hello(hello))
+        forged[4:8] = channel.conn_id.to_bytes(4, "little")
+        body = bytes(forged[:-4])
+        plain = body + crc32c(body).to_bytes(4, "little")
+        core.receive_datagram(channel.seal(plain, 2.0), TCP, 2.0, proven=True)
+        core.datagrams_to_send(2.0)
+    assert core.links == 2  # the victim's and the attacker's own, nothing more
+    assert core.stats.fenced == epochs
+    assert core.stats.dropped.get("forbidden", 0) + core.stats.dropped.get("malformed", 0) == 4
