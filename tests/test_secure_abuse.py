@@ -67,3 +67,27 @@ def test_a_hello_sealed_inside_a_session_cannot_reach_a_stream_the_key_may_not_w
     assert core.links == 2  # the victim's and the attacker's own, nothing more
     assert core.stats.fenced == epochs
     assert core.stats.dropped.get("forbidden", 0) + core.stats.dropped.get("malformed", 0) == 4
+
+
+def test_an_init_recorded_on_tcp_cannot_fence_the_live_session_later() -> None:
+    """A TCP connection proves its address, so without a cookie nothing bound an
+    INIT to its connection or its time but a memory of 10 minutes (and at most
+    `hello_memory` INITs): whoever recorded one could play it on a new
+    connection later, from anywhere, and fence the live session each time."""
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    sender = SecureSender(SenderConfig("orders", producer="app"), SECRET)
+    recorded: list[bytes] = []
+    sender.connect(1.0)
+    for _ in range(4):
+        for d in sender.datagrams_to_send(1.0):
+            recorded.append(d)
+            core.receive_datagram(d, TCP, 1.0, proven=True)
+        for answer, _ in core.datagrams_to_send(1.0):
+            sender.receive_datagram(answer, 1.0)
+    assert sender.state == SenderState.OPEN and core.links == 1
+    for n, later in enumerate((2.0, 700.0, 5000.0)):
+        for init in recorded:
+            core.receive_datagram(init, ("tcp", 100 + n), later, proven=True)
+            for answer, _ in core.datagrams_to_send(later):
+                assert answer[3] != 0x22  # no RESP: no session for the replay
+    assert core.links == 1 and core.stats.fenced == 0
