@@ -93,9 +93,14 @@ def open_sealed_request(
         if exc.reason == "unauthenticated":
             raise ProtocolError("bad_secret", f"wrong secret for key {key_id!r}") from None
         raise
-    request = decode_request(hs.hello)
+    # the refusals from here on go back in plaintext (no session yet): their texts
+    # must not repeat what the INIT kept from the path, the stream's name above all
+    try:
+        request = decode_request(hs.hello)
+    except ProtocolError as exc:
+        raise ProtocolError(exc.reason, "the request inside the INIT") from None
     if not key.may_read(request.stream):
-        raise ProtocolError("forbidden", f"key {key_id!r} may not read {request.stream!r}")
+        raise ProtocolError("forbidden", f"key {key_id!r} may not read this stream")
     return request, hs, e_i, key
 
 
