@@ -370,6 +370,35 @@ def test_a_sealed_request_refused_after_it_opened_names_nothing_in_clear(
             server.close()
 
 
+def test_a_subscription_whose_key_a_reload_removed_while_it_opened_is_ended(
+    tmp_path: Path,
+) -> None:
+    """A reload between the request's check and the subscription's registration
+    must still end it: else a removed key's follower reads on for ever."""
+    secret = b"k" * 32
+    with DataDir(tmp_path) as data:
+        log = data.stream("s")
+        append(log, 3)
+        log.sync()
+        server = Server(data, keys=KeyTable([Key("a", secret, write=(), read=("s",))]))
+        try:
+            decode = server.tail._decode
+
+            def decode_then_reload(raw: bytes) -> Any:
+                out = decode(raw)
+                server.tail.set_keys(KeyTable([Key("b", secret)]))  # "a" is gone
+                return out
+
+            server.tail._decode = decode_then_reload  # type: ignore[method-assign]
+            client, _ = server.connect(encode_sealed_request("s", 1, True, "a", secret)[0])
+            client.settimeout(DEADLINE)
+            _all_bytes(client)  # the server hangs up (before, it followed on)
+            wait_until(lambda: server.tail.statistics().subscribers == 0)
+            assert server.tail.statistics().dropped == {"tail_key_revoked": 1}
+        finally:
+            server.close()
+
+
 def test_new_subscriptions_are_rate_limited_per_source_address(data: DataDir) -> None:
     tail = TailServer(data, sync="batch", subscribe_rate=0.001, subscribe_burst=2)
     lsock = socket.create_server(("127.0.0.1", 0))
