@@ -67,6 +67,17 @@ def test_a_file_others_may_read_is_refused(tmp_path: Path) -> None:
     assert load_keys_file(path).ids() == ["app"]
 
 
+def test_a_file_its_group_may_write_is_refused(tmp_path: Path) -> None:
+    """Group members who may write the file could give themselves a key to every
+    stream at the next SIGHUP; reading it is the group's business (0640 is fine)."""
+    path = tmp_path / "keys"
+    path.write_text(f"app {S} *\n")
+    for mode in (0o660, 0o620, 0o602):
+        path.chmod(mode)
+        with pytest.raises(KeysFileError, match="chmod 600"):
+            load_keys_file(path)
+
+
 def test_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(KeysFileError, match="cannot read keys file"):
         load_keys_file(tmp_path / "nope")

@@ -20,8 +20,8 @@ The file, one key per line (docs/security.md has an example):
 * `expires=`: after that UTC time the key opens nothing (refused "expired
   key"); sessions it opened before are ended at the next reload.
 
-A file that anyone but its owner and group may read is refused: it holds
-secrets.  Every error is one line naming the file and the line.  The table
+A file that anyone but its owner and group may read, or that its group may
+write, is refused: it holds secrets, and whoever may write it grants keys.  Every error is one line naming the file and the line.  The table
 is immutable; a reload (SIGHUP) builds a new one and swaps the reference.
 
 `--secret-file` is the same thing with one key: id "" (empty), pattern `*`.
@@ -178,9 +178,10 @@ def load_keys_file(path: str | os.PathLike[str]) -> KeyTable:
             data = f.read()
     except OSError as exc:
         raise KeysFileError(f"cannot read keys file {str(p)!r}: {exc.strerror}") from None
-    if mode & (stat.S_IROTH | stat.S_IWOTH):
+    if mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
         raise KeysFileError(
-            f"keys file {str(p)!r} may be read or written by anyone (mode "
+            f"keys file {str(p)!r} may be read or written by anyone, or written by "
+            f"its group (mode "
             f"{stat.S_IMODE(mode):04o}): chmod 600 it"
         )
     try:
