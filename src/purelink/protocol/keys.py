@@ -62,8 +62,8 @@ class Key:
     """Globs of the streams it may write (open links to)."""
     read: tuple[str, ...] = ("*",)
     """Globs of the streams it may read (subscribe to)."""
-    expires: float = 0.0
-    """Unix time after which it opens nothing; 0 = never."""
+    expires: float | None = None
+    """Unix time from which it opens nothing; None = never."""
 
     def may_write(self, stream: str) -> bool:
         """Whether a link under this key may write `stream`."""
@@ -75,7 +75,7 @@ class Key:
 
     def expired(self, wall: float) -> bool:
         """Whether the key has expired at Unix time `wall`."""
-        return bool(self.expires) and wall >= self.expires
+        return self.expires is not None and wall >= self.expires
 
 
 class KeyTable:
@@ -140,7 +140,7 @@ def _parse_line(fields: list[str], where: str) -> Key:
             write.append(glob)
         if kind != "write":
             read.append(glob)
-    expires = 0.0
+    expires = None
     if len(fields) == 4:
         if not fields[3].startswith("expires="):
             raise KeysFileError(f"{where}: unknown field {fields[3]!r} (only expires=)")
