@@ -21,8 +21,9 @@ The file, one key per line (docs/security.md has an example):
   key"); sessions it opened before are ended at the next reload.
 
 A file that anyone but its owner and group may read, or that its group may
-write, is refused: it holds secrets, and whoever may write it grants keys.  Every error is one line naming the file and the line.  The table
-is immutable; a reload (SIGHUP) builds a new one and swaps the reference.
+write, is refused: it holds secrets, and whoever may write it grants keys.
+Every error is one line naming the file and the line.  The table is
+immutable; a reload (SIGHUP) builds a new one and swaps the reference.
 
 `--secret-file` is the same thing with one key: id "" (empty), pattern `*`.
 """
