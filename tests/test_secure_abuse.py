@@ -9,6 +9,7 @@ Sans-IO, fake clock, no sockets, like tests/test_secure_sim.py.
 from __future__ import annotations
 
 from purelink._crc32c import crc32c
+from purelink.errors import ProtocolError
 from purelink.protocol import wire
 from purelink.protocol.keys import Key, KeyTable
 from purelink.protocol.secure_core import SecureCore
@@ -91,3 +92,27 @@ def test_an_init_recorded_on_tcp_cannot_fence_the_live_session_later() -> None:
             for answer, _ in core.datagrams_to_send(later):
                 assert answer[3] != 0x22  # no RESP: no session for the replay
     assert core.links == 1 and core.stats.fenced == 0
+
+
+def test_a_receiver_follows_two_key_updates_when_every_datagram_of_the_first_was_lost() -> None:
+    """A quiet direction moves its key on time at its next datagram; if the one
+    datagram under a key is lost, the next comes two keys on with the old phase
+    bit.  The receiver tried only its current key and dropped every later
+    datagram of the session as unauthenticated: a dead session."""
+    from purelink.protocol.channel import Channel  # noqa: PLC0415
+
+    a = Channel(5, b"a" * 32, b"b" * 32, 0.0)
+    b = Channel(5, b"b" * 32, b"a" * 32, 0.0)
+    assert b.open(a.seal(b"first", 0.0), 0.0) == b"first"
+    a.seal(b"lost", 121.0)  # the next key, phase 1: never arrives
+    for i, t in enumerate((242.0, 243.0, 244.0)):
+        assert b.open(a.seal(b"later %d" % i, t), t) == b"later %d" % i
+    assert b.stats.receive_updates == 2
+    forged = bytearray(a.seal(b"x", 245.0))
+    forged[-1] ^= 1
+    try:
+        b.open(bytes(forged), 245.0)
+        raise AssertionError("a forgery opened")
+    except ProtocolError as exc:
+        assert exc.reason == "unauthenticated"
+    assert b.stats.receive_updates == 2
