@@ -116,3 +116,39 @@ def test_a_receiver_follows_two_key_updates_when_every_datagram_of_the_first_was
     except ProtocolError as exc:
         assert exc.reason == "unauthenticated"
     assert b.stats.receive_updates == 2
+
+
+def test_a_plaintext_reply_to_a_sealed_subscription_carries_no_record() -> None:
+    """Before the RESP a subscriber takes a plaintext refusal (no keys yet).  It
+    took any plaintext: whoever answers its connection, with no key at all,
+    could send an END and then batches of its own, and they were returned as
+    the stream's records (or an END alone: "the stream ends here")."""
+    from purelink.protocol.tail import (  # noqa: PLC0415
+        END,
+        ERROR,
+        TailDecoder,
+        encode_control,
+    )
+    from purelink.protocol.tail_seal import SealedReader, encode_sealed_request  # noqa: PLC0415
+
+    forged = bytearray(wire.encode_batch(5, 1, 1, [b"FORGED-RECORD"]))
+    forged[0:8] = (1).to_bytes(8, "little")  # the position a store stamps
+    for reply in (encode_control(END) + bytes(forged), encode_control(END)):
+        for cut in (len(reply), 10, 20):  # whole, or in pieces
+            reader = SealedReader(encode_sealed_request("s", 1, False, "", SECRET)[1], lambda: 0.0)
+            decoder = TailDecoder(1)
+            got: list[tuple[int, bytes]] = []
+            try:
+                for at in range(0, len(reply), cut):
+                    got += decoder.feed(reader.feed(reply[at : at + cut]))
+            except ProtocolError:
+                pass
+            assert got == [] and not decoder.ended
+    refusal = encode_control(ERROR, "wrong secret for key ''")  # a refusal still reads as one
+    reader = SealedReader(encode_sealed_request("s", 1, False, "", SECRET)[1], lambda: 0.0)
+    decoder = TailDecoder(1)
+    try:
+        decoder.feed(reader.feed(refusal[:7]) + reader.feed(refusal[7:]))
+        raise AssertionError("no refusal")
+    except ProtocolError as exc:
+        assert "wrong secret" in str(exc)
