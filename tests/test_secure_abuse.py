@@ -152,3 +152,39 @@ def test_a_plaintext_reply_to_a_sealed_subscription_carries_no_record() -> None:
         raise AssertionError("no refusal")
     except ProtocolError as exc:
         assert "wrong secret" in str(exc)
+
+
+def test_a_link_forgets_its_ephemeral_once_its_session_is_open() -> None:
+    """Key updates are there so that keys taken from a live process do not open
+    the session's earlier traffic; a link that kept its INIT's ephemeral
+    private key could, with the recorded RESP, derive the session's first keys.
+    So could a subscriber."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey  # noqa: PLC0415
+
+    from purelink.protocol.tail_seal import (  # noqa: PLC0415
+        SealedReader,
+        encode_sealed_request,
+        open_sealed_request,
+        respond,
+    )
+
+    def privates(obj: object, depth: int = 0) -> int:
+        if isinstance(obj, X25519PrivateKey):
+            return 1
+        if depth > 3:
+            return 0
+        slots = [s for c in type(obj).__mro__ for s in getattr(c, "__slots__", ())]
+        values = [getattr(obj, s, None) for s in slots]
+        values += list(getattr(obj, "__dict__", {}).values())
+        return sum(privates(v, depth + 1) for v in values if v is not None)
+
+    core = SecureCore(MemoryStore(), None, KEYS, lambda: 1.7e9)
+    sender = SecureSender(SenderConfig("orders"), SECRET)
+    _open(core, sender, ("10.0.0.9", 9), 1.0, proven=False)
+    assert sender.state == SenderState.OPEN and privates(sender) == 0
+    request, init = encode_sealed_request("s", 1, False, "", SECRET)
+    _, hs, e_i, _ = open_sealed_request(request, KEYS, 1.7e9)
+    resp, _ = respond(hs, e_i, 1.0)
+    reader = SealedReader(init, lambda: 1.0)
+    reader.feed(resp)
+    assert reader.channel is not None and privates(reader) == 0

@@ -131,7 +131,7 @@ class SealedReader:
     def __init__(
         self, init: Initiator, clock: Callable[[], float], policy: RekeyPolicy | None = None
     ) -> None:
-        self._init = init
+        self._init: Initiator | None = init
         self._buf = bytearray()
         self._plain = False
         self.clock = clock
@@ -158,8 +158,11 @@ class SealedReader:
             body = bytes(buf[at + 4 : at + 4 + n])
             at += 4 + n
             if self.channel is None:
-                _, _, session = self._init.open_resp(body)
+                init = self._init
+                assert init is not None  # (set to None only once the channel is made)
+                _, _, session = init.open_resp(body)
                 self.channel = Channel(0, session.send, session.receive, self.clock(), self.policy)
+                self._init = None  # its ephemeral is done with: forward secrecy
             else:
                 out.append(self.channel.open(body, self.clock()))
         del buf[:at]
