@@ -233,6 +233,9 @@ class SecureCore(ListenerCore):
             # a session (useless without the ephemeral) that fences the live one
             if hello.cookie:
                 self._outer_drop(data, "bad_cookie")
+            else:  # counted as the core counts the HELLO it answers with a RETRY
+                self.stats.datagrams += 1
+                self.stats.bytes += len(data)
             self.stats.retries += 1
             retry = wire.Retry(hello.nonce, self._cookies.make(addr, int(now)))
             self._extra.append((hs.seal_reply(wire.encode_retry(retry)), addr))
