@@ -152,7 +152,6 @@ class Link:
                 producer=producer or "",
                 datagram_size=datagram_size,
                 secret=secret,
-                pad=scheme == "udp",  # padding is for UDP GSO only
                 # TCP never loses a HELLO (a broken connection starts a new one at
                 # once): retrying it early only makes a busy listener busier
                 handshake_rto=0.1 if scheme == "udp" else 1.0,
@@ -533,8 +532,6 @@ class Link:
     def _send(self, datagrams: list[bytes]) -> None:
         transport = self._transport
         transport.send(datagrams)
-        if not transport.gso and self._sender.pad:
-            self._sender.pad = False
 
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram
