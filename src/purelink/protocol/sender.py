@@ -39,6 +39,7 @@ from ..errors import ProtocolError
 from . import wire
 from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
 from .packing import Flight, Packer
+from .pmtu import PathMtu
 from .sender_config import SenderConfig, SenderStats
 from .window import CongestionWindow, RttEstimator
 
@@ -91,7 +92,11 @@ class Sender:
         self.rtt = RttEstimator(max_rto=config.max_probe_interval)
         self.cc = CongestionWindow(datagram_size=config.datagram_size)
         self._key = config.secret
-        self._packer = Packer(config.datagram_size, config.secret)
+        self._pmtu = PathMtu(config.datagram_size) if config.pmtu else None
+        """The path's datagram size, probed (UDP links; None: datagram_size)."""
+        self._packer = Packer(
+            config.datagram_size if self._pmtu is None else self._pmtu.size, config.secret
+        )
         self.stored_bytes = 0
         """Payload bytes of the records released as stored."""
         anon = config.anonymous_id
@@ -211,8 +216,36 @@ class Sender:
                 self.stats.dropped += 1
         elif isinstance(msg, wire.Refuse):
             self._on_refuse(msg, now)
+        elif (
+            isinstance(msg, wire.MtuAck)
+            and self._pmtu is not None
+            and self.state == SenderState.OPEN
+            and msg.conn_id == self.conn_id
+            and msg.epoch == self.epoch
+        ):
+            self._pmtu.on_probe_acked(msg.pn, msg.size, now)
+            self._sync_size()
         else:
             self.stats.dropped += 1
+
+    def on_send_error(self, size: int, now: float) -> None:
+        """The kernel refused to send a datagram of `size` bytes as larger than
+        the path (EMSGSIZE): a path MTU signal.  (The datagram is lost; loss
+        detection resends its bytes, cut smaller if the path size dropped.)"""
+        if self._pmtu is not None:
+            self._pmtu.on_send_error(size, now)
+            self._sync_size()
+
+    @property
+    def datagram_size(self) -> int:
+        """The largest datagram sent now (the path MTU's, at most datagram_size)."""
+        return self._packer.size
+
+    def _sync_size(self) -> None:
+        """Packing follows the path's datagram size."""
+        pmtu = self._pmtu
+        if pmtu is not None and pmtu.size != self._packer.size:
+            self._packer.size = pmtu.size
 
     # ----------------------------------------------------------- outputs
     def next_event(self) -> Event | None:
@@ -225,6 +258,9 @@ class Sender:
             return self._hello_due
         if self.state != SenderState.OPEN:
             return None
+        pmtu = self._pmtu.get_timer() if self._pmtu is not None else None
+        if pmtu is not None and (self._timer is None or pmtu < self._timer):
+            return pmtu
         return self._timer
 
     @property
@@ -258,6 +294,9 @@ class Sender:
             if self._hello_due is not None and now >= self._hello_due:
                 pass  # datagrams_to_send sends the HELLO
             return
+        if self._pmtu is not None and self.state == SenderState.OPEN:
+            self._pmtu.handle_timer(now)
+            self._sync_size()
         if self.state != SenderState.OPEN or self._timer is None or now < self._timer:
             return
         self._detect_time_losses(now)
@@ -323,6 +362,13 @@ class Sender:
                 self._probe_sent[self._pn] = now
                 stats.probes += 1
                 out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
+        pmtu = self._pmtu
+        if pmtu is not None:
+            size = pmtu.next_probe(now)
+            if size is not None:  # a path MTU probe: outside the window, not a flight
+                self._pn += 1
+                pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
+                out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key, size))
         if out:
             self.stats.datagrams += len(out)
             self.stats.bytes += sum(map(len, out))
@@ -387,6 +433,8 @@ class Sender:
         self._hello_due = None
         self._hello_rto = self.config.handshake_rto
         self._move(SenderState.OPEN)
+        if self._pmtu is not None:
+            self._pmtu.start(now)
         self._events.append(Connected(msg.producer, msg.epoch, msg.stored, msg.max_record))
         self._arm(now)
 
@@ -521,6 +569,8 @@ class Sender:
                 self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
         if grown:
             cc.on_acked(grown, now)  # one step for the whole answer
+        if self._pmtu is not None:
+            self._pmtu.on_acked(acked, now)
         for f in lost:
             self._declare_lost(f.pn, f, now)
         if self._lost:
@@ -533,6 +583,9 @@ class Sender:
         self.stats.lost += 1
         self.cc.on_lost(f.sent, now)
         self._lost.append(f)
+        if self._pmtu is not None:
+            self._pmtu.on_lost(f.size, f.sent, now, self.rtt.rto)
+            self._sync_size()
 
     def _detect_time_losses(self, now: float) -> None:
         largest = self._largest_acked_pn

@@ -23,6 +23,9 @@ class SenderConfig:
     """Largest datagram put on the wire."""
     secret: bytes | None = None
     """Key for the datagram MAC, or None."""
+    pmtu: bool = False
+    """Find the path MTU (DPLPMTUD, pmtu.py) and send datagrams of that size, at
+    most datagram_size; off: always datagram_size (TCP, or a known path)."""
     handshake_rto: float = 0.1
     """First handshake retry interval; doubled on each retry up to max_handshake_rto."""
     max_handshake_rto: float = 1.0
