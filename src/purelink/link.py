@@ -88,7 +88,16 @@ class LinkStats:
     datagrams: int
     """Datagrams sent."""
     bytes_sent: int
-    """Bytes of datagrams sent."""
+    """Bytes of datagrams sent: the wire bytes (UDP payloads, or TCP frames less
+    their 4-byte prefix), retransmissions and probes included."""
+    payload_bytes: int
+    """Bytes of records sent (each record once, however often it was resent)."""
+    wire_ratio: float
+    """bytes_sent / payload_bytes (0.0 before any record was sent): what the
+    wire costs per byte of payload, headers, CRCs, resends and probes included."""
+    datagram_size: int
+    """The largest datagram sent now: the path MTU found (UDP), at most the
+    `datagram_size` asked for."""
     send_calls: int
     """System calls that sent datagrams (one per GSO group, or per datagram)."""
     gso: bool
@@ -152,6 +161,7 @@ class Link:
                 producer=producer or "",
                 datagram_size=datagram_size,
                 secret=secret,
+                pmtu=scheme == "udp",  # DF is set on UDP: find the path's MTU
                 # TCP never loses a HELLO (a broken connection starts a new one at
                 # once): retrying it early only makes a busy listener busier
                 handshake_rto=0.1 if scheme == "udp" else 1.0,
@@ -320,6 +330,9 @@ class Link:
             sleeps=self._sleeps,
             datagrams=s.stats.datagrams,
             bytes_sent=s.stats.bytes,
+            payload_bytes=s.payload_bytes,
+            wire_ratio=s.stats.bytes / s.payload_bytes if s.payload_bytes else 0.0,
+            datagram_size=s.datagram_size,
             send_calls=self._transport.send_calls,
             gso=self._transport.gso,
             batches=s.stats.batches,
@@ -532,6 +545,11 @@ class Link:
     def _send(self, datagrams: list[bytes]) -> None:
         transport = self._transport
         transport.send(datagrams)
+        if transport.too_large:  # EMSGSIZE: the path is smaller than these
+            now = time.monotonic()
+            for size in transport.too_large:
+                self._sender.on_send_error(size, now)
+            transport.too_large.clear()
 
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram

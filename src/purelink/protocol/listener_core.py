@@ -605,6 +605,8 @@ class ListenerCore:
             self._account(p)
         else:
             self._drop(result)
+            if self._holding and p in self._holding:
+                self._account(p)  # a batch put together and refused: its buffer went
 
     def _account(self, p: Producer) -> None:
         """Bring the running `memory` total up to date with what `p` holds now."""

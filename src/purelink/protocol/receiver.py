@@ -48,9 +48,12 @@ MAX_FRAGMENT_SPANS: Final = 16
 FRAGMENT_ROOM: Final = 600
 """Bytes an ACK gives its fragment entries at most, so that with its 32 ranges
 it stays within 1,200 bytes, the smallest datagram a path must carry (pmtu.py)."""
-MAX_PIECED_BATCH: Final = 1 << 20
-"""Largest batch of many records that may come in pieces (a one-record large
-batch may be up to max_record + 44)."""
+MAX_PIECED_BATCH: Final = 0xFFFF
+"""Bytes of records and length table a batch that comes in pieces may hold,
+unless max_record is larger (a one-record large batch: up to max_record).  So
+the batch a producer needs next, which may always be put together, is at most
+max(max_record, 65,535) + 44 bytes: the listener's memory bound is max_memory
+plus that."""
 
 
 class Partial:
