@@ -9,6 +9,7 @@ reassembly gets the batch back whatever the order and the duplicates.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from array import array
@@ -135,7 +136,7 @@ def test_pieces_fill_their_datagrams_and_nothing_is_padded() -> None:
 
 def test_a_batch_that_fits_one_datagram_is_one_data_datagram() -> None:
     records = [b"a" * 100, b"b" * 200, b""]
-    out, flights, packer = pack_all(records)
+    out, flights, _ = pack_all(records)
     (data,) = out
     msg = wire.decode_datagram(data)
     assert isinstance(msg, wire.Data)
@@ -179,7 +180,10 @@ def test_a_resend_after_the_path_shrank_carries_the_same_bytes_in_smaller_pieces
     chunks = [wire.decode_datagram(f.data) for f in smaller]
     got = b"".join(bytes(c.chunk) for c in chunks)  # type: ignore[union-attr]
     assert got == bytes(whole.chunk)
-    assert [(f.offset, f.end) for f in smaller] == [(whole.offset, whole.offset + 1160), (whole.offset + 1160, whole.offset + 1360)]
+    assert [(f.offset, f.end) for f in smaller] == [
+        (whole.offset, whole.offset + 1160),
+        (whole.offset + 1160, whole.offset + 1360),
+    ]
     # a whole DATA batch that no longer fits goes in pieces of the same batch
     small = [b"q" * 1200]
     (data,), data_flights, packer = pack_all(small, size=1400)
@@ -195,8 +199,10 @@ def test_a_resend_after_the_path_shrank_carries_the_same_bytes_in_smaller_pieces
 def test_pieces_in_any_order_with_duplicates_make_the_batch(seed: int) -> None:
     rng = random.Random(seed)
     batch = rng.randbytes(rng.randrange(44, 20_000))
-    cuts = sorted({0, len(batch), *(rng.randrange(1, len(batch)) for _ in range(rng.randrange(0, 30)))})
-    pieces = list(zip(cuts, cuts[1:]))
+    cuts = sorted(
+        {0, len(batch), *(rng.randrange(1, len(batch)) for _ in range(rng.randrange(0, 30)))}
+    )
+    pieces = list(itertools.pairwise(cuts))
     pieces += rng.sample(pieces, len(pieces) // 3)  # duplicates
     # overlapping pieces, as a resend cut at another size makes
     pieces += [(a, min(b + 7, len(batch))) for a, b in rng.sample(pieces, len(pieces) // 4)]
@@ -237,3 +243,17 @@ def test_a_link_measures_its_own_ratio(name: str) -> None:
     assert sender.payload_bytes == sum(map(len, records))
     ratio = sender.stats.bytes / sender.payload_bytes
     assert ratio <= 1.10, (name, ratio)
+
+
+def test_payload_counts_each_record_once_across_reconnects() -> None:
+    """A listener restart makes the link pack again what was not received:
+    those bytes go on the wire twice, but count once as payload."""
+    records = mix("uniform 0-20K", random.Random(4), 400)
+    sim = Simulation(FakeNet(4))
+    link = sim.add_link("s", records, push_every=20)
+    assert sim.run(lambda: link.sender.stored >= 100, max_time=60)
+    sim.restart_listener(crash=True)
+    assert sim.run(sim.all_done, max_time=120)
+    assert_exactly_once(sim, "s", [(link, records)])
+    assert link.sender.stats.reconnects >= 1
+    assert link.sender.payload_bytes == sum(map(len, records))

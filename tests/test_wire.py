@@ -558,9 +558,7 @@ def test_golden_datagrams(key: bytes | None) -> None:
     padded_probe = seal(7, cid, struct.pack("<QI", 11, 4) + bytes(300 - 24 - mac), key)
     assert wire.encode_probe(cid, 11, 4, key, pad_to=300) == padded_probe
     assert len(padded_probe) == 300
-    assert wire.encode_mtu_ack(MTU_ACK, key) == seal(
-        10, cid, struct.pack("<IQH", 4, 11, 1392), key
-    )
+    assert wire.encode_mtu_ack(MTU_ACK, key) == seal(10, cid, struct.pack("<IQH", 4, 11, 1392), key)
     assert wire.encode_close(cid, 4, key) == seal(8, cid, struct.pack("<I", 4), key)
     assert wire.encode_refuse(REFUSE_FENCED, key) == seal(9, cid, struct.pack("<QIB", 0, 4, 1), key)
 
@@ -761,7 +759,9 @@ def test_body_one_byte_short_or_long(name: str) -> None:
             assert reason_of(shorter) == "malformed"
         else:
             assert wire.decode_datagram(shorter) == Probe(0xDEADBEEF, 11, 4, len(body) - 13)
-        assert wire.decode_datagram(longer) == Probe(0xDEADBEEF, 10 + (name != "probe"), 4, len(body) - 11)
+        assert wire.decode_datagram(longer) == Probe(
+            0xDEADBEEF, 10 + (name != "probe"), 4, len(body) - 11
+        )
         assert reason_of(_with_body(name, body + b"\1")) == "malformed"
         return
     if name == "data_padded":
@@ -967,3 +967,12 @@ def test_examples_in_docs() -> None:
     assert struct.unpack("<I", CRC_RESIDUE) == (0x48674BC7,)
     assert len(wire.encode_retry(Retry(1, bytes(20)))) == 41
     assert len(wire.encode_hello(Hello(1, "", "", 0, 1400, b""))) == 37
+
+
+@pytest.mark.parametrize("records", [[b""], SMALL_RECORDS, [b"x" * 65535, b"y"]])
+def test_encode_batch_of_joined_records_is_encode_batch(records: list[bytes]) -> None:
+    lengths = array("H", map(len, records))
+    joined = b"".join(records)
+    batch = wire.encode_batch_of(11, 3, 17, len(records), lengths, joined)
+    assert batch == wire.encode_batch(11, 3, 17, records)
+    assert wire.encode_batch_of(11, 3, 17, len(records), lengths.tobytes(), joined) == batch

@@ -541,9 +541,7 @@ class ListenerCore:
         head = _FRAG_FAST.size
         if size <= head + 4:
             return False
-        magic, version, _kind, conn_id, pn, epoch, seq, total, offset = _FRAG_FAST.unpack_from(
-            view
-        )
+        magic, version, _kind, conn_id, pn, epoch, seq, total, offset = _FRAG_FAST.unpack_from(view)
         end = offset + size - head - 4
         if magic != wire.DATAGRAM_MAGIC or version != wire.DATAGRAM_VERSION or end >= total:
             return False

@@ -113,7 +113,9 @@ class Packer:
         self.pieces = 0
         """FRAGMENT datagrams sent as first transmissions."""
         self.payload = 0
-        """Bytes of records put in batches (first transmissions only)."""
+        """Bytes of records put in batches, each record once (a new session packs
+        again what the listener had not received: not counted again)."""
+        self._counted = 0  # the last seq whose bytes are in `payload`
         self._guess = 16  # records per batch last time: where fitting starts looking
         # the open batch: its bytes, seqs and how much of it is sent
         self._batch: bytes | None = None
@@ -257,7 +259,11 @@ class Packer:
         last = seq + n - 1
         self.next_seq = last + 1
         self.batches += 1
-        self.payload += len(payload)
+        if seq > self._counted:
+            self.payload += len(payload)
+        elif last > self._counted:  # packed again after a new session, in part
+            self.payload += sum(map(len, recs[i + self._counted + 1 - seq : i + n]))
+        self._counted = max(self._counted, last)
         producer, epoch = self.producer_id, self.epoch
         if total <= self._data_room:
             pn += 1
@@ -271,7 +277,10 @@ class Packer:
         if len(payload) > wire.MAX_SMALL_RECORD:
             batch = wire.encode_large_batch(producer, epoch, seq, payload)
         else:
-            batch = wire.encode_batch(producer, epoch, seq, recs[i : i + n], lens[i : i + n])
+            table = lens[i : i + n]
+            if not wire.LITTLE_ENDIAN:  # pragma: no cover - the table is little-endian
+                table.byteswap()
+            batch = wire.encode_batch_of(producer, epoch, seq, n, table, payload)
         self._batch = batch
         self._first, self._last, self._at = seq, last, 0
         return pn, 0, 0

@@ -46,6 +46,7 @@ from .batch import (
     batch_records,
     decode_batch_header,
     encode_batch,
+    encode_batch_of,
     encode_large_batch,
     position_bytes,
     verify_batch,
@@ -72,11 +73,12 @@ __all__ = [
     "DATAGRAM_MAGIC",
     "DATAGRAM_VERSION",
     "DATA_OVERHEAD",
-    "FRAGMENT_OVERHEAD",
     "FLAG_LARGE",
+    "FRAGMENT_OVERHEAD",
     "LITTLE_ENDIAN",
     "MAC_SIZE",
     "MAX_SMALL_RECORD",
+    "PROBE_SIZE",
     "VERSION",
     "Accept",
     "Ack",
@@ -87,7 +89,6 @@ __all__ = [
     "Hello",
     "MsgType",
     "MtuAck",
-    "PROBE_SIZE",
     "Probe",
     "Refuse",
     "RefuseReason",
@@ -98,6 +99,7 @@ __all__ = [
     "encode_accept",
     "encode_ack",
     "encode_batch",
+    "encode_batch_of",
     "encode_close",
     "encode_data",
     "encode_data_batch",
@@ -322,7 +324,12 @@ def encode_pieces(
     at = start
     while at < end:
         stop = min(at + chunk, end)
-        body = join((pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id, pn, epoch, seq, total, at), view[at:stop]))
+        body = join(
+            (
+                pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id, pn, epoch, seq, total, at),
+                view[at:stop],
+            )
+        )
         sealed = body + crc_of(crc32c(body))
         append(sealed if key is None else sealed + _mac(key, sealed))
         pn += 1
