@@ -41,6 +41,7 @@ TINY: dict[str, list[str]] = {
     "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],
     "grace": ["--seconds", "0.3", "--readers", "3"],
     "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
+    "overhead": ["--mb", "0.2", "--mixes", "1000 B,61 B"],
 }
 
 
