@@ -139,6 +139,7 @@ def test_on_loopback_datagrams_are_full_size_and_cost_under_5_percent(
     assert stats.retransmits == 0
     assert stats.wire_ratio <= 1.05, stats
     assert stats.wire_ratio == stats.bytes_sent / stats.payload_bytes
+    assert listener.stats().mtu_probes >= 1  # the probe the listener answered
 
 
 def test_emsgsize_makes_the_link_settle_under_the_interface_mtu(
