@@ -307,3 +307,40 @@ def test_probes_are_padded_probe_datagrams() -> None:
     assert len(probe) == 1300
     msg = wire.decode_datagram(probe)
     assert msg == wire.Probe(5, 9, 2, 1300 - wire.PROBE_SIZE)
+
+
+def run_mtu_seed(seed: int) -> None:
+    """A bad network whose path MTU may be small and may shrink mid-transfer;
+    1 or 2 links find it while they ship; every record stored once."""
+    rng = random.Random(seed)
+    loss = rng.choice((0.0, 0.05, 0.2))
+    mtu = rng.choice((1232, 1300, 1372, 1392, None))
+    up = NetConfig(loss=loss, duplicate=0.05, delay=0.005, jitter=rng.choice((0.0, 0.01)), mtu=mtu)
+    net = CheckedNet(seed, up, NetConfig(loss=loss, duplicate=0.05, delay=0.005, jitter=0.01))
+    sim = Simulation(net, sync_interval=rng.choice((0.0, 0.002)))
+    links = []
+    for k in range(rng.randrange(1, 3)):
+        recs = records_for(rng, rng.randrange(1, 600), large=True)
+        link = sim.add_link(
+            "s", recs, producer=f"p{k}" if rng.random() < 0.5 else "", pmtu=True, push_every=40
+        )
+        links.append((link, recs))
+    if rng.random() < 0.3:  # the path shrinks (a tunnel comes up)
+        until = sim.clock.now + rng.uniform(0.05, 1.0)
+        sim.run(lambda: sim.clock.now >= until, max_time=5)
+        net.up = NetConfig(loss=loss, delay=0.005, mtu=rng.choice((1232, 1300)))
+    if rng.random() < 0.2:
+        sim.restart_listener(crash=True)
+    assert sim.run(sim.all_done, max_time=600), f"seed {seed}: not done"
+    assert_exactly_once(sim, "s", links)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_mtu_seeds(seed: int) -> None:
+    run_mtu_seed(seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30, 330))
+def test_mtu_seeds_slow(seed: int) -> None:
+    run_mtu_seed(seed)
