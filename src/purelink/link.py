@@ -13,7 +13,8 @@ ring slot, so queue() writes no mark and no length per record.
 The link thread, in a loop: take every record from the ring (stopping at a
 slot not yet written, which its writer will mark), hand them to the sans-IO
 `Sender`, put its datagrams on the wire (up to 64 per system call with UDP
-GSO, padded to equal segments; one `send` each where the kernel refuses GSO),
+GSO: packing makes the pieces of a batch equal, nothing is padded; one `send`
+each where the kernel refuses GSO),
 read answers until EAGAIN, run timers, tell the owner (`on_stored`,
 `wait_stored` via the Parker, mechanism 2), and sleep in epoll on the socket
 and the eventfd only when there is nothing left to do and no mark was set.

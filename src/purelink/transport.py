@@ -129,7 +129,7 @@ class Transport(Protocol):
     """What the link thread needs of a transport."""
 
     gso: bool
-    """Whether datagrams of a burst should be padded to equal size (UDP GSO)."""
+    """Whether runs of equal-sized datagrams go to the kernel in one call (UDP GSO)."""
     send_calls: int
     """System calls that sent datagrams."""
     send_errors: int
