@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from purelink.protocol import wire
+from purelink.protocol.listener_core import CoreConfig
 from purelink.protocol.packing import BATCH_LIMIT, Flight, Packer
 from purelink.protocol.receiver import Partial
 from purelink.testing import FakeNet, Simulation
@@ -257,3 +258,15 @@ def test_payload_counts_each_record_once_across_reconnects() -> None:
     assert_exactly_once(sim, "s", [(link, records)])
     assert link.sender.stats.reconnects >= 1
     assert link.sender.payload_bytes == sum(map(len, records))
+
+
+@pytest.mark.parametrize("size", [65_534, 65_535, 65_536])
+def test_a_record_just_under_64_kib_is_stored_with_max_record_just_above_it(size: int) -> None:
+    """The largest batch of the small kind (one record of 65,535 bytes and its
+    length: 65,581 bytes) and the smallest large one pass a listener whose
+    max_record is no larger than they need."""
+    records = [b"a", bytes(size), b"b"]
+    sim = Simulation(FakeNet(2), core_config=CoreConfig(max_record=65_536))
+    link = sim.add_link("s", records)
+    assert sim.run(sim.all_done, max_time=30)
+    assert_exactly_once(sim, "s", [(link, records)])

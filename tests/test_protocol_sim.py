@@ -17,7 +17,7 @@ from purelink.protocol.sender import SenderState
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
 from shipping import report
 
-NEXT_BATCH = 0xFFFF + wire.BATCH_HEADER
+NEXT_BATCH = 0xFFFF + 2 + wire.BATCH_HEADER
 """The batch a producer needs next may always be put together, beyond its reorder
 budget (else held data could never drain): at most this many bytes of records."""
 

@@ -48,11 +48,12 @@ MAX_FRAGMENT_SPANS: Final = 16
 FRAGMENT_ROOM: Final = 600
 """Bytes an ACK gives its fragment entries at most, so that with its 32 ranges
 it stays within 1,200 bytes, the smallest datagram a path must carry (pmtu.py)."""
-MAX_PIECED_BATCH: Final = 0xFFFF
-"""Bytes of records and length table a batch that comes in pieces may hold,
-unless max_record is larger (a one-record large batch: up to max_record).  So
-the batch a producer needs next, which may always be put together, is at most
-max(max_record, 65,535) + 44 bytes: the listener's memory bound is max_memory
+MAX_PIECED_BATCH: Final = 0xFFFF + 2
+"""Bytes of records and length table a batch that comes in pieces may hold
+(one record of 65,535 bytes and its length; many records within 65,535), unless
+max_record is larger (a one-record large batch: up to max_record).  So the
+batch a producer needs next, which may always be put together, is at most
+max(max_record, 65,537) + 44 bytes: the listener's memory bound is max_memory
 plus that."""
 
 
