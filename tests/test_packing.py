@@ -132,7 +132,7 @@ def test_pieces_fill_their_datagrams_and_nothing_is_padded() -> None:
         seq = header.last_seq + 1
     assert seq == len(records) + 1
     for f in flights.values():  # each remembers what it carried
-        assert f.end and f.batch is not None and f.size == len(f.data)
+        assert f.end and f.size == len(f.data)
 
 
 def test_a_batch_that_fits_one_datagram_is_one_data_datagram() -> None:

@@ -245,6 +245,9 @@ def test_pieces_are_fragments_of_the_batch(key: bytes | None) -> None:
     assert [wire.decode_datagram(d, key).offset for d in again] == [1000, 1600, 2200]  # type: ignore[union-attr]
     assert b"".join(bytes(wire.decode_datagram(d, key).chunk) for d in again) == batch[1000:2500]  # type: ignore[union-attr]
     assert wire.encode_pieces(9, 5, 3, 17, batch, 10, 10, 600, key) == []
+    # the same from only those bytes of the batch (a piece cut smaller)
+    part = batch[1000:2500]
+    assert wire.encode_pieces(9, 5, 3, 17, part, 1000, 2500, 600, key, len(batch), 1000) == again
 
 
 @pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)

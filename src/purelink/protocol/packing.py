@@ -35,8 +35,9 @@ delivered once its seqs are received or held; a piece once its byte range of
 its batch is held (an ACK's fragment spans) or the whole batch is received.
 A lost datagram is sent again with the same bytes under a new packet number
 (`resend`), unless the path's datagram size has shrunk below it since
-(path MTU, pmtu.py): then its bytes go again as smaller pieces of the same
-batch, which the listener puts together just the same.
+(path MTU, pmtu.py): then its bytes (taken from the datagram itself: a flight
+keeps nothing but its datagram) go again as smaller pieces of the same batch,
+which the listener puts together just the same.
 
 Invariants: every record from `next_seq` on is in no batch yet; the open
 batch's bytes before `_at` are sent; a batch's bytes never change once it
@@ -60,10 +61,16 @@ so that a run of records that fits holds no record whose length table entry
 was clamped (every such record is at least 65,535 bytes on its own)."""
 
 
+_BATCH: Final = wire.HEADER + 8  # where a DATA datagram's batch starts (after the pn)
+_LENGTH: Final = _BATCH + 16  # the batch's length field
+_TOTAL: Final = wire.HEADER + 20  # a FRAGMENT's `total` field
+_PIECE: Final = wire.FRAGMENT_OVERHEAD - 4  # where a FRAGMENT's piece starts
+
+
 class Flight:
     """One datagram in flight and what it carried."""
 
-    __slots__ = ("batch", "data", "end", "first", "last", "offset", "pn", "sent", "size")
+    __slots__ = ("data", "end", "first", "last", "offset", "pn", "sent", "size")
 
     def __init__(
         self,
@@ -75,7 +82,6 @@ class Flight:
         data: bytes,
         offset: int = 0,
         end: int = 0,
-        batch: bytes | None = None,
     ) -> None:
         self.pn = pn
         """Its packet number (the last transmission's)."""
@@ -93,8 +99,6 @@ class Flight:
         """A piece: where its bytes start in the batch."""
         self.end = end
         """A piece: where its bytes end in the batch; 0 for a whole batch (DATA)."""
-        self.batch = batch
-        """A piece: the whole batch's bytes (to cut again if the path shrinks)."""
 
 
 class Packer:
@@ -202,7 +206,7 @@ class Packer:
             for data in datagrams:
                 pn += 1
                 stop = min(at + chunk, end)
-                flights[pn] = Flight(pn, first, last, len(data), now, data, at, stop, batch)
+                flights[pn] = Flight(pn, first, last, len(data), now, data, at, stop)
                 used += len(data)
                 at = stop
             out.extend(datagrams)
@@ -297,22 +301,24 @@ class Packer:
             f.pn = pn
             f.sent = now
             return pn, [f]
-        if f.end:
-            batch = f.batch
-            assert batch is not None
+        data = memoryview(f.data)
+        if f.end:  # the piece's own bytes: what follows the fragment head
+            total = int.from_bytes(data[_TOTAL : _TOTAL + 4], "little")
+            piece = data[_PIECE : _PIECE + f.end - f.offset]
             start, end = f.offset, f.end
         else:  # a whole batch: it follows the DATA datagram's 16-byte head
-            length = int.from_bytes(f.data[wire.HEADER + 8 + 16 : wire.HEADER + 8 + 20], "little")
-            batch = f.data[wire.HEADER + 8 : wire.HEADER + 8 + length]
-            start, end = 0, length
+            total = int.from_bytes(data[_LENGTH : _LENGTH + 4], "little")
+            piece = data[_BATCH : _BATCH + total]
+            start, end = 0, total
         chunk = self._chunk
         datagrams = wire.encode_pieces(
-            self.conn_id, pn + 1, self.epoch, f.first, batch, start, end, chunk, self._key
-        )
+            self.conn_id, pn + 1, self.epoch, f.first, piece, start, end, chunk, self._key,
+            total, start,
+        )  # fmt: skip
         flights = []
-        for data in datagrams:
+        for out in datagrams:
             pn += 1
             stop = min(start + chunk, end)
-            flights.append(Flight(pn, f.first, f.last, len(data), now, data, start, stop, batch))
+            flights.append(Flight(pn, f.first, f.last, len(out), now, out, start, stop))
             start = stop
         return pn, flights

@@ -304,17 +304,22 @@ def encode_pieces(
     pn: int,
     epoch: int,
     seq: int,
-    batch: bytes,
+    batch: bytes | memoryview,
     start: int,
     end: int,
     chunk: int,
     key: bytes | None = None,
+    total: int | None = None,
+    origin: int = 0,
 ) -> list[bytes]:
     """FRAGMENT datagrams of batch bytes [start, end), `chunk` bytes each (the
     last may be shorter), under packet numbers pn, pn + 1, ...: the same bytes
-    as encode_fragment() of each piece, in one loop (the link's hot path)."""
+    as encode_fragment() of each piece, in one loop (the link's hot path).
+    `batch` is the whole batch, or (with `total`, the batch's length) only its
+    bytes from `origin` on: a piece being cut smaller."""
     kind = MsgType.FRAGMENT | _MAC_BIT if key is not None else MsgType.FRAGMENT
-    total = len(batch)
+    if total is None:
+        total = len(batch)
     view = memoryview(batch)
     pack = _FRAG_DATAGRAM.pack
     crc_of = _U32.pack
@@ -327,7 +332,7 @@ def encode_pieces(
         body = join(
             (
                 pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id, pn, epoch, seq, total, at),
-                view[at:stop],
+                view[at - origin : stop - origin],
             )
         )
         sealed = body + crc_of(crc32c(body))
