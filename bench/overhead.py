@@ -6,7 +6,8 @@ distinct records (at least 200 records) are queued one at a time and the
 link is waited on until all are stored; then `link.stats()` says how many
 bytes went on the wire (`bytes_sent`: every datagram, headers, CRCs, the
 handshake, probes and resends included) for how many bytes of records
-(`payload_bytes`).  Optionally with a secret (a 16-byte MAC per datagram).
+(`payload_bytes`).  Optionally with a secret (every datagram sealed: 32
+bytes more each, which `wire_ratio` counts).
 
 Reported per mix: `wire_ratio` (bytes_sent / payload_bytes; the target is
 <= 1.05 for 1,000-byte records and <= 1.10 for any mix), the datagram size
