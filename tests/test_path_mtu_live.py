@@ -247,3 +247,27 @@ def test_a_real_1280_byte_interface(tmp_path: Path) -> None:
             ["ip", "link", "del", f"{ns}a"], capture_output=True, timeout=20, check=False
         )
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20, check=False)
+
+
+def test_a_sealed_link_fills_its_datagrams_to_datagram_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a secret each datagram is sealed (32 bytes more): the sender inside
+    packs 32 bytes smaller, so what goes on the wire is at most 1,400 bytes, the
+    pieces exactly 1,400; link.stats() counts the sealing in its ratio and size."""
+    sizes: list[int] = []
+    send_gso = _nogil.NoGilSocket.send_gso
+
+    def counting_gso(self: _nogil.NoGilSocket, data: bytes, segment: int) -> int:
+        sizes.append(segment)
+        return send_gso(self, data, segment)
+
+    monkeypatch.setattr(_nogil.NoGilSocket, "send_gso", counting_gso)
+    secret = b"s" * 32
+    records = [i.to_bytes(4, "little") + bytes(996) for i in range(10_000)]
+    with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", sync="none", secret=secret) as lst:
+        stats = ship(url_of(lst), records, secret=secret)
+    assert stats.datagram_size == 1400
+    assert sizes and max(sizes) == 1400
+    assert 1.05 < stats.wire_ratio <= 1.06, stats  # 72 bytes a datagram of 1,400
+    assert [p for _, p in Store(tmp_path / "d").read("s")] == records
