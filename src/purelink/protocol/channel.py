@@ -45,7 +45,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import ProtocolError
-from .batch import VERSION
+from .wire import DATAGRAM_VERSION as VERSION  # the layer shares "PL" and the version
 from .handshake import MAGIC, SEALED, hkdf
 
 __all__ = ["OVERHEAD", "WINDOW", "Channel", "ChannelStats", "RekeyPolicy", "sealed_conn_id"]
