@@ -45,8 +45,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import ProtocolError
-from .wire import DATAGRAM_VERSION as VERSION  # the layer shares "PL" and the version
 from .handshake import MAGIC, SEALED, hkdf
+from .wire import DATAGRAM_VERSION as VERSION  # the layer shares "PL" and the version
 
 __all__ = ["OVERHEAD", "WINDOW", "Channel", "ChannelStats", "RekeyPolicy", "sealed_conn_id"]
 
