@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -230,7 +231,7 @@ def _ping(args: argparse.Namespace) -> int:
                     if seen[index] == 1:
                         rtts.append(time.perf_counter() - sent_at)
                         order.append(index)
-    reordered = sum(1 for a, b in zip(order, order[1:], strict=False) if b < a)
+    reordered = sum(1 for a, b in itertools.pairwise(order) if b < a)
     _say({"sent": sent, "received": len(rtts), "duplicates": sum(seen.values()) - len(seen),
           "reordered": reordered, "rtt": rtts})  # fmt: skip
     return 0

@@ -61,7 +61,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from ._pathmodel import A_TO_B, B_TO_A, Impairment, Path as EmulatedPath
+from ._pathmodel import A_TO_B, B_TO_A, Impairment
+from ._pathmodel import Path as EmulatedPath
 
 __all__ = [
     "ADDRESSES",
