@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -219,8 +220,6 @@ def _ping(args: argparse.Namespace) -> int:
         if now >= end:
             break
         nxt = start + sent * args.interval if sent < args.count else end
-        import select  # noqa: PLC0415
-
         ready, _, _ = select.select([sock], [], [], max(0.0, min(nxt, end) - now))
         if ready:
             with contextlib.suppress(BlockingIOError):
