@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "secret": "what the keyed MAC costs per record on the 61 B queue workload",
     "stages": "CPU per record of each stage of one link, in one thread (no system calls)",
     "probes": "what stands in the way: queue() floor, a fresh link's slow start, latency split",
+    "paths": "goodput through emulated lossy, reordering, dark and small-MTU paths (root)",
 }
 """Every benchmark by name, in the order the whole suite runs them."""
 
