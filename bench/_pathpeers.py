@@ -17,7 +17,9 @@ exec`), so each is a small verb of this module that prints one JSON line
   queue every record, wait until all are stored; time from the first queue
   to the last told stored, with the link's counters;
 * `echo --bind H:P` / `ping --to H:P --count N`: a UDP echo and a pinger
-  that measures round trips (the emulator's self-test).
+  that measures round trips (the emulator's self-test);
+* `pmtu --to H:P --size B`: DF datagrams until the kernel learns a smaller
+  path MTU from an ICMP error; prints what it learned.
 
 Records are made before any timing starts; `mixed_records` (0 B to 20 KiB,
 log-uniform, seeded) is shared with the checker in bench/paths.py.
@@ -45,6 +47,9 @@ from typing import Any
 __all__ = ["fixed_records", "main", "mixed_records"]
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
+IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
+IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
+IP_MTU = getattr(socket, "IP_MTU", 14)
 
 
 def fixed_records(count: int, size: int) -> list[bytes]:
@@ -232,7 +237,32 @@ def _ping(args: argparse.Namespace) -> int:
                         order.append(index)
     reordered = sum(1 for a, b in itertools.pairwise(order) if b < a)
     _say({"sent": sent, "received": len(rtts), "duplicates": sum(seen.values()) - len(seen),
-          "reordered": reordered, "rtt": rtts})  # fmt: skip
+          "reordered": reordered, "rtt": rtts, "order": order})  # fmt: skip
+    return 0
+
+
+def _pmtu(args: argparse.Namespace) -> int:
+    """Send DF datagrams of `size` bytes until the kernel's path MTU drops below it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+    sock.connect(_hostport(args.to))
+    first = sock.getsockopt(socket.IPPROTO_IP, IP_MTU)
+    refused = 0
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            sock.send(b"m" * args.size)
+        except OSError:  # EMSGSIZE: the kernel learned a smaller path MTU
+            refused += 1
+            break
+        time.sleep(0.05)
+    _say(
+        {
+            "mtu_before": first,
+            "mtu_after": sock.getsockopt(socket.IPPROTO_IP, IP_MTU),
+            "refused": refused,
+        }
+    )
     return 0
 
 
@@ -269,9 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--interval", type=float, default=0.005)
     p.add_argument("--linger", type=float, default=1.0)
+    p = sub.add_parser("pmtu")
+    p.add_argument("--to", required=True)
+    p.add_argument("--size", type=int, default=1400)
+    p.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(args_list)
     verbs = {"tcp-recv": _tcp_recv, "tcp-send": _tcp_send, "purelink-send": _purelink_send,
-             "echo": _echo, "ping": _ping}  # fmt: skip
+             "echo": _echo, "ping": _ping, "pmtu": _pmtu}  # fmt: skip
     return verbs[args.verb](args)
 
 
