@@ -13,6 +13,8 @@ exec`), so each is a small verb of this module that prints one JSON line
 * `tcp-send --to H:P --bytes N --cc bbr|cubic`: connect with that congestion
   control (TCP_CONGESTION), write N bytes of 1,000-byte records, time from
   the first write to the receiver's one-byte reply;
+  (both senders print "connected" once connected and start on a line
+  on stdin, so the starter can restart the path's clock right then);
 * `purelink-send --url URL --records N --size B | --mixed SEED`: connect,
   queue every record, wait until all are stored; time from the first queue
   to the last told stored, with the link's counters;
@@ -80,6 +82,12 @@ def _say(obj: dict[str, Any]) -> None:
     print(json.dumps(obj), flush=True)
 
 
+def _connected_then_wait() -> None:
+    """Tell the starter the connection is up; start when it says "go" (or at EOF)."""
+    print("connected", flush=True)
+    sys.stdin.readline()
+
+
 def _guard(argv: Sequence[str]) -> int:
     from .pathemu import set_parent_death_signal  # noqa: PLC0415
 
@@ -137,6 +145,7 @@ def _tcp_send(args: argparse.Namespace) -> int:
         _say({"ok": False, "error": f"connect: {exc}"})
         return 1
     chunk = b"".join(fixed_records(64, args.record))
+    _connected_then_wait()
     deadline = time.monotonic() + args.timeout
     start = time.perf_counter()
     sent, reply = 0, b""
@@ -174,6 +183,7 @@ def _purelink_send(args: argparse.Namespace) -> int:
         _say({"ok": False, "error": f"connect: {type(exc).__name__}: {exc}"})
         return 1
     queue = link.queue
+    _connected_then_wait()
     start = time.perf_counter()
     for record in records:
         queue(record)
