@@ -62,16 +62,7 @@ def plot(report: Report, path: Path, transports: list[str]) -> None:
                 fontsize=7,
                 color="tab:orange",
             )
-    ax.axhline(BOTTLENECK_KBPS, ls="--", lw=0.8, color="gray")
-    ax.text(
-        len(rows) - 0.5,
-        BOTTLENECK_KBPS * 0.9,
-        "bottleneck 6,250 KB/s",
-        ha="right",
-        va="top",
-        fontsize=7,
-        color="gray",
-    )
+    ax.axhline(BOTTLENECK_KBPS, ls="--", lw=0.8, color="gray", label="bottleneck (6,250 KB/s)")
     ax.set_yscale("log")
     ax.set_ylim(10, BOTTLENECK_KBPS * 1.6)
     ax.set_xticks(range(len(rows)), [r["path"] for r in rows], fontsize=8)
