@@ -281,6 +281,8 @@ def run_purelink(
     result["router"] = emu.stats()
     stored = serve.read(stream)
     result["exactly_once"] = stored == records
+    # what is there so far is the records' start, each once and byte-exact
+    result["intact"] = stored == records[: len(stored)]
     result["in_store"] = len(stored)
     result["moved"] = sum(map(len, records[: int(result.get("stored") or 0)]))
     return result
@@ -437,6 +439,7 @@ def run_torture(args: Any, report: Report, transports: list[str]) -> None:
                     seconds=round(float(result.get("elapsed") or 0), 2),
                     stored=int(result.get("stored") or 0),
                     exactly_once=bool(result.get("exactly_once")),
+                    stored_intact=bool(result.get("intact")),
                     under_60_s=bool(result.get("ok")) and float(result["elapsed"]) < 60,
                     lost=fwd["lost"],
                     duplicated=fwd["duplicated"],
