@@ -1,6 +1,6 @@
 """`purelink bench paths`: goodput through emulated network paths (needs root).
 
-Workload (SPEC section 8, `paths`): the TUN path emulator of
+Workload (docs/performance.md, section paths): the TUN path emulator of
 bench/pathemu.py between two network namespaces; every path is a 50 Mbit/s
 bottleneck with a 256 KB drop-tail queue and 25 ms of delay in each
 direction (50 ms RTT), plus one impairment, the same in both directions:
