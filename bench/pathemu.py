@@ -423,9 +423,14 @@ class Emulator:
         return answer
 
     def set(self, forward: Impairment, reverse: Impairment | None = None, seed: int = 1) -> None:
-        """Change the path (both directions; reverse defaults to forward); empties it."""
+        """Change the path (both directions; reverse defaults to forward); empties it
+        and both namespaces' route caches (learned path MTUs)."""
         self.forward, self.reverse = forward, reverse or forward
         self._call(op="set", forward=forward.to_json(), reverse=self.reverse.to_json(), seed=seed)
+        # The kernels forget what they learned of the last path: a path MTU
+        # learned from an ICMP error is cached for 10 minutes per destination.
+        for ns in self._made:
+            _ip("-n", ns, "route", "flush", "cache", check=False)
 
     def reset(self) -> None:
         """Blackouts start counting now; counters and self-measurement cleared."""

@@ -177,6 +177,10 @@ def test_the_mtu_is_enforced_and_the_kernel_learns_it(emu: Emulator, echo: None)
     assert result["mtu_after"] == 1280 and result["refused"] == 1
     assert stats["mtu_drops"] >= 1 and stats["icmp_sent"] >= 1
     assert stats["delivered"] == 0  # nothing over 1,280 bytes got through
+    # a new path starts from scratch: the learned MTU is forgotten
+    emu.set(Impairment())
+    again = peer(emu, 0, "pmtu", "--to", f"{B}:9000", "--size", "1400", "--timeout", "0.3")
+    assert again["mtu_before"] == 1500 and again["refused"] == 0
 
 
 def test_the_bottleneck_limits_the_rate_and_bounds_its_queue(emu: Emulator) -> None:
