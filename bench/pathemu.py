@@ -204,7 +204,7 @@ class _Router:
                 except OSError:
                     self.write_errors += 1
                 if len(late) < MAX_SAMPLES:
-                    late.append(now - at)
+                    late.append(clock() - at)  # when it really left, after the write
             due = path.next_release()
             timeout = 0.5 if due is None else max(0.0, due - clock())
             self.turns += 1
@@ -216,6 +216,7 @@ class _Router:
                 if fd == ctl:
                     if not self._control():
                         return
+                    path = self.path
                     continue
                 side = A_TO_B if fd == fds[0] else B_TO_A
                 arrive = path.arrive
