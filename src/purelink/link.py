@@ -1,9 +1,9 @@
 """Link: the application-facing object and its own thread (the sending side's only I/O).
 
 `queue()` is the hot path.  It takes no lock and makes no system call unless
-the link thread sleeps (mechanism 1): a seq comes from an `itertools.islice`
-over an `itertools.count` (one C call, so two threads never get the same
-seq), the record goes into slot `seq & mask` of a ring (each seq owns its
+the link thread sleeps (mechanism 1): a seq comes from the grant, an
+iterator over a `range` of seqs (its `__next__` is one C call, so two threads
+never get the same seq), the record goes into slot `seq & mask` of a ring (each seq owns its
 slot, so threads never overwrite each other and the order of seqs is the
 order in the stream), and one flag of the wakeup decides whether the eventfd
 is written.  That is all it stores: the link thread reads the lengths off the
@@ -18,10 +18,13 @@ read answers until EAGAIN, run timers, tell the owner (`on_stored`,
 `wait_stored` via the Parker, mechanism 2), and sleep in epoll on the socket
 and the eventfd only when there is nothing left to do and no mark was set.
 
-The count limit is a grant: the islice yields exactly the seqs that keep at
+The count limit is a grant: the range yields exactly the seqs that keep at
 most `capacity` records unstored as of the moment it was made, and when it
 runs dry (StopIteration, which costs nothing until it happens) queue() takes
 a lock, looks at `stored` again and makes the next grant, or raises Full.
+`queued` is read off the grant: `(stop, iterator)` is one tuple attribute,
+replaced whole, and the iterator's `__length_hint__()` (PEP 424) is what it
+has not handed out yet, so the last seq taken is `stop - 1 - remaining`.
 So the count bound is exact with any number of threads, and the ring (room
 for `capacity` records plus slack) never reuses a slot whose record may be
 unread.  The byte bound is checked inline before the seq is taken; it is
@@ -40,7 +43,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from . import _address
 from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
@@ -69,6 +72,14 @@ this long, then gets the LinkError."""
 HOLE_RECHECK: Final = 0.1
 SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 _MAX_RECORD: Final = 16 << 20
+
+
+class _Grant(Protocol):
+    """What the grant is: an iterator over a `range` of seqs (PEP 424's length hint
+    says how many it has not handed out yet)."""
+
+    def __next__(self) -> int: ...
+    def __length_hint__(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -174,8 +185,9 @@ class Link:
         self._capacity_bytes = capacity_bytes
         self._max_record = _MAX_RECORD  # until the listener says what it accepts
         self._small = SMALL  # records below this take queue()'s inline path
-        self._counter = itertools.count(1)  # its next value is queued + 1
-        self._next_seq = itertools.islice(self._counter, capacity).__next__  # the grant
+        self._next_seq: Callable[[], int]  # the grant's __next__ (see _new_grant)
+        self._grant_range: tuple[int, _Grant]  # (stop, the grant)
+        self._new_grant(1, 1 + capacity)
         self._grant_lock = threading.Lock()  # queue()'s slow path, one thread at a time
         self._stored = 0
         self._told = 0
@@ -257,11 +269,21 @@ class Link:
         `capacity` records unstored now) and take its first seq, or raise Full.
         Called with the grant lock held; the old islice is exhausted for good, so
         no thread can take a seq from it any more."""
-        allowed = self._stored + self._capacity - self.queued
+        queued = self.queued
+        allowed = self._stored + self._capacity - queued
         if allowed <= 0:
             raise Full(f"{self._capacity} records are queued and not yet stored")
-        self._next_seq = itertools.islice(self._counter, allowed).__next__
+        self._new_grant(queued + 1, queued + 1 + allowed)
         return self._next_seq()
+
+    def _new_grant(self, first: int, stop: int) -> None:
+        """Hand out seqs first .. stop - 1 from now on.  The (stop, iterator) pair is
+        published before `_next_seq`, so `queued` never sees seqs of a grant whose
+        stop it does not know; until `_next_seq` changes, callers still take from
+        the old, exhausted grant and come here under the lock."""
+        grant: _Grant = iter(range(first, stop))  # type: ignore[assignment]
+        self._grant_range = (stop, grant)
+        self._next_seq = grant.__next__
 
     def _set_limits(self) -> None:
         """What queue() checks inline, precomputed by the link thread: the byte total
@@ -277,7 +299,8 @@ class Link:
     @property
     def queued(self) -> int:
         """The last seq queued."""
-        return int(self._counter.__reduce__()[1][0]) - 1
+        stop, grant = self._grant_range
+        return stop - 1 - grant.__length_hint__()
 
     @property
     def stored(self) -> int:
@@ -474,7 +497,7 @@ class Link:
     def _take(self) -> None:
         """Move every record written to the ring into the sender."""
         start = self._taken + 1
-        end = int(self._counter.__reduce__()[1][0]) - 1
+        end = self.queued
         if end < start:
             return
         ring = self._ring
@@ -555,8 +578,7 @@ class Link:
                 self._max_record = min(ev.max_record, _MAX_RECORD)
                 self._small = min(SMALL, self._max_record + 1)
                 if not self._connected.is_set():
-                    self._counter = itertools.count(ev.stored + 1)
-                    self._next_seq = itertools.islice(self._counter, self._capacity).__next__
+                    self._new_grant(ev.stored + 1, ev.stored + 1 + self._capacity)
                     self._stored = self._told = self._taken = ev.stored
                     self._set_limits()
                     self._connected.set()
