@@ -205,6 +205,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             handshake_burst=max(2.0 * args.handshake_rate, 1.0),
             max_connections=args.max_connections,
             read_timeout=args.read_timeout,
+            insecure=args.insecure,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None

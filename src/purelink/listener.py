@@ -94,6 +94,7 @@ class Listener:
         handshake_burst: float = 2000.0,
         max_connections: int = 10_000,
         read_timeout: float = 10.0,
+        insecure: bool = False,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -109,6 +110,13 @@ class Listener:
         self._tail: TailServer | None = None
         if secret is not None and len(secret) < 16:
             raise ValueError("secret must be at least 16 bytes")
+        if secret is None and not insecure:  # SPEC section 7, as `serve` does
+            for name, text in (("udp", udp), ("tcp", tcp)):
+                if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
+                    raise ValueError(
+                        f"refusing to listen on non-loopback {name}={text!r} without a secret "
+                        "(pass insecure=True to do it anyway)"
+                    )
         self.path = Path(data)
         self.sync = sync
         self._secret = secret
