@@ -1,0 +1,90 @@
+"""What link.py needs besides the Link itself: its counters and its argument checks.
+
+Why it exists: link.py holds the hot path and the link thread; the snapshot
+dataclass of its counters and the checks that turn bad arguments into one
+ValueError at once (before any socket or thread exists) are kept here, so
+that file stays about the mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .protocol.names import is_valid_name, validate_stream_name
+
+__all__ = ["LinkStats", "check_arguments"]
+
+
+def check_arguments(
+    stream: str,
+    producer: str | None,
+    capacity: int,
+    capacity_bytes: int,
+    timeout: float,
+    secret: bytes | None,
+    close_timeout: float | None,
+) -> None:
+    """Raise ValueError (TypeError for a wrong type) for what no listener would take."""
+    validate_stream_name(stream)
+    if producer is not None and producer != "" and not is_valid_name(producer):
+        raise ValueError(
+            f"bad producer name {str(producer)[:40]!r}: use 1-200 characters of "
+            "A-Z a-z 0-9 . _ -, not starting with '.' (the rule of stream names)"
+        )
+    if capacity < 1 or capacity_bytes < 1:
+        raise ValueError("capacity and capacity_bytes must be positive")
+    if timeout <= 0:
+        raise ValueError("timeout must be positive")
+    if close_timeout is not None and close_timeout < 0:
+        raise ValueError("close_timeout must be >= 0 (or None: wait as long as it takes)")
+    if secret is not None and len(secret) < 16:  # the listener's rule too
+        raise ValueError("secret must be at least 16 bytes")
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """A snapshot of a link's counters."""
+
+    queued: int
+    """Last seq queued."""
+    stored: int
+    """Last seq the listener said is stored."""
+    told: int
+    """Last seq the owner was told about (on_stored / waiters)."""
+    wakeups: int
+    """eventfd writes by queue() (mechanism 1)."""
+    sleeps: int
+    """Times the link thread went to sleep in epoll."""
+    datagrams: int
+    """Datagrams sent."""
+    bytes_sent: int
+    """Bytes of datagrams sent."""
+    send_calls: int
+    """System calls that sent datagrams (one per GSO group, or per datagram)."""
+    gso: bool
+    """Whether UDP GSO is in use."""
+    batches: int
+    """Batches packed (first transmissions)."""
+    retransmits: int
+    """Datagrams sent again after a loss."""
+    probes: int
+    """Probes sent because answers stopped."""
+    acks: int
+    """Answers received."""
+    reconnects: int
+    """New handshakes after a lost session."""
+    parks: int
+    """Times a waiter (wait_stored) parked (mechanism 2)."""
+    unparks: int
+    """Times the link thread signalled a parked waiter."""
+    rtt: float
+    """Smoothed round-trip time, seconds."""
+    cwnd: int
+    """Congestion window, bytes."""
+    send_errors: int
+    """Datagrams the kernel refused to send (counted, then resent as lost)."""
+    late_pickups: int
+    """Times the thread found queued records after a sleep that only its timer
+    ended.  A diagnostic: a lost wakeup would show here, but so does a record
+    queued in the instant the timer fired (the lost-wakeup test runs with no
+    timers at all, where a lost wakeup would hang instead)."""
