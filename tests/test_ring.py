@@ -14,6 +14,7 @@ in seq order, and the ring must grow with the backlog and shrink after it.
 from __future__ import annotations
 
 import random
+import tracemalloc
 from array import array
 from collections.abc import Iterator
 
@@ -139,3 +140,23 @@ def test_size_for() -> None:
     assert _ring.size_for(0, 1024, most) == 1024
     assert _ring.largest(1_000_000) == most
     assert _ring.largest(16) == _ring.RING_MIN
+
+
+def test_a_new_link_costs_kilobytes_not_megabytes() -> None:
+    """A link with the default capacity (1,000,000) once reserved 2^20 slots (8 MB)
+    up front; its memory now follows what is queued."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        link = Link("udp://127.0.0.1:9", "s")  # made, not connected: no thread runs
+        made = tracemalloc.get_traced_memory()[0] - before
+        try:
+            for _ in range(100_000):  # not taken: the ring must hold them all
+                link.queue(b"x")
+            assert len(link._slots[0]) >= 100_000
+        finally:
+            link._transport.close()
+            link._wakeup.close()
+    finally:
+        tracemalloc.stop()
+    assert made < 256 << 10, made
