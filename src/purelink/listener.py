@@ -110,7 +110,7 @@ class Listener:
         self._tail: TailServer | None = None
         if secret is not None and len(secret) < 16:
             raise ValueError("secret must be at least 16 bytes")
-        if secret is None and not insecure:  # SPEC section 7, as `serve` does
+        if secret is None and not insecure:  # docs/security.md; as `serve` does
             for name, text in (("udp", udp), ("tcp", tcp)):
                 if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
                     raise ValueError(
