@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .protocol.names import is_valid_name, validate_stream_name
+from .protocol.names import validate_stream_name
 
 __all__ = ["LinkStats", "check_arguments"]
 
@@ -26,11 +26,8 @@ def check_arguments(
 ) -> None:
     """Raise ValueError (TypeError for a wrong type) for what no listener would take."""
     validate_stream_name(stream)
-    if producer is not None and producer != "" and not is_valid_name(producer):
-        raise ValueError(
-            f"bad producer name {str(producer)[:40]!r}: use 1-200 characters of "
-            "A-Z a-z 0-9 . _ -, not starting with '.' (the rule of stream names)"
-        )
+    if producer:  # None or "": anonymous
+        validate_stream_name(producer, "producer")
     if capacity < 1 or capacity_bytes < 1:
         raise ValueError("capacity and capacity_bytes must be positive")
     if timeout <= 0:
