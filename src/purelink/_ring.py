@@ -36,8 +36,11 @@ list is then garbage.
 
 Sizes are powers of two between RING_MIN and the smallest power of two that
 holds `capacity` (so Full is still decided by `capacity` alone): a grant
-that finds the ring over half full doubles it (at least), one that finds it
-nearly empty halves it (at most down to what the backlog needs).
+that finds the ring over half full makes it at least twice as big, and one
+that finds it under 1/16 full shrinks it to four times the backlog (see
+`size_for`).  Below the largest size every grant leaves at least half the ring
+free, so the slow path that makes grants runs once per half a ring of records
+at most.
 """
 
 from __future__ import annotations

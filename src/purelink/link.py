@@ -193,8 +193,9 @@ class Link(LinkThread):
     def _grant(self) -> int:
         """The last grant is used up: make the next one (the seqs that keep at most
         `capacity` records unstored now) and take its first seq, or raise Full.
-        Called with the grant lock held; the old islice is exhausted for good, so
-        no thread can take a seq from it any more."""
+        Called with the grant lock held; the old range iterator is exhausted for
+        good, so no thread can take a seq from it any more.  This is also where
+        the ring is replaced by a bigger or smaller one (_ring.py)."""
         queued = self.queued
         allowed = self._stored + self._capacity - queued
         if allowed <= 0:
