@@ -71,30 +71,36 @@ class Link(LinkThread):
         datagram_size: int = 1400,
         timeout: float = 10.0,
         secret: bytes | None = None,
+        key_id: str | None = None,
         on_stored: Callable[[int], Any] | None = None,
         *,
         close_timeout: float | None = CLOSE_TIMEOUT,
     ) -> None:
         scheme, host, port = _address.parse_url(url)
-        check_arguments(stream, producer, capacity, capacity_bytes, timeout, secret, close_timeout)
+        check_arguments(
+            stream, producer, capacity, capacity_bytes, timeout, secret, key_id, close_timeout
+        )
         self.url = url
         self.stream = stream
         self.producer = producer or None
         self._timeout = timeout
         self._close_timeout = close_timeout
         self._on_stored = on_stored
-        self._sender = Sender(
-            SenderConfig(
-                stream=stream,
-                producer=producer or "",
-                datagram_size=datagram_size,
-                secret=secret,
-                pad=scheme == "udp",  # padding is for UDP GSO only
-                # TCP never loses a HELLO (a broken connection starts a new one at
-                # once): retrying it early only makes a busy listener busier
-                handshake_rto=0.1 if scheme == "udp" else 1.0,
-            )
+        config = SenderConfig(
+            stream=stream,
+            producer=producer or "",
+            datagram_size=datagram_size,
+            pad=scheme == "udp",  # padding is for UDP GSO only
+            # TCP never loses a HELLO (a broken connection starts a new one at
+            # once): retrying it early only makes a busy listener busier
+            handshake_rto=0.1 if scheme == "udp" else 1.0,
         )
+        if secret is None:
+            self._sender = Sender(config)
+        else:  # every datagram sealed (protocol/secure_sender.py); cryptography loads here
+            from .protocol.secure_sender import SecureSender  # noqa: PLC0415
+
+            self._sender = SecureSender(config, secret, key_id or "")
         try:
             self._transport: Transport = (
                 UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -380,11 +386,12 @@ class Link(LinkThread):
                 raise ConnectError(f"{self.url}: {error}")
             if error is not None:
                 raise ConnectError(f"{self.url}: {error}") from None
-            # a listener drops a datagram with a wrong or missing MAC unanswered (an
-            # answer would help a forger), so silence is all a link can observe
+            # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
+            # without drops an INIT unanswered, and a keyed one drops plaintext, so
+            # silence is all a link can observe then
             raise ConnectError(
                 f"no answer from {self.url} within {self._timeout:g} s "
-                "(no listener there, or a wrong or missing secret?)"
+                "(no listener there, or a missing or unexpected secret?)"
             )
 
 
@@ -397,6 +404,7 @@ def connect(
     datagram_size: int = 1400,
     timeout: float = 10.0,
     secret: bytes | None = None,
+    key_id: str | None = None,
     on_stored: Callable[[int], Any] | None = None,
     *,
     close_timeout: float | None = CLOSE_TIMEOUT,
@@ -419,6 +427,7 @@ def connect(
         datagram_size=datagram_size,
         timeout=timeout,
         secret=secret,
+        key_id=key_id,
         on_stored=on_stored,
         close_timeout=close_timeout,
     )

@@ -22,6 +22,7 @@ def check_arguments(
     capacity_bytes: int,
     timeout: float,
     secret: bytes | None,
+    key_id: str | None,
     close_timeout: float | None,
 ) -> None:
     """Raise ValueError (TypeError for a wrong type) for what no listener would take."""
@@ -36,6 +37,8 @@ def check_arguments(
         raise ValueError("close_timeout must be >= 0 (or None: wait as long as it takes)")
     if secret is not None and len(secret) < 16:  # the listener's rule too
         raise ValueError("secret must be at least 16 bytes")
+    if key_id is not None and secret is None:
+        raise ValueError("key_id needs the key's secret (secret=)")
 
 
 @dataclass(frozen=True)
