@@ -392,7 +392,7 @@ def _send_lines(link: Link, source: IO[bytes]) -> tuple[int, int]:
                 break
             except Full:
                 # Never drop: wait for the oldest unstored record, then retry.
-                link.wait_stored(link.stored + 1, timeout=0.1)
+                link.wait_stored(min(link.stored + 1, link.queued), timeout=0.1)
                 progress.update(count, f"stored {link.stored:,} (capacity full)")
         count += 1
         size += len(record)
