@@ -46,6 +46,7 @@ TINY: dict[str, list[str]] = {
     # the systems that need nothing beyond the test extra (the others: the bench extra)
     "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
     "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
+    "overhead": ["--mb", "0.2", "--mixes", "1000 B,61 B"],
 }
 
 

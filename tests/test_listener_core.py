@@ -205,11 +205,19 @@ def test_answers_from_a_link_are_refused_as_wrong_direction(core: ListenerCore) 
 
 
 def test_oversized_large_record_is_dropped(core: ListenerCore) -> None:
+    """A batch in pieces is refused at its first piece when it is longer than any
+    batch may be, and once it is whole when one of its records is over max_record."""
     small = ListenerCore(MemoryStore(), CoreConfig(max_record=1000))
     a = handshake(small)
-    frag = wire.encode_fragment(a.conn_id, 1, a.epoch, 1, 5000, 0, b"x" * 1000)
-    small.receive_datagram(frag, ADDR, 100.0)
+    huge = wire.encode_fragment(a.conn_id, 1, a.epoch, 1, (1 << 20) + 45, 0, b"x" * 1000)
+    small.receive_datagram(huge, ADDR, 100.0)
     assert small.stats.dropped == {"too_large": 1}
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"y" * 5000])
+    pieces = wire.encode_pieces(a.conn_id, 2, a.epoch, 1, batch, 0, len(batch), 1000)
+    for piece in pieces:
+        small.receive_datagram(piece, ADDR, 100.0)
+    assert small.stats.dropped == {"too_large": 2}
+    assert not any(small.take_writes().values())
 
 
 def test_a_session_fenced_while_waiting_for_a_sync_is_never_accepted(core: ListenerCore) -> None:

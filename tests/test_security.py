@@ -438,21 +438,28 @@ def test_reorder_memory_per_link_is_bounded_and_counted() -> None:
     assert core.stats.dropped["reorder_full"] == 41 - core.stats.held
 
 
+def piece(a: wire.Accept, pn: int, batch: bytes, offset: int, size: int) -> bytes:
+    """FRAGMENT: bytes [offset, offset + size) of `batch`."""
+    seq = wire.decode_batch_header(batch).first_seq
+    chunk = batch[offset : offset + size]
+    return wire.encode_fragment(a.conn_id, pn, a.epoch, seq, len(batch), offset, chunk)
+
+
 def test_total_memory_is_bounded_counted_and_a_running_total() -> None:
     core = ListenerCore(MemoryStore(), CoreConfig(max_memory=20_000, max_record=64_000))
     links = [handshake(core, ("127.0.0.1", 7000 + i), nonce=i, pid=ANON + i) for i in range(4)]
+    seconds = [wire.encode_batch(a.producer, a.epoch, 2, [bytes(6000 - 46)]) for a in links]
     for i, a in enumerate(links):  # out of order: seq 2, held
-        core.receive_datagram(frag(a, 1, 2, 6000, 0, bytes(1000)), ("127.0.0.1", 7000 + i), 100.0)
+        core.receive_datagram(piece(a, 1, seconds[i], 0, 1000), ("127.0.0.1", 7000 + i), 100.0)
     assert core.memory == sum(p.memory for p in core.producers()) <= 20_000 + 6000
     assert core.stats.dropped.get("memory_limit", 0) == 1  # the fourth one had no room
-    # the next record of a producer that holds data always gets through, so memory drains
+    # the next batch of a producer that holds data always gets through, so memory drains
     a = links[0]
-    core.receive_datagram(frag(a, 2, 1, 3000, 0, bytes(3000)), ("127.0.0.1", 7000), 100.0)
+    first = wire.encode_batch(a.producer, a.epoch, 1, [bytes(3000 - 46)])
+    core.receive_datagram(piece(a, 2, first, 0, 3000), ("127.0.0.1", 7000), 100.0)
     assert core.memory == sum(p.memory for p in core.producers())
     for off in range(1000, 6000, 1000):
-        core.receive_datagram(
-            frag(a, 3 + off, 2, 6000, off, bytes(1000)), ("127.0.0.1", 7000), 100.0
-        )
+        core.receive_datagram(piece(a, 3 + off, seconds[0], off, 1000), ("127.0.0.1", 7000), 100.0)
     assert core.memory == sum(p.memory for p in core.producers()) == 12_000
     assert [h.first_seq for _, h in core.take_writes()["s"]] == [1, 2]
 
@@ -492,7 +499,7 @@ def smallest_datagrams(key: bytes | None) -> list[bytes]:
         wire.encode_hello(wire.Hello(2, "", "", ANON, 1400, b"x"), key),  # a bad cookie
         wire.encode_probe(77, 1, 1, key),
         wire.encode_close(77, 1, key),
-        wire.encode_fragment(77, 1, 1, 1, 1, 0, b"x", key),
+        wire.encode_fragment(77, 1, 1, 1, 44, 0, b"x", key),
         wire.encode_data(77, 1, wire.encode_batch(ANON, 1, 1, [b""]), key),
     ]
 

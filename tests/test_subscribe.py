@@ -471,7 +471,8 @@ def test_retention_overtaking_a_subscriber_is_an_error(tmp_path: Path) -> None:
         tmp_path, udp="127.0.0.1:0", tcp="127.0.0.1:0", segment_bytes=4096
     ) as lst:
         udp, tcp = urls(lst)
-        send(udp, "s", 1, 2000)
+        for first in range(1, 2001, 100):  # 20 batches at least (a link's may hold 64 KiB)
+            send(udp, "s", first, 100)
         lst.set_retention("s", retain_bytes=8192)
         data = lst._data
         assert data is not None

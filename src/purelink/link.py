@@ -90,7 +90,7 @@ class Link(LinkThread):
             stream=stream,
             producer=producer or "",
             datagram_size=datagram_size,
-            pad=scheme == "udp",  # padding is for UDP GSO only
+            pmtu=scheme == "udp",  # DF is set on UDP: find the path's MTU
             # TCP never loses a HELLO (a broken connection starts a new one at
             # once): retrying it early only makes a busy listener busier
             handshake_rto=0.1 if scheme == "udp" else 1.0,
@@ -101,6 +101,9 @@ class Link(LinkThread):
             from .protocol.secure_sender import SecureSender  # noqa: PLC0415
 
             self._sender = SecureSender(config, secret, key_id or "")
+        # bytes sealing adds to each datagram (0 without a secret): the sender
+        # inside sees, counts and sizes datagrams that much smaller
+        self._sealing = datagram_size - self._sender.config.datagram_size
         try:
             self._transport: Transport = (
                 UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -277,6 +280,13 @@ class Link(LinkThread):
             sleeps=self._sleeps,
             datagrams=s.stats.datagrams,
             bytes_sent=s.stats.bytes,
+            payload_bytes=s.payload_bytes,
+            wire_ratio=(
+                (s.stats.bytes + self._sealing * s.stats.datagrams) / s.payload_bytes
+                if s.payload_bytes
+                else 0.0
+            ),
+            datagram_size=s.datagram_size + self._sealing,
             send_calls=self._transport.send_calls,
             gso=self._transport.gso,
             batches=s.stats.batches,

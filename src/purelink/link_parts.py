@@ -58,7 +58,18 @@ class LinkStats:
     datagrams: int
     """Datagrams sent."""
     bytes_sent: int
-    """Bytes of datagrams sent."""
+    """Bytes of datagrams sent (UDP payloads, or TCP frames less their 4-byte
+    prefix), retransmissions and probes included; with a secret, before each is
+    sealed."""
+    payload_bytes: int
+    """Bytes of records sent (each record once, however often it was resent)."""
+    wire_ratio: float
+    """Wire bytes / payload_bytes (0.0 before any record was sent): what the wire
+    costs per byte of payload, headers, CRCs, resends and probes included (with
+    a secret, the 32 bytes that sealing adds to each datagram too)."""
+    datagram_size: int
+    """The largest datagram sent now: the path MTU found (UDP), at most the
+    `datagram_size` asked for."""
     send_calls: int
     """System calls that sent datagrams (one per GSO group, or per datagram)."""
     gso: bool

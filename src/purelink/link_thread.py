@@ -7,11 +7,12 @@ sets every attribute declared below in its `__init__`.
 The link thread, in a loop: take every record from the ring (stopping at a
 slot not yet written, which its writer will fill; _ring.py), hand them to
 the sans-IO `Sender`, put its datagrams on the wire (up to 64 per system
-call with UDP GSO, padded to equal segments; one `send` each where the
-kernel refuses GSO), read answers until EAGAIN, run timers, tell the owner
-(`on_stored`, `wait_stored` via the Parker, mechanism 2), and sleep in epoll
-on the socket and the eventfd only when there is nothing left to do and no
-record is waiting in the ring (mechanism 1: primitives/wakeup.py).
+call with UDP GSO: packing makes the pieces of a batch equal, nothing is
+padded; one `send` each where the kernel refuses GSO), read answers until
+EAGAIN, run timers, tell the owner (`on_stored`, `wait_stored` via the
+Parker, mechanism 2), and sleep in epoll on the socket and the eventfd only
+when there is nothing left to do and no record is waiting in the ring
+(mechanism 1: primitives/wakeup.py).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class LinkThread:
     _next_seq: Callable[[], int]
     _grant_range: tuple[int, _Grant]
     _capacity: int
+    _sealing: int
     _capacity_bytes: int
     _max_record: int
     _small: int
@@ -264,8 +266,11 @@ class LinkThread:
     def _send(self, datagrams: list[bytes]) -> None:
         transport = self._transport
         transport.send(datagrams)
-        if not transport.gso and self._sender.pad:
-            self._sender.pad = False
+        if transport.too_large:  # EMSGSIZE: the path is smaller than these
+            now = time.monotonic()
+            for size in transport.too_large:  # as sent, sealed: the sender's own size
+                self._sender.on_send_error(size - self._sealing, now)
+            transport.too_large.clear()
 
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram

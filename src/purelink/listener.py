@@ -322,6 +322,7 @@ class Listener:
             syncs=self._syncs,
             duplicates=c.duplicates if c else 0,
             held=c.held if c else 0,
+            mtu_probes=c.mtu_probes if c else 0,
             retries=c.retries if c else 0,
             fenced=c.fenced if c else 0,
             acks=c.acks if c else 0,

@@ -23,6 +23,7 @@ __all__ = [
     "Hello",
     "Message",
     "MsgType",
+    "MtuAck",
     "Probe",
     "Refuse",
     "RefuseReason",
@@ -42,6 +43,7 @@ class MsgType:
     PROBE = 7
     CLOSE = 8
     REFUSE = 9
+    MTU_ACK = 10
 
 
 class RefuseReason:
@@ -151,7 +153,7 @@ class Data(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Fragment:
-    """link -> listener: a piece of a record larger than one datagram."""
+    """link -> listener: a piece of a batch larger than one datagram."""
 
     conn_id: int
     """The session."""
@@ -160,13 +162,13 @@ class Fragment:
     epoch: int
     """The session's epoch."""
     seq: int
-    """The record's seq."""
+    """The batch's first seq (it names the batch)."""
     total: int
-    """The record's full length."""
+    """The batch's full length, header included."""
     offset: int
-    """Where this piece starts in the record."""
+    """Where this piece starts in the batch."""
     chunk: memoryview
-    """The piece."""
+    """The piece: batch bytes [offset, offset + len(chunk))."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,8 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """link -> listener: answer now (data outstanding, answers stopped)."""
+    """link -> listener: answer now (data outstanding, answers stopped); with
+    padding, a path MTU probe, answered by an MtuAck."""
 
     conn_id: int
     """The session."""
@@ -203,6 +206,22 @@ class Probe:
     """Packet number."""
     epoch: int
     """The session's epoch."""
+    padding: int = 0
+    """Zero bytes after the fields (a path MTU probe is padded to its size)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MtuAck:
+    """listener -> link: a padded PROBE (a path MTU probe) arrived."""
+
+    conn_id: int
+    """The session."""
+    epoch: int
+    """The session's epoch."""
+    pn: int
+    """The probe's packet number."""
+    size: int
+    """The probe's size as received, bytes (the whole datagram)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,4 +248,4 @@ class Refuse:
     """A RefuseReason."""
 
 
-Message = Hello | Retry | Accept | Data | Fragment | Ack | Probe | Close | Refuse
+Message = Hello | Retry | Accept | Data | Fragment | Ack | Probe | Close | Refuse | MtuAck
