@@ -172,18 +172,21 @@ def test_racing_threads_through_many_generations_store_every_record_once_in_orde
     tmp_path: Path,
 ) -> None:
     """Real threads, switched every 10 us, queue 4 x 20,000 records while the link
-    thread is held asleep (its wakeup disarmed, as if a write were on its way),
-    so the ring grows through several generations with writers preempted
-    between taking a seq and storing; then it drains.  Every record is stored
-    once, each thread's in its queue order."""
+    thread is held (its wakeup disarmed, as if a write were on its way, and its
+    take a no-op should an answer wake it), so the ring grows through several
+    generations with writers preempted between taking a seq and storing; then
+    it drains.  Every record is stored once, each thread's in its queue order."""
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0") as lst:
         link = purelink.connect("udp://%s:%d" % lst.udp_address, stream="s")
+        link._sender.get_timer = lambda: None  # type: ignore[method-assign]  # no timer wakes it
         w = link._wakeup
+        w.mark_and_signal()  # it goes round once more, then sleeps with no timer
         deadline = time.monotonic() + 10
         while not (w.armed and not w.pending) and time.monotonic() < deadline:
             time.sleep(0.001)  # until the link thread sleeps in epoll
         assert w.armed
         w.armed = False  # queue() writes no wakeup: the thread stays asleep
+        link._take = lambda: None  # type: ignore[method-assign]  # and takes nothing
         per_thread = 20_000
         sizes: set[int] = set()
 
@@ -205,6 +208,7 @@ def test_racing_threads_through_many_generations_store_every_record_once_in_orde
             sys.setswitchinterval(before)
         assert link._taken == 0  # held: nothing was taken meanwhile
         assert max(sizes) > 2  # old lists were still live
+        del link._take  # the class's again
         w.signal()
         assert link.wait_stored(timeout=60)
         link.close(timeout=10)
