@@ -38,6 +38,7 @@ TINY: dict[str, list[str]] = {
     "latency": ["--samples", "10"],
     "sizes": ["--sizes", "16,4096", "--max-records", "600", "--repeat", "1"],
     "connections": ["--links", "100", "--concurrency", "20", "--repeat", "1"],
+    "links": ["--links", "5", "--repeat", "1"],
     "pool": ["--calls", "2000", "--min-calls", "20", "--repeat", "1"],
     "stages": ["--records", "2000", "--repeat", "1"],
     "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],

@@ -257,6 +257,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
             read_timeout=args.read_timeout,
             max_subscriptions=args.max_subscriptions,
+            insecure=args.insecure,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None

@@ -96,6 +96,7 @@ class Listener:
         read_timeout: float = 10.0,
         keys: KeyTable | None = None,
         max_subscriptions: int = 64,
+        insecure: bool = False,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -114,6 +115,13 @@ class Listener:
             raise ValueError("give secret= or keys=, not both")
         if secret is not None:
             keys = KeyTable.single(secret)  # raises ValueError below 16 bytes
+        if keys is None and not insecure:  # docs/security.md; as `serve` does
+            for name, text in (("udp", udp), ("tcp", tcp)):
+                if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
+                    raise ValueError(
+                        f"refusing to listen on non-loopback {name}={text!r} without a secret "
+                        "(pass insecure=True to do it anyway)"
+                    )
         self.path = Path(data)
         self.sync = sync
         self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)

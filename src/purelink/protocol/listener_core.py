@@ -21,10 +21,11 @@ names.py before the store is touched.
 
 Sessions and epochs.  A session is (conn_id, address, producer, epoch).  A
 new session of a producer takes a higher epoch (durably, before it is
-answered, for a named producer) and fences the old one: datagrams of the
-old session get REFUSE(fenced).  A new session is only accepted once its
-producer's written records are durable, so the ACCEPT's `stored` is exactly
-where a restarted application resumes.
+answered, for a named producer) and fences the old one: the old session
+gets REFUSE(fenced) at once, and so does each of its later datagrams.  A
+new session is only accepted once its producer's written records are
+durable, so the ACCEPT's `stored` is exactly where a restarted application
+resumes.
 
 Answers.  One ACK per session per drain (the driver calls
 `datagrams_to_send` once per drain), not one per datagram, and one more when
@@ -808,11 +809,18 @@ class ListenerCore:
             self.stats.forgotten += 1
 
     def _fence(self, conn: _Conn) -> None:
+        """A newer session of its producer replaces `conn`: tell it at once (its
+        address was proven by its handshake), so that its application learns it
+        now, not at its next datagram (which would get the same REFUSE)."""
         self.stats.fenced += 1
         conn.fenced = True
         waiting = self._accept_waiting.get(conn.producer.stream)
         if waiting and conn in waiting:
             waiting.remove(conn)  # never accept a session that is already fenced
+            refuse = wire.Refuse(0, conn.nonce, 0, wire.RefuseReason.FENCED)  # its HELLO's
+        else:
+            refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, wire.RefuseReason.FENCED)
+        self._out.append((wire.encode_refuse(refuse, self._key), conn.addr))
         self._forget(conn)
 
     def _close(self, conn: _Conn, said_close: bool = False) -> None:
