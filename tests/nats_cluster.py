@@ -52,10 +52,9 @@ class NatsCluster:
         for i in range(size):
             d = root / f"n{i + 1}"
             d.mkdir(parents=True, exist_ok=True)
+            listen = f"127.0.0.1:{self.cluster_ports[i]}"
             cluster = (
-                f"cluster {{ name: plk, listen: 127.0.0.1:{self.cluster_ports[i]}, routes: [{routes}] }}"
-                if size > 1
-                else ""
+                f"cluster {{ name: plk, listen: {listen}, routes: [{routes}] }}" if size > 1 else ""
             )
             (d / "nats.conf").write_text(
                 f"server_name: n{i + 1}\n"

