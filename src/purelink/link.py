@@ -133,6 +133,7 @@ class Link:
         datagram_size: int = 1400,
         timeout: float = 10.0,
         secret: bytes | None = None,
+        key_id: str | None = None,
         on_stored: Callable[[int], Any] | None = None,
     ) -> None:
         scheme, host, port = _address.parse_url(url)
@@ -142,22 +143,27 @@ class Link:
             raise ValueError("timeout must be positive")
         if secret is not None and len(secret) < 16:  # the listener's rule too
             raise ValueError("secret must be at least 16 bytes")
+        if key_id is not None and secret is None:
+            raise ValueError("key_id needs the key's secret (secret=)")
         self.url = url
         self.stream = stream
         self._timeout = timeout
         self._on_stored = on_stored
-        self._sender = Sender(
-            SenderConfig(
-                stream=stream,
-                producer=producer or "",
-                datagram_size=datagram_size,
-                secret=secret,
-                pad=scheme == "udp",  # padding is for UDP GSO only
-                # TCP never loses a HELLO (a broken connection starts a new one at
-                # once): retrying it early only makes a busy listener busier
-                handshake_rto=0.1 if scheme == "udp" else 1.0,
-            )
+        config = SenderConfig(
+            stream=stream,
+            producer=producer or "",
+            datagram_size=datagram_size,
+            pad=scheme == "udp",  # padding is for UDP GSO only
+            # TCP never loses a HELLO (a broken connection starts a new one at
+            # once): retrying it early only makes a busy listener busier
+            handshake_rto=0.1 if scheme == "udp" else 1.0,
         )
+        if secret is None:
+            self._sender = Sender(config)
+        else:  # every datagram sealed (protocol/secure_sender.py); cryptography loads here
+            from .protocol.secure_sender import SecureSender  # noqa: PLC0415
+
+            self._sender = SecureSender(config, secret, key_id or "")
         try:
             self._transport: Transport = (
                 UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -387,11 +393,12 @@ class Link:
                 raise ConnectError(f"{self.url}: {error}")
             if error is not None:
                 raise ConnectError(f"{self.url}: {error}") from None
-            # a listener drops a datagram with a wrong or missing MAC unanswered (an
-            # answer would help a forger), so silence is all a link can observe
+            # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
+            # without drops an INIT unanswered, and a keyed one drops plaintext, so
+            # silence is all a link can observe then
             raise ConnectError(
                 f"no answer from {self.url} within {self._timeout:g} s "
-                "(no listener there, or a wrong or missing secret?)"
+                "(no listener there, or a missing or unexpected secret?)"
             )
 
     # ------------------------------------------------------ the link thread
@@ -603,6 +610,7 @@ def connect(
     datagram_size: int = 1400,
     timeout: float = 10.0,
     secret: bytes | None = None,
+    key_id: str | None = None,
     on_stored: Callable[[int], Any] | None = None,
 ) -> Link:
     """Open a link to a listener and return once the handshake is done.
@@ -611,7 +619,16 @@ def connect(
     seconds or refuses the link; ValueError for bad arguments.
     """
     link = Link(
-        url, stream, producer, capacity, capacity_bytes, datagram_size, timeout, secret, on_stored
+        url,
+        stream,
+        producer,
+        capacity,
+        capacity_bytes,
+        datagram_size,
+        timeout,
+        secret,
+        key_id,
+        on_stored,
     )
     link._start()
     return link
