@@ -150,6 +150,10 @@ class JetStreamWriter:
         self.nats.loop.call_soon_threadsafe(self._enqueue, s, msgs)
         return ticket
 
+    def idle(self) -> bool:
+        """Nothing queued and no round in flight, on any stream."""
+        return not any(s.busy or s.queue for s in list(self._streams.values()))
+
     def producer_state(self, stream: str, producer: int) -> tuple[int, int, int]:
         """(epoch, last stored seq, owner) of a producer, from its subject."""
         return self.nats.call(self._producer_state(self._stream(stream), producer))
