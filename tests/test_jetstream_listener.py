@@ -82,12 +82,15 @@ def test_a_listener_with_no_local_state_resumes_a_named_producer(cluster: NatsCl
         for i in range(500):
             link.queue(b"first-%d" % i)
         assert link.wait_stored(timeout=30)
-    with listener(cluster) as b:  # another process would do the same: nothing is on disk
-        with purelink.connect(url(b), stream="resume", producer="api-1") as link:
-            assert (link.queued, link.stored) == (500, 500)
-            for i in range(500):
-                link.queue(b"second-%d" % i)
-            assert link.wait_stored(timeout=30)
+    # another listener, as another process would be: nothing of the first is on disk
+    with (
+        listener(cluster) as b,
+        purelink.connect(url(b), stream="resume", producer="api-1") as link,
+    ):
+        assert (link.queued, link.stored) == (500, 500)
+        for i in range(500):
+            link.queue(b"second-%d" % i)
+        assert link.wait_stored(timeout=30)
     got = read_all(cluster, "resume")
     assert [r for _, r in got] == [b"first-%d" % i for i in range(500)] + [
         b"second-%d" % i for i in range(500)
@@ -95,15 +98,16 @@ def test_a_listener_with_no_local_state_resumes_a_named_producer(cluster: NatsCl
 
 
 def test_two_listeners_write_one_stream_with_contiguous_positions(cluster: NatsCluster) -> None:
-    with listener(cluster) as a, listener(cluster) as b:
-        with (
-            purelink.connect(url(a), stream="both") as la,
-            purelink.connect(url(b, "tcp"), stream="both") as lb,
-        ):
-            for i in range(5000):
-                la.queue(b"a%d" % i)
-                lb.queue(b"b%d" % i)
-            assert la.wait_stored(timeout=60) and lb.wait_stored(timeout=60)
+    with (
+        listener(cluster) as a,
+        listener(cluster) as b,
+        purelink.connect(url(a), stream="both") as la,
+        purelink.connect(url(b, "tcp"), stream="both") as lb,
+    ):
+        for i in range(5000):
+            la.queue(b"a%d" % i)
+            lb.queue(b"b%d" % i)
+        assert la.wait_stored(timeout=60) and lb.wait_stored(timeout=60)
     got = read_all(cluster, "both")
     assert [p for p, _ in got] == list(range(1, 10_001))
     assert [r for _, r in got if r[:1] == b"a"] == [b"a%d" % i for i in range(5000)]
