@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _address
+from ._udp import SOL_UDP, UDP_GRO
 from .errors import Error
 from .listener_jetstream import JetStreamStorage
 from .listener_parts import ListenerStats, StoreOverDataDir, SyncTimes
@@ -64,8 +65,6 @@ __all__ = ["Listener", "ListenerStats"]
 
 log = logging.getLogger("purelink.listener")
 
-SOL_UDP: Final = 17
-UDP_GRO: Final = 104
 SO_RCVBUFFORCE: Final = getattr(socket, "SO_RCVBUFFORCE", 33)
 RECV_BUFFER: Final = 65536
 DRAIN_BUDGET: Final = 512
@@ -101,6 +100,7 @@ class Listener:
         max_connections: int = 10_000,
         read_timeout: float = 10.0,
         keys: KeyTable | None = None,
+        max_subscriptions: int = 64,
         replicas: int = 3,
     ) -> None:
         if sync not in SYNC_MODES:
@@ -109,8 +109,9 @@ class Listener:
             raise ValueError("nothing to listen on: give udp=, tcp= or both")
         self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
         self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
-        if max_connections < 1 or read_timeout <= 0:
-            raise ValueError("max_connections and read_timeout must be positive")
+        if max_connections < 1 or read_timeout <= 0 or max_subscriptions < 1:
+            raise ValueError("max_connections, read_timeout and max_subscriptions must be positive")
+        self._max_subscriptions = max_subscriptions
         self._max_connections = max_connections
         self._read_timeout = read_timeout
         self._tcp: TcpServer | None = None
@@ -240,7 +241,12 @@ class Listener:
                 )
                 self.tcp_address = self._tcp.start()
                 if self._data is not None:  # JetStream streams are read from the cluster
-                    self._tail = TailServer(self._data, sync=self.sync, keys=self._keys)
+                    self._tail = TailServer(
+                        self._data,
+                        sync=self.sync,
+                        keys=self._keys,
+                        max_subscribers=self._max_subscriptions,
+                    )
                     self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
@@ -373,6 +379,7 @@ class Listener:
             syncs=self._syncs,
             duplicates=c.duplicates if c else 0,
             held=c.held if c else 0,
+            mtu_probes=c.mtu_probes if c else 0,
             retries=c.retries if c else 0,
             fenced=c.fenced if c else 0,
             acks=c.acks if c else 0,

@@ -98,6 +98,7 @@ class Simulation:
         anonymous_id: int = 0,
         secret: bytes | None = None,
         key_id: str = "",
+        pmtu: bool = False,
     ) -> SimLink:
         """A new link that connects now and pushes `records`."""
         self._port += 1
@@ -106,6 +107,7 @@ class Simulation:
             producer=producer,
             datagram_size=datagram_size,
             anonymous_id=anonymous_id,
+            pmtu=pmtu,
         )
         if secret is None:
             sender = Sender(cfg)
