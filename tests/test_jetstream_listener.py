@@ -10,8 +10,12 @@ both with real `nats-server` processes (3 nodes on loopback).
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +160,83 @@ def test_bad_and_unreachable_clusters_are_one_line_errors() -> None:
 def test_too_many_replicas_is_refused_at_start(cluster: NatsCluster) -> None:
     with pytest.raises(Error, match="cannot keep 5 replicas"):
         purelink.Listener(cluster.urls, udp="127.0.0.1:0", replicas=5).start()
+
+
+def test_serve_read_and_streams_on_a_cluster(cluster: NatsCluster, tmp_path: Path) -> None:
+    """The command line: `serve --data nats://`, `send`, `read` and `streams` on it."""
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "purelink", "serve", "--data", cluster.urls, "--udp", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        ready = serve.stdout.readline()
+        assert ready.startswith("purelink listening udp=127.0.0.1:"), serve.stderr.read()
+        assert f"data={cluster.urls}" in ready
+        port = ready.split("udp=127.0.0.1:")[1].split()[0]
+        sent = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "purelink",
+                "send",
+                f"udp://127.0.0.1:{port}",
+                "--stream",
+                "cli",
+            ],
+            input="one\ntwo\nthree\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert sent.returncode == 0, sent.stderr
+        read = subprocess.run(
+            [sys.executable, "-m", "purelink", "read", "--data", cluster.urls, "--stream", "cli"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (read.returncode, read.stdout) == (0, "one\ntwo\nthree\n"), read.stderr
+        streams = subprocess.run(
+            [sys.executable, "-m", "purelink", "streams", "--data", cluster.urls],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert streams.returncode == 0, streams.stderr
+        assert any(
+            line.split()[:4] == ["cli", "1", "3", "3"] for line in streams.stdout.splitlines()
+        )
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        _, err = serve.communicate(timeout=30)
+    assert serve.returncode == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["serve", "--data", "nats://nowhere"], 2, "HOST:PORT"),
+        (["serve", "--data", "nats://127.0.0.1:1", "--udp", "127.0.0.1:0"], 1, "cannot reach NATS"),
+        (["read", "--data", "nats://127.0.0.1:1", "--stream", "s"], 1, "cannot reach NATS"),
+        (["streams", "--data", "nats://127.0.0.1:1"], 1, "cannot reach NATS"),
+    ],
+)
+def test_bad_or_unreachable_cluster_urls_are_one_line(
+    args: list[str], code: int, says: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "purelink", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

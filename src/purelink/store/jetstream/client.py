@@ -65,6 +65,9 @@ class NatsThread:
             log.info("nats: reconnected to %s", url)
 
         async def connect() -> Any:
+            return await asyncio.wait_for(connect_once(), timeout)
+
+        async def connect_once() -> Any:
             return await nats.connect(
                 servers=self.servers,
                 connect_timeout=min(timeout, 2.0),
@@ -78,7 +81,12 @@ class NatsThread:
             )
 
         try:
-            self.nc = self.call(connect(), timeout=timeout + 1.0)
+            self.nc = self.call(connect(), timeout=timeout + 5.0)
+        except (TimeoutError, Error):
+            self._stop_loop()
+            raise ConnectError(
+                f"cannot reach NATS at {url}: no server answered within {timeout:g} s"
+            ) from None
         except Exception as exc:
             self._stop_loop()
             raise ConnectError(f"cannot reach NATS at {url}: {_say(exc)}") from None
@@ -112,6 +120,16 @@ class NatsThread:
         self._stop_loop()
 
     def _stop_loop(self) -> None:
+        async def cancel_the_rest() -> None:  # the client's own tasks end before the loop
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.submit(cancel_the_rest()).result(self.timeout)
+        except Exception as exc:  # a best effort at shutdown
+            log.debug("nats: tasks at close: %s", exc)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         if not self._thread.is_alive():

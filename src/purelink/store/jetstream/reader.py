@@ -151,9 +151,10 @@ class JetStreamStore:
         self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
     ) -> Iterator[tuple[int, bytes]]:
         """(position, payload) from `start` (inclusive) to `stop` (exclusive;
-        None = all stored when called), as the file store's `read`."""
-        if start < 1:
-            raise ValueError(f"start must be >= 1, not {start}")
+        None = all stored when called), as the file store's `read`: `start` 0 or
+        1 is the first record retained; a later start below it raises."""
+        if start < 0:
+            raise ValueError(f"start must be >= 0, not {start}")
         validate_stream_name(stream)
         return self._read(stream, start, stop, follow)
 
@@ -170,7 +171,10 @@ class JetStreamStore:
                 return
             time.sleep(FOLLOW_POLL_MAX)
             info = self._info(stream)
+        start = max(start, 1)
         first = self._call(self._batch_at_or_after(name, info.state.first_seq))
+        if first is not None and start <= 1:  # the beginning: the first record retained
+            start = first[1].position
         if first is not None and start < first[1].position:
             raise Error(
                 f"stream {stream!r}: records retained start at {first[1].position}, "
