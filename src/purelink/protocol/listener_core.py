@@ -52,7 +52,7 @@ import os
 import struct
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from .._crc32c import crc32c
@@ -70,7 +70,7 @@ from .core_parts import (
 )
 from .names import is_valid_name
 from .ratelimit import TokenBuckets
-from .receiver import Producer, Write
+from .receiver import MAX_ACK_DUPLICATES, Producer, Write
 
 __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 
@@ -107,6 +107,7 @@ class _Conn:
     replay_until: float = 0.0  # until when a replay of its HELLO could pass the cookie check
     largest_pn: int = 0  # largest packet number of this session since its last answer
     ack_delay_from: float = 0.0  # when that packet arrived
+    duplicates: list[int] = field(default_factory=list)  # pns that brought nothing new
     proven: bool = False  # its transport proved the address (TCP): nothing is lost on the way
     hold_until: float = 0.0  # an ACK held for a sync goes out by then at the latest (0: none held)
 
@@ -276,8 +277,11 @@ class ListenerCore:
                     max(delay, 0),
                     p.ranges(),
                     p.fragment_spans(),
+                    tuple(conn.duplicates),
                 )
                 conn.largest_pn = 0
+                if conn.duplicates:
+                    conn.duplicates.clear()
                 out.append((wire.encode_ack(ack, key), conn.addr))
             self.stats.acks += sent
             self._ack_due = held
@@ -384,7 +388,9 @@ class ListenerCore:
             return None
         return conn
 
-    def _note_pn(self, conn: _Conn, pn: int, now: float) -> None:
+    def _note_pn(self, conn: _Conn, pn: int, now: float, duplicate: bool = False) -> None:
+        if duplicate and len(conn.duplicates) < MAX_ACK_DUPLICATES:
+            conn.duplicates.append(pn)  # the link learns its retransmission was spurious
         if pn > conn.largest_pn:
             conn.largest_pn = pn
             conn.ack_delay_from = now
@@ -502,7 +508,7 @@ class ListenerCore:
             self._drop(exc.reason)
             return
         self._after(p, result, writes, before)
-        self._note_pn(conn, msg.pn, now)
+        self._note_pn(conn, msg.pn, now, result == "duplicate")
 
     def _on_fragment(self, msg: wire.Fragment, addr: Address, now: float, size: int) -> None:
         conn = self._session(msg.conn_id, msg.epoch, addr, size)
@@ -527,7 +533,7 @@ class ListenerCore:
         before = len(writes)
         result = p.on_fragment(msg, writes)
         self._after(p, result, writes, before)
-        self._note_pn(conn, msg.pn, now)
+        self._note_pn(conn, msg.pn, now, result == "duplicate")
 
     def _after(self, p: Producer, result: str, writes: list[Write], before: int) -> None:
         if result == "stored":

@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 from ..errors import ProtocolError
 from . import wire
 
-__all__ = ["Partial", "Producer", "Write"]
+__all__ = ["MAX_ACK_DUPLICATES", "Partial", "Producer", "Write"]
 
 Write = tuple[bytes | memoryview, wire.BatchHeader]
 MAX_ACK_RANGES = 32
+ACK_RANGES_LOW = 8
 MAX_ACK_FRAGMENTS = 4
 MAX_FRAGMENT_SPANS = 16
+MAX_ACK_DUPLICATES = 8
 
 
 @dataclass
@@ -69,6 +71,10 @@ class Partial:
             else:
                 merged.append((a, b))
         self.spans = merged
+
+    def covers(self, start: int, end: int) -> bool:
+        """Whether bytes [start, end) are all held already."""
+        return any(a <= start and end <= b for a, b in self.spans)
 
     @property
     def complete(self) -> bool:
@@ -169,6 +175,8 @@ class Producer:
                 self.held_bytes += frag.total
         elif part.total != frag.total:
             return "malformed"
+        elif part.covers(frag.offset, frag.offset + len(frag.chunk)):
+            return "duplicate"
         part.add(frag.offset, frag.chunk)
         if not part.complete:
             return "held"
@@ -217,7 +225,8 @@ class Producer:
         return max(self.max_reorder - self.held_bytes, 0)
 
     def ranges(self) -> tuple[tuple[int, int], ...]:
-        """Seq ranges held above received, merged, lowest first."""
+        """Seq ranges held above received, merged, lowest first: all of them, or
+        the lowest ACK_RANGES_LOW and the highest of MAX_ACK_RANGES in all."""
         if not self.held:
             return ()
         spans = sorted((h.first_seq, h.last_seq) for _, h in self.held.values())
@@ -228,7 +237,12 @@ class Producer:
                     out[-1] = (out[-1][0], b)
             else:
                 out.append((a, b))
-        return tuple(out[:MAX_ACK_RANGES])
+        if len(out) > MAX_ACK_RANGES:
+            # the lowest (the gaps that hold `received` back) and the highest (what
+            # just arrived: the link's loss detection needs it now, as QUIC's ACK
+            # frames put the newest ranges first); the middle was said before
+            out = out[:ACK_RANGES_LOW] + out[ACK_RANGES_LOW - MAX_ACK_RANGES :]
+        return tuple(out)
 
     def fragment_spans(self) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
         """Byte ranges held of the lowest partial records."""

@@ -12,6 +12,19 @@ States (the only legal moves are in `_MOVES`):
         |--REFUSE-->FAILED  |--stored went backwards--> FAILED
     OPEN --close()--> CLOSED
 
+What it decides, and who decides it:
+
+* how much may be in flight and how fast it goes out: the congestion
+  controller (`congestion/`, injected: BBR or NewReno), through `cwnd` and
+  `pacing_rate`; the sender keeps bytes in flight under min(cwnd, the
+  listener's window) and releases them through a token bucket (`Pacer`,
+  window.py) in bursts of one pacing quantum;
+* what is lost, and when to probe: RACK-TLP (recovery.py), fed with the send
+  time of the transmission each answer names (`largest_pn`), and with the
+  retransmissions the listener reports it got twice (spurious losses);
+* what each answer delivered, for BBR's model: delivery-rate samples
+  (`congestion/rate.py`), stamped on every datagram as it goes out.
+
 Invariants:
 * every record pushed stays in `_recs` until the listener says it is stored;
   a reconnect re-packs everything above the listener's `received` seq, so no
@@ -23,28 +36,31 @@ Invariants:
   of one large record) and is resolved acked or lost (aioquic's
   packet_builder/recovery); retransmissions resend the same batch bytes under
   a new packet number, so RTT samples are never ambiguous;
+* bytes in flight change in `_sent` and `_remove` only (and are zeroed with
+  the flights when a session starts or ends);
 * a timer is armed only while something is unstored or a handshake runs: an
-  idle link sleeps.
+  idle link sleeps.  A pacing deadline is a timer only while something is
+  waiting to go out and the window has room.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from array import array
 from collections import deque
 from typing import Final
 
 from ..errors import ProtocolError
 from . import wire
+from .congestion import CongestionControl, create
 from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
+from .recovery import Flight, InFlight, RttEstimator
 from .sender_config import SenderConfig, SenderStats
-from .window import CongestionWindow, RttEstimator
+from .window import Pacer
 
 __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
 
-# packet and time thresholds for declaring a datagram lost (QUIC, RFC 9002 6.1)
-PACKET_THRESHOLD: Final = 3
-TIME_THRESHOLD: Final = 9 / 8
 # with nothing in flight, only the "stored" answer after a sync is awaited
 STORED_PROBE: Final = 0.1
 
@@ -73,36 +89,10 @@ _MOVES: Final = {
 }
 
 
-class _Flight:
-    """One datagram in flight and what it carried."""
-
-    __slots__ = ("data", "end", "first", "last", "offset", "pn", "sent", "size")
-
-    def __init__(
-        self,
-        pn: int,
-        first: int,
-        last: int,
-        size: int,
-        sent: float,
-        data: bytes | None,
-        offset: int = 0,
-        end: int = 0,
-    ) -> None:
-        self.pn = pn
-        self.first = first
-        self.last = last
-        self.size = size
-        self.sent = sent
-        self.data = data  # the DATA datagram as sent; None for a fragment (rebuilt)
-        self.offset = offset
-        self.end = end
-
-
 class Sender:
     """The sending side of one link."""
 
-    def __init__(self, config: SenderConfig) -> None:
+    def __init__(self, config: SenderConfig, cc: CongestionControl | None = None) -> None:
         if config.datagram_size < 128 or config.datagram_size > 65507:
             raise ValueError("datagram_size must be between 128 and 65507")
         wire.encode_hello(wire.Hello(0, config.stream, config.producer, 0, 0, b""))  # validates
@@ -110,7 +100,14 @@ class Sender:
         self.stats = SenderStats()
         self.state = SenderState.CONNECTING
         self.rtt = RttEstimator(max_rto=config.max_probe_interval)
-        self.cc = CongestionWindow(datagram_size=config.datagram_size)
+        if cc is None:
+            seed = zlib.crc32(f"{config.stream}/{config.producer}/{config.anonymous_id}".encode())
+            cc = create(config.congestion, config.datagram_size, seed)
+        self.cc = cc
+        """The congestion controller (injected, or made from config.congestion)."""
+        self.flight = InFlight(cc, self.rtt, self.stats)
+        """The datagrams in flight, loss detection and rate samples (recovery.py)."""
+        self.pacer = Pacer(config.datagram_size)
         self._key = config.secret
         self.pad = config.pad
         """Pad DATA datagrams of a burst for GSO (the driver turns it off if GSO fails)."""
@@ -140,17 +137,13 @@ class Sender:
         self._received = 0  # last seq the listener has in order
         self._next = 1  # next seq to put in a first transmission
         self._frag_offset = 0  # bytes of record _next already sent as fragments
-        self._flights: dict[int, _Flight] = {}
-        self._lost: deque[_Flight] = deque()
-        self._in_flight = 0
         self._peer_window = 1 << 20
         self._max_record = 16 << 20
         self._pn = 0
-        self._largest_acked_pn = 0
         self._probe_due = False
-        self._probe_sent: dict[int, float] = {}
         self._unanswered = 0
         self._last_answer = 0.0
+        self._last_sent = 0.0  # when data last went out (the probe timeout counts from it)
         self._timer: float | None = None  # the loss/probe deadline while OPEN
         # handshake
         self.conn_id = 0
@@ -250,12 +243,22 @@ class Sender:
         return self._events.popleft() if self._events else None
 
     def get_timer(self) -> float | None:
-        """When handle_timer must run next, or None (nothing to wait for)."""
+        """When handle_timer (or datagrams_to_send, for pacing) must run next, or
+        None (nothing to wait for)."""
         if self.state == SenderState.CONNECTING:
             return self._hello_due
         if self.state != SenderState.OPEN:
             return None
-        return self._timer
+        timer = self._timer
+        if (
+            self.pacer.rate
+            and self.flight.bytes < self.window
+            and (self.flight.lost or self._next <= self.pushed)
+        ):
+            due = self.pacer.next_time()
+            if timer is None or due < timer:
+                return due
+        return timer
 
     @property
     def unstored(self) -> int:
@@ -265,7 +268,7 @@ class Sender:
     @property
     def in_flight(self) -> int:
         """Bytes of datagrams in flight."""
-        return self._in_flight
+        return self.flight.bytes
 
     @property
     def window(self) -> int:
@@ -275,26 +278,27 @@ class Sender:
     def handle_timer(self, now: float) -> None:
         """Run what is due at `now`."""
         if self.state == SenderState.CONNECTING:
-            if self._hello_due is not None and now >= self._hello_due:
-                pass  # datagrams_to_send sends the HELLO
-            return
+            return  # datagrams_to_send sends the HELLO when it is due
         if self.state != SenderState.OPEN or self._timer is None or now < self._timer:
             return
-        self._detect_time_losses(now)
-        if self._timer is not None and now >= self._timer:
-            # probe timeout: data outstanding, no answers for an RTO
-            if now - self._last_answer >= self.config.silence_timeout:
-                self._reconnect(now, "silent")
-                return
-            self._probe_due = True
-            self._unanswered += 1
-            self.rtt.backoff()
-            if self._unanswered > 1:
-                self.cc.on_timeout(now)
-            self._timer = now + self.rtt.rto
+        if self.flight.loss_time is not None and now >= self.flight.loss_time:
+            self.flight.detect_losses(now)
+            self._arm(now)
+            return
+        # probe timeout: data outstanding, no answers
+        if now - self._last_answer >= self.config.silence_timeout:
+            self._reconnect(now, "silent")
+            return
+        self._probe_due = True
+        self._unanswered += 1
+        self.rtt.backoff()
+        if self._unanswered > 1 and self.flight.flights:
+            self.cc.on_timeout(now)
+        self._timer = now + self.rtt.pto
 
     def datagrams_to_send(self, now: float) -> list[bytes]:
-        """Datagrams to put on the wire now, at most config.burst of them."""
+        """Datagrams to put on the wire now: at most config.burst of them, and at
+        most one pacing quantum's worth."""
         out: list[bytes] = []
         if self._close_due:
             self._close_due = False
@@ -308,52 +312,49 @@ class Sender:
             return out
         if self.state != SenderState.OPEN:
             return out
-        key = self._key
-        conn_id = self.conn_id
-        burst = self.config.burst
+        probe = self._probe_due
         window = self.window
-        flights = self._flights
-        stats = self.stats
-        while len(out) < burst and self._in_flight < window:
-            if self._lost:
-                f = self._lost.popleft()
-                if f.last <= self._received:
+        burst = self.config.burst
+        pacer = self.pacer
+        if pacer.rate:
+            allowed = pacer.allowance(now)
+            if allowed <= 0 and not probe:
+                return out
+            burst = min(burst, max(1, -(-int(allowed) // self.config.datagram_size)))
+        if probe:
+            self._probe_due = False
+            window = max(window, self.flight.bytes + 1)  # a probe goes out whatever the window
+        flight = self.flight
+        while len(out) < burst and flight.bytes < window:
+            if flight.lost:
+                data = self._resend(flight.lost.popleft(), now, True)
+                if data is None:
                     continue
-                if f.data is not None:
-                    self._pn += 1
-                    data = wire.reseal_data(f.data, self._pn, key)
-                    f.data = data
-                else:
-                    chunk = self._fragment_bytes(f)
-                    if chunk is None:
-                        continue
-                    self._pn += 1
-                    data = self._fragment(f, chunk)
-                stats.retransmits += 1
-                f.pn = self._pn
-                f.sent = now
+                self.stats.retransmits += 1
             elif self._next <= self.pushed:
                 if not self._frag_offset and self._pack_run(now, out, burst, window):
                     continue
                 self._pn += 1
                 f, data = self._pack_piece(now, self._pn)
+                flight.sent(f, now)
             else:
                 break
-            flights[f.pn] = f
-            self._in_flight += f.size
             out.append(data)
-        if self._probe_due:
-            self._probe_due = False
+        if probe:
+            self.stats.probes += 1
             if not out:
-                self._pn += 1
-                self._probe_sent[self._pn] = now
-                stats.probes += 1
-                out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
+                out.append(self._probe_datagram(now))
         if out:
+            nbytes = sum(map(len, out))
             self.stats.datagrams += len(out)
-            self.stats.bytes += sum(map(len, out))
-            if self._timer is None:
-                self._timer = now + self.rtt.rto
+            self.stats.bytes += nbytes
+            if pacer.rate:
+                pacer.spend(nbytes)
+            self._last_sent = now
+            if self._timer is None or probe:
+                self._arm(now)
+        if not self.flight.lost and self._next > self.pushed and self.flight.bytes < window:
+            self.flight.rate.set_app_limited(self.flight.bytes)
         return out
 
     # ---------------------------------------------------------- internals
@@ -379,7 +380,40 @@ class Sender:
     def _record(self, seq: int) -> bytes:
         return self._recs[seq - self._base]
 
-    def _pack_piece(self, now: float, pn: int) -> tuple[_Flight, bytes]:
+    def _resend(self, f: Flight, now: float, repair: bool) -> bytes | None:
+        """`f` again under a new packet number (None: nothing left of it to send);
+        `repair`: it was declared lost."""
+        if f.last <= self._received:
+            return None
+        if f.data is not None:
+            self._pn += 1
+            data = wire.reseal_data(f.data, self._pn, self._key)
+            f.data = data
+        else:
+            chunk = self._fragment_bytes(f)
+            if chunk is None:
+                return None
+            self._pn += 1
+            data = self._fragment(f, chunk)
+        self.flight.renumber(f, self._pn, now, repair)
+        return data
+
+    def _probe_datagram(self, now: float) -> bytes:
+        """A tail-loss probe when no new data waits: the newest datagram in flight
+        again (its answer shows what else was lost), else a bare PROBE."""
+        flight = self.flight
+        f = next(reversed(flight.flights.values()), None)
+        if f is not None:
+            flight.remove(f)
+            data = self._resend(f, now, False)
+            if data is not None:
+                self.stats.retransmits += 1
+                return data
+        self._pn += 1
+        flight.probes[self._pn] = now
+        return wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key)
+
+    def _pack_piece(self, now: float, pn: int) -> tuple[Flight, bytes]:
         """The next piece of a record too large for one datagram (FRAGMENT)."""
         seq = self._next
         record = self._recs[seq - self._base]
@@ -391,7 +425,7 @@ class Sender:
         else:
             self._frag_offset = end
         self.stats.fragments += 1
-        f = _Flight(pn, seq, seq, wire.FRAGMENT_OVERHEAD + end - start, now, None, start, end)
+        f = Flight(pn, seq, seq, wire.FRAGMENT_OVERHEAD + end - start, now, None, start, end)
         return f, self._fragment(f, memoryview(record)[start:end])
 
     def _pack_run(self, now: float, out: list[bytes], burst: int, window: int) -> int:
@@ -405,7 +439,7 @@ class Sender:
         lens = self._lens
         pushed = self.pushed
         budget = self._budget
-        flights = self._flights
+        sent = self.flight.sent
         encode = wire.encode_data_batch
         join = b"".join
         conn_id, producer_id, epoch, key = self.conn_id, self.producer_id, self.epoch, self._key
@@ -414,9 +448,8 @@ class Sender:
         base = self._base
         guess = self._per_batch
         pn = self._pn
-        in_flight = self._in_flight
         packed = 0
-        while len(out) < burst and in_flight < window and seq <= pushed:
+        while len(out) < burst and self.flight.bytes < window and seq <= pushed:
             # _fit, inline: start from last time's count; the join gives the bytes
             i = seq - base
             avail = pushed - seq + 1
@@ -452,26 +485,23 @@ class Sender:
                 conn_id, pn, producer_id, epoch, seq, chunk, lens[i : i + n], key,
                 pad_to if last < pushed else 0, payload,
             )  # fmt: skip
-            size = len(data)
-            flights[pn] = _Flight(pn, seq, last, size, now, data)
-            in_flight += size
+            sent(Flight(pn, seq, last, len(data), now, data), now)
             out.append(data)
             seq = last + 1
             packed += 1
         self._next = seq
         self._per_batch = guess
         self._pn = pn
-        self._in_flight = in_flight
         self.stats.batches += packed
         return packed
 
-    def _fragment(self, f: _Flight, chunk: bytes | memoryview) -> bytes:
+    def _fragment(self, f: Flight, chunk: bytes | memoryview) -> bytes:
         return wire.encode_fragment(
             self.conn_id, f.pn if f.pn else self._pn, self.epoch, f.first,
             len(self._record(f.first)), f.offset, chunk, self._key,
         )  # fmt: skip
 
-    def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
+    def _fragment_bytes(self, f: Flight) -> bytes | memoryview | None:
         if f.first <= self.stored:
             return None
         return memoryview(self._record(f.first))[f.offset : f.end]
@@ -504,10 +534,8 @@ class Sender:
         self._received = max(msg.received, self.stored)
         self._next = self._received + 1
         self._frag_offset = 0
-        self._flights.clear()
-        self._lost.clear()
-        self._in_flight = 0
-        self._probe_sent.clear()
+        self.flight.clear()
+        self.rtt.reset_backoff()
         self._unanswered = 0
         self._last_answer = now
         self._timer = None
@@ -555,9 +583,7 @@ class Sender:
         self.stats.reconnects += 1
         self._events.append(Reconnecting(reason))
         self._timer = None
-        self._flights.clear()
-        self._lost.clear()
-        self._in_flight = 0
+        self.flight.clear()
         self._hello_rto = min(self.rtt.rto, self.config.max_handshake_rto)
         self.connect(now)
 
@@ -589,9 +615,10 @@ class Sender:
 
     def _on_ack(self, ack: wire.Ack, now: float) -> None:
         self.stats.acks += 1
-        self._unanswered = 0
+        if self._unanswered:
+            self._unanswered = 0
+            self.rtt.reset_backoff()
         self._last_answer = now
-        self.rtt.reset_backoff()
         # Within a session the listener's stored seq never goes back; a lower one
         # is an older answer that the network reordered (stale, so max() below).
         # Data loss by a restarted listener shows in the ACCEPT of the next session.
@@ -603,92 +630,22 @@ class Sender:
             self._release(ack.stored)
             self._events.append(StoredAdvanced(ack.stored))
         self._received = max(self._received, ack.received)
-        received = self._received
-        largest = ack.largest_pn
-        sent = self._probe_sent.pop(largest, None)
-        if sent is not None:
-            self.rtt.on_sample(now - sent, ack.ack_delay / 1e6)
-        self._largest_acked_pn = max(self._largest_acked_pn, largest)
-        if self._probe_sent and largest:
-            for pn in [p for p in self._probe_sent if p <= largest]:
-                del self._probe_sent[pn]
-        ranges = ack.ranges
-        frags = dict(ack.fragments) if ack.fragments else None
-        flights = self._flights
-        largest_acked = self._largest_acked_pn
-        loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
-        # Flights are in packet-number order; none above the largest packet number
-        # the listener has seen can be resolved yet, so the walk stops there.
-        acked: list[_Flight] = []
-        lost: list[_Flight] = []
-        for pn, f in flights.items():
-            if pn > largest_acked:
-                break
-            if (
-                f.last <= received
-                or (ranges and _in_ranges(f, ranges))
-                or (frags is not None and f.data is None and _in_spans(f, frags.get(f.first)))
-            ):
-                acked.append(f)
-            elif pn + PACKET_THRESHOLD <= largest_acked or now - f.sent > loss_delay:
-                lost.append(f)
-        if len(acked) + len(lost) < len(flights) and received >= self._next - 1:
-            # everything sent is received: copies whose own answer never came are done too
-            seen = {id(f) for f in acked} | {id(f) for f in lost}
-            acked.extend(f for f in flights.values() if f.last <= received and id(f) not in seen)
-        cc = self.cc
-        recovery_start = cc.recovery_start
-        grown = 0
-        for f in acked:
-            del flights[f.pn]
-            self._in_flight -= f.size
-            if f.sent > recovery_start:  # sent before the last reduction: no growth
-                grown += f.size
-            if f.pn == largest:
-                self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
-        if grown:
-            cc.on_acked(grown, now)  # one step for the whole answer
-        for f in lost:
-            self._declare_lost(f.pn, f, now)
-        if self._lost:
-            self._lost = deque(f for f in self._lost if f.last > received)
+        self.flight.on_ack(ack, self._received, self._received >= self._next - 1, now)
+        self.pacer.set_rate(self.cc.pacing_rate)
         self._arm(now)
 
-    def _declare_lost(self, pn: int, f: _Flight, now: float) -> None:
-        del self._flights[pn]
-        self._in_flight -= f.size
-        self.stats.lost += 1
-        self.cc.on_lost(f.sent, now)
-        self._lost.append(f)
-
-    def _detect_time_losses(self, now: float) -> None:
-        largest = self._largest_acked_pn
-        if not largest:
-            return
-        loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
-        for pn, f in list(self._flights.items()):
-            if pn >= largest:
-                break
-            if now - f.sent > loss_delay:
-                self._declare_lost(pn, f, now)
-
     def _arm(self, now: float) -> None:
-        """Arm the probe timer while anything is unstored, else disarm.  With
-        nothing in flight the listener has everything and owes only the answer
-        that a sync completes, which takes longer than a round trip."""
-        if self._flights or self._lost:
-            self._timer = now + self.rtt.rto
+        """Arm the loss timer or the probe timer while anything is unstored, else
+        disarm.  With nothing in flight the listener has everything and owes only
+        the answer that a sync completes, which takes longer than a round trip."""
+        if self.flight.flights:
+            timer = max(self._last_sent, self._last_answer) + self.rtt.pto
+            if self.flight.loss_time is not None and self.flight.loss_time < timer:
+                timer = self.flight.loss_time
+            self._timer = timer
+        elif self.flight.lost:
+            self._timer = now + self.rtt.pto
         elif self.pushed > self.stored:
             self._timer = now + max(self.rtt.rto, STORED_PROBE)
         else:
             self._timer = None
-
-
-def _in_ranges(f: _Flight, ranges: tuple[tuple[int, int], ...]) -> bool:
-    return any(a <= f.first and f.last <= b for a, b in ranges)
-
-
-def _in_spans(f: _Flight, spans: tuple[tuple[int, int], ...] | None) -> bool:
-    if not spans:
-        return False
-    return any(a <= f.offset and f.end <= b for a, b in spans)

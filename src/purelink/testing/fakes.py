@@ -5,6 +5,14 @@ seeded RNG, dropped, duplicated, and delivered after a random delay (so
 datagrams overtake each other); a blackout drops everything for a while.
 Given the same seed, a run is the same run, so a failing seed is a
 regression test.
+
+Each direction may also have a **bottleneck**: a link of `rate` bytes per
+second with a drop-tail queue of `queue` bytes in front of it (a router's
+buffer).  A datagram waits for the ones queued before it, then takes
+len / rate to go through, then the path's `delay` plus its random `jitter`;
+one that finds the queue full is dropped (counted in `overflowed`).  All
+senders share a direction's bottleneck, so links compete for it as they
+would on a real path.
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ class NetConfig:
     """Fixed one-way delay, seconds."""
     jitter: float = 0.0
     """Extra uniform random delay up to this, seconds (this is what reorders)."""
+    rate: float = 0.0
+    """Bottleneck rate, bytes per second (0: no bottleneck)."""
+    queue: int = 256 << 10
+    """Bytes the bottleneck's drop-tail queue holds (with a rate)."""
 
 
 @dataclass(order=True)
@@ -71,6 +83,9 @@ class FakeNet:
         self.sent = 0
         self.dropped = 0
         self.duplicated = 0
+        self.overflowed = 0
+        """Datagrams dropped because a bottleneck's queue was full (also in `dropped`)."""
+        self._free_at = {True: 0.0, False: 0.0}  # when each direction's bottleneck is idle
 
     def send(self, data: bytes, source: tuple[str, int], dest: str, now: float, up: bool) -> None:
         """Put a datagram on the network at `now`."""
@@ -82,7 +97,15 @@ class FakeNet:
         copies = 2 if self.rng.random() < cfg.duplicate else 1
         self.duplicated += copies - 1
         for _ in range(copies):
-            due = now + cfg.delay + self.rng.random() * cfg.jitter
+            start = now
+            if cfg.rate:
+                free = max(self._free_at[up], now)
+                if (free - now) * cfg.rate + len(data) > cfg.queue:
+                    self.dropped += 1
+                    self.overflowed += 1
+                    continue
+                start = self._free_at[up] = free + len(data) / cfg.rate
+            due = start + cfg.delay + self.rng.random() * cfg.jitter
             self._order += 1
             heapq.heappush(self._queue, _InFlight(due, self._order, dest, data, source))
 
