@@ -133,6 +133,7 @@ ACK_FULL = Ack(
     250,
     ((1005, 1009), (1011, 1011)),
     ((1004, ((0, 1344), (2688, 4032))), (1010, ((1344, 2688),))),
+    (97, 98),
 )
 REFUSE_HELLO = Refuse(0, 9, 0, RefuseReason.BAD_STREAM)
 REFUSE_FENCED = Refuse(0xDEADBEEF, 0, 4, RefuseReason.FENCED)
@@ -494,8 +495,11 @@ def test_golden_datagrams(key: bytes | None) -> None:
         + struct.pack("<II", 2688, 4032)
         + struct.pack("<QB", 1010, 1)
         + struct.pack("<II", 1344, 2688)
+        + struct.pack("<BQQ", 2, 97, 98)  # the duplicates: pns received twice
     )
     assert wire.encode_ack(ACK_FULL, key) == seal(6, cid, ack_body, key)
+    plain_body = struct.pack("<IQQIQIBBB", 4, 1000, 1003, 4 << 20, 99, 250, 0, 0, 0)
+    assert wire.encode_ack(ACK_PLAIN, key) == seal(6, cid, plain_body, key)
     assert wire.encode_probe(cid, 10, 4, key) == seal(7, cid, struct.pack("<QI", 10, 4), key)
     assert wire.encode_close(cid, 4, key) == seal(8, cid, struct.pack("<I", 4), key)
     assert wire.encode_refuse(REFUSE_FENCED, key) == seal(9, cid, struct.pack("<QIB", 0, 4, 1), key)

@@ -47,6 +47,7 @@ from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
 from .primitives.parker import Parker
 from .primitives.wakeup import Wakeup
 from .protocol import events
+from .protocol.congestion import NAMES as CONGESTION
 from .protocol.sender import Sender, SenderConfig, SenderState
 from .transport import TcpTransport, Transport, UdpTransport
 
@@ -134,8 +135,11 @@ class Link:
         timeout: float = 10.0,
         secret: bytes | None = None,
         on_stored: Callable[[int], Any] | None = None,
+        congestion: str = "bbr",
     ) -> None:
         scheme, host, port = _address.parse_url(url)
+        if congestion not in CONGESTION:
+            raise ValueError(f"congestion must be one of {', '.join(CONGESTION)}")
         if capacity < 1 or capacity_bytes < 1:
             raise ValueError("capacity and capacity_bytes must be positive")
         if timeout <= 0:
@@ -156,6 +160,8 @@ class Link:
                 # TCP never loses a HELLO (a broken connection starts a new one at
                 # once): retrying it early only makes a busy listener busier
                 handshake_rto=0.1 if scheme == "udp" else 1.0,
+                # over TCP the kernel's own congestion control paces the bytes
+                congestion=congestion if scheme == "udp" else "newreno",
             )
         )
         try:
@@ -604,14 +610,19 @@ def connect(
     timeout: float = 10.0,
     secret: bytes | None = None,
     on_stored: Callable[[int], Any] | None = None,
+    congestion: str = "bbr",
 ) -> Link:
     """Open a link to a listener and return once the handshake is done.
+
+    `congestion` is the window policy of a UDP link: "bbr" (paced, the
+    default) or "newreno"; a TCP link leaves it to the kernel.
 
     Raises ConnectError if the listener does not answer within `timeout`
     seconds or refuses the link; ValueError for bad arguments.
     """
     link = Link(
-        url, stream, producer, capacity, capacity_bytes, datagram_size, timeout, secret, on_stored
-    )
+        url, stream, producer, capacity, capacity_bytes, datagram_size, timeout, secret, on_stored,
+        congestion,
+    )  # fmt: skip
     link._start()
     return link

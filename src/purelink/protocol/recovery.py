@@ -149,11 +149,14 @@ min_rtt / 4 (RFC 8985 section 6.2.1)."""
 class Rack:
     """RACK-TLP's state: the most recent delivery and the reordering window."""
 
-    __slots__ = ("_last_widen", "_recoveries", "mult", "rtt", "sent", "spurious")
+    __slots__ = ("_last_widen", "_recoveries", "mult", "pn", "rtt", "sent", "spurious")
 
     def __init__(self) -> None:
         self.sent = -1.0
         """Send time of the most recently sent datagram known delivered (-1: none)."""
+        self.pn = 0
+        """Its packet number: only datagrams sent before it (lower pns) can be
+        overtaken by it (datagrams sent in one burst share a send time)."""
         self.rtt = 0.0
         """The RTT that datagram measured."""
         self.mult = 1
@@ -163,9 +166,10 @@ class Rack:
         self._recoveries = 0
         self._last_widen = -1.0
 
-    def on_delivered(self, sent: float, now: float) -> None:
-        """A datagram sent at `sent` is known delivered at `now`."""
-        if sent > self.sent:
+    def on_delivered(self, pn: int, sent: float, now: float) -> None:
+        """Transmission `pn`, sent at `sent`, is known delivered at `now`."""
+        if pn > self.pn:
+            self.pn = pn
             self.sent = sent
             self.rtt = now - sent
 
@@ -197,6 +201,7 @@ class Rack:
     def reset(self) -> None:
         """A new session: no delivery known yet (the window's width is kept)."""
         self.sent = -1.0
+        self.pn = 0
         self.rtt = 0.0
 
 
@@ -315,7 +320,7 @@ class InFlight:
         if sent is not None:
             rtt_sample = now - sent
             self.rtt.on_sample(rtt_sample, ack.ack_delay / 1e6)
-            self.rack.on_delivered(sent, now)
+            self.rack.on_delivered(largest, sent, now)
         if largest > self._largest_pn:
             self._largest_pn = largest
             if self.probes:
@@ -367,12 +372,13 @@ class InFlight:
         `loss_time`."""
         self.loss_time = None
         rack = self.rack
-        if rack.sent < 0 or not self.flights:
+        if not rack.pn or not self.flights:
             return
         delay = rack.loss_delay(self.rtt)
         lost: list[Flight] = []
+        reference = rack.pn
         for f in self.flights.values():
-            if f.sent > rack.sent:
+            if f.pn >= reference:
                 break
             if f.sent + delay <= now:
                 lost.append(f)

@@ -331,6 +331,7 @@ class Sender:
                 if data is None:
                     continue
                 self.stats.retransmits += 1
+                self.stats.retransmit_bytes += len(data)
             elif self._next <= self.pushed:
                 if not self._frag_offset and self._pack_run(now, out, burst, window):
                     continue
@@ -408,6 +409,7 @@ class Sender:
             data = self._resend(f, now, False)
             if data is not None:
                 self.stats.retransmits += 1
+                self.stats.retransmit_bytes += len(data)
                 return data
         self._pn += 1
         flight.probes[self._pn] = now

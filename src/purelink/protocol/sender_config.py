@@ -52,6 +52,7 @@ class SenderStats:
     batches: int = 0
     fragments: int = 0
     retransmits: int = 0
+    retransmit_bytes: int = 0
     probes: int = 0
     acks: int = 0
     lost: int = 0

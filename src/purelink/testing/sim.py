@@ -76,6 +76,7 @@ class Simulation:
         push_every: int = 0,
         datagram_size: int = 1400,
         anonymous_id: int = 0,
+        congestion: str = "bbr",
     ) -> SimLink:
         """A new link that connects now and pushes `records`."""
         self._port += 1
@@ -84,6 +85,7 @@ class Simulation:
             producer=producer,
             datagram_size=datagram_size,
             anonymous_id=anonymous_id,
+            congestion=congestion,
         )
         sender = Sender(cfg)
         sender.connect(self.clock.now)
