@@ -176,9 +176,15 @@ def test_two_links_share_a_bottleneck() -> None:
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize(
     ("mbit", "rtt", "loss", "jitter"),
-    [(50, 0.05, 0.0, 0.0), (50, 0.05, 0.01, 0.0), (50, 0.05, 0.0, 0.0125), (100, 0.03, 0.005, 0.005),
-     (5, 0.2, 0.01, 0.02), (30, 0.08, 0.02, 0.01)],
-)  # fmt: skip
+    [
+        (50, 0.05, 0.0, 0.0),
+        (50, 0.05, 0.01, 0.0),
+        (50, 0.05, 0.0, 0.0125),
+        (100, 0.03, 0.005, 0.005),
+        (5, 0.2, 0.01, 0.02),
+        (30, 0.08, 0.02, 0.01),
+    ],
+)
 def test_paths_slow(mbit: float, rtt: float, loss: float, jitter: float, seed: int) -> None:
     run = ship(mbit, rtt, loss=loss, jitter=jitter, seed=seed, seconds=5.0, warm=1.5)
     figures("test_paths_slow", run, mbit=mbit, rtt=rtt, loss=loss, jitter=jitter, seed=seed)
