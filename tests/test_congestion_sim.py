@@ -173,6 +173,19 @@ def test_two_links_share_a_bottleneck() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_two_links_share_a_shallow_buffer_slow(seed: int) -> None:
+    """A buffer (256 KB) below the path's bdp (312 KB): the flows must not
+    overflow it for ever, each keeping the share it got at the start (BBR's
+    loss bound with its headroom makes them converge)."""
+    run = ship(50, 0.05, links=2, seconds=10.0, warm=3.0, seed=seed)
+    figures("test_two_links_share_a_shallow_buffer_slow", run, seed=seed)
+    a, b = run.util
+    assert run.total >= 0.85
+    assert min(a, b) >= 0.75 * max(a, b), run.util
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize(
     ("mbit", "rtt", "loss", "jitter"),

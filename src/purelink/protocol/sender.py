@@ -103,8 +103,6 @@ class Sender:
         if cc is None:
             seed = zlib.crc32(f"{config.stream}/{config.producer}/{config.anonymous_id}".encode())
             cc = create(config.congestion, config.datagram_size, seed)
-        self.cc = cc
-        """The congestion controller (injected, or made from config.congestion)."""
         self.flight = InFlight(cc, self.rtt, self.stats)
         """The datagrams in flight, loss detection and rate samples (recovery.py)."""
         self.pacer = Pacer(config.datagram_size)
@@ -259,6 +257,11 @@ class Sender:
             if timer is None or due < timer:
                 return due
         return timer
+
+    @property
+    def cc(self) -> CongestionControl:
+        """The congestion controller (injected, or made from config.congestion)."""
+        return self.flight.cc
 
     @property
     def unstored(self) -> int:

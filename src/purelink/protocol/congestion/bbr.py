@@ -40,8 +40,20 @@ States:
                bdp / 2) for 200 ms and one round trip, so the queue empties and
                the true propagation delay is measured; then back.
 
-Loss does not move the model (a path that drops 1 % at random has not got
-slower).  A probe timeout (the path may be gone: an outage) sets cwnd to the
+Random loss does not move the model (a path that drops 1 % at random has
+not got slower).  Loss that comes with a queue does bound it, as BBR v2's
+inflight_hi does: when a round trip lost more than 2 % of its bytes (and at
+least 2 datagrams) while its RTT stood more than 1.25 min_rtt (a queue had
+built: the buffer overflowed, it was not noise on the line), then
+
+    inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd))
+
+and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
+the 1.25 phase, leaving room for other flows' probes, so flows sharing a
+shallow buffer converge instead of overflowing it for ever); each later
+round without such loss raises inflight_hi by an eighth.
+
+A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
 the cwnd of before, so after an outage the link is back at full rate within
 a round trip or two.  No rate sample is taken across the outage that could
@@ -71,6 +83,11 @@ PROBE_RTT_TIME: Final = 0.2
 FULL_BW_GROWTH: Final = 1.25
 FULL_BW_ROUNDS: Final = 3
 MIN_DATAGRAMS: Final = 4
+LOSS_THRESH: Final = 0.02
+LOSS_EVENTS: Final = 2
+QUEUE_RTT: Final = 1.25
+BETA: Final = 0.7
+HEADROOM: Final = 0.15
 
 
 class _MaxFilter:
@@ -133,6 +150,12 @@ class Bbr(CongestionControl):
         self._extra = _MaxFilter(EXTRA_ACKED_ROUNDS)
         self._epoch_start = 0.0
         self._epoch_acked = 0
+        self.inflight_hi = 0
+        """Bytes in flight past which the path dropped more than 2 % (0: none seen)."""
+        self._round_lost = 0
+        self._round_acked = 0
+        self._round_inflight = 0
+        self._round_rtt = 0.0
 
     # ------------------------------------------------------------ model
     @property
@@ -160,7 +183,12 @@ class Bbr(CongestionControl):
         if self._timed_out and acked:
             self._timed_out = False  # answers again: the cwnd of before the outage
             self.cwnd = max(self.cwnd, self._prior_cwnd)
+        self._round_acked += acked
+        self._round_inflight = max(self._round_inflight, sample.prior_in_flight)
+        self._round_rtt = max(self._round_rtt, sample.rtt)
         self._update_round(sample)
+        if self._round_start:
+            self._check_loss_rate(sample)
         self._update_bw(sample)
         self._update_min_rtt(sample, now)
         self._update_extra_acked(acked, now)
@@ -177,8 +205,9 @@ class Bbr(CongestionControl):
         self._set_cwnd(acked)
 
     def on_lost(self, sent_time: float, size: int, now: float) -> None:
-        """Counted; the model does not move (see the module docstring)."""
+        """Counted toward this round's loss rate (see the module docstring)."""
         self.losses += 1
+        self._round_lost += size
 
     def on_spurious(self, sent_time: float, now: float) -> None:
         """Nothing was reduced for a loss, so nothing to undo."""
@@ -197,6 +226,26 @@ class Bbr(CongestionControl):
             self._next_round_delivered = rs.total_delivered
             self.round_count += 1
             self._round_start = True
+
+    def _check_loss_rate(self, rs: RateSample) -> None:
+        """At each round's end: more than 2 % lost means the flights were too
+        many for the path's buffer: bound them (BBR v2's inflight_hi); a round
+        that probed for more without such loss raises the bound."""
+        lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
+        self._round_lost = self._round_acked = self._round_inflight = 0
+        if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
+            return
+        queued = self._round_rtt > QUEUE_RTT * self.min_rtt
+        self._round_rtt = 0.0
+        if (
+            queued
+            and lost > LOSS_THRESH * (lost + acked)
+            and lost >= LOSS_EVENTS * self.datagram_size
+        ):
+            target = min(self.bdp, self.cwnd) if self.bdp else self.cwnd
+            self.inflight_hi = max(int(BETA * inflight), int(BETA * target), self.minimum)
+        elif self.inflight_hi and self.pacing_gain >= 1.0:
+            self.inflight_hi += max(self.datagram_size, self.inflight_hi // 8)
 
     def _update_bw(self, rs: RateSample) -> None:
         rate = rs.delivery_rate
@@ -326,6 +375,10 @@ class Bbr(CongestionControl):
             cwnd = self.cwnd + acked
         else:
             cwnd = self.cwnd
+        if self.inflight_hi and self.mode == Bbr.PROBE_BW:
+            # leave some room for others' probes except while probing (BBR v2's headroom)
+            room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
+            cwnd = min(cwnd, int(self.inflight_hi * room))
         cwnd = max(cwnd, self.minimum)
         if self.mode == Bbr.PROBE_RTT:
             cwnd = min(cwnd, self._probe_rtt_cwnd())
