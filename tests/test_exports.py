@@ -96,6 +96,7 @@ def test_connect_signature() -> None:
             "timeout": 10.0,
             "secret": None,
             "on_stored": None,
+            "congestion": "bbr",
         },
         required=("stream",),
     )
