@@ -1,4 +1,4 @@
-"""The benchmark suite of SPEC section 8: `purelink bench [NAME ...] [--json]`.
+"""The benchmark suite of docs/performance.md: `purelink bench [NAME ...] [--json]`.
 
 Why it exists: `purelink bench` (src/purelink/cli.py) imports this package
 from the checkout and calls `main(argv)`; this module knows which script
@@ -45,7 +45,7 @@ BENCHMARKS: dict[str, str] = {
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="purelink bench",
-        description="Run the benchmark suite (SPEC section 8). Names: " + ", ".join(BENCHMARKS),
+        description="Run the benchmark suite. Names: " + ", ".join(BENCHMARKS),
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -1,4 +1,4 @@
-"""What the benchmark scripts of SPEC section 8 share.
+"""What the benchmark scripts of docs/performance.md share.
 
 Why it exists: every benchmark must say where it ran (machine, Python, git
 revision, date), repeat itself on a shared and noisy machine and report the

@@ -1,6 +1,6 @@
 """Links the way the benchmarks need them: the "before" variants and a held backlog.
 
-Why it exists: SPEC section 6 asks each mechanism to be measured against the
+Why it exists: each of the four mechanisms (docs/design.md) is to be measured against the
 naive way, kept in the benchmark.  The naive ways live here, outside the
 product, built on the real `Link` so that they follow the lead's changes to
 it:

@@ -1,4 +1,4 @@
-"""`purelink bench connections`: 10,000 short-lived tcp:// links, 200 at a time (SPEC section 8).
+"""`purelink bench connections`: 10,000 short-lived tcp:// links, 200 at a time.
 
 Workload (io_uring's multishot-accept test, made durable): a client process
 (this one) runs `--concurrency` threads; each, `--links` times in all,
@@ -57,7 +57,7 @@ not counted):
   does per connection, not with the machine's load, so they compare two
   versions of the listener better than the CPU time does on a noisy machine.
 
-Target (SPEC section 8): purelink's CPU per connection <= the echo server's,
+Target (docs/performance.md): purelink's CPU per connection <= the echo server's,
 while purelink also stores every record durably.  The client is the same
 Python process for all variants and is usually the bottleneck on 2 cores,
 so connections/s says more about the client than about the servers; CPU per

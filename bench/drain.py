@@ -1,4 +1,4 @@
-"""`purelink bench drain`: a backlog drains from a link to a listener in ONE process (SPEC 8).
+"""`purelink bench drain`: a backlog drains from a link to a listener in ONE process.
 
 Workload: a real `purelink.Listener` (its drain loop, GRO, buffer pool,
 protocol core, answers; `sync="none"`) and a real link, both in this process,

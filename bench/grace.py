@@ -1,4 +1,4 @@
-"""`purelink bench grace`: 10 readers, 1 updater waiting for grace periods (SPEC section 8).
+"""`purelink bench grace`: 10 readers, 1 updater waiting for grace periods (docs/performance.md).
 
 Why it exists: it shows the effect of Paolo Bonzini's liburcu QSBR patch
 ("avoid useless futex wakeups and burning CPU for long grace periods"; where
@@ -39,7 +39,7 @@ busy checks per grace period, the median and 99th percentile of one update's
 duration (mostly synchronize()), CPU of the whole process per second of wall
 time; then the ratios of updates/s: after / before (the whole patch, as the
 seed measured it), after / no-flags ("wake only a waiter that waits" as the
-patch added it, the toggle SPEC section 8 names; the 1.3 target is held to
+patch added it, the toggle the benchmark names; the 1.3 target is held to
 this one) and after / always-signal (updates/s, and reader batches/s, where
 the readers' signalling shows), and after / each variant within each round.
 A reader that ever sees a freed object fails the run (exit 1): the figure
@@ -67,7 +67,7 @@ from ._common import Report, base_parser, percentile, ratio, summarize, summariz
 __all__ = ["RATIO_TARGET", "main", "run_once"]
 
 RATIO_TARGET = 1.3
-"""updates/s with the patch / without it, on a 2-core machine (SPEC section 8)."""
+"""updates/s with the patch / without it, on a 2-core machine (docs/performance.md)."""
 
 VARIANTS: dict[str, dict[str, Any]] = {
     # GraceDomain keywords: the patch, liburcu before it, and the two halves apart
@@ -211,7 +211,7 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
     if "after" in runs and "no-flags" in runs:
         x = of("no-flags")
         report.notes.append(
-            f"updates/s after / no-flags ('wake only a waiter that waits' alone, SPEC 8's "
+            f"updates/s after / no-flags ('wake only a waiter that waits' alone, the benchmark's "
             f"toggle): x{x:.2f} {verdict(x)}"
         )
     if "after" in runs and "always-signal" in runs:

@@ -1,4 +1,4 @@
-"""`purelink bench latency`: one record on an idle link, queue -> told stored (SPEC section 8).
+"""`purelink bench latency`: one record on an idle link, queue -> told stored (docs/performance.md).
 
 Workload: `purelink serve` as its own process (loopback), one link.  Each
 sample waits until the link thread sleeps in epoll (so the link is idle and

@@ -1,6 +1,6 @@
-"""`purelink bench pool`: buffer get+put with many buffers held, free list vs scan (SPEC section 8).
+"""`purelink bench pool`: buffer get+put with many buffers held, free list vs scan.
 
-Workload (SPEC section 6, mechanism 4; the SMC-R free-list patch): a pool has
+Workload (docs/design.md, mechanism 4; the SMC-R free-list patch): a pool has
 handed out N buffers that are still in use ("held": 10, 200, 10,000 and
 100,000), and one more buffer goes round: `put(get())`, over and over.
 
@@ -20,7 +20,7 @@ So is the floor, `put(get())` on two methods that do nothing: two Python
 calls cost about as much as the 150 ns target on a slow machine, so the free
 list's own work is its figure less that floor.
 
-Target (SPEC section 8): flat, <= 150 ns per get+put at every N.
+Target (docs/performance.md): flat, <= 150 ns per get+put at every N.
 
 Run from the checkout root: `python -m bench.pool [--json]`, or
 `purelink bench pool`.
@@ -40,7 +40,7 @@ __all__ = ["HELD", "TARGET_NS", "main", "measure"]
 HELD = (10, 200, 10_000, 100_000)
 """Buffers held (in use) while one more goes round."""
 TARGET_NS = 150.0
-"""SPEC section 8: get+put at or under this, at every size."""
+"""docs/performance.md: get+put at or under this, at every size."""
 BUFFER = 64
 """Bytes per buffer: the size does not matter to either pool, memory does."""
 

@@ -1,7 +1,7 @@
 """`purelink bench probes`: the measurements behind "what stands in the way" (issue 4).
 
 Why it exists: performance.md explains why some targets are not met with
-figures that are not any one SPEC benchmark's: where a fresh link's time
+figures that are not any one benchmark's: where a fresh link's time
 goes, where one record's latency goes, what a Python function can cost at
 all.  Each probe here produces one of those figures, so that every figure
 has its command.

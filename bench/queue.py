@@ -1,4 +1,4 @@
-"""`purelink bench queue`: one app thread queues records as fast as it can (SPEC section 8).
+"""`purelink bench queue`: one app thread queues records as fast as it can (docs/performance.md).
 
 Workload: `purelink serve --sync batch` runs as its own process (loopback, a
 temporary store); this process connects one link and one application thread

@@ -1,6 +1,6 @@
-"""`python -m bench.secret`: what the keyed MAC costs per record (SPEC 7, docs/performance.md).
+"""`python -m bench.secret`: what the keyed MAC costs per record (docs/security.md).
 
-Why it exists: SPEC section 7 makes every datagram carry a keyed BLAKE2b MAC
+Why it exists: docs/security.md makes every datagram carry a keyed BLAKE2b MAC
 when a listener has a secret, and issue 7 asks that its cost per record be
 measured on the 61 B `queue` workload and stay small against it.  This
 benchmark runs that workload twice -- without a secret and with one -- and

@@ -1,4 +1,4 @@
-"""`purelink bench tail`: records/s a subscriber receives over TCP (SPEC section 9).
+"""`purelink bench tail`: records/s a subscriber receives over TCP (docs/store.md).
 
 Why it exists: `purelink.subscribe` must read a stream faster than anything
 writes it, or a consumer falls behind for good.  The listener sends stored
@@ -56,7 +56,7 @@ from ._common import (
 __all__ = ["RATE_TARGET", "main"]
 
 RATE_TARGET = 3_000_000.0
-"""records/s a subscriber receives from a stored stream (SPEC section 9 workload)."""
+"""records/s a subscriber receives from a stored stream (the tail workload)."""
 PER_BATCH = 21
 SIZE = 61
 STREAM = "tail"

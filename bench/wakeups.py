@@ -1,4 +1,4 @@
-"""`purelink bench wakeups`: how often queue() writes the eventfd, and what idling costs (SPEC 8).
+"""`purelink bench wakeups`: how often queue() writes the eventfd, and what idling costs.
 
 Two parts.
 

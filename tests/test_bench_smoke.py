@@ -1,4 +1,4 @@
-"""The benchmark programs of SPEC section 8 run, end to end, with tiny sizes.
+"""The benchmark programs of docs/performance.md run, end to end, with tiny sizes.
 
 Why it exists: benchmarks are programs, not timed tests, so nothing here
 checks a speed.  It checks behaviour: each script exits 0 and with `--json`

@@ -1,6 +1,6 @@
 """SIGKILL at random and at chosen moments: nothing told stored is ever lost.
 
-Why it exists: SPEC section 2.3 promises that killing the listener at any
+Why it exists: docs/reliability.md, guarantee 3 promises that killing the listener at any
 moment loses no record that was told stored, and that the store recovers by
 itself.  Two ways to prove it:
 

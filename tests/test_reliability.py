@@ -1,6 +1,6 @@
 """Exactly once through a terrible network, end to end, with garbage on the side.
 
-Why it exists: SPEC section 2.1 says loss, duplication, reordering and delay
+Why it exists: docs/reliability.md, guarantee 1 says loss, duplication, reordering and delay
 never change what is stored, and section 7 says junk never hurts the valid
 links.  Here real links talk to a real `purelink serve` process through
 `netproxy.NetProxy` (seeded loss, duplicates, 20 ms of jitter, blackouts,

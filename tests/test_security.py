@@ -1,4 +1,4 @@
-"""Security of the sans-IO core (SPEC section 7, docs/security.md): no sockets, no clock.
+"""Security of the sans-IO core (docs/security.md): no sockets, no clock.
 
 Why it exists: what keeps a listener safe on a network is decided in
 `protocol/` -- the MAC check before anything else, the cookie, the 3x rule,
@@ -86,7 +86,7 @@ def handshake(
     return accept
 
 
-# ------------------------------------------------------------- names (SPEC 1)
+# ------------------------------------------------------------- names (1-200 of [A-Za-z0-9._-])
 BAD_NAMES = [
     "", ".", "..", ".hidden", "..x", "a/b", "/abs", "../x", "x/..", "a\\b", "x" * 201,
     "é", "a b", "a\n", "a\r", "\0", "a\0b", "a\t", "\uff41", "a:b", "*", "~", "a%2fb",
@@ -96,7 +96,7 @@ ALPHABET = set(string.ascii_letters + string.digits + "._-")
 
 
 def by_the_spec(name: str) -> bool:
-    """SPEC section 1 spelled out independently of the regex."""
+    """The naming rule (1-200 of [A-Za-z0-9._-], no leading dot) spelled out without the regex."""
     return 1 <= len(name) <= 200 and not name.startswith(".") and set(name) <= ALPHABET
 
 

@@ -250,10 +250,10 @@ def test_a_superseded_instance_never_takes_over_after_a_listener_restart() -> No
     sim.run(lambda: a.sender.state != SenderState.OPEN or sim.all_done(), max_time=120)
     sim.run(sim.all_done, max_time=120)
     stored = {seq: r for _, p, seq, r in sim.store.records("s") if p == named_producer_id("app")}
-    # SPEC 2.1: every record the first instance was told stored is in the stream
+    # guarantee 1: every record the first instance was told stored is in the stream
     missing = [seq for seq in range(1, a.told + 1) if stored.get(seq) != sent_a[seq - 1]]
     assert missing == [], f"told stored, not in the stream: seqs {missing[:3]}...{missing[-1:]}"
-    # SPEC 2.5: the newer session fences the older instance, not the other way round
+    # guarantee 5: the newer session fences the older instance, not the other way round
     assert a.sender.state == SenderState.FENCED
     b.todo = [b"b-more"]
     assert sim.run(sim.all_done, max_time=60)

@@ -3,7 +3,7 @@
 `Error` is the one base to catch.  The caller's misuse (a bad argument) raises
 the standard `ValueError`/`TypeError`; what the peer or the system did raises a
 subclass of `Error`.  Malformed input from a peer is never raised into the
-application at all: it is dropped and counted (SPEC section 7).
+application at all: it is dropped and counted (docs/security.md).
 """
 
 from __future__ import annotations

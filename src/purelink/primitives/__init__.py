@@ -1,9 +1,9 @@
-"""Small concurrency primitives behind SPEC section 6, each citing its prior art.
+"""Small concurrency primitives behind docs/design.md's four mechanisms, with their prior art.
 
 - `Wakeup` (wakeup.py): wake a thread only when it sleeps, and only once (mechanism 1).
 - `Parker` (parker.py): spin briefly, then park; wake only a waiter that waits (mechanism 2).
 - `GraceDomain` (grace.py): QSBR grace periods; the waiter spins, then parks, and a
-  reader signals it only when it is parked, once per grace period (SPEC section 9).
+  reader signals it only when it is parked, once per grace period (docs/store.md).
 - `BufferPool` (pool.py): O(1) reuse of buffers from a free list (mechanism 4);
   `ScanningPool` is the naive "before" variant, for the benchmark only.
 

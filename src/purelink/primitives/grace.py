@@ -1,5 +1,5 @@
 # QSBR grace periods: retire shared things without slowing their readers
-# (SPEC section 9; the waiting side is mechanism 2 of section 6).
+# (docs/store.md; the waiting side is mechanism 2 of docs/design.md).
 #
 # Prior art: liburcu's QSBR flavour (Desnoyers et al., "User-Level Implementations
 # of Read-Copy Update", 2012) and Paolo Bonzini, "[PATCH] urcu-qsbr: avoid useless

@@ -1,5 +1,5 @@
 # Spin briefly, then park; wake only a waiter that waits, once per period
-# (SPEC section 6, mechanism 2).
+# (docs/design.md, mechanism 2).
 #
 # Prior art: Paolo Bonzini, "[PATCH] urcu-qsbr: avoid useless futex wakeups and
 # burning CPU for long grace periods" (liburcu, ltt-dev). There the grace-period

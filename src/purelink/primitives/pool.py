@@ -1,4 +1,4 @@
-# O(1) reuse of buffers (SPEC section 6, mechanism 4).
+# O(1) reuse of buffers (docs/design.md, mechanism 4).
 #
 # Prior art: the SMC-R free-list patch (liqiang, 2024, and Dust Li's review): the kernel
 # found a reusable smc_buf_desc by walking every descriptor for one whose `used` flag
@@ -10,7 +10,7 @@
 # `_thread_cache.py` for the idea of a small, bounded, observable cache of reusable
 # things.
 #
-# ScanningPool is the "before" variant the `pool` benchmark (SPEC section 8) compares
+# ScanningPool is the "before" variant the `pool` benchmark (docs/performance.md) compares
 # against. It is not used by the link or the listener.
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ class PoolStatistics:
     limit: int
     """Free buffers kept at most."""
     hits: int
-    """get() calls served from the pool (the SPEC's `pool_hits`)."""
+    """get() calls served from the pool (`stats().pool_hits`)."""
     misses: int
-    """get() calls that allocated a fresh buffer (the SPEC's `pool_misses`)."""
+    """get() calls that allocated a fresh buffer (`stats().pool_misses`)."""
     dropped: int
     """put() calls whose buffer was let go because the pool held `limit` free already."""
     rejected: int

@@ -1,4 +1,4 @@
-# Wake a thread only when it sleeps, and only once (SPEC section 6, mechanism 1).
+# Wake a thread only when it sleeps, and only once (docs/design.md, mechanism 1).
 #
 # Prior art: the C link's commit "Wake a link's thread only when it sleeps, once"
 # (serve/link.c: `sleeping, signaled, queued_new`), which took queuing from 400k to
@@ -76,7 +76,7 @@ class WakeupStatistics:
     backend: str
     """"eventfd" or "pipe"."""
     writes: int
-    """Writes to the fd (the SPEC's `wakeups`); under contention a rare increment may be lost."""
+    """Writes to the fd (`LinkStats.wakeups`); under contention a rare increment may be lost."""
     sleeps: int
     """prepare_sleep() calls that let the owner sleep."""
     rechecks: int

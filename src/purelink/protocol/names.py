@@ -1,4 +1,4 @@
-"""Stream and producer names: the one rule of SPEC section 1, in one place.
+"""Stream and producer names: one rule (1-200 of [A-Za-z0-9._-], no leading '.'), in one place.
 
 Why it exists: a name arrives from the network in every HELLO, and a stream
 name becomes a folder under the data directory.  The listener core checks it

@@ -3,7 +3,7 @@
 Why it exists: a HELLO costs the listener work before the sender has proven
 much -- a RETRY (a MAC and a datagram) for one without a cookie, and for one
 with a cookie new state, a stream folder, and for a named producer an epoch
-written and fdatasynced.  SPEC section 7 asks for handshakes to be limited
+written and fdatasynced.  docs/security.md asks for handshakes to be limited
 per source, so that one host cannot turn the listener into a reflector or
 make it spend its disk on handshakes.
 

@@ -1,7 +1,7 @@
 """The epochs file: never hand a named producer the same epoch twice.
 
 A named producer's new session takes epoch = 1 + the highest epoch known,
-which fences older sessions (SPEC section 2.5).  Batches carry their epoch, so
+which fences older sessions (docs/reliability.md, guarantee 5).  Batches carry their epoch, so
 the log alone remembers every epoch that *wrote* something; a session that
 connected and wrote nothing would be forgotten, and after a restart its epoch
 could be handed out again -- two live sessions with one epoch.  So each epoch

@@ -2,13 +2,13 @@
 
 Why it exists: consumers, replays and audits read a stream while it is being
 written and want the next record as soon as it is there, without burning a
-core to find out (SPEC section 9; Kafka consumers and NATS JetStream push
+core to find out (docs/store.md; Kafka consumers and NATS JetStream push
 consumers do the same).
 
 How a follower waits depends on where the writer is:
 
 * **In this process** (a Listener or DataDir open on the same directory): on the
-  stream log's `Parker` -- mechanism 2 of SPEC section 6.  The follower checks
+  stream log's `Parker` -- mechanism 2 of docs/design.md.  The follower checks
   `log.last_position`, parks, and `StreamLog.append` calls `parker.unpark()`
   after each append, which costs one attribute load while nobody is parked and
   signals a parked follower once.  Closing the log unparks too, and the

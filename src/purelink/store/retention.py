@@ -1,7 +1,7 @@
 """Retention: remove whole old segments, by bytes and by age, after a grace period.
 
 Why it exists: storing records is half of the job; keeping disks bounded is the
-other half (SPEC section 9).  Kafka's `retention.bytes` / `retention.ms` and NATS
+other half (docs/store.md).  Kafka's `retention.bytes` / `retention.ms` and NATS
 JetStream's `max_bytes` / `max_age` are the model: whole segments go, oldest
 first, never the active one.
 
@@ -41,8 +41,8 @@ period.  One that lists the folder, loses the race to the unlink and then fails
 to open the file raises `purelink.Error` ("records retained start at N"); it
 never sees a gap or a partial record.
 
-The producers' deduplication state must outlive the segments that held it (SPEC
-section 2.1: a named producer resumes at its last stored seq).  The `.sum`
+The producers' deduplication state must outlive the segments that held it (guarantee
+1 of docs/reliability.md: a named producer resumes at its last stored seq).  The `.sum`
 snapshot of the newest removed segment -- written when it was closed, and holding
 every producer's state as of its end -- is kept, and recovery falls back to it
 when no remaining closed segment has a snapshot (`segment.recover`).  A segment

@@ -12,7 +12,7 @@ Recovery therefore trusts closed segments' structure and checks it cheaply
 scans the active segment in full, CRCs included.  The active segment is cut
 (ftruncate + fdatasync) at its first torn or corrupt batch, and the cut is
 logged.  That holds even when batches that still pass their CRC follow the
-damage (SPEC section 2.3: the store recovers by itself; a listener that
+damage (docs/reliability.md, guarantee 3: the store recovers by itself; a listener that
 refuses to start serves nobody).  A crash never causes that pattern, but a
 power cut can (pages of unsynced writes reach the disk out of order) and so
 can a bad disk, where the batches after the damage may hold records that
@@ -20,7 +20,7 @@ links were told are stored.  So that case is logged at ERROR with what was
 discarded, and the cut bytes are first saved (and synced) next to the
 segment as `<segment>.cut-<offset>` for an operator; a link that was told
 about a discarded record fails loudly with LinkError when it reconnects
-(SPEC section 2.4).  Damage in a closed segment is still refused with
+(docs/reliability.md, guarantee 4).  Damage in a closed segment is still refused with
 `purelink.Error` naming the file: a crash cannot cause it, and cutting there
 would drop every later segment.
 """
