@@ -31,7 +31,7 @@ Invariants:
   record is lost to a listener restart and none is stored twice (the listener
   deduplicates by producer and seq);
 * `stored` never goes backwards; if the listener ever reports less than it
-  told before, the sender fails with kind "lost" (SPEC section 2.4);
+  told before, the sender fails with kind "lost" (docs/reliability.md, 2.4 Resume);
 * each datagram in flight remembers what it carried (a batch, or a byte range
   of one large record) and is resolved acked or lost (aioquic's
   packet_builder/recovery); retransmissions resend the same batch bytes under
