@@ -7,7 +7,8 @@ has accrued, so datagrams go out in bursts of one quantum, which the link
 thread hands the kernel in one GSO call:
 
     quantum = rate * 1 ms, at least 2 datagrams, at most 64 KiB (BBR's send quantum)
-    depth   = 2 quanta (a thread woken late catches up one quantum, not more)
+    depth   = 4 quanta (a thread woken late, by poll's 1 ms granularity or a busy
+              interpreter, catches up what accrued meanwhile, up to 3 quanta more)
 
 `next_time()` is the sender's pacing deadline (its `get_timer()`), so the
 link thread sleeps in poll until then, as it sleeps for any timer; there is
@@ -23,6 +24,7 @@ __all__ = ["Pacer"]
 
 QUANTUM_TIME: Final = 0.001
 MAX_QUANTUM: Final = 64 << 10
+DEPTH: Final = 4
 
 
 class Pacer:
@@ -35,7 +37,7 @@ class Pacer:
         self.rate = 0.0
         """Bytes per second (0: not paced)."""
         self.quantum = 2 * datagram_size
-        self.depth = 2 * self.quantum
+        self.depth = DEPTH * self.quantum
         self.tokens = float(self.depth)
         self._last = 0.0
 
@@ -48,7 +50,7 @@ class Pacer:
         self.rate = rate
         if rate:
             self.quantum = int(min(max(rate * QUANTUM_TIME, 2 * self.datagram_size), MAX_QUANTUM))
-            self.depth = 2 * self.quantum
+            self.depth = DEPTH * self.quantum
             self.tokens = min(self.tokens, self.depth)
 
     def allowance(self, now: float) -> float:

@@ -139,6 +139,8 @@ class MemoryStore:
         self.durable_owners: dict[tuple[str, int], int] = {}
         self.forgotten: set[tuple[str, int]] = set()
         """Producers the core let go (StoreView.forget); their batches stay."""
+        self.written: dict[int, int] = {}
+        """Producer id -> payload bytes appended (for throughput figures)."""
 
     def _check(self, stream: str) -> None:
         validate_stream_name(stream)  # the store's own rule, so fakes and store agree
@@ -185,6 +187,10 @@ class MemoryStore:
         pos = self.last(stream)
         for data, header in writes:
             self.forgotten.discard((stream, header.producer))  # known again, as the store
+            payload = header.length - wire.BATCH_HEADER - (
+                0 if header.flags & wire.FLAG_LARGE else 2 * header.count
+            )
+            self.written[header.producer] = self.written.get(header.producer, 0) + payload
             log.append((pos + 1, bytes(data)))
             pos += header.count
         return pos
