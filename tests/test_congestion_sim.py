@@ -182,7 +182,7 @@ def test_outage_back_at_full_rate_within_a_probe_interval_and_two_rtts() -> None
 
 
 def test_two_links_share_a_bottleneck() -> None:
-    run = ship(20, 0.05, links=2, seconds=8.0, warm=3.0)
+    run = ship(20, 0.05, links=2, seconds=12.0, warm=4.0)
     figures("test_two_links_share_a_bottleneck", run)
     a, b = run.util
     assert run.total >= 0.85

@@ -187,8 +187,10 @@ class MemoryStore:
         pos = self.last(stream)
         for data, header in writes:
             self.forgotten.discard((stream, header.producer))  # known again, as the store
-            payload = header.length - wire.BATCH_HEADER - (
-                0 if header.flags & wire.FLAG_LARGE else 2 * header.count
+            payload = (
+                header.length
+                - wire.BATCH_HEADER
+                - (0 if header.flags & wire.FLAG_LARGE else 2 * header.count)
             )
             self.written[header.producer] = self.written.get(header.producer, 0) + payload
             log.append((pos + 1, bytes(data)))

@@ -43,8 +43,9 @@ States:
 Random loss does not move the model (a path that drops 1 % at random has
 not got slower).  Loss that comes with a queue does bound it, as BBR v2's
 inflight_hi does: when a round trip lost more than 2 % of its bytes (and at
-least 2 datagrams) while its RTT stood more than 1.25 min_rtt (a queue had
-built: the buffer overflowed, it was not noise on the line), then
+least 2 datagrams) while even its smallest RTT stood above 1.25 min_rtt (a
+standing queue, as CoDel judges one: the buffer overflowed, it was not noise
+or jitter on the line), then
 
     inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd))
 
@@ -185,7 +186,8 @@ class Bbr(CongestionControl):
             self.cwnd = max(self.cwnd, self._prior_cwnd)
         self._round_acked += acked
         self._round_inflight = max(self._round_inflight, sample.prior_in_flight)
-        self._round_rtt = max(self._round_rtt, sample.rtt)
+        if sample.rtt > 0 and (not self._round_rtt or sample.rtt < self._round_rtt):
+            self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
         self._update_round(sample)
         if self._round_start:
             self._check_loss_rate(sample)
