@@ -454,6 +454,14 @@ class Link:
                     # more was queued meanwhile: no sleep, but answers and timers
                     # must not wait until the application pauses
                     now = monotonic()
+                    if not self._stop and sender.held_back(now):
+                        # the window or the pacer holds it back anyway: wait for an
+                        # answer or the send time, not armed (queue() writes no
+                        # eventfd) and not spinning on the application's GIL
+                        timer = sender.get_timer()
+                        if timer is not None and timer > now:
+                            ep.poll(timer - now)
+                            now = monotonic()
                     self._receive(now)
                     sender.handle_timer(now)
                     continue

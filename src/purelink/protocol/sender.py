@@ -258,6 +258,16 @@ class Sender:
                 return due
         return timer
 
+    def held_back(self, now: float) -> bool:
+        """Whether the window or the pacer holds back whatever would go out now
+        (the driver may then sleep until get_timer() or an answer, even with
+        more records to take)."""
+        if self.state != SenderState.OPEN:
+            return False
+        if self.flight.bytes >= self.window:
+            return True
+        return bool(self.pacer.rate) and self.pacer.allowance(now) <= 0
+
     @property
     def cc(self) -> CongestionControl:
         """The congestion controller (injected, or made from config.congestion)."""
