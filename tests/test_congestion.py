@@ -24,13 +24,13 @@ D = 1000
 def test_pacer_releases_one_quantum_then_waits_for_the_next() -> None:
     p = Pacer(D)
     p.set_rate(1e6)  # 1 MB/s: 1 ms is 1,000 B, below the 2-datagram floor
-    assert p.quantum == 2 * D and p.depth == 8 * D
-    assert p.allowance(10.0) == 8 * D  # the first burst goes at once
-    p.spend(8 * D + 500)  # the last datagram may overdraw
+    assert p.quantum == 2 * D and p.depth == 10 * D  # 10 ms of the rate > 4 quanta
+    assert p.allowance(10.0) == 10 * D  # the first burst goes at once
+    p.spend(10 * D + 500)  # the last datagram may overdraw
     assert p.allowance(10.0) < 0
     assert p.next_time() == pytest.approx(10.0 + (2 * D + 500) / 1e6)
     assert p.allowance(10.0025) == pytest.approx(2000.0)
-    assert p.allowance(11.0) == 8 * D  # a long sleep earns no more than the depth
+    assert p.allowance(11.0) == 10 * D  # a long sleep earns no more than the depth
     p.set_rate(1e9)
     assert p.quantum == 64 << 10  # capped: one GSO call's worth
     p.set_rate(0.0)
@@ -216,7 +216,7 @@ def test_an_idle_link_arms_no_timer_and_a_paced_one_only_with_work() -> None:
     burst = []
     while out := sender.datagrams_to_send(now):
         burst += out
-    # the bucket's depth (four quanta), the last datagram overdrawing it: not 64
+    # the bucket's depth, the last datagram overdrawing it: not 64
     assert 0 < sum(map(len, burst)) <= sender.pacer.depth + 1400
     timer = sender.get_timer()
     assert timer is not None and timer > now  # the next send time

@@ -63,6 +63,8 @@ __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
 
 # with nothing in flight, only the "stored" answer after a sync is awaited
 STORED_PROBE: Final = 0.1
+# below this min RTT (loopback, a LAN) the sender does not pace
+PACING_MIN_RTT: Final = 0.001
 
 
 class SenderState:
@@ -646,7 +648,10 @@ class Sender:
             self._events.append(StoredAdvanced(ack.stored))
         self._received = max(self._received, ack.received)
         self.flight.on_ack(ack, self._received, self._received >= self._next - 1, now)
-        self.pacer.set_rate(self.cc.pacing_rate)
+        # a path shorter than the thread's own timer granularity has no queue to
+        # spare by pacing, only the wake-ups it would cost
+        fast = self.rtt.min_rtt < PACING_MIN_RTT
+        self.pacer.set_rate(0.0 if fast else self.cc.pacing_rate)
         self._arm(now)
 
     def _arm(self, now: float) -> None:

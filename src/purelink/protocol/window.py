@@ -7,13 +7,17 @@ has accrued, so datagrams go out in bursts of one quantum, which the link
 thread hands the kernel in one GSO call:
 
     quantum = rate * 1 ms, at least 2 datagrams, at most 64 KiB (BBR's send quantum)
-    depth   = 4 quanta (a thread woken late, by poll's 1 ms granularity or a busy
-              interpreter, catches up what accrued meanwhile, up to 3 quanta more)
+    depth   = 4 quanta or 10 ms of the rate, whichever is more (a thread woken
+              late, by poll's 1 ms granularity or by an interpreter whose other
+              threads hold the GIL for its 5 ms switch interval, catches up what
+              accrued meanwhile instead of losing it)
 
 `next_time()` is the sender's pacing deadline (its `get_timer()`), so the
 link thread sleeps in poll until then, as it sleeps for any timer; there is
-no pacing loop of its own.  A rate of 0 means no pacing (NewReno): the
-window alone clocks the sender.
+no pacing loop of its own.  A rate of 0 means no pacing (NewReno, or a path
+whose min RTT is below 1 ms, the timer's own granularity: loopback, a LAN,
+where there is no router queue to spare and pacing would only cost wake-ups):
+the window alone clocks the sender.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = ["Pacer"]
 QUANTUM_TIME: Final = 0.001
 MAX_QUANTUM: Final = 64 << 10
 DEPTH: Final = 4
+DEPTH_TIME: Final = 0.010
 
 
 class Pacer:
@@ -50,7 +55,7 @@ class Pacer:
         self.rate = rate
         if rate:
             self.quantum = int(min(max(rate * QUANTUM_TIME, 2 * self.datagram_size), MAX_QUANTUM))
-            self.depth = DEPTH * self.quantum
+            self.depth = int(max(DEPTH * self.quantum, rate * DEPTH_TIME))
             self.tokens = min(self.tokens, self.depth)
 
     def allowance(self, now: float) -> float:
