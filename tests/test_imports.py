@@ -36,6 +36,9 @@ HEAVY = [
     "ipaddress",  # only the CLI's loopback check needs it
     "purelink.primitives.grace",
     "purelink.primitives.pool",
+    "purelink.logging",  # loaded on first use of purelink.logging
+    "purelink.metrics",
+    "prometheus_client",
 ]
 
 
@@ -66,6 +69,18 @@ def test_the_lazy_names_load_on_first_use() -> None:
         "assert callable(purelink.subscribe)"
     )
     assert {"purelink.listener", "purelink.store.store"} <= loaded
+
+
+def test_logging_and_metrics_load_on_first_use() -> None:
+    loaded = _fresh_modules(
+        "import purelink\n"
+        "assert purelink.logging.LinkHandler.__name__ == 'LinkHandler'\n"
+        "assert purelink.metrics.LinkCollector.__name__ == 'LinkCollector'\n"
+        "import logging\n"
+        "assert logging.Handler.__module__ == 'logging'  # the standard library's, untouched"
+    )
+    assert {"purelink.logging", "purelink.metrics"} <= loaded
+    assert "prometheus_client" not in loaded  # only once a collector is made
 
 
 def test_subscribe_stays_the_function_after_its_module_is_imported() -> None:

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 import purelink
 from purelink.errors import ProtocolError
+from purelink.protocol.keys import Key, KeyTable
 from purelink.protocol.tail import (
     END,
     ERROR,
@@ -45,6 +46,7 @@ from purelink.protocol.tail import (
     encode_request,
     request_size,
 )
+from purelink.protocol.tail_seal import encode_sealed_request, open_sealed_request
 from purelink.protocol.wire import batch_records, encode_batch, position_bytes, verify_batch
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
@@ -105,15 +107,26 @@ def test_request_round_trip_and_checks() -> None:
 
 
 def test_request_with_a_secret() -> None:
+    """With a secret the plaintext request is the payload of an INIT (tail_seal.py)."""
     key = b"k" * 32
-    raw = encode_request("s", 1, False, key)
-    assert decode_request(raw, key).stream == "s"
+    keys = KeyTable([Key("app", key, write=(), read=("s*",))])
+    raw, _ = encode_sealed_request("s", 1, False, "app", key)
+    assert request_size(raw) == len(raw)
+    request, *_ = open_sealed_request(raw, keys, 0.0)
+    assert request == ("s", 1, False)
     with pytest.raises(ProtocolError, match="unauthenticated"):
-        decode_request(encode_request("s", 1, False), key)  # no MAC
-    with pytest.raises(ProtocolError, match="unauthenticated"):
-        decode_request(encode_request("s", 1, False, b"x" * 32), key)  # another secret
-    long_key = b"L" * 100
-    assert decode_request(encode_request("s", 1, False, long_key), long_key).start == 1
+        open_sealed_request(encode_request("s", 1, False), keys, 0.0)  # plaintext
+    with pytest.raises(ProtocolError, match="bad_secret"):
+        open_sealed_request(encode_sealed_request("s", 1, False, "app", b"x" * 32)[0], keys, 0.0)
+    with pytest.raises(ProtocolError, match="unknown_key"):
+        open_sealed_request(encode_sealed_request("s", 1, False, "nope", key)[0], keys, 0.0)
+    with pytest.raises(ProtocolError, match="forbidden"):
+        open_sealed_request(encode_sealed_request("t", 1, False, "app", key)[0], keys, 0.0)
+    flagged = bytearray(encode_request("s", 1, False))
+    flagged[16] = 0x80  # an unknown flag (a MAC form this protocol does not have)
+    body = bytes(flagged[:-4])
+    with pytest.raises(ProtocolError, match="bad_flags"):
+        decode_request(body + struct.pack("<I", crc32c(body)))
 
 
 def stored_batches(first: int, sizes: list[int]) -> bytes:

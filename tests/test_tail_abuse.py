@@ -34,7 +34,9 @@ import pytest
 import purelink.store.log as store_log
 from purelink import tail_server
 from purelink.errors import ProtocolError
+from purelink.protocol.keys import Key, KeyTable
 from purelink.protocol.tail import PREAMBLE, TailDecoder, encode_request
+from purelink.protocol.tail_seal import encode_sealed_request
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
@@ -272,6 +274,11 @@ def test_too_many_incomplete_requests_are_refused_at_once(server: Server) -> Non
 
 def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
     secret = b"k" * 32
+    keys = KeyTable([Key("", secret, write=(), read=("s",))])
+
+    def sealed(stream: str, start: int, follow: bool, key: bytes = secret) -> bytes:
+        return encode_sealed_request(stream, start, follow, "", key)[0]
+
     with DataDir(tmp_path, segment_bytes=2000) as data:
         log = data.stream("s")
         for _ in range(30):
@@ -279,45 +286,46 @@ def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
         log.sync()
         assert log.retire(2)
         first = log.first_position
-        server = Server(data, secret=secret)
+        server = Server(data, keys=keys)
         try:
             server.tail.max_subscribers = 1
-            bad = bytearray(encode_request("s", 1, False, secret))
-            bad[-20] ^= 1  # the CRC
-            cases = [
+            bad = bytearray(sealed("s", 1, False))
+            bad[-2] ^= 1  # the CRC
+            cases = [  # every one refused before a session: a plaintext ERROR
                 (bytes(bad), "bad_checksum"),
                 (encode_request("s", first, False), "unauthenticated"),
-                (encode_request("s", 1, False, secret), f"records retained start at {first}"),
+                (sealed("s", first, False, b"w" * 32), "wrong secret"),
+                (sealed("t", first, False), "may not read 't'"),
             ]
             for request, text in cases:
                 reply = read_reply(server.connect(request)[0])
                 assert reply.error is not None and text in reply.error
             # the refused one's thread ends after its ERROR went: then the slot is free
             wait_until(lambda: server.tail.statistics().subscribers == 0)
-            server.connect(encode_request("s", first, True, secret))  # holds the one slot
+            server.connect(sealed("s", first, True))  # holds the one slot
             wait_until(lambda: server.tail.statistics().subscribers == 1)
             served: list[object] = []
             serve = server.tail._serve
             server.tail._serve = lambda *args: (served.append(args), serve(*args))  # type: ignore[method-assign]
-            reply = read_reply(server.connect(encode_request("s", first, False, secret))[0])
+            reply = read_reply(server.connect(sealed("s", first, False))[0])
             assert reply.error is not None and "too many subscribers" in reply.error
             assert served == []  # refused in take(), on the loop, with no thread started
             server.tail._serve = serve  # type: ignore[method-assign]
             gone, _ = server.connect(PREAMBLE)
             gone.close()  # hangs up in the middle of its request
-            wait_until(lambda: server.tail.statistics().refused == 5)
+            wait_until(lambda: server.tail.statistics().refused == 6)
             stats = server.tail.statistics()
             assert stats.dropped == {
                 "tail_bad_request": 1,
                 "tail_unauthenticated": 1,
-                "tail_below_retained": 1,
+                "tail_bad_secret": 1,
+                "tail_forbidden": 1,
                 "tail_too_many_subscribers": 1,
                 "tail_truncated_request": 1,
             }
             stats.dropped.clear()  # a snapshot: the server's counts are its own
-            assert server.tail.statistics().refused == 5
-            # the follower, and the one refused after it got its slot (below retained)
-            assert stats.subscribers == 1 and stats.subscriptions == 2
+            assert server.tail.statistics().refused == 6
+            assert stats.subscribers == 1 and stats.subscriptions == 1  # the follower
         finally:
             server.close()
 

@@ -527,6 +527,11 @@ def test_constants() -> None:
         3: "bad_stream",
         4: "limit",
         5: "bad_request",
+        6: "forbidden (the key may not use this stream)",
+        7: "key revoked",
+        8: "unknown key id",
+        9: "wrong secret",
+        10: "expired key",
     }
 
 

@@ -36,11 +36,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import IO, NoReturn
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from . import ConnectError, Error, Full, Link, _address, connect, subscribe
 from ._progress import Progress
 from .protocol.names import validate_stream_name
+
+if TYPE_CHECKING:
+    from .listener import Listener
+    from .protocol.keys import KeyTable
 
 # The listener, the store and the demo are imported by the verbs that use them:
 # `purelink send` is what a shell script runs once per job, and should not pay
@@ -158,6 +162,35 @@ def _read_secret(path: str | None) -> bytes | None:
     return secret
 
 
+def _read_keys(args: argparse.Namespace) -> KeyTable | None:
+    """The listener's keys: --keys-file, or --secret-file as one key that may do
+    everything, or None.  A bad file is a UsageError naming its line."""
+    from .protocol.keys import KeysFileError, KeyTable, load_keys_file  # noqa: PLC0415
+
+    if args.keys_file is not None and args.secret_file is not None:
+        raise UsageError("give --keys-file or --secret-file, not both")
+    if args.keys_file is not None:
+        try:
+            return load_keys_file(args.keys_file)
+        except KeysFileError as exc:
+            raise UsageError(str(exc)) from None
+    secret = _read_secret(args.secret_file)
+    if secret is None:
+        return None
+    try:
+        return KeyTable.single(secret)
+    except ValueError as exc:
+        raise UsageError(f"--secret-file {args.secret_file!r}: {exc}") from None
+
+
+def _client_secret(args: argparse.Namespace) -> bytes | None:
+    """A client's secret (--secret-file), checked against --key-id."""
+    secret = _read_secret(args.secret_file)
+    if args.key_id is not None and secret is None:
+        raise UsageError("--key-id needs --secret-file (the key's secret)")
+    return secret
+
+
 def _format_address(address: tuple[str, int]) -> str:
     return _address.format_hostport(address[0], address[1])
 
@@ -177,13 +210,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.udp is None and args.tcp is None:
         raise UsageError("nothing to listen on: both --udp and --tcp are disabled")
-    secret = _read_secret(args.secret_file)
-    if secret is None and not args.insecure:
+    if args.metrics is not None:
+        from . import metrics  # noqa: PLC0415 -- see the imports
+
+        if not metrics.available():
+            raise UsageError(f"--metrics needs prometheus-client: {metrics.INSTALL}")
+    keys = _read_keys(args)
+    if keys is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
             if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
                 raise UsageError(
                     f"refusing to listen on non-loopback {flag} {text} without --secret-file "
-                    "(give --insecure to do it anyway)"
+                    "or --keys-file (give --insecure to do it anyway)"
                 )
 
     try:
@@ -192,7 +230,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             udp=args.udp,
             tcp=args.tcp,
             sync=args.sync,
-            secret=secret,
+            keys=keys,
             segment_bytes=args.segment_bytes,
             retain_bytes=args.retain_bytes,
             retain_age=args.retain_age,
@@ -222,9 +260,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):  # full pipe: a stop is already pending
             os.write(wake_w, bytes([signum & 0xFF]))
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    exporter = None
     try:
         listener.start()
+        if args.metrics is not None:  # up before the ready line, so it means both
+            exporter = metrics.MetricsServer(listener, args.metrics)
+            shown = _format_address(exporter.address)
+            logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
         try:
             parts = [f"{PROG} listening"]
             if listener.udp_address is not None:
@@ -241,12 +285,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         waiting = select.poll()  # not select(): with many streams open, fds pass 1023
         waiting.register(wake_r, select.POLLIN)
         waiting.register(failure, select.POLLIN)
-        ready = waiting.poll()  # PEP 475 retries it on EINTR
-        if any(fd == failure for fd, _ in ready):
-            crashed = listener.error
+        while True:
+            ready = waiting.poll()  # PEP 475 retries it on EINTR
+            if any(fd == failure for fd, _ in ready):
+                crashed = listener.error
+                break
+            signums = os.read(wake_r, 64)
+            if any(n != signal.SIGHUP for n in signums):
+                break
+            _reload(listener, args, keys is not None)
     finally:
         # Signals during close are swallowed by on_signal: close flushes and
         # syncs; SIGKILL remains for the impatient, and the store recovers.
+        if exporter is not None:
+            exporter.close()
         listener.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -258,6 +310,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         _fail(f"serve: the listener stopped serving: {crashed!r}")
         return 1
     return 0
+
+
+def _reload(listener: Listener, args: argparse.Namespace, keyed: bool) -> None:
+    """SIGHUP: read the keys (or secret) file again and hand it to the listener; a
+    bad file keeps the keys in use and says why, in one line."""
+    if not keyed:
+        sys.stderr.write(f"{PROG} serve: SIGHUP ignored: no --keys-file or --secret-file\n")
+        return
+    try:
+        keys = _read_keys(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{PROG} serve: reload failed, the keys in use stay: {exc}\n")
+        return
+    assert keys is not None
+    listener.set_keys(keys)
+    sys.stderr.write(f"{PROG} serve: keys reloaded ({len(keys)} keys)\n")
 
 
 # --- send ---
@@ -274,7 +342,7 @@ def _open_input(path: str | None) -> IO[bytes]:
 
 def _cmd_send(args: argparse.Namespace) -> int:
     """Queue each input line (less its b"\\n"; a b"\\r" stays payload) as one record."""
-    secret = _read_secret(args.secret_file)
+    secret = _client_secret(args)
     source = _open_input(args.file)  # before connecting: a missing file is a usage error
     try:
         try:
@@ -284,6 +352,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
                 producer=args.producer,
                 timeout=args.timeout,
                 secret=secret,
+                key_id=args.key_id,
             )
         except ValueError as exc:  # the link refused an argument (e.g. a producer name)
             raise UsageError(str(exc)) from None
@@ -389,7 +458,7 @@ def _print_records(
 def _cmd_tail(args: argparse.Namespace) -> int:
     """Print a stream's records read from a listener over TCP (subscribe.py):
     from --from (default: the first retained), and with --follow, for ever."""
-    secret = _read_secret(args.secret_file)
+    secret = _client_secret(args)
     try:
         subscription = subscribe(
             args.url,
@@ -397,6 +466,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
             start=args.start or 0,
             follow=args.follow,
             secret=secret,
+            key_id=args.key_id,
             timeout=args.timeout,
             reconnect=args.reconnect,
         )
@@ -503,9 +573,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-udp", dest="udp", action="store_const", const=None, help="no UDP")
     p.add_argument("--tcp", type=_bind_address, metavar="HOST:PORT", help="TCP address")
     p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
-    p.add_argument("--secret-file", metavar="F", help="authenticate every datagram with this key")
+    p.add_argument(
+        "--secret-file", metavar="F", help="encrypt every datagram and frame under this secret"
+    )
+    p.add_argument(
+        "--keys-file",
+        metavar="F",
+        help="keys and the streams each may use: 'ID BASE64-SECRET GLOB[,GLOB...]' per line; "
+        "SIGHUP reloads it",
+    )
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without a secret"
+    )
+    p.add_argument(
+        "--metrics",
+        type=_bind_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (needs: pip install 'purelink[metrics]')",
     )
     p.add_argument(
         "--segment-bytes",
@@ -558,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
     p.add_argument("--producer", metavar="NAME", help="a named producer (default: anonymous)")
     p.add_argument("--file", metavar="F", help="read lines from F instead of stdin")
-    p.add_argument("--secret-file", metavar="F")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
     p.add_argument(
         "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="handshake timeout"
     )
@@ -577,7 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from(p)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
-    p.add_argument("--secret-file", metavar="F", help="the listener's secret")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
     p.add_argument(
         "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="connect timeout"
     )

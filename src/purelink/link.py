@@ -134,6 +134,7 @@ class Link:
         datagram_size: int = 1400,
         timeout: float = 10.0,
         secret: bytes | None = None,
+        key_id: str | None = None,
         on_stored: Callable[[int], Any] | None = None,
         congestion: str = "bbr",
     ) -> None:
@@ -146,24 +147,29 @@ class Link:
             raise ValueError("timeout must be positive")
         if secret is not None and len(secret) < 16:  # the listener's rule too
             raise ValueError("secret must be at least 16 bytes")
+        if key_id is not None and secret is None:
+            raise ValueError("key_id needs the key's secret (secret=)")
         self.url = url
         self.stream = stream
         self._timeout = timeout
         self._on_stored = on_stored
-        self._sender = Sender(
-            SenderConfig(
-                stream=stream,
-                producer=producer or "",
-                datagram_size=datagram_size,
-                secret=secret,
-                pad=scheme == "udp",  # padding is for UDP GSO only
-                # TCP never loses a HELLO (a broken connection starts a new one at
-                # once): retrying it early only makes a busy listener busier
-                handshake_rto=0.1 if scheme == "udp" else 1.0,
-                # over TCP the kernel's own congestion control paces the bytes
-                congestion=congestion if scheme == "udp" else "newreno",
-            )
+        config = SenderConfig(
+            stream=stream,
+            producer=producer or "",
+            datagram_size=datagram_size,
+            pad=scheme == "udp",  # padding is for UDP GSO only
+            # TCP never loses a HELLO (a broken connection starts a new one at
+            # once): retrying it early only makes a busy listener busier
+            handshake_rto=0.1 if scheme == "udp" else 1.0,
+            # over TCP the kernel's own congestion control paces the bytes
+            congestion=congestion if scheme == "udp" else "newreno",
         )
+        if secret is None:
+            self._sender = Sender(config)
+        else:  # every datagram sealed (protocol/secure_sender.py); cryptography loads here
+            from .protocol.secure_sender import SecureSender  # noqa: PLC0415
+
+            self._sender = SecureSender(config, secret, key_id or "")
         try:
             self._transport: Transport = (
                 UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -393,11 +399,12 @@ class Link:
                 raise ConnectError(f"{self.url}: {error}")
             if error is not None:
                 raise ConnectError(f"{self.url}: {error}") from None
-            # a listener drops a datagram with a wrong or missing MAC unanswered (an
-            # answer would help a forger), so silence is all a link can observe
+            # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
+            # without drops an INIT unanswered, and a keyed one drops plaintext, so
+            # silence is all a link can observe then
             raise ConnectError(
                 f"no answer from {self.url} within {self._timeout:g} s "
-                "(no listener there, or a wrong or missing secret?)"
+                "(no listener there, or a missing or unexpected secret?)"
             )
 
     # ------------------------------------------------------ the link thread
@@ -617,6 +624,7 @@ def connect(
     datagram_size: int = 1400,
     timeout: float = 10.0,
     secret: bytes | None = None,
+    key_id: str | None = None,
     on_stored: Callable[[int], Any] | None = None,
     congestion: str = "bbr",
 ) -> Link:
@@ -629,8 +637,17 @@ def connect(
     seconds or refuses the link; ValueError for bad arguments.
     """
     link = Link(
-        url, stream, producer, capacity, capacity_bytes, datagram_size, timeout, secret, on_stored,
+        url,
+        stream,
+        producer,
+        capacity,
+        capacity_bytes,
+        datagram_size,
+        timeout,
+        secret,
+        key_id,
+        on_stored,
         congestion,
-    )  # fmt: skip
+    )
     link._start()
     return link

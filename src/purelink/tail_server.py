@@ -71,15 +71,27 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .errors import Error, ProtocolError
 from .primitives.grace import GraceReader
 from .primitives.parker import Parker
+from .protocol.keys import KeyTable
 from .protocol.ratelimit import TokenBuckets
-from .protocol.tail import END, ERROR, PREAMBLE, decode_request, encode_control, request_size
+from .protocol.tail import (
+    END,
+    ERROR,
+    PREAMBLE,
+    Request,
+    decode_request,
+    encode_control,
+    request_size,
+)
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
+from .tail_out import Gone as _Gone
+from .tail_out import Out as _Out
+from .tail_out import SealedOut as _SealedOut
 
 __all__ = [
     "HEARTBEAT",
@@ -106,7 +118,6 @@ SUBSCRIBE_BURST: Final = 200.0
 subscribers may resume at once after a listener restart."""
 SUBSCRIBE_SOURCES: Final = 4096
 """Source addresses whose buckets are remembered (protocol/ratelimit.py)."""
-SEND_CHUNK: Final = 8 << 20
 _HANG_UP: Final = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
@@ -180,10 +191,6 @@ class _Cursor:
         self.position = position  # of the batch at `offset`
 
 
-class _Gone(Exception):
-    """The subscriber went away, or the listener is closing: stop quietly."""
-
-
 class _Refused(Exception):
     """Refuse the subscription: count `reason`, send an ERROR item saying `text`."""
 
@@ -201,7 +208,7 @@ class TailServer:
         data: DataDir,
         *,
         sync: str,
-        secret: bytes | None = None,
+        keys: KeyTable | None = None,
         max_subscribers: int = 64,
         max_pending: int = 64,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -210,7 +217,9 @@ class TailServer:
     ) -> None:
         """`subscribe_rate` 0: no rate limit."""
         self._data = data
-        self._secret = secret
+        self.keys = keys
+        """With keys, every subscription is encrypted (protocol/tail_seal.py) and
+        a key reads only the streams it may; swapped whole by a reload."""
         self._stored: Callable[[StreamLog], int]
         self._parker: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -230,6 +239,7 @@ class TailServer:
         )
         self._lock = threading.Lock()
         self._threads: dict[socket.socket, threading.Thread] = {}
+        self._keyed: dict[socket.socket, tuple[str, str]] = {}  # sealed: (key id, stream)
         self._closing = False
         self._pending = 0
         self._subscribers = 0
@@ -267,7 +277,7 @@ class TailServer:
                 self._pending += 1
             elif self._subscribers >= self.max_subscribers:  # refused here: no Thread.start
                 try:  # (it waits for the GIL) on the loop; as _serve would, bad ones first
-                    decode_request(bytes(head[:size]), self._secret)
+                    self._decode(bytes(head[:size]))
                     refusal = self._full()
                 except ProtocolError as exc:
                     refusal = _bad_request(exc)
@@ -300,6 +310,24 @@ class TailServer:
             self._unpend(not whole)
             mine.close()
         return TAKEN
+
+    def set_keys(self, keys: KeyTable) -> int:
+        """Use `keys` for new subscriptions; end those whose key is gone, expired or
+        may no longer read their stream (their connection is shut down, counted
+        `tail_key_revoked`).  Any thread.  Returns how many were ended."""
+        wall = time.time()
+        with self._lock:
+            self.keys = keys
+            ended = []
+            for sock, (key_id, stream) in self._keyed.items():
+                key = keys.get(key_id)
+                if key is None or key.expired(wall) or not key.may_read(stream):
+                    ended.append(sock)
+                    self._count("tail_key_revoked")
+        for sock in ended:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # unblocks its sendall, or its wait
+        return len(ended)
 
     def _full(self) -> _Refused:
         return _Refused(
@@ -346,27 +374,47 @@ class TailServer:
 
     # ---- one subscriber (its own thread) --------------------------------------------
 
+    def _decode(self, raw: bytes) -> tuple[Request, Any]:
+        """The request, and with keys the exchange it opened (ProtocolError if bad)."""
+        keys = self.keys
+        if keys is None:
+            return decode_request(raw), None
+        from .protocol.tail_seal import open_sealed_request  # noqa: PLC0415 - with keys only
+
+        request, hs, e_i, key = open_sealed_request(raw, keys, time.time())
+        return request, (hs, e_i, key.key_id)
+
     def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
         subscribed = False
+        out: _Out = _Out(self, sock)
         try:
             try:
                 raw = self._read_request(sock, head)
             finally:
                 self._unpend(pending)
-            request = decode_request(raw, self._secret)
+            request, exchange = self._decode(raw)
             with self._lock:
                 if self._subscribers >= self.max_subscribers:
                     raise self._full()
                 self._subscribers += 1
                 self._subscriptions += 1
                 subscribed = True
-            self._stream(sock, request.stream, request.start, request.follow)
+            if exchange is not None:
+                from .protocol.tail_seal import respond  # noqa: PLC0415
+
+                hs, e_i, key_id = exchange
+                with self._lock:
+                    self._keyed[sock] = (key_id, request.stream)
+                resp, channel = respond(hs, e_i, time.monotonic())
+                sock.sendall(resp)
+                out = _SealedOut(self, sock, channel)
+            self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
-            self._refuse(sock, _bad_request(exc))
+            self._refuse(out, _bad_request(exc))
         except _Refused as exc:
-            self._refuse(sock, exc)
+            self._refuse(out, exc)
         except Error as exc:  # e.g. the data directory closed under it
-            self._refuse(sock, _Refused("tail_failed", str(exc)))
+            self._refuse(out, _Refused("tail_failed", str(exc)))
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
@@ -374,18 +422,19 @@ class TailServer:
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
+                self._keyed.pop(sock, None)
                 self._subscribers -= subscribed
             sock.close()
 
-    def _refuse(self, sock: socket.socket, refusal: _Refused) -> None:
+    def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
         with self._lock:
             if self._closing:
                 return
             self._count(refusal.reason)
         with contextlib.suppress(OSError):
-            sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
-            sock.sendall(encode_control(ERROR, refusal.text))
+            out.sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
+            out.send(encode_control(ERROR, refusal.text))
 
     def _read_request(self, sock: socket.socket, head: bytes) -> bytes:
         """The whole request, within `request_timeout` seconds overall; nothing after it."""
@@ -415,10 +464,11 @@ class TailServer:
         sock.settimeout(None)  # blocking again: sendfile waits for a slow subscriber
         return bytes(data)
 
-    def _stream(self, sock: socket.socket, stream: str, start: int, follow: bool) -> None:
+    def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
+        sock = out.sock
         stream_log = self._wait_for_stream(sock, stream, follow)
         if stream_log is None:  # an unknown stream is empty
-            sock.sendall(encode_control(END))
+            out.send(encode_control(END))
             return
         stored = self._stored
         limit = None if follow else stored(stream_log)
@@ -432,11 +482,11 @@ class TailServer:
                 while position <= upto:
                     if cursor is None:
                         cursor = self._open_at(stream_log, reader, position, stream)
-                    position = self._send(sock, stream_log, cursor, upto)
+                    position = self._send(out, stream_log, cursor, upto)
                     if cursor.fd < 0:
                         cursor = None  # a closed segment sent to its end: on to the next
                 if limit is not None:
-                    sock.sendall(encode_control(END))
+                    out.send(encode_control(END))
                     return
                 self._wait(sock, stream_log, parker, position)
         finally:
@@ -503,7 +553,7 @@ class TailServer:
                 raise
         return cursor
 
-    def _send(self, sock: socket.socket, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
+    def _send(self, out: _Out, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
         """Send the batches of the cursor's segment up to position `upto`; return the
         position that follows them.  Closes the cursor's fd once its (closed)
         segment was sent to its end."""
@@ -518,25 +568,11 @@ class TailServer:
             _skip(stream_log, cursor, upto, size)
         if cursor.offset == start and not (closed and start >= size):
             raise _Refused("tail_damaged", f"segment {cursor.path}: no whole batch at {start}")
-        self._sendfile(sock, cursor.fd, start, cursor.offset - start)
+        out.file(cursor.fd, start, cursor.offset - start)
         if closed and cursor.offset >= size:
             os.close(cursor.fd)
             cursor.fd = -1
         return cursor.position
-
-    def _sendfile(self, sock: socket.socket, fd: int, offset: int, count: int) -> None:
-        out = sock.fileno()
-        while count > 0:
-            if self._closing:
-                raise _Gone
-            sent = os.sendfile(out, fd, offset, min(count, SEND_CHUNK))
-            if sent == 0:
-                raise _Gone
-            with self._lock:
-                self._sendfile_calls += 1
-                self._bytes_sent += sent
-            offset += sent
-            count -= sent
 
 
 def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
@@ -591,8 +627,13 @@ def _source(sock: socket.socket) -> object:
     return peer[0] if isinstance(peer, tuple) else peer
 
 
+_KEY_REASONS: Final = frozenset(
+    {"unauthenticated", "unknown_key", "expired_key", "bad_secret", "forbidden"}
+)
+
+
 def _bad_request(exc: ProtocolError) -> _Refused:
-    bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
+    bad = f"tail_{exc.reason}" if exc.reason in _KEY_REASONS else "tail_bad_request"
     return _Refused(bad, str(exc))
 
 

@@ -58,7 +58,29 @@ class RefuseReason:
     BAD_REQUEST = 5
     """The request was well-formed but not acceptable (e.g. datagram size too small)."""
 
-    NAMES: Final = {1: "fenced", 2: "unknown", 3: "bad_stream", 4: "limit", 5: "bad_request"}
+    FORBIDDEN = 6
+    """The key the link named may not write (or read) this stream."""
+    REVOKED = 7
+    """The key this session was opened with was removed or narrowed (a reload)."""
+    UNKNOWN_KEY = 8
+    """(said by a KEYREFUSE) the listener has no key of the id the link named."""
+    BAD_SECRET = 9
+    """(said by a KEYREFUSE) the link's secret is not the key's."""
+    EXPIRED_KEY = 10
+    """(said by a KEYREFUSE) the key has expired."""
+
+    NAMES: Final = {
+        1: "fenced",
+        2: "unknown",
+        3: "bad_stream",
+        4: "limit",
+        5: "bad_request",
+        6: "forbidden (the key may not use this stream)",
+        7: "key revoked",
+        8: "unknown key id",
+        9: "wrong secret",
+        10: "expired key",
+    }
 
 
 @dataclass(frozen=True, slots=True)
