@@ -141,6 +141,7 @@ class Sender:
         self._max_record = 16 << 20
         self._pn = 0
         self._probe_due = False
+        self._window_held = False  # the window held data back at the last send
         self._unanswered = 0
         self._last_answer = 0.0
         self._last_sent = 0.0  # when data last went out (the probe timeout counts from it)
@@ -332,7 +333,7 @@ class Sender:
         burst = self.config.burst
         pacer = self.pacer
         if pacer.rate:
-            allowed = pacer.allowance(now)
+            allowed = pacer.allowance(now, self._window_held)
             if allowed <= 0 and not probe:
                 return out
             burst = min(burst, max(1, -(-int(allowed) // self.config.datagram_size)))
@@ -369,8 +370,10 @@ class Sender:
             self._last_sent = now
             if self._timer is None or probe:
                 self._arm(now)
-        if not self.flight.lost and self._next > self.pushed and self.flight.bytes < window:
-            self.flight.rate.set_app_limited(self.flight.bytes)
+        waiting = bool(flight.lost) or self._next <= self.pushed
+        self._window_held = waiting and flight.bytes >= window
+        if not waiting and flight.bytes < window:
+            flight.rate.set_app_limited(flight.bytes)
         return out
 
     # ---------------------------------------------------------- internals

@@ -58,11 +58,15 @@ class Pacer:
             self.depth = int(max(DEPTH * self.quantum, rate * DEPTH_TIME))
             self.tokens = min(self.tokens, self.depth)
 
-    def allowance(self, now: float) -> float:
-        """Bytes that may go out at `now` (refilling the bucket first)."""
+    def allowance(self, now: float, held: bool = False) -> float:
+        """Bytes that may go out at `now` (refilling the bucket first).  `held`:
+        the window held the sender back since the last send, and time spent
+        waiting for the window earns one quantum at most (else an answer that
+        opens the window would let a burst of the whole depth out)."""
         elapsed = now - self._last
         if elapsed > 0:
-            self.tokens = min(self.tokens + elapsed * self.rate, self.depth)
+            depth = self.quantum if held else self.depth
+            self.tokens = min(self.tokens + elapsed * self.rate, max(depth, self.tokens))
             self._last = now
         return self.tokens
 
