@@ -97,6 +97,7 @@ def run_once(records: int, size: int) -> dict[str, float]:
     sender.cc.cwnd = 1 << 40  # no pacing here: every record goes in one pass
     sender._peer_window = 1 << 40
     transport = _ListTransport()
+    link._transport.close()  # the UDP socket it was made with: unused from here on
     link._transport = transport
     record = b"x" * size
     queue = link.queue

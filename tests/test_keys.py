@@ -67,6 +67,26 @@ def test_a_file_others_may_read_is_refused(tmp_path: Path) -> None:
     assert load_keys_file(path).ids() == ["app"]
 
 
+def test_a_file_its_group_may_write_is_refused(tmp_path: Path) -> None:
+    """Group members who may write the file could give themselves a key to every
+    stream at the next SIGHUP; reading it is the group's business (0640 is fine)."""
+    path = tmp_path / "keys"
+    path.write_text(f"app {S} *\n")
+    for mode in (0o660, 0o620, 0o602):
+        path.chmod(mode)
+        with pytest.raises(KeysFileError, match="chmod 600"):
+            load_keys_file(path)
+
+
+def test_an_expiry_at_the_epoch_is_an_expiry() -> None:
+    """0 meant "never": a key given expires=1970-01-01T00:00:00Z never expired."""
+    table = parse_keys(f"app {S} * expires=1970-01-01T00:00:00Z\n")
+    key = table.get("app")
+    assert key is not None and key.expired(1.7e9)
+    forever = parse_keys(f"app {S} *\n").get("app")
+    assert forever is not None and not forever.expired(1.0e12)
+
+
 def test_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(KeysFileError, match="cannot read keys file"):
         load_keys_file(tmp_path / "nope")

@@ -33,9 +33,11 @@ import pytest
 
 import purelink.store.log as store_log
 from purelink import tail_server
+from purelink._crc32c import crc32c
 from purelink.errors import ProtocolError
+from purelink.protocol.handshake import Initiator
 from purelink.protocol.keys import Key, KeyTable
-from purelink.protocol.tail import PREAMBLE, TailDecoder, encode_request
+from purelink.protocol.tail import FLAG_SEALED, PREAMBLE, TailDecoder, encode_request
 from purelink.protocol.tail_seal import encode_sealed_request
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store.log import StreamLog
@@ -295,7 +297,7 @@ def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
                 (bytes(bad), "bad_checksum"),
                 (encode_request("s", first, False), "unauthenticated"),
                 (sealed("s", first, False, b"w" * 32), "wrong secret"),
-                (sealed("t", first, False), "may not read 't'"),
+                (sealed("t", first, False), "may not read this stream"),
             ]
             for request, text in cases:
                 reply = read_reply(server.connect(request)[0])
@@ -326,6 +328,73 @@ def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
             stats.dropped.clear()  # a snapshot: the server's counts are its own
             assert server.tail.statistics().refused == 6
             assert stats.subscribers == 1 and stats.subscriptions == 1  # the follower
+        finally:
+            server.close()
+
+
+def _all_bytes(sock: socket.socket) -> bytes:
+    """Everything the server sends until it hangs up."""
+    sock.settimeout(DEADLINE)
+    out = bytearray()
+    while chunk := sock.recv(1 << 16):
+        out += chunk
+    return bytes(out)
+
+
+def _sealed_any(stream: str, secret: bytes) -> bytes:
+    """A sealed request for any name, even one encode_request refuses (tail_seal.py's
+    layout, by hand)."""
+    name = stream.encode()
+    plain = struct.pack("<8sQBB", PREAMBLE, 1, 0, len(name)) + name
+    init = Initiator("", secret, plain + struct.pack("<I", crc32c(plain)))
+    body = struct.pack("<8sQBB", PREAMBLE, len(init.message), FLAG_SEALED, 0) + init.message
+    return body + struct.pack("<I", crc32c(body))
+
+
+def test_a_sealed_request_refused_after_it_opened_names_nothing_in_clear(
+    tmp_path: Path,
+) -> None:
+    """A refusal sent before the session's RESP is plaintext: after the INIT opened
+    (a stream the key may not read, a bad name inside) it must not carry the
+    stream name the INIT kept from the path."""
+    secret = b"k" * 32
+    keys = KeyTable([Key("", secret, write=(), read=("s",))])
+    with DataDir(tmp_path) as data:
+        server = Server(data, keys=keys)
+        try:
+            for stream, reason in (("payments-eu-7", b"forbidden"), ("x/payments-eu-7", b"bad")):
+                raw = _all_bytes(server.connect(_sealed_any(stream, secret))[0])
+                assert raw.startswith(b"\0\0\0\0") and reason in raw  # a refusal, with why
+                assert b"payments" not in raw
+        finally:
+            server.close()
+
+
+def test_a_subscription_whose_key_a_reload_removed_while_it_opened_is_ended(
+    tmp_path: Path,
+) -> None:
+    """A reload between the request's check and the subscription's registration
+    must still end it: else a removed key's follower reads on for ever."""
+    secret = b"k" * 32
+    with DataDir(tmp_path) as data:
+        log = data.stream("s")
+        append(log, 3)
+        log.sync()
+        server = Server(data, keys=KeyTable([Key("a", secret, write=(), read=("s",))]))
+        try:
+            decode = server.tail._decode
+
+            def decode_then_reload(raw: bytes) -> Any:
+                out = decode(raw)
+                server.tail.set_keys(KeyTable([Key("b", secret)]))  # "a" is gone
+                return out
+
+            server.tail._decode = decode_then_reload  # type: ignore[method-assign]
+            client, _ = server.connect(encode_sealed_request("s", 1, True, "a", secret)[0])
+            client.settimeout(DEADLINE)
+            _all_bytes(client)  # the server hangs up (before, it followed on)
+            wait_until(lambda: server.tail.statistics().subscribers == 0)
+            assert server.tail.statistics().dropped == {"tail_key_revoked": 1}
         finally:
             server.close()
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from . import ConnectError, Error, Full, Link, _address, connect, subscribe
+from . import ConnectError, Error, Full, Link, __version__, _address, connect, subscribe
 from ._progress import Progress
 from .protocol.names import validate_stream_name
 
@@ -554,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ship records to durable storage and learn exactly which are stored.",
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     verbs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def verb(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> _Parser:

@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _address
+from ._udp import SOL_UDP, UDP_GRO
 from .errors import Error
 from .listener_parts import ListenerStats, StoreOverDataDir, SyncTimes
 from .listener_tcp import TCP_PREFIX, TcpServer
@@ -61,8 +62,6 @@ __all__ = ["Listener", "ListenerStats"]
 
 log = logging.getLogger("purelink.listener")
 
-SOL_UDP: Final = 17
-UDP_GRO: Final = 104
 SO_RCVBUFFORCE: Final = getattr(socket, "SO_RCVBUFFORCE", 33)
 RECV_BUFFER: Final = 65536
 DRAIN_BUDGET: Final = 512

@@ -31,7 +31,7 @@ Theory of operation:
   the link's thread sends records as they come, as a FileHandler's flush hands
   bytes to the OS without fsyncing them; `wait_stored()` is the checkpoint.
 * After `os.fork()` the child starts afresh (its parent's link thread does not
-  exist there): a new connection on its next log call, the parent's
+  exist there): a new connection at once, in the child, the parent's
   unconnected records left to the parent.  A named `producer` must then
   differ per process, or the child's session fences the parent's.
 """
@@ -330,7 +330,8 @@ class LinkHandler(logging.Handler):
                         f"cannot reach {self.url} ({exc}); retrying in the background, "
                         f"holding up to {self._capacity:,} log records meanwhile"
                     )
-            except (Error, ValueError, TypeError, OSError) as exc:  # will not get better
+            # will not get better; RuntimeError: no new thread at interpreter shutdown (3.12+)
+            except (Error, ValueError, TypeError, OSError, RuntimeError) as exc:
                 self._give_up(f"cannot connect to {self.url}: {exc}")
                 return
             self._wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
@@ -439,4 +440,8 @@ def _warn(message: str) -> None:
 def _after_fork(ref: Callable[[], LinkHandler | None]) -> None:
     handler = ref()
     if handler is not None:
-        handler._reset()  # the thread starts again on the child's first log call
+        handler._reset()
+        # connect now, not at the child's first log call: a child that logs and
+        # exits at once would otherwise start the thread during interpreter
+        # shutdown, which CPython 3.12.0-3.12.1 refuses (RuntimeError)
+        handler._start()

@@ -320,8 +320,7 @@ class TailServer:
             self.keys = keys
             ended = []
             for sock, (key_id, stream) in self._keyed.items():
-                key = keys.get(key_id)
-                if key is None or key.expired(wall) or not key.may_read(stream):
+                if _revoked(keys, key_id, stream, wall):
                     ended.append(sock)
                     self._count("tail_key_revoked")
         for sock in ended:
@@ -403,8 +402,11 @@ class TailServer:
                 from .protocol.tail_seal import respond  # noqa: PLC0415
 
                 hs, e_i, key_id = exchange
-                with self._lock:
+                with self._lock:  # a reload since _decode has not seen this one: check
                     self._keyed[sock] = (key_id, request.stream)
+                    keys = self.keys
+                    if keys is None or _revoked(keys, key_id, request.stream, time.time()):
+                        raise _Refused("tail_key_revoked", "key revoked")
                 resp, channel = respond(hs, e_i, time.monotonic())
                 sock.sendall(resp)
                 out = _SealedOut(self, sock, channel)
@@ -625,6 +627,12 @@ def _source(sock: socket.socket) -> object:
     except OSError:
         return None
     return peer[0] if isinstance(peer, tuple) else peer
+
+
+def _revoked(keys: KeyTable, key_id: str, stream: str, wall: float) -> bool:
+    """Whether `keys` no longer let key `key_id` read `stream` (gone, expired, narrowed)."""
+    key = keys.get(key_id)
+    return key is None or key.expired(wall) or not key.may_read(stream)
 
 
 _KEY_REASONS: Final = frozenset(

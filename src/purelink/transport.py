@@ -53,6 +53,7 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from . import _address, _nogil
+from ._udp import SOL_UDP, UDP_SEGMENT
 from .errors import ProtocolError
 from .protocol.framing import FrameDecoder, encode_frames
 
@@ -60,8 +61,6 @@ __all__ = ["TcpTransport", "Transport", "UdpTransport"]
 
 log = logging.getLogger("purelink.link")
 
-SOL_UDP: Final = 17
-UDP_SEGMENT: Final = 103
 GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000
 _GSO_REFUSED: Final = (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EMSGSIZE)

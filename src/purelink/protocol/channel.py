@@ -22,7 +22,10 @@ envelope, sans-IO: `seal(plaintext, now)` and `open(datagram)`.
   receiver derives the next key ahead of time, and when a datagram of the
   other phase opens under it, moves on; it keeps the previous key for
   `overlap` seconds so that datagrams reordered across the update still
-  open.  A secret is forgotten once it is superseded (and its overlap is
+  open.  A datagram of the current phase that is newer than any and does not
+  open under the current key is tried under the key two on (the peer
+  updated twice and lost every datagram in between).  A secret is forgotten
+  once it is superseded (and its overlap is
   over): a key stolen from a live process does not open earlier traffic.
   There is no pause: the first datagram under the new key is the update.
 * **Reflection**: the two directions use different keys, so a datagram sent
@@ -118,6 +121,7 @@ class Channel:
         "_send_bytes",
         "_send_key",
         "_send_secret",
+        "_skip_key",
         "_top",
         "_update_at",
         "_update_pn",
@@ -157,6 +161,7 @@ class Channel:
         self._cur_first = 0  # the first pn opened under the current key
         self._next_secret = _next(receive)
         self._next_key = _key(self._next_secret)
+        self._skip_key: AESGCM | None = None  # two keys on, made when first needed
         self._prev: AESGCM | None = None
         self._prev_until = 0.0
         # replay window: _top is the highest pn opened; bit i of _bits is pn _top - i
@@ -217,7 +222,12 @@ class Channel:
         nonce = _NONCE.pack(0, pn)
         try:
             if kind & 1 == self._recv_phase:
-                plain = self._cur.decrypt(nonce, view[_SIZE:], view[:_SIZE])
+                try:
+                    plain = self._cur.decrypt(nonce, view[_SIZE:], view[:_SIZE])
+                except InvalidTag:
+                    if pn <= top:
+                        raise
+                    plain = self._skip(nonce, view, pn, now)
             elif pn < self._cur_first:  # from before the last update
                 if self._prev is None or now > self._prev_until:
                     raise ProtocolError("unauthenticated", "a retired key")
@@ -237,6 +247,19 @@ class Channel:
             self._prev = None  # its overlap is over: forget it
         return plain
 
+    def _skip(self, nonce: bytes, view: memoryview, pn: int, now: float) -> bytes:
+        """A datagram newer than any, of the current phase, that the current key does
+        not open may be two keys on: the peer moved on twice and every datagram
+        under the key between was lost (a quiet direction updates on time at its
+        next datagram, which may be its only one under that key)."""
+        skip = self._skip_key
+        if skip is None:
+            skip = self._skip_key = _key(_next(self._next_secret))
+        plain = skip.decrypt(nonce, view[_SIZE:], view[:_SIZE])
+        self._follow(pn, now)
+        self._follow(pn, now)
+        return plain
+
     def _follow(self, pn: int, now: float) -> None:
         self._prev = self._cur
         self._prev_until = now + self.policy.overlap
@@ -246,4 +269,5 @@ class Channel:
         self._cur_first = pn
         self._next_secret = _next(self._recv_secret)
         self._next_key = _key(self._next_secret)
+        self._skip_key = None
         self.stats.receive_updates += 1

@@ -20,9 +20,10 @@ The file, one key per line (docs/security.md has an example):
 * `expires=`: after that UTC time the key opens nothing (refused "expired
   key"); sessions it opened before are ended at the next reload.
 
-A file that anyone but its owner and group may read is refused: it holds
-secrets.  Every error is one line naming the file and the line.  The table
-is immutable; a reload (SIGHUP) builds a new one and swaps the reference.
+A file that anyone but its owner and group may read, or that its group may
+write, is refused: it holds secrets, and whoever may write it grants keys.
+Every error is one line naming the file and the line.  The table is
+immutable; a reload (SIGHUP) builds a new one and swaps the reference.
 
 `--secret-file` is the same thing with one key: id "" (empty), pattern `*`.
 """
@@ -62,8 +63,8 @@ class Key:
     """Globs of the streams it may write (open links to)."""
     read: tuple[str, ...] = ("*",)
     """Globs of the streams it may read (subscribe to)."""
-    expires: float = 0.0
-    """Unix time after which it opens nothing; 0 = never."""
+    expires: float | None = None
+    """Unix time from which it opens nothing; None = never."""
 
     def may_write(self, stream: str) -> bool:
         """Whether a link under this key may write `stream`."""
@@ -75,7 +76,7 @@ class Key:
 
     def expired(self, wall: float) -> bool:
         """Whether the key has expired at Unix time `wall`."""
-        return bool(self.expires) and wall >= self.expires
+        return self.expires is not None and wall >= self.expires
 
 
 class KeyTable:
@@ -140,7 +141,7 @@ def _parse_line(fields: list[str], where: str) -> Key:
             write.append(glob)
         if kind != "write":
             read.append(glob)
-    expires = 0.0
+    expires = None
     if len(fields) == 4:
         if not fields[3].startswith("expires="):
             raise KeysFileError(f"{where}: unknown field {fields[3]!r} (only expires=)")
@@ -178,9 +179,10 @@ def load_keys_file(path: str | os.PathLike[str]) -> KeyTable:
             data = f.read()
     except OSError as exc:
         raise KeysFileError(f"cannot read keys file {str(p)!r}: {exc.strerror}") from None
-    if mode & (stat.S_IROTH | stat.S_IWOTH):
+    if mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
         raise KeysFileError(
-            f"keys file {str(p)!r} may be read or written by anyone (mode "
+            f"keys file {str(p)!r} may be read or written by anyone, or written by "
+            f"its group (mode "
             f"{stat.S_IMODE(mode):04o}): chmod 600 it"
         )
     try:

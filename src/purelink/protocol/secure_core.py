@@ -23,8 +23,10 @@ What comes in (types of handshake.py):
   for the keys too.
 * SEALED: opened by the channel of its conn id (which checks the replay
   window and the address), then handed to the core; its inner conn id must
-  be the channel's.  No channel: the listener answers STALE, so a link
-  whose session the listener forgot (a restart) reconnects at once.
+  be the channel's, and it must not be a HELLO (a HELLO inside a session
+  would skip the key's write check).  No channel: the listener answers
+  STALE, so a link whose session the listener forgot (a restart) reconnects
+  at once.
 * anything else (a plaintext datagram): dropped, `unauthenticated`.
 
 What goes out: ACCEPT as a RESP (the session's ephemeral; a new counter
@@ -33,15 +35,19 @@ session's channel.  A channel outlives its session in a bounded memory of
 ended ones (the core's `fenced_memory`), so a fenced session's datagrams
 still get their REFUSE(fenced), sealed.
 
-Replayed INITs.  Over UDP a HELLO's cookie binds it to its address, but a
-TCP connection proves its address itself and needs no cookie, so an INIT
-recorded on the path and played on a new connection would open a session
-(which the attacker cannot use: it lacks the ephemeral private key) that
-fences the live one.  So the ephemerals of INITs that opened on a proven
-peer (a TCP connection) are remembered for INIT_MEMORY seconds (at most
-`hello_memory` of them, oldest first out; only holders of a key can make
-one), and the same INIT on another connection is dropped (`replayed_init`).
-A link's own retransmission comes on its own connection and passes.
+Replayed INITs.  Over UDP a HELLO's cookie binds it to its address and
+its time.  A TCP connection proves its address itself, and the plaintext
+core takes a HELLO from it without a cookie; but an INIT recorded on the
+path and played on a new connection, at any time later, would then open a
+session (which the attacker cannot use: it lacks the ephemeral private key)
+that fences the live one.  So with keys a HELLO over TCP needs a cookie
+too: this layer answers an INIT without a fresh cookie for its connection
+with a RETRY (one more round trip per TCP connect), and a replay on another
+connection, or after 30 s, opens nothing.  Besides, the ephemerals of INITs
+that opened on a proven peer are remembered for INIT_MEMORY seconds (at
+most `hello_memory` of them, oldest first out), and the same INIT on
+another connection is dropped (`replayed_init`) before it is looked at
+further.  A link's own retransmission comes on its own connection and passes.
 
 Sizes: an INIT is its HELLO plus 53 bytes (and the key id); the answers to
 an address not yet proven are REPLYs, their plaintext plus 32, a KEYREFUSE
@@ -87,6 +93,7 @@ _CONN = struct.Struct("<I")
 _RETRY = wire.MsgType.RETRY
 _ACCEPT = wire.MsgType.ACCEPT
 _REFUSE = wire.MsgType.REFUSE
+_HELLO = wire.MsgType.HELLO
 
 
 @dataclass(slots=True)
@@ -166,8 +173,10 @@ class SecureCore(ListenerCore):
         except ProtocolError as exc:
             self._outer_drop(data, exc.reason)
             return
-        if len(plain) < 8 or _CONN.unpack_from(plain, 4)[0] != conn_id:
-            self._outer_drop(data, "malformed")  # a session's keys speak for it only
+        if len(plain) < 8 or _CONN.unpack_from(plain, 4)[0] != conn_id or plain[3] == _HELLO:
+            # a session's keys speak for it only, and a HELLO comes only in an INIT,
+            # where its stream is checked against the key (else: any stream, fenced)
+            self._outer_drop(data, "malformed")
             return
         if sec.hs is not None:
             sec.hs = None  # the link has the session keys: no RESP is needed again
@@ -217,6 +226,19 @@ class SecureCore(ListenerCore):
             self._outer_drop(data, "forbidden")
             refuse = wire.Refuse(0, hello.nonce, 0, wire.RefuseReason.FORBIDDEN)
             self._extra_unproven(hs.seal_reply(wire.encode_refuse(refuse)), addr, len(data))
+            return
+        if proven and not self._cookies.check(hello.cookie, addr, now):
+            # over TCP too a cookie must tie the INIT to this connection and to the
+            # last 30 s: a recorded INIT played on a new connection later would open
+            # a session (useless without the ephemeral) that fences the live one
+            if hello.cookie:
+                self._outer_drop(data, "bad_cookie")
+            else:  # counted as the core counts the HELLO it answers with a RETRY
+                self.stats.datagrams += 1
+                self.stats.bytes += len(data)
+            self.stats.retries += 1
+            retry = wire.Retry(hello.nonce, self._cookies.make(addr, int(now)))
+            self._extra.append((hs.seal_reply(wire.encode_retry(retry)), addr))
             return
         self._pending[(addr, hello.nonce)] = hs
         super().receive_datagram(hs.hello, addr, now, proven)

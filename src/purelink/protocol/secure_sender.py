@@ -127,6 +127,8 @@ class SecureSender(Sender):
                 super().receive_datagram(plain, now)
                 if self.state != SenderState.OPEN:
                     self.channel = None  # the ACCEPT was not taken
+                else:  # the ephemeral is done with: forward secrecy within the session
+                    self._init = None
             elif kind == REPLY:
                 init = self._init
                 if init is None:

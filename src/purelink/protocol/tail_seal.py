@@ -32,7 +32,15 @@ from ..errors import ProtocolError
 from .channel import OVERHEAD, Channel, RekeyPolicy
 from .handshake import Initiator, ResponderHello, init_key_id, open_init
 from .keys import Key, KeyTable
-from .tail import FLAG_SEALED, MAX_INIT, PREAMBLE, Request, decode_request, encode_request
+from .tail import (
+    ERROR,
+    FLAG_SEALED,
+    MAX_INIT,
+    PREAMBLE,
+    Request,
+    decode_request,
+    encode_request,
+)
 
 __all__ = [
     "CHUNK",
@@ -45,6 +53,8 @@ __all__ = [
 
 _FIXED = struct.Struct("<8sQBB")
 _U32 = struct.Struct("<I")
+_CONTROL = struct.Struct("<QII")  # tail.py's control item: 0, kind, text length
+_MAX_TEXT: Final = 4096  # tail.py's bound on a control item's text
 CHUNK: Final = 64 << 10
 """Plaintext bytes sealed per reply frame at most."""
 _MAX_FRAME: Final = CHUNK + OVERHEAD + 1024
@@ -93,9 +103,14 @@ def open_sealed_request(
         if exc.reason == "unauthenticated":
             raise ProtocolError("bad_secret", f"wrong secret for key {key_id!r}") from None
         raise
-    request = decode_request(hs.hello)
+    # the refusals from here on go back in plaintext (no session yet): their texts
+    # must not repeat what the INIT kept from the path, the stream's name above all
+    try:
+        request = decode_request(hs.hello)
+    except ProtocolError as exc:
+        raise ProtocolError(exc.reason, "the request inside the INIT") from None
     if not key.may_read(request.stream):
-        raise ProtocolError("forbidden", f"key {key_id!r} may not read {request.stream!r}")
+        raise ProtocolError("forbidden", f"key {key_id!r} may not read this stream")
     return request, hs, e_i, key
 
 
@@ -108,14 +123,15 @@ class SealedReader:
     """The subscriber's side of a sealed reply: `feed(data)` returns the plaintext
     reply bytes now complete (for a TailDecoder).  Reply bytes that begin with a
     plaintext control item (four zero bytes: a frame is never empty) are a
-    refusal from before the session and are passed on as they are."""
+    refusal from before the session: one ERROR item, passed on as it is, and
+    nothing else (an END or a batch in plaintext is refused)."""
 
     __slots__ = ("_buf", "_init", "_plain", "channel", "clock", "policy")
 
     def __init__(
         self, init: Initiator, clock: Callable[[], float], policy: RekeyPolicy | None = None
     ) -> None:
-        self._init = init
+        self._init: Initiator | None = init
         self._buf = bytearray()
         self._plain = False
         self.clock = clock
@@ -126,14 +142,11 @@ class SealedReader:
     def feed(self, data: bytes) -> bytes:
         """Take the next reply bytes; return the plaintext they complete."""
         if self._plain:
-            return data
+            raise ProtocolError("unauthenticated", "plaintext after a refusal")
         buf = self._buf
         buf += data
         if self.channel is None and len(buf) >= 4 and buf[:4] == b"\0\0\0\0":
-            self._plain = True  # a refusal, in plaintext: the TailDecoder reads it
-            refusal = bytes(buf)
-            buf.clear()
-            return refusal
+            return self._refusal()
         out: list[bytes] = []
         at = 0
         while len(buf) - at >= 4:
@@ -145,12 +158,35 @@ class SealedReader:
             body = bytes(buf[at + 4 : at + 4 + n])
             at += 4 + n
             if self.channel is None:
-                _, _, session = self._init.open_resp(body)
+                init = self._init
+                assert init is not None  # (set to None only once the channel is made)
+                _, _, session = init.open_resp(body)
                 self.channel = Channel(0, session.send, session.receive, self.clock(), self.policy)
+                self._init = None  # its ephemeral is done with: forward secrecy
             else:
                 out.append(self.channel.open(body, self.clock()))
         del buf[:at]
         return b"".join(out)
+
+    def _refusal(self) -> bytes:
+        """A plaintext reply before the RESP: one whole ERROR item and nothing else
+        (it is not authenticated: anything more, an END or a batch, could come
+        from anyone who answers the connection).  b"" until it is whole."""
+        buf = self._buf
+        if len(buf) < _CONTROL.size:
+            return b""
+        zero, kind, n = _CONTROL.unpack_from(buf)
+        if zero or kind != ERROR or n > _MAX_TEXT:
+            raise ProtocolError("unauthenticated", "a plaintext reply that is not a refusal")
+        size = _CONTROL.size + n + _U32.size
+        if len(buf) < size:
+            return b""
+        if len(buf) > size:
+            raise ProtocolError("unauthenticated", "plaintext after a refusal")
+        self._plain = True
+        refusal = bytes(buf)
+        buf.clear()
+        return refusal  # the TailDecoder checks it and raises the refusal
 
 
 def respond(
