@@ -261,15 +261,20 @@ class Sender:
                 return due
         return timer
 
-    def held_back(self, now: float) -> bool:
-        """Whether the window or the pacer holds back whatever would go out now
-        (the driver may then sleep until get_timer() or an answer, even with
-        more records to take)."""
+    def resume_time(self, now: float) -> float | None:
+        """When the window or the pacer holds back whatever would go out now: the
+        time to look again (the timer or the next send time; an answer may come
+        first), so the driver can sleep even with more records to take.  None
+        when nothing holds the sender back."""
         if self.state != SenderState.OPEN:
-            return False
+            return None
         if self.flight.bytes >= self.window:
-            return True
-        return bool(self.pacer.rate) and self.pacer.allowance(now) <= 0
+            timer = self.get_timer()
+        elif self.pacer.rate and self.pacer.allowance(now) <= 0:
+            timer = self.pacer.next_time()
+        else:
+            return None
+        return timer if timer is not None and timer > now else None
 
     @property
     def cc(self) -> CongestionControl:
