@@ -40,6 +40,8 @@ BENCHMARKS: dict[str, str] = {
     "probes": "what stands in the way: queue() floor, a fresh link's slow start, latency split",
     "logging": "us per logger.info call through LinkHandler, FileHandler and QueueHandler",
     "compare": "200,000 x 61 B from one thread: purelink, pyzmq, asyncio TCP, Redis, NATS",
+    "overhead": "wire bytes per payload byte by record-size mix, over a loopback link",
+    "paths": "goodput through emulated lossy, reordering, dark and small-MTU paths (root)",
 }
 """Every benchmark by name, in the order the whole suite runs them."""
 

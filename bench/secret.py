@@ -63,11 +63,11 @@ ADDR = ("127.0.0.1", 40000)
 # ------------------------------------------------------------------ core rows
 def _pair(variant: str) -> tuple[Sender, ListenerCore]:
     store = MemoryStore()
-    config = SenderConfig("bench", datagram_size=1400, pad=True)
+    config = SenderConfig("bench", datagram_size=1400)
     if variant == "plain":
         return Sender(config), ListenerCore(store)
     if variant == "mac":
-        return Sender(SenderConfig("bench", secret=KEY, pad=True)), ListenerCore(
+        return Sender(SenderConfig("bench", secret=KEY)), ListenerCore(
             store, CoreConfig(secret=KEY)
         )
     return SecureSender(config, KEY), SecureCore(store, None, KeyTable.single(KEY), lambda: 1.7e9)

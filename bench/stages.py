@@ -65,6 +65,7 @@ class _ListTransport:
 
     def __init__(self) -> None:
         self.out: list[bytes] = []
+        self.too_large: list[int] = []
 
     def send(self, datagrams: list[bytes]) -> None:
         self.out.extend(datagrams)

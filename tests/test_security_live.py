@@ -446,11 +446,11 @@ def test_handshakes_are_rate_limited_per_source_live(tmp_path: Path) -> None:
 def test_stream_and_link_limits_live(tmp_path: Path) -> None:
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_streams=1, max_links=2) as lst:
         a = purelink.connect(url(lst), stream="a", timeout=5)
-        with pytest.raises(purelink.ConnectError, match="limit"):
+        with pytest.raises(purelink.ConnectError, match="refused the link: max_streams"):
             purelink.connect(url(lst), stream="b", timeout=5)
         assert lst.stats().dropped.get("stream_limit", 0) >= 1
         b = purelink.connect(url(lst), stream="a", timeout=5)
-        with pytest.raises(purelink.ConnectError, match="limit"):
+        with pytest.raises(purelink.ConnectError, match="refused the link: max_links"):
             purelink.connect(url(lst), stream="a", timeout=5)
         assert lst.stats().dropped.get("link_limit", 0) >= 1
         a.close(timeout=5)
@@ -508,7 +508,8 @@ def test_cli_limits_are_options(tmp_path: Path) -> None:
     with serving(data, "--udp", "127.0.0.1:0", *limits) as srv:
         assert run("send", srv.url, "--stream", "a", stdin=b"1\n").returncode == 0
         second = run("send", srv.url, "--stream", "b", "--timeout", "2", stdin=b"2\n")
-        assert "limit" in assert_one_line_error(second, 1)
+        line = assert_one_line_error(second, 1)
+        assert "refused the link: max_streams" in line and "--max-streams" in line
         code, err = srv.stop()
     assert code == 0, err
     assert '"stream_limit": 1' in err

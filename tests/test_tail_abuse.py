@@ -195,16 +195,17 @@ def test_a_follower_that_sends_a_byte_and_leaves_while_parked_is_let_go(
     server: Server, data: DataDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At the idle tail of a stream, a follower sends a byte and hangs up: the
-    next heartbeat reads the byte (a peek would never see the hang-up behind
-    it) and lets the subscription go."""
-    monkeypatch.setattr(tail_server, "HEARTBEAT", 0.05)
+    hang-up watch wakes it at once, it reads the byte (a peek would never see
+    the hang-up behind it) and lets the subscription go -- without the
+    heartbeat, which is set far beyond the test's deadline."""
+    monkeypatch.setattr(tail_server, "HEARTBEAT", 3600.0)
     client, _ = server.connect(encode_request("s", 6, True))
     log = data.stream("s")
     wait_until(lambda: log.synced_parker.statistics().parked == 1)
     assert server.tail.statistics().subscribers == 1
     client.sendall(b"x")
     client.close()
-    wait_until(lambda: server.tail.statistics().subscribers == 0)
+    wait_until(lambda: server.tail.statistics().subscribers == 0, timeout=5.0)
     assert server.dropped() == {"tail_trailing_bytes": 1}
 
 

@@ -13,7 +13,8 @@ ring slot, so queue() writes no mark and no length per record.
 The link thread, in a loop: take every record from the ring (stopping at a
 slot not yet written, which its writer will mark), hand them to the sans-IO
 `Sender`, put its datagrams on the wire (up to 64 per system call with UDP
-GSO, padded to equal segments; one `send` each where the kernel refuses GSO),
+GSO: packing makes the pieces of a batch equal, nothing is padded; one `send`
+each where the kernel refuses GSO),
 read answers until EAGAIN, run timers, tell the owner (`on_stored`,
 `wait_stored` via the Parker, mechanism 2), and sleep in epoll on the socket
 and the eventfd only when there is nothing left to do and no mark was set.
@@ -89,7 +90,18 @@ class LinkStats:
     datagrams: int
     """Datagrams sent."""
     bytes_sent: int
-    """Bytes of datagrams sent."""
+    """Bytes of datagrams sent (UDP payloads, or TCP frames less their 4-byte
+    prefix), retransmissions and probes included; with a secret, before each is
+    sealed."""
+    payload_bytes: int
+    """Bytes of records sent (each record once, however often it was resent)."""
+    wire_ratio: float
+    """Wire bytes / payload_bytes (0.0 before any record was sent): what the wire
+    costs per byte of payload, headers, CRCs, resends and probes included (with
+    a secret, the 32 bytes that sealing adds to each datagram too)."""
+    datagram_size: int
+    """The largest datagram sent now: the path MTU found (UDP), at most the
+    `datagram_size` asked for."""
     send_calls: int
     """System calls that sent datagrams (one per GSO group, or per datagram)."""
     gso: bool
@@ -157,7 +169,7 @@ class Link:
             stream=stream,
             producer=producer or "",
             datagram_size=datagram_size,
-            pad=scheme == "udp",  # padding is for UDP GSO only
+            pmtu=scheme == "udp",  # DF is set on UDP: find the path's MTU
             # TCP never loses a HELLO (a broken connection starts a new one at
             # once): retrying it early only makes a busy listener busier
             handshake_rto=0.1 if scheme == "udp" else 1.0,
@@ -170,6 +182,9 @@ class Link:
             from .protocol.secure_sender import SecureSender  # noqa: PLC0415
 
             self._sender = SecureSender(config, secret, key_id or "")
+        # bytes sealing adds to each datagram (0 without a secret): the sender
+        # inside sees, counts and sizes datagrams that much smaller
+        self._sealing = datagram_size - self._sender.config.datagram_size
         try:
             self._transport: Transport = (
                 UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -333,6 +348,13 @@ class Link:
             sleeps=self._sleeps,
             datagrams=s.stats.datagrams,
             bytes_sent=s.stats.bytes,
+            payload_bytes=s.payload_bytes,
+            wire_ratio=(
+                (s.stats.bytes + self._sealing * s.stats.datagrams) / s.payload_bytes
+                if s.payload_bytes
+                else 0.0
+            ),
+            datagram_size=s.datagram_size + self._sealing,
             send_calls=self._transport.send_calls,
             gso=self._transport.gso,
             batches=s.stats.batches,
@@ -561,8 +583,11 @@ class Link:
     def _send(self, datagrams: list[bytes]) -> None:
         transport = self._transport
         transport.send(datagrams)
-        if not transport.gso and self._sender.pad:
-            self._sender.pad = False
+        if transport.too_large:  # EMSGSIZE: the path is smaller than these
+            now = time.monotonic()
+            for size in transport.too_large:  # as sent, sealed: the sender's own size
+                self._sender.on_send_error(size - self._sealing, now)
+            transport.too_large.clear()
 
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram

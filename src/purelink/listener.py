@@ -95,6 +95,7 @@ class Listener:
         max_connections: int = 10_000,
         read_timeout: float = 10.0,
         keys: KeyTable | None = None,
+        max_subscriptions: int = 64,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -102,8 +103,9 @@ class Listener:
             raise ValueError("nothing to listen on: give udp=, tcp= or both")
         self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
         self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
-        if max_connections < 1 or read_timeout <= 0:
-            raise ValueError("max_connections and read_timeout must be positive")
+        if max_connections < 1 or read_timeout <= 0 or max_subscriptions < 1:
+            raise ValueError("max_connections, read_timeout and max_subscriptions must be positive")
+        self._max_subscriptions = max_subscriptions
         self._max_connections = max_connections
         self._read_timeout = read_timeout
         self._tcp: TcpServer | None = None
@@ -211,7 +213,12 @@ class Listener:
                     read_timeout=self._read_timeout,
                 )
                 self.tcp_address = self._tcp.start()
-                self._tail = TailServer(self._data, sync=self.sync, keys=self._keys)
+                self._tail = TailServer(
+                    self._data,
+                    sync=self.sync,
+                    keys=self._keys,
+                    max_subscribers=self._max_subscriptions,
+                )
                 self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
@@ -314,6 +321,7 @@ class Listener:
             syncs=self._syncs,
             duplicates=c.duplicates if c else 0,
             held=c.held if c else 0,
+            mtu_probes=c.mtu_probes if c else 0,
             retries=c.retries if c else 0,
             fenced=c.fenced if c else 0,
             acks=c.acks if c else 0,

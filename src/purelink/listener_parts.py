@@ -56,7 +56,10 @@ class ListenerStats:
     duplicates: int
     """Batches received again and dropped (resends)."""
     held: int
-    """Batches held out of order."""
+    """Batches held out of order, and pieces (FRAGMENT) kept until their batch
+    is whole."""
+    mtu_probes: int
+    """Path MTU probes (padded PROBEs) answered with an MTU_ACK."""
     retries: int
     """RETRY answers (address proofs asked for)."""
     fenced: int

@@ -82,14 +82,19 @@ def subscribe(
     reconnect: float = 0.0,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
-    from position `start` (0: from the first record retained); iterate the
-    result for (position, payload).
+    from position `start`; iterate the result for (position, payload).
+    `start` 1 (the default) or 0 is the beginning of the stream: the first
+    record retained, as for `Store.read`.  A later `start` below the first
+    record retained is refused, naming it (iterating raises `purelink.Error`):
+    never a silent gap.
 
     `reconnect`: seconds to keep trying to resume after the connection breaks
-    (0: raise at once).  See the module header.
+    (0: raise at once), and to reach the listener in the first place.  See the
+    module header.
 
     Raises ValueError for a bad URL, stream name, start or reconnect, and
-    ConnectError if the listener cannot be reached within `timeout` seconds.
+    ConnectError if the listener cannot be reached within `timeout` seconds
+    (within `reconnect` seconds, if that is given).
     """
     scheme, _, _ = _address.parse_url(url)
     if scheme != "tcp":
@@ -101,8 +106,10 @@ def subscribe(
     if key_id is not None and secret is None:
         raise ValueError("key_id needs the key's secret (secret=)")
     encode_request(stream, start, follow)  # checks name and start
-    sub = Subscription(url, stream, start, follow, secret, timeout, reconnect, key_id or "")
-    sub._connect()
+    # 1 is the beginning, which the request says as 0: "the first retained"
+    begin = 0 if start == 1 else start
+    sub = Subscription(url, stream, begin, follow, secret, timeout, reconnect, key_id or "")
+    sub._first_connect()
     return sub
 
 
@@ -175,6 +182,27 @@ class Subscription:
         self._sock = sock
         if self._closed.is_set():  # closed meanwhile, from another thread: its
             self.close()  # close() may have run before the store above; run it again
+
+    def _first_connect(self) -> None:
+        """Connect; with `reconnect`, keep trying (with the same backoff as a
+        resume) for that long, so a follower started while its listener is
+        down waits for it, as one whose listener goes down later does."""
+        deadline = time.monotonic() + self._reconnect
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                self._connect()
+            except ConnectError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if not self._reconnect:
+                        raise
+                    raise ConnectError(f"{exc} (tried for {self._reconnect:g} s)") from None
+                if self._closed.wait(min(backoff, left)):
+                    raise
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            return
 
     def _resume(self, why: str) -> bool:
         """The connection broke (`why`): connect again from next_position, with

@@ -32,10 +32,13 @@ threads:
   told;
 * **waiting** is mechanism 2: the thread parks on the log's `synced_parker`
   (or `parker` with sync="none"), which `sync` (`append`) unparks only while
-  someone is parked.  Every `HEARTBEAT` seconds a parked follower polls its
-  socket: a hang-up lets it go, and any byte is a protocol error (a
-  subscriber sends nothing after its request), read and refused -- never
-  peeked, which would leave poll readable for ever and the wait spinning.
+  someone is parked.  A parked follower learns at once that its subscriber
+  hung up (or sent a byte, a protocol error: a subscriber sends nothing
+  after its request): one thread watches every follower's socket
+  (tail_hangups.py) and unparks it, and its slot is free again at once.
+  The byte is read and refused -- never peeked, which would leave the socket
+  readable for ever.  Only where that watch cannot run does a parked
+  follower look at its socket every `HEARTBEAT` seconds instead.
 
 Abuse is bounded and counted by reason (`TailStatistics.dropped`): a request
 must be whole within `request_timeout` seconds, overall; a connection still
@@ -89,6 +92,7 @@ from .protocol.tail import (
 )
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
+from .tail_hangups import HangUps
 from .tail_out import Gone as _Gone
 from .tail_out import Out as _Out
 from .tail_out import SealedOut as _SealedOut
@@ -106,7 +110,8 @@ __all__ = [
 log = logging.getLogger("purelink.listener")
 
 HEARTBEAT: Final = 5.0
-"""Seconds a parked follower waits before it checks that its subscriber is still there."""
+"""Seconds between a parked follower's looks at its socket, where the hang-up watch
+(tail_hangups.py) cannot run (no thread or descriptor to be had)."""
 REQUEST_TIMEOUT: Final = 5.0
 """Seconds a connection has, from `take`, to send its whole request (overall)."""
 REFUSE_TIMEOUT: Final = 1.0
@@ -191,6 +196,22 @@ class _Cursor:
         self.position = position  # of the batch at `offset`
 
 
+class _Alarm:
+    """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
+
+    __slots__ = ("parker", "rung", "watching")
+
+    def __init__(self, parker: Parker) -> None:
+        self.parker = parker
+        self.rung = False
+        self.watching = False
+
+    def ring(self) -> None:
+        """On the watch thread: flag, then unpark (the parker's order: state first)."""
+        self.rung = True
+        self.parker.unpark()
+
+
 class _Refused(Exception):
     """Refuse the subscription: count `reason`, send an ERROR item saying `text`."""
 
@@ -247,6 +268,7 @@ class TailServer:
         self._dropped: dict[str, int] = {}
         self._bytes_sent = 0
         self._sendfile_calls = 0
+        self._hangups = HangUps()
 
     # ---- the hook (the listener's loop thread) --------------------------------------
 
@@ -348,6 +370,7 @@ class TailServer:
                 stream_log.synced_parker.unpark()
         for thread in threads.values():
             thread.join(5.0)
+        self._hangups.close()
 
     def statistics(self) -> TailStatistics:
         """A snapshot of the counters (any thread; `dropped` is a copy)."""
@@ -477,6 +500,7 @@ class TailServer:
         parker = self._parker(stream_log)
         position = start or stream_log.segments[0][0]  # 0: from the first retained
         cursor: _Cursor | None = None
+        alarm = _Alarm(parker)
         reader = self._data.grace.register("subscriber", online=False)
         try:
             while True:
@@ -490,8 +514,10 @@ class TailServer:
                 if limit is not None:
                     out.send(encode_control(END))
                     return
-                self._wait(sock, stream_log, parker, position)
+                self._wait(sock, stream_log, alarm, position)
         finally:
+            if alarm.watching:
+                self._hangups.unwatch(sock)
             if cursor is not None and cursor.fd >= 0:
                 os.close(cursor.fd)
             reader.unregister()
@@ -510,20 +536,33 @@ class TailServer:
             delay = min(delay * 2, 1.0)
 
     def _wait(
-        self, sock: socket.socket, stream_log: StreamLog, parker: Parker, position: int
+        self, sock: socket.socket, stream_log: StreamLog, alarm: _Alarm, position: int
     ) -> None:
-        """Park until `position` is stored (or closing); check the peer first (one
-        that left at once frees its slot now, not a HEARTBEAT later), then now and then."""
+        """Park until `position` is stored (or closing), or until the hang-up
+        watch rings: then look at the socket (a subscriber gone frees its slot
+        now).  Looks first too: one that left at once never parks."""
         stored = self._stored
 
         def ready() -> bool:
-            return stored(stream_log) >= position or self._closing or stream_log.closed
+            return (
+                alarm.rung or stored(stream_log) >= position or self._closing or stream_log.closed
+            )
 
         if _hung_up(sock, 0):
             raise _Gone
-        while not parker.wait(ready, timeout=HEARTBEAT):
-            if _hung_up(sock, 0):
-                raise _Gone
+        if not alarm.watching:
+            alarm.watching = self._hangups.watch(sock, alarm.ring)
+        timeout = None if alarm.watching else HEARTBEAT
+        while True:
+            woke = alarm.parker.wait(ready, timeout=timeout)
+            if alarm.rung or not woke:
+                alarm.rung = False
+                if _hung_up(sock, 0):
+                    raise _Gone
+                if alarm.watching:
+                    self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
+            if stored(stream_log) >= position or self._closing or stream_log.closed:
+                break
         if self._closing or (stream_log.closed and stored(stream_log) < position):
             raise _Gone
 
@@ -539,7 +578,7 @@ class TailServer:
                 raise _Refused(
                     "tail_below_retained",
                     f"stream {stream!r}: records retained start at {table[0][0]}, "
-                    f"cannot read from {position}",
+                    f"cannot read from {position} (start 1 reads from the first retained)",
                 )
             i = bisect_right([base for base, _ in table], position) - 1
             base, path = table[i]

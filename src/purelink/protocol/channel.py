@@ -48,8 +48,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import ProtocolError
-from .batch import VERSION
 from .handshake import MAGIC, SEALED, hkdf
+from .wire import DATAGRAM_VERSION as VERSION  # the layer shares "PL" and the version
 
 __all__ = ["OVERHEAD", "WINDOW", "Channel", "ChannelStats", "RekeyPolicy", "sealed_conn_id"]
 

@@ -62,7 +62,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import ProtocolError
-from .batch import VERSION
+from .wire import DATAGRAM_VERSION as VERSION  # the layer shares "PL" and the version
 
 __all__ = [
     "HEADER",

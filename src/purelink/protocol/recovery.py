@@ -60,6 +60,8 @@ from typing import Final
 
 from .congestion import CongestionControl, DeliveryRate, RateSample
 from .messages import Ack
+from .packing import Flight
+from .pmtu import PathMtu
 from .sender_config import SenderStats
 
 __all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
@@ -205,40 +207,6 @@ class Rack:
         self.rtt = 0.0
 
 
-class Flight:
-    """One datagram in flight: what it carried, and its delivery-rate stamps."""
-
-    __slots__ = (
-        "app_limited", "data", "delivered", "delivered_time", "end", "first", "first_sent",
-        "last", "offset", "pn", "retx", "sent", "size",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        pn: int,
-        first: int,
-        last: int,
-        size: int,
-        sent: float,
-        data: bytes | None,
-        offset: int = 0,
-        end: int = 0,
-    ) -> None:
-        self.pn = pn
-        self.first = first  # seqs first..last (a fragment: first == last, bytes offset..end)
-        self.last = last
-        self.size = size
-        self.sent = sent
-        self.data = data  # the DATA datagram as sent; None for a fragment (rebuilt)
-        self.offset = offset
-        self.end = end
-        self.retx = False  # a retransmission
-        self.delivered = 0
-        self.delivered_time = 0.0
-        self.first_sent = 0.0
-        self.app_limited = False
-
-
 class InFlight:
     """The datagrams in flight of one session, and what answers make of them."""
 
@@ -264,6 +232,9 @@ class InFlight:
         ] = {}  # pn of a loss's retransmission -> lost one's send time
         self._superseded: dict[int, float] = {}  # pn of a transmission sent again -> its send time
         self._largest_pn = 0
+        self.path: PathMtu | None = None
+        """Path MTU discovery, told what each answer delivered (before the losses
+        it reveals) and each loss (None: no discovery)."""
 
     # ------------------------------------------------ bytes in flight
     def sent(self, f: Flight, now: float) -> None:
@@ -295,13 +266,13 @@ class InFlight:
         self._largest_pn = 0
         self.rack.reset()
 
-    def renumber(self, f: Flight, pn: int, now: float, repair: bool) -> None:
-        """`f` goes out again as `pn` (`repair`: because it was declared lost)."""
-        _remember(self._superseded, f.pn, f.sent)
+    def resent(self, old_pn: int, old_sent: float, f: Flight, now: float, repair: bool) -> None:
+        """A datagram sent as `old_pn` at `old_sent` goes out again as `f` (the
+        same flight renumbered, or a smaller piece of it: packing.py);
+        `repair`: because it was declared lost."""
+        _remember(self._superseded, old_pn, old_sent)
         if repair:
-            _remember(self._repairs, pn, f.sent)
-        f.pn = pn
-        f.sent = now
+            _remember(self._repairs, f.pn, old_sent)
         f.retx = True
         self.sent(f, now)
 
@@ -344,7 +315,7 @@ class InFlight:
             if (
                 f.last <= received
                 or (ranges and _in_ranges(f, ranges))
-                or (frags is not None and f.data is None and _in_spans(f, frags.get(f.first)))
+                or (frags is not None and f.end and _in_spans(f, frags.get(f.first)))
             ):
                 acked.append(f)
             elif not full:
@@ -358,6 +329,8 @@ class InFlight:
         for f in acked:
             self.remove(f)
             rate.on_acked(f, now)
+        if self.path is not None:
+            self.path.on_acked(acked, now)
         if self.lost:
             self._drop_delivered(received, ranges, now)
         self.detect_losses(now, sample)
@@ -396,6 +369,8 @@ class InFlight:
                 sample.newly_lost += f.size
             cc.on_lost(f.sent, f.size, now)
             self.lost.append(f)
+            if self.path is not None:
+                self.path.on_lost(f.size, f.sent, now, self.rtt.rto)
         if cc.losses > before:
             rack.on_recovery()
 

@@ -5,8 +5,9 @@ Why it exists: as secure_core.py on the listener's side, encryption is a
 layer under the protocol.  `SecureSender` is a Sender whose
 `datagrams_to_send` seals and whose `receive_datagram` opens; the link's
 driver (link.py) does not change.  The Sender inside sees a datagram size
-32 bytes smaller (channel.OVERHEAD), so its packing, fragment sizes and GSO
-padding come out exactly at `datagram_size` once sealed.
+32 bytes smaller (channel.OVERHEAD), so its packing and the pieces of its
+batches come out exactly at `datagram_size` once sealed (and its path MTU
+search works in those smaller sizes: link.py adds the 32 back where it reports).
 
 The handshake: each HELLO the Sender makes goes out as an INIT
 (handshake.Initiator).  A HELLO sent again unchanged goes out as the very

@@ -22,6 +22,9 @@ What it decides, and who decides it:
 * what is lost, and when to probe: RACK-TLP (recovery.py), fed with the send
   time of the transmission each answer names (`largest_pn`), and with the
   retransmissions the listener reports it got twice (spurious losses);
+* what goes in each datagram: packing.py; how large datagrams are: path MTU
+  discovery (pmtu.py), which the ledger tells what each answer delivered and
+  what was lost;
 * what each answer delivered, for BBR's model: delivery-rate samples
   (`congestion/rate.py`), stamped on every datagram as it goes out.
 
@@ -33,9 +36,10 @@ Invariants:
 * `stored` never goes backwards; if the listener ever reports less than it
   told before, the sender fails with kind "lost" (docs/reliability.md, 2.4 Resume);
 * each datagram in flight remembers what it carried (a batch, or a byte range
-  of one large record) and is resolved acked or lost (aioquic's
-  packet_builder/recovery); retransmissions resend the same batch bytes under
-  a new packet number, so RTT samples are never ambiguous;
+  of a batch larger than one datagram: packing.py builds them) and is resolved
+  acked or lost (aioquic's packet_builder/recovery); retransmissions resend
+  the same batch bytes under a new packet number, so RTT samples are never
+  ambiguous;
 * bytes in flight change in `_sent` and `_remove` only (and are zeroed with
   the flights when a session starts or ends);
 * a timer is armed only while something is unstored or a handshake runs: an
@@ -55,7 +59,9 @@ from ..errors import ProtocolError
 from . import wire
 from .congestion import CongestionControl, create
 from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
-from .recovery import Flight, InFlight, RttEstimator
+from .packing import Flight, Packer
+from .pmtu import PathMtu
+from .recovery import InFlight, RttEstimator
 from .sender_config import SenderConfig, SenderStats
 from .window import Pacer
 
@@ -109,8 +115,12 @@ class Sender:
         """The datagrams in flight, loss detection and rate samples (recovery.py)."""
         self.pacer = Pacer(config.datagram_size)
         self._key = config.secret
-        self.pad = config.pad
-        """Pad DATA datagrams of a burst for GSO (the driver turns it off if GSO fails)."""
+        self._pmtu = PathMtu(config.datagram_size) if config.pmtu else None
+        """The path's datagram size, probed (UDP links; None: datagram_size)."""
+        self.flight.path = self._pmtu
+        self._packer = Packer(
+            config.datagram_size if self._pmtu is None else self._pmtu.size, config.secret
+        )
         self.stored_bytes = 0
         """Payload bytes of the records released as stored."""
         anon = config.anonymous_id
@@ -127,7 +137,6 @@ class Sender:
         # queue() writes the lengths as records arrive: no len() per record here).
         self._recs: list[bytes] = []
         self._lens = array("H")
-        self._per_batch = 16  # records per batch last time: where packing starts looking
         self._head = 0
         self._base = 1
         self.stored = 0
@@ -135,8 +144,6 @@ class Sender:
         self.pushed = 0
         """Last seq handed in with push()."""
         self._received = 0  # last seq the listener has in order
-        self._next = 1  # next seq to put in a first transmission
-        self._frag_offset = 0  # bytes of record _next already sent as fragments
         self._peer_window = 1 << 20
         self._max_record = 16 << 20
         self._pn = 0
@@ -156,11 +163,6 @@ class Sender:
         self._hello_rto = config.handshake_rto
         self._connected_once = False
         self._close_due = False
-        budget = config.datagram_size - wire.DATA_OVERHEAD - wire.BATCH_HEADER
-        budget -= wire.MAC_SIZE if self._key is not None else 0
-        self._budget = budget  # payload bytes of a DATA datagram, 2 per record included
-        frag = config.datagram_size - wire.FRAGMENT_OVERHEAD
-        self._frag_size = frag - (wire.MAC_SIZE if self._key is not None else 0)
 
     # ------------------------------------------------------------ inputs
     def connect(self, now: float) -> None:
@@ -235,8 +237,36 @@ class Sender:
                 self.stats.dropped += 1
         elif isinstance(msg, wire.Refuse):
             self._on_refuse(msg, now)
+        elif (
+            isinstance(msg, wire.MtuAck)
+            and self._pmtu is not None
+            and self.state == SenderState.OPEN
+            and msg.conn_id == self.conn_id
+            and msg.epoch == self.epoch
+        ):
+            self._pmtu.on_probe_acked(msg.pn, msg.size, now)
+            self._sync_size()
         else:
             self.stats.dropped += 1
+
+    def on_send_error(self, size: int, now: float) -> None:
+        """The kernel refused to send a datagram of `size` bytes as larger than
+        the path (EMSGSIZE): a path MTU signal.  (The datagram is lost; loss
+        detection resends its bytes, cut smaller if the path size dropped.)"""
+        if self._pmtu is not None:
+            self._pmtu.on_send_error(size, now)
+            self._sync_size()
+
+    @property
+    def datagram_size(self) -> int:
+        """The largest datagram sent now (the path MTU's, at most datagram_size)."""
+        return self._packer.size
+
+    def _sync_size(self) -> None:
+        """Packing follows the path's datagram size."""
+        pmtu = self._pmtu
+        if pmtu is not None and pmtu.size != self._packer.size:
+            self._packer.size = pmtu.size
 
     # ----------------------------------------------------------- outputs
     def next_event(self) -> Event | None:
@@ -251,10 +281,13 @@ class Sender:
         if self.state != SenderState.OPEN:
             return None
         timer = self._timer
+        pmtu = self._pmtu.get_timer() if self._pmtu is not None else None
+        if pmtu is not None and (timer is None or pmtu < timer):
+            timer = pmtu
         if (
             self.pacer.rate
             and self.flight.bytes < self.window
-            and (self.flight.lost or self._next <= self.pushed)
+            and (self.flight.lost or self._waiting)
         ):
             due = self.pacer.next_time()
             if timer is None or due < timer:
@@ -292,6 +325,21 @@ class Sender:
         return self.flight.bytes
 
     @property
+    def _next(self) -> int:
+        """The next seq to put in a first transmission (packing's)."""
+        return self._packer.next_seq
+
+    @property
+    def _waiting(self) -> bool:
+        """First transmissions wait: an open batch's pieces, or records."""
+        return self._packer.open or self._packer.next_seq <= self.pushed
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of records sent (first transmissions only)."""
+        return self._packer.payload
+
+    @property
     def window(self) -> int:
         """Bytes that may be in flight now."""
         return min(self.cc.cwnd, self._peer_window)
@@ -300,10 +348,14 @@ class Sender:
         """Run what is due at `now`."""
         if self.state == SenderState.CONNECTING:
             return  # datagrams_to_send sends the HELLO when it is due
+        if self._pmtu is not None and self.state == SenderState.OPEN:
+            self._pmtu.handle_timer(now)
+            self._sync_size()
         if self.state != SenderState.OPEN or self._timer is None or now < self._timer:
             return
         if self.flight.loss_time is not None and now >= self.flight.loss_time:
             self.flight.detect_losses(now)
+            self._sync_size()
             self._arm(now)
             return
         # probe timeout: data outstanding, no answers
@@ -337,45 +389,60 @@ class Sender:
         window = self.window
         burst = self.config.burst
         pacer = self.pacer
+        packer = self._packer
         if pacer.rate:
             allowed = pacer.allowance(now, self._window_held)
-            if allowed <= 0 and not probe:
+            if allowed > 0 or probe:
+                burst = min(burst, max(1, -(-int(allowed) // packer.size)))
+            elif self._pmtu is None:
                 return out
-            burst = min(burst, max(1, -(-int(allowed) // self.config.datagram_size)))
+            else:
+                burst = 0  # nothing but a path MTU probe, if one is due
         if probe:
             self._probe_due = False
             window = max(window, self.flight.bytes + 1)  # a probe goes out whatever the window
         flight = self.flight
+        stats = self.stats
+        new: dict[int, Flight] = {}
         while len(out) < burst and flight.bytes < window:
             if flight.lost:
-                data = self._resend(flight.lost.popleft(), now, True)
-                if data is None:
+                f = flight.lost.popleft()
+                if f.last <= self._received:
                     continue
-                self.stats.retransmits += 1
-                self.stats.retransmit_bytes += len(data)
-            elif self._next <= self.pushed:
-                if not self._frag_offset and self._pack_run(now, out, burst, window):
-                    continue
-                self._pn += 1
-                f, data = self._pack_piece(now, self._pn)
-                flight.sent(f, now)
+                out.extend(self._resend(f, now, True))
+            elif self._waiting:
+                self._pn, _ = packer.fill(
+                    self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                    burst - len(out), window - flight.bytes, out, new,
+                )  # fmt: skip
+                for f in new.values():
+                    flight.sent(f, now)
+                new.clear()
+                stats.batches, stats.fragments = packer.batches, packer.pieces
+                stats.payload = packer.payload
             else:
                 break
-            out.append(data)
         if probe:
-            self.stats.probes += 1
+            stats.probes += 1
             if not out:
-                out.append(self._probe_datagram(now))
+                out.extend(self._probe_datagrams(now))
+        pmtu = self._pmtu
+        if pmtu is not None:
+            size = pmtu.next_probe(now)
+            if size is not None:  # a path MTU probe: outside the window, not a flight
+                self._pn += 1
+                pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
+                out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key, size))
         if out:
             nbytes = sum(map(len, out))
-            self.stats.datagrams += len(out)
-            self.stats.bytes += nbytes
+            stats.datagrams += len(out)
+            stats.bytes += nbytes
             if pacer.rate:
                 pacer.spend(nbytes)
             self._last_sent = now
             if self._timer is None or probe:
                 self._arm(now)
-        waiting = bool(flight.lost) or self._next <= self.pushed
+        waiting = bool(flight.lost) or self._waiting
         self._window_held = waiting and flight.bytes >= window
         if not waiting and flight.bytes < window:
             flight.rate.set_app_limited(flight.bytes)
@@ -401,135 +468,32 @@ class Sender:
         )
         return wire.encode_hello(msg, self._key)
 
-    def _record(self, seq: int) -> bytes:
-        return self._recs[seq - self._base]
+    def _resend(self, f: Flight, now: float, repair: bool) -> list[bytes]:
+        """`f` (no longer in flight) again under new packet numbers: one datagram,
+        or smaller pieces if the path shrank (packing.py); `repair`: it was
+        declared lost."""
+        old_pn, old_sent = f.pn, f.sent
+        self._pn, resent = self._packer.resend(f, self._pn, now)
+        out = []
+        for g in resent:
+            self.flight.resent(old_pn, old_sent, g, now, repair)
+            out.append(g.data)
+            self.stats.retransmit_bytes += g.size
+        self.stats.retransmits += len(resent)
+        return out
 
-    def _resend(self, f: Flight, now: float, repair: bool) -> bytes | None:
-        """`f` again under a new packet number (None: nothing left of it to send);
-        `repair`: it was declared lost."""
-        if f.last <= self._received:
-            return None
-        if f.data is not None:
-            self._pn += 1
-            data = wire.reseal_data(f.data, self._pn, self._key)
-            f.data = data
-        else:
-            chunk = self._fragment_bytes(f)
-            if chunk is None:
-                return None
-            self._pn += 1
-            data = self._fragment(f, chunk)
-        self.flight.renumber(f, self._pn, now, repair)
-        return data
-
-    def _probe_datagram(self, now: float) -> bytes:
+    def _probe_datagrams(self, now: float) -> list[bytes]:
         """A tail-loss probe when no new data waits: the newest datagram in flight
         again (its answer shows what else was lost), else a bare PROBE."""
         flight = self.flight
         f = next(reversed(flight.flights.values()), None)
         if f is not None:
             flight.remove(f)
-            data = self._resend(f, now, False)
-            if data is not None:
-                self.stats.retransmits += 1
-                self.stats.retransmit_bytes += len(data)
-                return data
+            if f.last > self._received:
+                return self._resend(f, now, False)
         self._pn += 1
         flight.probes[self._pn] = now
-        return wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key)
-
-    def _pack_piece(self, now: float, pn: int) -> tuple[Flight, bytes]:
-        """The next piece of a record too large for one datagram (FRAGMENT)."""
-        seq = self._next
-        record = self._recs[seq - self._base]
-        start = self._frag_offset
-        end = min(start + self._frag_size, len(record))
-        if end >= len(record):
-            self._frag_offset = 0
-            self._next = seq + 1
-        else:
-            self._frag_offset = end
-        self.stats.fragments += 1
-        f = Flight(pn, seq, seq, wire.FRAGMENT_OVERHEAD + end - start, now, None, start, end)
-        return f, self._fragment(f, memoryview(record)[start:end])
-
-    def _pack_run(self, now: float, out: list[bytes], burst: int, window: int) -> int:
-        """First transmissions of whole batches, as many as `burst` and `window`
-        allow, appended to `out`; how many (0 when the next record is too large
-        for one datagram: _pack_piece() sends it).  The link's hot path, in one
-        loop with its state in locals.  Fitting starts from the last batch's
-        count: the join it needs anyway gives the byte total, so in the steady
-        state it costs one look at the next length."""
-        recs = self._recs
-        lens = self._lens
-        pushed = self.pushed
-        budget = self._budget
-        sent = self.flight.sent
-        encode = wire.encode_data_batch
-        join = b"".join
-        conn_id, producer_id, epoch, key = self.conn_id, self.producer_id, self.epoch, self._key
-        pad_to = self.config.datagram_size if self.pad else 0
-        seq = self._next
-        base = self._base
-        guess = self._per_batch
-        pn = self._pn
-        packed = 0
-        while len(out) < burst and self.flight.bytes < window and seq <= pushed:
-            # _fit, inline: start from last time's count; the join gives the bytes
-            i = seq - base
-            avail = pushed - seq + 1
-            n = guess if guess < avail else avail
-            chunk = recs[i : i + n]
-            payload = join(chunk)
-            total = len(payload) + 2 * n
-            if total <= budget:
-                m = n
-                while m < avail:
-                    more = lens[i + m] + 2
-                    if total + more > budget:
-                        break
-                    total += more
-                    m += 1
-                if m > n:
-                    n = m
-                    chunk = recs[i : i + n]
-                    payload = join(chunk)
-            else:
-                while n and total > budget:
-                    n -= 1
-                    total -= len(recs[i + n]) + 2  # exact: a length in lens may be clamped
-                if not n:
-                    break  # a record too large for one datagram
-                chunk = recs[i : i + n]
-                payload = join(chunk)
-            guess = n
-            pn += 1
-            last = seq + n - 1
-            # pad for GSO unless this is the last datagram of the burst
-            data = encode(
-                conn_id, pn, producer_id, epoch, seq, chunk, lens[i : i + n], key,
-                pad_to if last < pushed else 0, payload,
-            )  # fmt: skip
-            sent(Flight(pn, seq, last, len(data), now, data), now)
-            out.append(data)
-            seq = last + 1
-            packed += 1
-        self._next = seq
-        self._per_batch = guess
-        self._pn = pn
-        self.stats.batches += packed
-        return packed
-
-    def _fragment(self, f: Flight, chunk: bytes | memoryview) -> bytes:
-        return wire.encode_fragment(
-            self.conn_id, f.pn if f.pn else self._pn, self.epoch, f.first,
-            len(self._record(f.first)), f.offset, chunk, self._key,
-        )  # fmt: skip
-
-    def _fragment_bytes(self, f: Flight) -> bytes | memoryview | None:
-        if f.first <= self.stored:
-            return None
-        return memoryview(self._record(f.first))[f.offset : f.end]
+        return [wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key)]
 
     def _on_accept(self, msg: wire.Accept, now: float) -> None:
         if msg.stored < self.stored:
@@ -557,8 +521,7 @@ class Sender:
         self._connected_once = True
         self._release(msg.stored)
         self._received = max(msg.received, self.stored)
-        self._next = self._received + 1
-        self._frag_offset = 0
+        self._packer.start(msg.conn_id, msg.producer, msg.epoch, self._received + 1)
         self.flight.clear()
         self.rtt.reset_backoff()
         self._unanswered = 0
@@ -567,6 +530,8 @@ class Sender:
         self._hello_due = None
         self._hello_rto = self.config.handshake_rto
         self._move(SenderState.OPEN)
+        if self._pmtu is not None:
+            self._pmtu.start(now)
         self._events.append(Connected(msg.producer, msg.epoch, msg.stored, msg.max_record))
         self._arm(now)
 
@@ -656,6 +621,7 @@ class Sender:
             self._events.append(StoredAdvanced(ack.stored))
         self._received = max(self._received, ack.received)
         self.flight.on_ack(ack, self._received, self._received >= self._next - 1, now)
+        self._sync_size()
         # a path shorter than the thread's own timer granularity has no queue to
         # spare by pacing, only the wake-ups it would cost
         fast = self.rtt.min_rtt < PACING_MIN_RTT

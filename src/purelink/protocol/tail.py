@@ -100,8 +100,10 @@ class Request(NamedTuple):
 def encode_request(stream: str, start: int, follow: bool) -> bytes:
     """The request's bytes. Raises ValueError for a bad name or start."""
     name = validate_stream_name(stream).encode("ascii")
-    if start < 0:
-        raise ValueError(f"start must be >= 1 (or 0: the first retained), not {start}")
+    if not 0 <= start <= _MAX_SEQ:
+        raise ValueError(
+            f"start must be a position, 1 to {_MAX_SEQ} (or 0: the first retained), not {start}"
+        )
     body = _FIXED.pack(PREAMBLE, start, FLAG_FOLLOW if follow else 0, len(name)) + name
     return body + _U32.pack(crc32c(body))
 

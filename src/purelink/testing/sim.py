@@ -99,6 +99,7 @@ class Simulation:
         congestion: str = "bbr",
         secret: bytes | None = None,
         key_id: str = "",
+        pmtu: bool = False,
     ) -> SimLink:
         """A new link that connects now and pushes `records`."""
         self._port += 1
@@ -108,6 +109,7 @@ class Simulation:
             datagram_size=datagram_size,
             anonymous_id=anonymous_id,
             congestion=congestion,
+            pmtu=pmtu,
         )
         if secret is None:
             sender = Sender(cfg)

@@ -1,0 +1,617 @@
+"""`purelink bench paths`: goodput through emulated network paths (needs root).
+
+Workload (docs/performance.md, section paths): the TUN path emulator of
+bench/pathemu.py between two network namespaces; every path is a 50 Mbit/s
+bottleneck with a 256 KB drop-tail queue and 25 ms of delay in each
+direction (50 ms RTT), plus one impairment, the same in both directions:
+
+    clean, loss 0.1 % / 1 % / 5 %, jitter +-2 ms / +-10 ms (reordering),
+    blackouts (1.5 s dark every 6 s, the first 1 s into the run), MTU 1280 / 1420
+
+Across each path, `--size` MB (default 10) of 1,000-byte records go from
+side A to side B four ways, one after the other:
+
+* Linux TCP BBR and Linux TCP CUBIC (TCP_CONGESTION on the socket): a sender
+  writes the bytes, the receiver reads them all and replies with one byte;
+  timed from the first write to the reply.  Nothing is written to disk.
+* purelink `tcp://` and `udp://`: a `purelink serve --sync batch` in side B
+  (fdatasync before "stored"), a sender in side A that connects, queues
+  every record and waits until all are stored; timed from the first queue to
+  the last told stored.  The store is then read back: every record must be
+  there exactly once, in order.
+
+Reported: payload KB/s (1 KB = 1,000 B) per transport per path, median of
+`--repeat` runs, and udp / BBR.  Every run is bounded by `--run-timeout`; a
+run that does not finish is reported as stalled with what it moved by then.
+The router's own figures (how late it released packets, its CPU) are in the
+JSON.  A full default run also draws docs/paths.png (`--plot` elsewhere).
+
+`--torture` runs the target "10 % loss, 5 % duplicates, 20 ms jitter, 1.5 s
+blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
+20 KB) stored exactly once in under 60 s" for purelink udp:// and tcp://.
+
+    purelink bench paths                       # the whole matrix, ~10 minutes
+    purelink bench paths --paths clean,loss-1% --size 2 --repeat 1
+    purelink bench paths --torture
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ._common import Report, base_parser, summarize
+from ._pathmodel import Impairment
+from ._pathpeers import fixed_records, mixed_records
+from .pathemu import CHECKOUT, Emulator, EmulatorError, available, terminate_as_exit
+
+__all__ = ["PATHS", "TRANSPORTS", "main"]
+
+BASE = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024)
+PATHS: dict[str, Impairment] = {
+    "clean": BASE,
+    "loss-0.1%": replace(BASE, loss=0.001),
+    "loss-1%": replace(BASE, loss=0.01),
+    "loss-5%": replace(BASE, loss=0.05),
+    "jitter-2ms": replace(BASE, jitter=0.002),
+    "jitter-10ms": replace(BASE, jitter=0.010),
+    "blackouts": replace(BASE, blackout_every=6.0, blackout_for=1.5, blackout_first=1.0),
+    "mtu-1280": replace(BASE, mtu=1280),
+    "mtu-1420": replace(BASE, mtu=1420),
+}
+"""Each path by name: what each direction does (bench/_pathmodel.py)."""
+TORTURE = replace(
+    BASE,
+    loss=0.10,
+    duplicate=0.05,
+    jitter=0.020,
+    blackout_every=6.0,
+    blackout_for=1.5,
+    blackout_first=1.0,
+)
+TRANSPORTS: dict[str, str] = {
+    "bbr": "Linux TCP BBR",
+    "cubic": "Linux TCP CUBIC",
+    "tcp": "purelink tcp://",
+    "udp": "purelink udp://",
+}
+PORTS = {"udp": 7400, "tcp": 7401, "plain": 7402}
+SERVE_READY = "purelink listening"
+
+
+def _available_cc() -> set[str]:
+    text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    names = set(text.read_text().split()) if text.exists() else set()
+    if "bbr" not in names:
+        subprocess.run(["modprobe", "tcp_bbr"], capture_output=True, timeout=20, check=False)
+        names = set(text.read_text().split()) if text.exists() else names
+    return names
+
+
+class _Serve:
+    """`purelink serve` in side B with a temporary store (udp:// and tcp://)."""
+
+    def __init__(self, emu: Emulator, sync: str) -> None:
+        self.emu = emu
+        self.dir = Path(tempfile.mkdtemp(prefix="purelink-paths-"))
+        host = emu.addresses[1]
+        argv = [
+            sys.executable,
+            "-m",
+            "purelink",
+            "serve",
+            "--data",
+            str(self.dir / "data"),
+            "--udp",
+            f"{host}:{PORTS['udp']}",
+            "--tcp",
+            f"{host}:{PORTS['tcp']}",
+            "--sync",
+            sync,
+            "--insecure",
+        ]
+        self.log = open(self.dir / "serve.log", "wb")  # noqa: SIM115 -- closed in stop()
+        self.proc = subprocess.Popen(
+            emu.command(1, argv),
+            cwd=CHECKOUT,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith(SERVE_READY):
+            self.stop()
+            raise EmulatorError(f"purelink serve did not start in side B: {line.strip()!r}")
+
+    def url(self, transport: str) -> str:
+        return f"{transport}://{self.emu.addresses[1]}:{PORTS[transport]}"
+
+    def read(self, stream: str) -> list[bytes]:
+        import purelink  # noqa: PLC0415
+
+        return [payload for _, payload in purelink.Store(str(self.dir / "data")).read(stream)]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.log.close()
+        import shutil  # noqa: PLC0415
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _peer(emu: Emulator, side: int, *argv: str) -> list[str]:
+    return emu.command(side, [sys.executable, "-m", "bench._pathpeers", *argv])
+
+
+def _json_line(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            result: dict[str, Any] = json.loads(line)
+            return result
+    return {}
+
+
+def _run_sender(emu: Emulator, argv: list[str], limit: float) -> dict[str, Any]:
+    """Run a sender in side A: it connects and says so; then the path's clock
+    (blackouts, counters) restarts and it is told to go; its JSON line back.
+
+    The handshake keeps interpreter start-up and connection set-up out of
+    the measured time and puts the first blackout at the same point of every
+    transfer (1 s after its first byte)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=CHECKOUT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline().strip() if ready else ""
+        if line != "connected":
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            return _json_line(line) or {"ok": False, "error": (err or line).strip()[-300:]}
+        emu.reset()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=limit + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"ok": False, "error": "the sender hung", "elapsed": limit}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return _json_line(out) or {"ok": False, "error": err.strip()[-300:]}
+
+
+def run_plain_tcp(emu: Emulator, cc: str, total: int, record: int, limit: float) -> dict[str, Any]:
+    """One Linux TCP transfer A -> B with congestion control `cc`."""
+    to = f"{emu.addresses[1]}:{PORTS['plain']}"
+    recv = subprocess.Popen(
+        _peer(emu, 1, "tcp-recv", "--bind", to, "--bytes", str(total), "--timeout", str(limit + 5)),
+        cwd=CHECKOUT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert recv.stdout is not None
+    try:
+        if recv.stdout.readline().strip() != "ready":
+            return {"ok": False, "error": "the TCP receiver did not start"}
+        argv = _peer(
+            emu,
+            0,
+            "tcp-send",
+            "--to",
+            to,
+            "--bytes",
+            str(total),
+            "--record",
+            str(record),
+            "--cc",
+            cc,
+            "--timeout",
+            str(limit),
+        )
+        result = _run_sender(emu, argv, limit)
+        router = emu.stats()
+        if recv.poll() is None:
+            recv.send_signal(signal.SIGTERM)
+        out, _ = recv.communicate(timeout=30)
+        result.update(moved=_json_line(out).get("received", 0), router=router)
+        return result
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+        recv.stdout.close()
+
+
+def run_purelink(
+    emu: Emulator,
+    serve: _Serve,
+    transport: str,
+    stream: str,
+    records: list[bytes],
+    limit: float,
+    sender_args: Sequence[str],
+) -> dict[str, Any]:
+    """One purelink transfer A -> B; then the stream is read back and compared."""
+    argv = _peer(
+        emu,
+        0,
+        "purelink-send",
+        "--url",
+        serve.url(transport),
+        "--stream",
+        stream,
+        "--records",
+        str(len(records)),
+        "--timeout",
+        str(limit),
+        *sender_args,
+    )
+    result = _run_sender(emu, argv, limit)
+    result["router"] = emu.stats()
+    stored = serve.read(stream)
+    result["exactly_once"] = stored == records
+    # what is there so far is the records' start, each once and byte-exact
+    result["intact"] = stored == records[: len(stored)]
+    result["in_store"] = len(stored)
+    result["moved"] = sum(map(len, records[: int(result.get("stored") or 0)]))
+    return result
+
+
+def _rate(result: dict[str, Any], total: int) -> float:
+    """Payload KB/s of a run: all of it over the time if it finished, else what moved."""
+    elapsed = float(result.get("elapsed") or 0.0)
+    if not elapsed:
+        return 0.0
+    moved = total if result.get("ok") else int(result.get("moved") or 0)
+    return moved / elapsed / 1000.0
+
+
+def _stall_note(path: str, transport: str, result: dict[str, Any], total: int) -> str:
+    why = result.get("error") or "did not finish"
+    return (
+        f"{path} {TRANSPORTS[transport]}: stalled ({why}): "
+        f"{int(result.get('moved') or 0) / 1e6:.2f} of {total / 1e6:.2f} MB "
+        f"in {float(result.get('elapsed') or 0):.0f} s"
+    )
+
+
+def run_matrix(args: Any, report: Report, transports: list[str]) -> None:
+    count = max(1, int(args.size * 1e6) // args.record_size)
+    total = count * args.record_size
+    records = fixed_records(count, args.record_size)
+    sender_args = ["--size", str(args.record_size)]
+    if args.congestion:
+        sender_args += ["--congestion", args.congestion]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    with Emulator() as emu:
+        report.parameters["tcp_default_cc"] = _netns_default_cc(emu)
+        for rep in range(args.repeat):
+            for path in args.paths:
+                emu.set(PATHS[path], seed=rep + 1)
+                serve = _Serve(emu, args.sync) if {"tcp", "udp"} & set(transports) else None
+                try:
+                    for transport in transports:
+                        if transport in ("tcp", "udp"):
+                            assert serve is not None
+                            result = run_purelink(
+                                emu,
+                                serve,
+                                transport,
+                                f"{transport}-{rep}",
+                                records,
+                                args.run_timeout,
+                                sender_args,
+                            )
+                        else:
+                            result = run_plain_tcp(
+                                emu, transport, total, args.record_size, args.run_timeout
+                            )
+                        result["kbps"] = _rate(result, total)
+                        runs.setdefault((path, transport), []).append(result)
+                        _progress(args, path, transport, result)
+                        time.sleep(0.2)  # let stragglers of the last run drain
+                finally:
+                    if serve is not None:
+                        serve.stop()
+    _tabulate(args, report, transports, runs, total)
+
+
+def _progress(args: Any, path: str, transport: str, result: dict[str, Any]) -> None:
+    if not args.quiet:
+        late = result.get("router", {}).get("late_us", {})
+        print(
+            f"  .. {path:<12} {TRANSPORTS[transport]:<16} {result['kbps']:>8,.0f} KB/s"
+            f"{'' if result.get('ok') else '  (stalled)'}"
+            f"  router late p99 {late.get('p99', 0):,.0f} us",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _tabulate(
+    args: Any,
+    report: Report,
+    transports: list[str],
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    total: int,
+) -> None:
+    lates: list[float] = []
+    cpus: list[float] = []
+    for path in args.paths:
+        row: dict[str, Any] = {"path": path}
+        stalled = []
+        for transport in transports:
+            results = runs[(path, transport)]
+            row[TRANSPORTS[transport]] = summarize((r["kbps"] for r in results), "KB/s")
+            for r in results:
+                if not r.get("ok"):
+                    stalled.append(transport)
+                    report.notes.append(_stall_note(path, transport, r, total))
+                if transport in ("tcp", "udp") and r.get("ok") and not r.get("exactly_once"):
+                    report.notes.append(
+                        f"{path} {TRANSPORTS[transport]}: NOT stored exactly "
+                        f"once ({r.get('in_store')} records in the stream)"
+                    )
+                router = r.get("router", {})
+                lates.append(router.get("late_us", {}).get("p99", 0.0))
+                cpus.append(router.get("cpu_share", 0.0))
+        if "udp" in transports and "bbr" in transports:
+            row["udp/BBR"] = row[TRANSPORTS["udp"]].median / max(
+                row[TRANSPORTS["bbr"]].median, 1e-9
+            )
+        row["stalled"] = ",".join(sorted(set(stalled))) or "-"
+        report.add(**row)
+    report.extra["runs"] = [
+        {"path": p, "transport": t, **r} for (p, t), rs in runs.items() for r in rs
+    ]
+    if lates:
+        report.notes.append(
+            f"router: release lateness p99 per run, median {sorted(lates)[len(lates) // 2]:,.0f} us"
+            f" (worst {max(lates):,.0f} us); CPU {100 * max(cpus):.0f} % of a core at most"
+        )
+    udp = [r[TRANSPORTS["udp"]].median for r in report.rows if TRANSPORTS["udp"] in r]
+    if "udp" in transports and "bbr" in transports:
+        met = all(r["udp/BBR"] >= 1.0 for r in report.rows)
+        report.notes.append(
+            f"target udp:// >= 1.0x Linux TCP BBR on every path: {'met' if met else 'not met'}"
+        )
+    if udp and "clean" in args.paths:
+        report.notes.append("bottleneck: 50 Mbit/s of IP packets = 6,250 KB/s")
+
+
+def run_torture(args: Any, report: Report, transports: list[str]) -> None:
+    records = mixed_records(args.records, seed=14)
+    total = sum(map(len, records))
+    report.parameters.update(records=len(records), mb=round(total / 1e6, 1), target_s=60)
+    with Emulator(TORTURE) as emu:
+        report.parameters["tcp_default_cc"] = _netns_default_cc(emu)
+        serve = _Serve(emu, args.sync)
+        try:
+            for transport in transports:
+                result = run_purelink(
+                    emu,
+                    serve,
+                    transport,
+                    f"torture-{transport}",
+                    records,
+                    args.run_timeout,
+                    [
+                        "--mixed",
+                        "14",
+                        *(["--congestion", args.congestion] if args.congestion else []),
+                    ],
+                )
+                fwd = result["router"]["forward"]
+                report.add(
+                    transport=TRANSPORTS[transport],
+                    records=len(records),
+                    seconds=round(float(result.get("elapsed") or 0), 2),
+                    stored=int(result.get("stored") or 0),
+                    exactly_once=bool(result.get("exactly_once")),
+                    stored_intact=bool(result.get("intact")),
+                    under_60_s=bool(result.get("ok")) and float(result["elapsed"]) < 60,
+                    lost=fwd["lost"],
+                    duplicated=fwd["duplicated"],
+                    blackout_drops=fwd["blackout_drops"],
+                )
+                report.extra.setdefault("runs", []).append({"transport": transport, **result})
+        finally:
+            serve.stop()
+    report.notes.append(
+        "path: 50 Mbit/s, 256 KB queue, 25 ms +-20 ms each way, 10 % loss, "
+        "5 % duplicates, 1.5 s dark every 6 s (both directions)"
+    )
+
+
+def _parse(argv: Sequence[str]) -> Any:
+    parser = base_parser("paths", "goodput through emulated paths (TUN + netns; root)", repeat=1)
+    parser.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help=f"comma-separated paths (default all: {', '.join(PATHS)})",
+    )
+    parser.add_argument(
+        "--transports",
+        default=None,
+        help="comma-separated of bbr,cubic,tcp,udp (default all; --torture: udp,tcp)",
+    )
+    parser.add_argument("--size", type=float, default=10.0, help="MB per run (default 10)")
+    parser.add_argument("--record-size", type=int, default=1000, metavar="B")
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="bound on each run (default 120 s; --torture 180 s)",
+    )
+    parser.add_argument("--sync", default="batch", choices=("batch", "always", "none"))
+    parser.add_argument("--congestion", default=None, help="passed to purelink.connect")
+    parser.add_argument("--torture", action="store_true", help="the exactly-once torture run")
+    parser.add_argument("--records", type=int, default=30_000, help="--torture: records")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="PNG",
+        help="draw the plot here (default docs/paths.png on a full default run)",
+    )
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="do not measure: print the table (and --plot) of a --json run",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = parser.parse_args(list(argv))
+    args.paths = [p for p in args.paths.split(",") if p]
+    unknown = [p for p in args.paths if p not in PATHS]
+    if unknown:
+        parser.error(f"unknown path {unknown[0]!r} (choose from {', '.join(PATHS)})")
+    default_t = "udp,tcp" if args.torture else ",".join(TRANSPORTS)
+    args.transports = [t for t in (args.transports or default_t).split(",") if t]
+    bad = [t for t in args.transports if t not in TRANSPORTS]
+    if bad or not args.transports:
+        parser.error(f"unknown transport {bad[0] if bad else ''!r} (choose from bbr,cubic,tcp,udp)")
+    if args.torture and set(args.transports) - {"tcp", "udp"}:
+        parser.error("--torture runs purelink only: --transports udp,tcp")
+    if args.size <= 0 or args.repeat < 1 or args.record_size < 8 or args.records < 1:
+        parser.error("--size, --repeat, --records must be positive and --record-size >= 8")
+    if args.run_timeout is None:
+        args.run_timeout = 180.0 if args.torture else 120.0
+    full = args.paths == list(PATHS) and args.transports == list(TRANSPORTS)
+    if args.plot is None and not args.no_plot and full and not args.torture and args.size == 10:
+        args.plot = CHECKOUT / "docs" / "paths.png"
+    return args
+
+
+def _from_json(args: Any) -> int:
+    """Print the table (and draw --plot) of an earlier `--json` run, without measuring."""
+    saved = json.loads(args.from_json.read_text())
+    report = Report("paths", saved["title"], environment=saved["environment"])
+    report.parameters.update(saved["parameters"])
+    report.notes.extend(saved["notes"])
+    labels = {label: name for name, label in TRANSPORTS.items()}
+    transports = []
+    for row in saved["rows"]:
+        cells = {
+            k: summarize(v["runs"], v.get("unit", "")) if isinstance(v, dict) else v
+            for k, v in row.items()
+        }
+        report.add(**cells)
+        transports = [labels[k] for k in row if k in labels]
+    if args.plot is not None:
+        from ._pathplot import plot  # noqa: PLC0415 -- matplotlib only when plotting
+
+        plot(report, args.plot, transports)
+    report.emit(args.json)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.from_json is not None:
+        return _from_json(args)
+    reason = available()
+    if reason is not None:
+        print(f"purelink bench paths: cannot run: {reason}", file=sys.stderr)
+        return 1
+    transports = list(args.transports)
+    cc = _available_cc()
+    missing = [t for t in transports if t in ("bbr", "cubic") and t not in cc]
+    for t in missing:
+        print(
+            f"purelink bench paths: {TRANSPORTS[t]} is not available in this kernel "
+            f"(tcp_available_congestion_control: {' '.join(sorted(cc))}); left out",
+            file=sys.stderr,
+        )
+        transports.remove(t)
+    if not transports:
+        return 1
+    title = (
+        "exactly once through 10 % loss, 5 % duplicates, 20 ms jitter, blackouts"
+        if args.torture
+        else "payload KB/s through emulated 50 Mbit/s, 50 ms RTT paths"
+    )
+    report = Report("paths", title)
+    report.parameters.update(
+        size_mb=args.size,
+        record_size=args.record_size,
+        repeat=args.repeat,
+        run_timeout_s=args.run_timeout,
+        sync=args.sync,
+        congestion=args.congestion or "default",
+        left_out=",".join(missing) or "-",
+    )
+    try:
+        with terminate_as_exit():
+            if args.torture:
+                report.benchmark = "paths --torture"
+                run_torture(args, report, transports)
+            else:
+                run_matrix(args, report, transports)
+    except EmulatorError as exc:
+        print(f"purelink bench paths: {exc}", file=sys.stderr)
+        return 1
+    if args.plot is not None and not args.torture and not args.no_plot:
+        from ._pathplot import plot  # noqa: PLC0415 -- matplotlib only when plotting
+
+        plot(report, args.plot, transports)
+        report.notes.append(f"plot: {args.plot}")
+    report.emit(args.json)
+    return 0
+
+
+def _netns_default_cc(emu: Emulator) -> str:
+    """The congestion control a socket in side A gets unless it asks (purelink tcp://)."""
+    done = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            emu.namespaces[0],
+            "cat",
+            "/proc/sys/net/ipv4/tcp_congestion_control",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
