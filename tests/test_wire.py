@@ -19,6 +19,7 @@ from crc32c import crc32c
 
 from purelink.errors import ProtocolError
 from purelink.protocol import wire
+from purelink.protocol.pmtu import BASE
 from purelink.protocol.wire import (
     Accept,
     Ack,
@@ -568,6 +569,25 @@ def test_golden_datagrams(key: bytes | None) -> None:
     assert wire.encode_mtu_ack(MTU_ACK, key) == seal(10, cid, struct.pack("<IQH", 4, 11, 1392), key)
     assert wire.encode_close(cid, 4, key) == seal(8, cid, struct.pack("<I", 4), key)
     assert wire.encode_refuse(REFUSE_FENCED, key) == seal(9, cid, struct.pack("<QIB", 0, 4, 1), key)
+
+
+def test_the_largest_ack_fits_the_base_datagram() -> None:
+    """32 ranges, fragment entries filling the listener's fragment room, and 8
+    duplicates: an ACK no larger than 1,200 bytes, sealed (pmtu.BASE)."""
+    from purelink.protocol import receiver  # noqa: PLC0415
+
+    ranges = tuple((2000 + 4 * i, 2001 + 4 * i) for i in range(receiver.MAX_ACK_RANGES))
+    frags = []
+    room = receiver.FRAGMENT_ROOM
+    seq = 1004
+    while room >= 9 + 8:
+        n = min(receiver.MAX_FRAGMENT_SPANS, (room - 9) // 8)
+        frags.append((seq, tuple((100 * j, 100 * j + 50) for j in range(n))))
+        room -= 9 + 8 * n
+        seq += 1
+    dups = tuple(range(10, 10 + receiver.MAX_ACK_DUPLICATES))
+    ack = Ack(0xDEADBEEF, 4, 1000, 1003, 1 << 20, 99, 250, ranges, tuple(frags), dups)
+    assert len(wire.encode_ack(ack, KEY)) <= BASE
 
 
 def test_constants() -> None:

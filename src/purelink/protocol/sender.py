@@ -487,13 +487,20 @@ class Sender:
         again (its answer shows what else was lost), else a bare PROBE."""
         flight = self.flight
         f = next(reversed(flight.flights.values()), None)
+        out: list[bytes] = []
         if f is not None:
             flight.remove(f)
             if f.last > self._received:
-                return self._resend(f, now, False)
+                out = self._resend(f, now, False)
+                pmtu = self._pmtu
+                if out and (pmtu is None or max(map(len, out)) <= pmtu.base):
+                    return out
+                # and a bare PROBE, which passes a path that shrank: its answer
+                # shows the large ones lost, which path MTU discovery needs to see
         self._pn += 1
         flight.probes[self._pn] = now
-        return [wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key)]
+        out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key))
+        return out
 
     def _on_accept(self, msg: wire.Accept, now: float) -> None:
         if msg.stored < self.stored:
