@@ -40,8 +40,8 @@ Invariants:
   acked or lost (aioquic's packet_builder/recovery); retransmissions resend
   the same batch bytes under a new packet number, so RTT samples are never
   ambiguous;
-* bytes in flight change in `_sent` and `_remove` only (and are zeroed with
-  the flights when a session starts or ends);
+* bytes in flight change in the ledger's `sent` and `remove` only
+  (recovery.py; zeroed with the flights when a session starts or ends);
 * a timer is armed only while something is unstored or a handshake runs: an
   idle link sleeps.  A pacing deadline is a timer only while something is
   waiting to go out and the window has room.
