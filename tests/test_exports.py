@@ -99,6 +99,7 @@ def test_connect_signature() -> None:
             "secret": None,
             "key_id": None,
             "on_stored": None,
+            "congestion": "bbr",
         },
         required=("stream",),
     )

@@ -223,6 +223,10 @@ class Ack:
     """Inclusive seq ranges above `received` that are held (out of order)."""
     fragments: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
     """For partly reassembled large records: (seq, ((start, end), ...)) byte ranges held."""
+    duplicates: tuple[int, ...] = ()
+    """Packet numbers of datagrams received since the previous answer that brought
+    nothing new (every record in them was already received or held), at most 8:
+    a retransmission named here proves that the loss it repaired was spurious."""
 
 
 @dataclass(frozen=True, slots=True)
