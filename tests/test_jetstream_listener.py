@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -240,3 +241,63 @@ def test_bad_or_unreachable_cluster_urls_are_one_line(
     assert done.returncode == code, done.stderr
     assert says in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _serve(cluster: NatsCluster) -> tuple[subprocess.Popen[str], str]:
+    """A `purelink serve` process on the cluster; (process, its udp:// URL)."""
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "purelink", "serve", "--data", cluster.urls, "--udp", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert serve.stdout is not None
+    ready = serve.stdout.readline()
+    assert ready.startswith("purelink listening udp="), serve.stderr.read() if serve.stderr else ""
+    return serve, "udp://" + ready.split("udp=")[1].split()[0]
+
+
+@pytest.mark.parametrize("producer", [None, "api-9"])
+def test_a_link_fails_over_to_another_listener_exactly_once(
+    cluster: NatsCluster, producer: str | None
+) -> None:
+    """SIGKILL the listener a link is on: it moves to the next of its URLs, which
+    learns the producer's stored seq from the cluster; nothing lost or repeated."""
+    stream = f"failover-{producer or 'anon'}"
+    a, url_a = _serve(cluster)
+    b, url_b = _serve(cluster)
+    records = [b"f%06d" % i for i in range(20_000)]
+    try:
+        with purelink.connect(f"{url_a},{url_b}", stream=stream, producer=producer) as link:
+            for r in records[:10_000]:
+                link.queue(r)
+            assert link.wait_stored(timeout=60)
+            for r in records[10_000:15_000]:
+                link.queue(r)
+            a.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            for r in records[15_000:]:
+                link.queue(r)
+            assert link.wait_stored(timeout=60)
+            took = time.monotonic() - killed
+            assert link._failovers >= 1
+            assert took < 10, f"failover took {took:.1f} s"
+    finally:
+        a.kill()
+        b.send_signal(signal.SIGTERM)
+        b.communicate(timeout=30)
+        a.communicate(timeout=30)
+    assert read_all(cluster, stream) == list(zip(range(1, 20_001), records, strict=True))
+
+
+def test_a_link_whose_first_listener_is_down_connects_to_the_next(cluster: NatsCluster) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"udp://127.0.0.1:{s.getsockname()[1]}"  # bound, never answers
+        with listener(cluster) as lst:
+            start = time.monotonic()
+            with purelink.connect(f"{dead},{url(lst)}", stream="first-down", timeout=10) as link:
+                assert time.monotonic() - start < 5
+                link.queue(b"one")
+                assert link.wait_stored(timeout=30)
+    assert read_all(cluster, "first-down") == [(1, b"one")]

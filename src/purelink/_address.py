@@ -40,6 +40,14 @@ def parse_url(url: str) -> tuple[str, str, int]:
     return scheme, host, port
 
 
+def parse_urls(url: str) -> list[tuple[str, str, int]]:
+    """'udp://a:7400,udp://b:7400' (listeners tried in order) -> [(scheme, host, port), ...]."""
+    targets = [parse_url(part.strip()) for part in url.split(",")]
+    if not targets:
+        raise ValueError(f"bad URL {url!r}: no listener in it")
+    return targets
+
+
 def format_hostport(host: str, port: int) -> str:
     """(host, port) -> 'host:port', bracketing IPv6."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

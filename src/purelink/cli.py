@@ -94,7 +94,7 @@ def _bind_address(text: str) -> str | None:
 def _url(text: str) -> str:
     """send's URL: udp://HOST:PORT or tcp://HOST:PORT (IPv6 as [ADDR])."""
     try:
-        _address.parse_url(text)
+        _address.parse_urls(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

@@ -46,7 +46,7 @@ from .primitives.parker import Parker
 from .primitives.wakeup import Wakeup
 from .protocol.congestion import NAMES as CONGESTION
 from .protocol.sender import Sender, SenderConfig, SenderState
-from .transport import TcpTransport, Transport, UdpTransport
+from .transport import Transport
 
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect"]
 
@@ -78,7 +78,14 @@ class Link(LinkThread):
         close_timeout: float | None = CLOSE_TIMEOUT,
         congestion: str = "bbr",
     ) -> None:
-        scheme, host, port = _address.parse_url(url)
+        self._targets = _address.parse_urls(url)  # several: tried in order (failover)
+        self._at = 0  # which of the targets the link is on
+        self._failovers = 0
+        self._sock_fd = -1
+        self._trying_since = 0.0
+        self._sending_since = 0.0  # since when datagrams are in flight (0: none)
+        self._heard = 0.0  # when the listener last sent anything
+        scheme, host, port = self._targets[0]
         if congestion not in CONGESTION:
             raise ValueError(f"congestion must be one of {', '.join(CONGESTION)}")
         check_arguments(
@@ -111,9 +118,7 @@ class Link(LinkThread):
         # inside sees, counts and sizes datagrams that much smaller
         self._sealing = datagram_size - self._sender.config.datagram_size
         try:
-            self._transport: Transport = (
-                UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
-            )
+            self._transport: Transport = self._make_transport(scheme, host, port)
         except OSError as exc:
             raise ConnectError(f"cannot reach {url}: {exc}") from None
         self._wakeup = Wakeup()

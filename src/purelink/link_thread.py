@@ -31,7 +31,7 @@ from .primitives.parker import Parker
 from .primitives.wakeup import Wakeup
 from .protocol import events
 from .protocol.sender import Sender, SenderState
-from .transport import Transport
+from .transport import TcpTransport, Transport, UdpTransport
 
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "MAX_RECORD", "SMALL", "LinkThread"]
 
@@ -49,6 +49,17 @@ held the GIL for long is not taken for an interrupted writer.  A signal
 handler that calls close() in the thread it interrupted inside queue() waits
 this long, then gets the LinkError."""
 HOLE_RECHECK: Final = 0.1
+FAILOVER_SILENCE: Final = 1.0
+"""Seconds of silence from the listener, with datagrams in flight, after which
+a link given several listeners moves on to the next even though its session
+is still open (the listener died with the session: the link would otherwise
+retransmit into the void until its own silence timeout)."""
+FAILOVER_AFTER: Final = 0.75
+"""Seconds a link given several listeners waits for an answer from the one it
+is trying (a new session, or a handshake after it lost one) before it moves
+on to the next: the listener may have died.  Each HELLO retransmission comes
+at most a second after the last (the sender's backoff), so a failover takes
+about FAILOVER_AFTER + one handshake."""
 SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 MAX_RECORD: Final = 16 << 20
 
@@ -69,6 +80,13 @@ class LinkThread:
     producer: str | None
     _sender: Sender
     _transport: Transport
+    _targets: list[tuple[str, str, int]]
+    _at: int
+    _failovers: int
+    _sock_fd: int
+    _trying_since: float
+    _sending_since: float
+    _heard: float
     _wakeup: Wakeup
     _parker: Parker
     _connected: threading.Event
@@ -154,8 +172,10 @@ class LinkThread:
         sender = self._sender
         wakeup = self._wakeup
         ep = select.epoll()
-        sock_fd = self._transport.fileno()
-        ep.register(sock_fd, select.EPOLLIN)
+        self._sock_fd = self._transport.fileno()
+        ep.register(self._sock_fd, select.EPOLLIN)
+        self._trying_since = 0.0  # set by the first datagram to the listener tried
+        monotonic_now = time.monotonic()
         ep.register(wakeup.fileno(), select.EPOLLIN)
         monotonic = time.monotonic
         open_ = SenderState.OPEN
@@ -169,7 +189,7 @@ class LinkThread:
             `armed`: one of the two sees the other, so a stop is never slept through."""
             return self._stop or (has(self._gens, self._taken + 1) and sender.state == open_)
 
-        sender.connect(monotonic())
+        sender.connect(monotonic_now)
         try:
             while not self._stop:
                 wakeup.begin_look()
@@ -186,6 +206,8 @@ class LinkThread:
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
                     break
+                if len(self._targets) > 1 and self._should_fail_over(now):
+                    self._failover(ep, now)
                 now = monotonic()
                 resume = sender.resume_time(now) if not self._stop else None
                 if resume is not None:
@@ -195,7 +217,7 @@ class LinkThread:
                     ready = ep.poll(resume - now)
                     now = monotonic()
                     for fd, _ in ready:
-                        if fd == sock_fd:
+                        if fd == self._sock_fd:
                             self._receive(now)
                         else:
                             wakeup.after_wake(has_next)
@@ -213,13 +235,17 @@ class LinkThread:
                 if self._hole_since and sender.state == open_:  # look again soon: its
                     # writer may store it yet (not while reconnecting: no take then)
                     timeout = HOLE_RECHECK if timeout < 0 else min(timeout, HOLE_RECHECK)
+                if len(self._targets) > 1 and sender.in_flight:  # look at the silence
+                    timeout = (
+                        FAILOVER_SILENCE / 4 if timeout < 0 else min(timeout, FAILOVER_SILENCE / 4)
+                    )
                 self._sleeps += 1
                 ready = ep.poll(timeout)
                 self._timed_out = not ready
                 wakeup.after_wake(has_next)
                 now = monotonic()
                 for fd, _ in ready:
-                    if fd == sock_fd:
+                    if fd == self._sock_fd:
                         self._receive(now)
                 sender.handle_timer(now)
             if self._closing and sender.state == SenderState.OPEN:
@@ -281,18 +307,68 @@ class LinkThread:
     def _send(self, datagrams: list[bytes]) -> None:
         transport = self._transport
         transport.send(datagrams)
+        if not self._trying_since:
+            self._trying_since = time.monotonic()
         if transport.too_large:  # EMSGSIZE: the path is smaller than these
             now = time.monotonic()
             for size in transport.too_large:  # as sent, sealed: the sender's own size
                 self._sender.on_send_error(size - self._sealing, now)
             transport.too_large.clear()
 
+    def _should_fail_over(self, now: float) -> bool:
+        """Whether the listener tried now looks dead: no handshake answered for
+        FAILOVER_AFTER, or an open session silent for FAILOVER_SILENCE with
+        datagrams in flight (silence counted from when the first of them went)."""
+        sender = self._sender
+        if sender.state != SenderState.OPEN:
+            # counted from the first datagram this listener was sent (a HELLO may
+            # wait out the handshake's backoff after a move)
+            return bool(self._trying_since) and now - self._trying_since >= FAILOVER_AFTER
+        if not sender.in_flight:
+            self._sending_since = 0.0
+            return False
+        if not self._sending_since:
+            self._sending_since = now
+        return now - max(self._heard, self._sending_since) >= FAILOVER_SILENCE
+
+    def _failover(self, ep: select.epoll, now: float) -> None:
+        """No answer from this listener for FAILOVER_AFTER: try the next one of the
+        link's URL.  Listeners that share a JetStream cluster know the producer's
+        stored seq (docs/jetstream.md), so the new one resumes it exactly."""
+        old = self._transport
+        self._at = (self._at + 1) % len(self._targets)
+        scheme, host, port = self._targets[self._at]
+        try:
+            new = self._make_transport(scheme, host, port)
+        except OSError as exc:  # e.g. no route to it: the next one, next time
+            log.info("link %s: cannot reach %s:%d: %s", self.url, host, port, exc)
+            self._trying_since = now  # the next one, FAILOVER_AFTER from now
+            return
+        ep.unregister(self._sock_fd)
+        old.close()
+        self._transport = new
+        self._sock_fd = new.fileno()
+        ep.register(self._sock_fd, select.EPOLLIN)
+        self._trying_since = 0.0
+        self._sending_since = 0.0
+        self._failovers += 1
+        log.info("link %s: no answer; trying %s://%s:%d", self.url, scheme, host, port)
+        self._sender.reset_session(now, "failover")
+
+    def _make_transport(self, scheme: str, host: str, port: int) -> Transport:
+        return UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
+
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram
         transport = self._transport
-        transport.receive(lambda data: receive(data, now))
+
+        def heard(data: bytes | memoryview) -> None:
+            self._heard = now
+            receive(data, now)
+
+        transport.receive(heard)
         if transport.broken:
-            if transport.refused and not self._connected.is_set():
+            if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
                 # nothing listens there: say so now, not after the handshake timeout
                 self._error = ConnectError("connection refused")
                 self._stop = True
@@ -327,6 +403,7 @@ class LinkThread:
                     self._set_limits()
                     advanced = True
             elif isinstance(ev, events.Reconnecting):
+                self._trying_since = 0.0
                 self._transport.reset()
                 log.info("link %s: session lost (%s); reconnecting", self.url, ev.reason)
             elif isinstance(ev, events.Fenced):

@@ -166,7 +166,7 @@ class LinkHandler(logging.Handler):
         timeout: float = 5.0,
     ) -> None:
         super().__init__(level)
-        _address.parse_url(url)  # bad ones raise ValueError here, not on a thread later
+        _address.parse_urls(url)  # bad ones raise ValueError here, not on a thread later
         validate_stream_name(stream)
         if capacity < 1 or capacity_bytes < 1:
             raise ValueError("capacity and capacity_bytes must be positive")
