@@ -1,4 +1,4 @@
-"""The wire format, tested three ways (STYLE practice 11): whole, byte by byte,
+"""The wire format, tested three ways: whole, byte by byte,
 and with trailing junk; plus every single-bit flip, the MAC rule, and golden
 bytes built by hand from the tables in docs/wire.md.
 
@@ -19,6 +19,7 @@ from crc32c import crc32c
 
 from purelink.errors import ProtocolError
 from purelink.protocol import wire
+from purelink.protocol.pmtu import BASE
 from purelink.protocol.wire import (
     Accept,
     Ack,
@@ -134,6 +135,7 @@ ACK_FULL = Ack(
     250,
     ((1005, 1009), (1011, 1011)),
     ((1004, ((0, 1344), (2688, 4032))), (1010, ((1344, 2688),))),
+    (97, 98),
 )
 REFUSE_HELLO = Refuse(0, 9, 0, RefuseReason.BAD_STREAM)
 REFUSE_FENCED = Refuse(0xDEADBEEF, 0, 4, RefuseReason.FENCED)
@@ -554,8 +556,11 @@ def test_golden_datagrams(key: bytes | None) -> None:
         + struct.pack("<II", 2688, 4032)
         + struct.pack("<QB", 1010, 1)
         + struct.pack("<II", 1344, 2688)
+        + struct.pack("<BQQ", 2, 97, 98)  # the duplicates: pns received twice
     )
     assert wire.encode_ack(ACK_FULL, key) == seal(6, cid, ack_body, key)
+    plain_body = struct.pack("<IQQIQIBBB", 4, 1000, 1003, 4 << 20, 99, 250, 0, 0, 0)
+    assert wire.encode_ack(ACK_PLAIN, key) == seal(6, cid, plain_body, key)
     assert wire.encode_probe(cid, 10, 4, key) == seal(7, cid, struct.pack("<QI", 10, 4), key)
     mac = 16 if key is not None else 0
     padded_probe = seal(7, cid, struct.pack("<QI", 11, 4) + bytes(300 - 24 - mac), key)
@@ -564,6 +569,25 @@ def test_golden_datagrams(key: bytes | None) -> None:
     assert wire.encode_mtu_ack(MTU_ACK, key) == seal(10, cid, struct.pack("<IQH", 4, 11, 1392), key)
     assert wire.encode_close(cid, 4, key) == seal(8, cid, struct.pack("<I", 4), key)
     assert wire.encode_refuse(REFUSE_FENCED, key) == seal(9, cid, struct.pack("<QIB", 0, 4, 1), key)
+
+
+def test_the_largest_ack_fits_the_base_datagram() -> None:
+    """32 ranges, fragment entries filling the listener's fragment room, and 8
+    duplicates: an ACK no larger than 1,200 bytes, sealed (pmtu.BASE)."""
+    from purelink.protocol import receiver  # noqa: PLC0415
+
+    ranges = tuple((2000 + 4 * i, 2001 + 4 * i) for i in range(receiver.MAX_ACK_RANGES))
+    frags = []
+    room = receiver.FRAGMENT_ROOM
+    seq = 1004
+    while room >= 9 + 8:
+        n = min(receiver.MAX_FRAGMENT_SPANS, (room - 9) // 8)
+        frags.append((seq, tuple((100 * j, 100 * j + 50) for j in range(n))))
+        room -= 9 + 8 * n
+        seq += 1
+    dups = tuple(range(10, 10 + receiver.MAX_ACK_DUPLICATES))
+    ack = Ack(0xDEADBEEF, 4, 1000, 1003, 1 << 20, 99, 250, ranges, tuple(frags), dups)
+    assert len(wire.encode_ack(ack, KEY)) <= BASE
 
 
 def test_constants() -> None:

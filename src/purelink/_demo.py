@@ -1,4 +1,4 @@
-"""`purelink demo`: the product's main job in one command (SPEC sections 4 and 10).
+"""`purelink demo`: the product's main job in one command (the README's set-up).
 
 Why it exists: `pip install . && purelink demo` is how a new machine proves
 the whole path works and how fast it is.  The demo does what a user would:

@@ -1,11 +1,11 @@
-"""The `purelink` command: serve, send, read, tail, streams, demo, bench (SPEC section 4).
+"""The `purelink` command: serve, send, read, tail, streams, demo, bench (README: Command line).
 
 Why it exists: the command line is the product's public face for people who
-do not write Python against it, and for the one-command demo of SPEC section
-10.  It is a thin shell over the public API of SPEC section 3; it holds no
-protocol or storage logic of its own.
+do not write Python against it, and for the one-command demo.  It is a thin
+shell over the public API (the README's Python API); it holds no protocol or
+storage logic of its own.
 
-Exit codes, for every verb (SPEC section 4):
+Exit codes, for every verb (the README's command line):
 
 * 0   success;
 * 1   the operation failed: an unreachable listener (`ConnectError`), any other
@@ -67,7 +67,7 @@ __all__ = ["main"]
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit code 2.
 
-    argparse's own `error` prints the whole usage block first; SPEC section 4
+    argparse's own `error` prints the whole usage block first; the README's command line
     wants one line.  Sub-parsers inherit this class (argparse creates them with
     `type(parent)`), so every verb behaves the same.
     """
@@ -552,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="remove segments whose last record is older than this (default: keep all)",
     )
-    # limits (SPEC section 7; docs/security.md): each one counted in stats().dropped when hit
+    # limits (docs/security.md): each one counted in stats().dropped when hit
     # (the upper bounds: what the wire carries -- a u32 max_record and window -- or
     # more than any machine has; past them a value is a typo, refused here)
     for flag, default, high, text in (

@@ -44,6 +44,7 @@ from .link_parts import LinkStats, check_arguments
 from .link_thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread
 from .primitives.parker import Parker
 from .primitives.wakeup import Wakeup
+from .protocol.congestion import NAMES as CONGESTION
 from .protocol.sender import Sender, SenderConfig, SenderState
 from .transport import TcpTransport, Transport, UdpTransport
 
@@ -75,8 +76,11 @@ class Link(LinkThread):
         on_stored: Callable[[int], Any] | None = None,
         *,
         close_timeout: float | None = CLOSE_TIMEOUT,
+        congestion: str = "bbr",
     ) -> None:
         scheme, host, port = _address.parse_url(url)
+        if congestion not in CONGESTION:
+            raise ValueError(f"congestion must be one of {', '.join(CONGESTION)}")
         check_arguments(
             stream, producer, capacity, capacity_bytes, timeout, secret, key_id, close_timeout
         )
@@ -94,6 +98,8 @@ class Link(LinkThread):
             # TCP never loses a HELLO (a broken connection starts a new one at
             # once): retrying it early only makes a busy listener busier
             handshake_rto=0.1 if scheme == "udp" else 1.0,
+            # over TCP the kernel's own congestion control paces the bytes
+            congestion=congestion if scheme == "udp" else "newreno",
         )
         if secret is None:
             self._sender = Sender(config)
@@ -418,8 +424,12 @@ def connect(
     on_stored: Callable[[int], Any] | None = None,
     *,
     close_timeout: float | None = CLOSE_TIMEOUT,
+    congestion: str = "bbr",
 ) -> Link:
     """Open a link to a listener and return once the handshake is done.
+
+    `congestion` is the window policy of a UDP link: "bbr" (paced, the
+    default) or "newreno"; a TCP link leaves it to the kernel.
 
     Raises ConnectError if the listener does not answer within `timeout`
     seconds, refuses the link or refuses the connection (tcp://); ValueError
@@ -440,6 +450,7 @@ def connect(
         key_id=key_id,
         on_stored=on_stored,
         close_timeout=close_timeout,
+        congestion=congestion,
     )
     link._start()
     return link

@@ -186,6 +186,21 @@ class LinkThread:
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
                     break
+                now = monotonic()
+                resume = sender.resume_time(now) if not self._stop else None
+                if resume is not None:
+                    # the window or the pacer holds everything back until an answer
+                    # or the send time: wait for those without arming the wakeup, so
+                    # queue() writes no eventfd meanwhile and nobody spins on the GIL
+                    ready = ep.poll(resume - now)
+                    now = monotonic()
+                    for fd, _ in ready:
+                        if fd == sock_fd:
+                            self._receive(now)
+                        else:
+                            wakeup.after_wake(has_next)
+                    sender.handle_timer(now)
+                    continue
                 if not wakeup.prepare_sleep(has_next):
                     # more was queued meanwhile: no sleep, but answers and timers
                     # must not wait until the application pauses

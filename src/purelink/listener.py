@@ -14,7 +14,7 @@ One thread runs the loop; a second does the fdatasyncs.  The loop:
    returns the buffers;
 4. answers: one ACK per link per drain.
 
-Durability (SPEC section 2.2).  With sync="batch" the loop never calls
+Durability (docs/reliability.md, guarantee 2).  With sync="batch" the loop never calls
 fdatasync: it tells the sync thread which streams are dirty, and the sync
 thread syncs them (group commit: everything written while one sync ran is
 covered by the next) and reports the durable positions back through an

@@ -53,7 +53,7 @@ import os
 import struct
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from .._crc32c import crc32c
@@ -71,7 +71,7 @@ from .core_parts import (
 )
 from .names import is_valid_name
 from .ratelimit import TokenBuckets
-from .receiver import Partial, Producer, Write, largest_record
+from .receiver import MAX_ACK_DUPLICATES, Partial, Producer, Write, largest_record
 
 __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 
@@ -102,6 +102,7 @@ class _Conn:
     replay_until: float = 0.0  # until when a replay of its HELLO could pass the cookie check
     largest_pn: int = 0  # largest packet number of this session since its last answer
     ack_delay_from: float = 0.0  # when that packet arrived
+    duplicates: list[int] = field(default_factory=list)  # pns that brought nothing new
     proven: bool = False  # its transport proved the address (TCP): nothing is lost on the way
     hold_until: float = 0.0  # an ACK held for a sync goes out by then at the latest (0: none held)
 
@@ -279,8 +280,11 @@ class ListenerCore:
                     max(delay, 0),
                     p.ranges(),
                     p.fragment_spans(),
+                    tuple(conn.duplicates),
                 )
                 conn.largest_pn = 0
+                if conn.duplicates:
+                    conn.duplicates.clear()
                 out.append((wire.encode_ack(ack, key), conn.addr))
             self.stats.acks += sent
             self._ack_due = held
@@ -387,7 +391,9 @@ class ListenerCore:
             return None
         return conn
 
-    def _note_pn(self, conn: _Conn, pn: int, now: float) -> None:
+    def _note_pn(self, conn: _Conn, pn: int, now: float, duplicate: bool = False) -> None:
+        if duplicate and len(conn.duplicates) < MAX_ACK_DUPLICATES:
+            conn.duplicates.append(pn)  # the link learns its retransmission was spurious
         if pn > conn.largest_pn:
             conn.largest_pn = pn
             conn.ack_delay_from = now
@@ -505,7 +511,7 @@ class ListenerCore:
             self._drop(exc.reason)
             return
         self._after(p, result, writes, before)
-        self._note_pn(conn, msg.pn, now)
+        self._note_pn(conn, msg.pn, now, result == "duplicate")
 
     def _on_fragment(self, msg: wire.Fragment, addr: Address, now: float, size: int) -> None:
         conn = self._session(msg.conn_id, msg.epoch, addr, size)
@@ -533,7 +539,7 @@ class ListenerCore:
         except ProtocolError as exc:  # the batch put together does not verify
             result = exc.reason
         self._after(p, result, writes, before)
-        self._note_pn(conn, msg.pn, now)
+        self._note_pn(conn, msg.pn, now, result == "duplicate")
 
     def _fast_piece(self, data: bytes | memoryview, addr: Address, now: float) -> bool:
         """The common case of a FRAGMENT in one go: the next piece, in order, of

@@ -68,9 +68,13 @@ _PIECE: Final = wire.FRAGMENT_OVERHEAD - 4  # where a FRAGMENT's piece starts
 
 
 class Flight:
-    """One datagram in flight and what it carried."""
+    """One datagram in flight: what it carried, and its delivery-rate stamps
+    (congestion/rate.py, written as it goes out)."""
 
-    __slots__ = ("data", "end", "first", "last", "offset", "pn", "sent", "size")
+    __slots__ = (
+        "app_limited", "data", "delivered", "delivered_time", "end", "first", "first_sent",
+        "last", "offset", "pn", "retx", "sent", "size",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -99,6 +103,12 @@ class Flight:
         """A piece: where its bytes start in the batch."""
         self.end = end
         """A piece: where its bytes end in the batch; 0 for a whole batch (DATA)."""
+        self.retx = False
+        """A retransmission (recovery.py)."""
+        self.delivered = 0
+        self.delivered_time = 0.0
+        self.first_sent = 0.0
+        self.app_limited = False
 
 
 class Packer:

@@ -39,15 +39,17 @@ from typing import Final
 from ..errors import ProtocolError
 from . import wire
 
-__all__ = ["Partial", "Producer", "Write"]
+__all__ = ["MAX_ACK_DUPLICATES", "Partial", "Producer", "Write"]
 
 Write = tuple[bytes | memoryview, wire.BatchHeader]
 MAX_ACK_RANGES: Final = 32
+ACK_RANGES_LOW: Final = 8
 MAX_ACK_FRAGMENTS: Final = 16
 MAX_FRAGMENT_SPANS: Final = 16
-FRAGMENT_ROOM: Final = 600
+MAX_ACK_DUPLICATES: Final = 8
+FRAGMENT_ROOM: Final = 535
 """Bytes an ACK gives its fragment entries at most, so that with its 32 ranges
-it stays within 1,200 bytes, the smallest datagram a path must carry (pmtu.py)."""
+and 8 duplicates it stays within 1,200 bytes, the smallest datagram a path must carry (pmtu.py)."""
 MAX_PIECED_BATCH: Final = 0xFFFF + 2
 """Bytes of records and length table a batch that comes in pieces may hold
 (one record of 65,535 bytes and its length; many records within 65,535), unless
@@ -260,7 +262,8 @@ class Producer:
         return max(self.max_reorder - self.held_bytes, 0)
 
     def ranges(self) -> tuple[tuple[int, int], ...]:
-        """Seq ranges held above received, merged, lowest first."""
+        """Seq ranges held above received, merged, lowest first: all of them, or
+        the lowest ACK_RANGES_LOW and the highest of MAX_ACK_RANGES in all."""
         if not self.held:
             return ()
         spans = sorted((h.first_seq, h.last_seq) for _, h in self.held.values())
@@ -271,7 +274,12 @@ class Producer:
                     out[-1] = (out[-1][0], b)
             else:
                 out.append((a, b))
-        return tuple(out[:MAX_ACK_RANGES])
+        if len(out) > MAX_ACK_RANGES:
+            # the lowest (the gaps that hold `received` back) and the highest (what
+            # just arrived: the link's loss detection needs it now, as QUIC's ACK
+            # frames put the newest ranges first); the middle was said before
+            out = out[:ACK_RANGES_LOW] + out[ACK_RANGES_LOW - MAX_ACK_RANGES :]
+        return tuple(out)
 
     def fragment_spans(self) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
         """Byte ranges held of the lowest partial batches: at most

@@ -12,44 +12,65 @@ States (the only legal moves are in `_MOVES`):
         |--REFUSE-->FAILED  |--stored went backwards--> FAILED
     OPEN --close()--> CLOSED
 
+What it decides, and who decides it:
+
+* how much may be in flight and how fast it goes out: the congestion
+  controller (`congestion/`, injected: BBR or NewReno), through `cwnd` and
+  `pacing_rate`; the sender keeps bytes in flight under min(cwnd, the
+  listener's window) and releases them through a token bucket (`Pacer`,
+  window.py) in bursts of one pacing quantum;
+* what is lost, and when to probe: RACK-TLP (recovery.py), fed with the send
+  time of the transmission each answer names (`largest_pn`), and with the
+  retransmissions the listener reports it got twice (spurious losses);
+* what goes in each datagram: packing.py; how large datagrams are: path MTU
+  discovery (pmtu.py), which the ledger tells what each answer delivered and
+  what was lost;
+* what each answer delivered, for BBR's model: delivery-rate samples
+  (`congestion/rate.py`), stamped on every datagram as it goes out.
+
 Invariants:
 * every record pushed stays in `_recs` until the listener says it is stored;
   a reconnect re-packs everything above the listener's `received` seq, so no
   record is lost to a listener restart and none is stored twice (the listener
   deduplicates by producer and seq);
 * `stored` never goes backwards; if the listener ever reports less than it
-  told before, the sender fails with kind "lost" (SPEC section 2.4);
+  told before, the sender fails with kind "lost" (docs/reliability.md, 2.4 Resume);
 * each datagram in flight remembers what it carried (a batch, or a byte range
   of a batch larger than one datagram: packing.py builds them) and is resolved
   acked or lost (aioquic's packet_builder/recovery); retransmissions resend
   the same batch bytes under a new packet number, so RTT samples are never
   ambiguous;
+* bytes in flight change in the ledger's `sent` and `remove` only
+  (recovery.py; zeroed with the flights when a session starts or ends);
 * a timer is armed only while something is unstored or a handshake runs: an
-  idle link sleeps.
+  idle link sleeps.  A pacing deadline is a timer only while something is
+  waiting to go out and the window has room.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from array import array
 from collections import deque
 from typing import Final
 
 from ..errors import ProtocolError
 from . import wire
+from .congestion import CongestionControl, create
 from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
 from .packing import Flight, Packer
 from .pmtu import PathMtu
+from .recovery import InFlight, RttEstimator
 from .sender_config import SenderConfig, SenderStats
-from .window import CongestionWindow, RttEstimator
+from .window import Pacer
 
 __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
 
-# packet and time thresholds for declaring a datagram lost (QUIC, RFC 9002 6.1)
-PACKET_THRESHOLD: Final = 3
-TIME_THRESHOLD: Final = 9 / 8
 # with nothing in flight, only the "stored" answer after a sync is awaited
 STORED_PROBE: Final = 0.1
+# below this min RTT (loopback, a LAN) the sender does not pace
+PACING_MIN_RTT: Final = 0.001
 
 
 class SenderState:
@@ -76,13 +97,10 @@ _MOVES: Final = {
 }
 
 
-_Flight = Flight  # what a datagram in flight carried: packing.py
-
-
 class Sender:
     """The sending side of one link."""
 
-    def __init__(self, config: SenderConfig) -> None:
+    def __init__(self, config: SenderConfig, cc: CongestionControl | None = None) -> None:
         if config.datagram_size < 128 or config.datagram_size > 65507:
             raise ValueError("datagram_size must be between 128 and 65507")
         wire.encode_hello(wire.Hello(0, config.stream, config.producer, 0, 0, b""))  # validates
@@ -90,10 +108,16 @@ class Sender:
         self.stats = SenderStats()
         self.state = SenderState.CONNECTING
         self.rtt = RttEstimator(max_rto=config.max_probe_interval)
-        self.cc = CongestionWindow(datagram_size=config.datagram_size)
+        if cc is None:
+            seed = zlib.crc32(f"{config.stream}/{config.producer}/{config.anonymous_id}".encode())
+            cc = create(config.congestion, config.datagram_size, seed)
+        self.flight = InFlight(cc, self.rtt, self.stats)
+        """The datagrams in flight, loss detection and rate samples (recovery.py)."""
+        self.pacer = Pacer(config.datagram_size)
         self._key = config.secret
         self._pmtu = PathMtu(config.datagram_size) if config.pmtu else None
         """The path's datagram size, probed (UDP links; None: datagram_size)."""
+        self.flight.path = self._pmtu
         self._packer = Packer(
             config.datagram_size if self._pmtu is None else self._pmtu.size, config.secret
         )
@@ -120,17 +144,14 @@ class Sender:
         self.pushed = 0
         """Last seq handed in with push()."""
         self._received = 0  # last seq the listener has in order
-        self._flights: dict[int, _Flight] = {}
-        self._lost: deque[_Flight] = deque()
-        self._in_flight = 0
         self._peer_window = 1 << 20
         self._max_record = 16 << 20
         self._pn = 0
-        self._largest_acked_pn = 0
         self._probe_due = False
-        self._probe_sent: dict[int, float] = {}
+        self._window_held = False  # the window held data back at the last send
         self._unanswered = 0
         self._last_answer = 0.0
+        self._last_sent = 0.0  # when data last went out (the probe timeout counts from it)
         self._timer: float | None = None  # the loss/probe deadline while OPEN
         # handshake
         self.conn_id = 0
@@ -253,15 +274,45 @@ class Sender:
         return self._events.popleft() if self._events else None
 
     def get_timer(self) -> float | None:
-        """When handle_timer must run next, or None (nothing to wait for)."""
+        """When handle_timer (or datagrams_to_send, for pacing) must run next, or
+        None (nothing to wait for)."""
         if self.state == SenderState.CONNECTING:
             return self._hello_due
         if self.state != SenderState.OPEN:
             return None
+        timer = self._timer
         pmtu = self._pmtu.get_timer() if self._pmtu is not None else None
-        if pmtu is not None and (self._timer is None or pmtu < self._timer):
-            return pmtu
-        return self._timer
+        if pmtu is not None and (timer is None or pmtu < timer):
+            timer = pmtu
+        if (
+            self.pacer.rate
+            and self.flight.bytes < self.window
+            and (self.flight.lost or self._waiting)
+        ):
+            due = self.pacer.next_time()
+            if timer is None or due < timer:
+                return due
+        return timer
+
+    def resume_time(self, now: float) -> float | None:
+        """When the window or the pacer holds back whatever would go out now: the
+        time to look again (the timer or the next send time; an answer may come
+        first), so the driver can sleep even with more records to take.  None
+        when nothing holds the sender back."""
+        if self.state != SenderState.OPEN:
+            return None
+        if self.flight.bytes >= self.window:
+            timer = self.get_timer()
+        elif self.pacer.rate and self.pacer.allowance(now) <= 0:
+            timer = self.pacer.next_time()
+        else:
+            return None
+        return timer if timer is not None and timer > now else None
+
+    @property
+    def cc(self) -> CongestionControl:
+        """The congestion controller (injected, or made from config.congestion)."""
+        return self.flight.cc
 
     @property
     def unstored(self) -> int:
@@ -271,12 +322,17 @@ class Sender:
     @property
     def in_flight(self) -> int:
         """Bytes of datagrams in flight."""
-        return self._in_flight
+        return self.flight.bytes
 
     @property
     def _next(self) -> int:
         """The next seq to put in a first transmission (packing's)."""
         return self._packer.next_seq
+
+    @property
+    def _waiting(self) -> bool:
+        """First transmissions wait: an open batch's pieces, or records."""
+        return self._packer.open or self._packer.next_seq <= self.pushed
 
     @property
     def payload_bytes(self) -> int:
@@ -291,29 +347,31 @@ class Sender:
     def handle_timer(self, now: float) -> None:
         """Run what is due at `now`."""
         if self.state == SenderState.CONNECTING:
-            if self._hello_due is not None and now >= self._hello_due:
-                pass  # datagrams_to_send sends the HELLO
-            return
+            return  # datagrams_to_send sends the HELLO when it is due
         if self._pmtu is not None and self.state == SenderState.OPEN:
             self._pmtu.handle_timer(now)
             self._sync_size()
         if self.state != SenderState.OPEN or self._timer is None or now < self._timer:
             return
-        self._detect_time_losses(now)
-        if self._timer is not None and now >= self._timer:
-            # probe timeout: data outstanding, no answers for an RTO
-            if now - self._last_answer >= self.config.silence_timeout:
-                self._reconnect(now, "silent")
-                return
-            self._probe_due = True
-            self._unanswered += 1
-            self.rtt.backoff()
-            if self._unanswered > 1:
-                self.cc.on_timeout(now)
-            self._timer = now + self.rtt.rto
+        if self.flight.loss_time is not None and now >= self.flight.loss_time:
+            self.flight.detect_losses(now)
+            self._sync_size()
+            self._arm(now)
+            return
+        # probe timeout: data outstanding, no answers
+        if now - self._last_answer >= self.config.silence_timeout:
+            self._reconnect(now, "silent")
+            return
+        self._probe_due = True
+        self._unanswered += 1
+        self.rtt.backoff()
+        if self._unanswered > 1 and self.flight.flights:
+            self.cc.on_timeout(now)
+        self._timer = now + self.rtt.pto
 
     def datagrams_to_send(self, now: float) -> list[bytes]:
-        """Datagrams to put on the wire now, at most config.burst of them."""
+        """Datagrams to put on the wire now: at most config.burst of them, and at
+        most one pacing quantum's worth."""
         out: list[bytes] = []
         if self._close_due:
             self._close_due = False
@@ -327,53 +385,67 @@ class Sender:
             return out
         if self.state != SenderState.OPEN:
             return out
-        key = self._key
-        conn_id = self.conn_id
-        burst = self.config.burst
+        probe = self._probe_due
         window = self.window
-        flights = self._flights
-        stats = self.stats
+        burst = self.config.burst
+        pacer = self.pacer
         packer = self._packer
-        while len(out) < burst and self._in_flight < window:
-            if self._lost:
-                f = self._lost.popleft()
+        if pacer.rate:
+            allowed = pacer.allowance(now, self._window_held)
+            if allowed > 0 or probe:
+                burst = min(burst, max(1, -(-int(allowed) // packer.size)))
+            elif self._pmtu is None:
+                return out
+            else:
+                burst = 0  # nothing but a path MTU probe, if one is due
+        if probe:
+            self._probe_due = False
+            window = max(window, self.flight.bytes + 1)  # a probe goes out whatever the window
+        flight = self.flight
+        stats = self.stats
+        new: dict[int, Flight] = {}
+        while len(out) < burst and flight.bytes < window:
+            if flight.lost:
+                f = flight.lost.popleft()
                 if f.last <= self._received:
                     continue
-                self._pn, resent = packer.resend(f, self._pn, now)
-                for g in resent:
-                    flights[g.pn] = g
-                    self._in_flight += g.size
-                    out.append(g.data)
-                stats.retransmits += len(resent)
-            elif packer.open or packer.next_seq <= self.pushed:
-                self._pn, used = packer.fill(
+                out.extend(self._resend(f, now, True))
+            elif self._waiting:
+                self._pn, _ = packer.fill(
                     self._recs, self._lens, self._base, self.pushed, self._pn, now,
-                    burst - len(out), window - self._in_flight, out, flights,
+                    burst - len(out), window - flight.bytes, out, new,
                 )  # fmt: skip
-                self._in_flight += used
+                for f in new.values():
+                    flight.sent(f, now)
+                new.clear()
                 stats.batches, stats.fragments = packer.batches, packer.pieces
                 stats.payload = packer.payload
             else:
                 break
-        if self._probe_due:
-            self._probe_due = False
+        if probe:
+            stats.probes += 1
             if not out:
-                self._pn += 1
-                self._probe_sent[self._pn] = now
-                stats.probes += 1
-                out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
+                out.extend(self._probe_datagrams(now))
         pmtu = self._pmtu
         if pmtu is not None:
             size = pmtu.next_probe(now)
             if size is not None:  # a path MTU probe: outside the window, not a flight
                 self._pn += 1
                 pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
-                out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key, size))
+                out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key, size))
         if out:
-            self.stats.datagrams += len(out)
-            self.stats.bytes += sum(map(len, out))
-            if self._timer is None:
-                self._timer = now + self.rtt.rto
+            nbytes = sum(map(len, out))
+            stats.datagrams += len(out)
+            stats.bytes += nbytes
+            if pacer.rate:
+                pacer.spend(nbytes)
+            self._last_sent = now
+            if self._timer is None or probe:
+                self._arm(now)
+        waiting = bool(flight.lost) or self._waiting
+        self._window_held = waiting and flight.bytes >= window
+        if not waiting and flight.bytes < window:
+            flight.rate.set_app_limited(flight.bytes)
         return out
 
     # ---------------------------------------------------------- internals
@@ -395,6 +467,40 @@ class Sender:
             self.epoch,
         )
         return wire.encode_hello(msg, self._key)
+
+    def _resend(self, f: Flight, now: float, repair: bool) -> list[bytes]:
+        """`f` (no longer in flight) again under new packet numbers: one datagram,
+        or smaller pieces if the path shrank (packing.py); `repair`: it was
+        declared lost."""
+        old_pn, old_sent = f.pn, f.sent
+        self._pn, resent = self._packer.resend(f, self._pn, now)
+        out = []
+        for g in resent:
+            self.flight.resent(old_pn, old_sent, g, now, repair)
+            out.append(g.data)
+            self.stats.retransmit_bytes += g.size
+        self.stats.retransmits += len(resent)
+        return out
+
+    def _probe_datagrams(self, now: float) -> list[bytes]:
+        """A tail-loss probe when no new data waits: the newest datagram in flight
+        again (its answer shows what else was lost), else a bare PROBE."""
+        flight = self.flight
+        f = next(reversed(flight.flights.values()), None)
+        out: list[bytes] = []
+        if f is not None:
+            flight.remove(f)
+            if f.last > self._received:
+                out = self._resend(f, now, False)
+                pmtu = self._pmtu
+                if out and (pmtu is None or max(map(len, out)) <= pmtu.base):
+                    return out
+                # and a bare PROBE, which passes a path that shrank: its answer
+                # shows the large ones lost, which path MTU discovery needs to see
+        self._pn += 1
+        flight.probes[self._pn] = now
+        out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key))
+        return out
 
     def _on_accept(self, msg: wire.Accept, now: float) -> None:
         if msg.stored < self.stored:
@@ -423,10 +529,8 @@ class Sender:
         self._release(msg.stored)
         self._received = max(msg.received, self.stored)
         self._packer.start(msg.conn_id, msg.producer, msg.epoch, self._received + 1)
-        self._flights.clear()
-        self._lost.clear()
-        self._in_flight = 0
-        self._probe_sent.clear()
+        self.flight.clear()
+        self.rtt.reset_backoff()
         self._unanswered = 0
         self._last_answer = now
         self._timer = None
@@ -476,9 +580,7 @@ class Sender:
         self.stats.reconnects += 1
         self._events.append(Reconnecting(reason))
         self._timer = None
-        self._flights.clear()
-        self._lost.clear()
-        self._in_flight = 0
+        self.flight.clear()
         self._hello_rto = min(self.rtt.rto, self.config.max_handshake_rto)
         self.connect(now)
 
@@ -510,9 +612,10 @@ class Sender:
 
     def _on_ack(self, ack: wire.Ack, now: float) -> None:
         self.stats.acks += 1
-        self._unanswered = 0
+        if self._unanswered:
+            self._unanswered = 0
+            self.rtt.reset_backoff()
         self._last_answer = now
-        self.rtt.reset_backoff()
         # Within a session the listener's stored seq never goes back; a lower one
         # is an older answer that the network reordered (stale, so max() below).
         # Data loss by a restarted listener shows in the ACCEPT of the next session.
@@ -524,97 +627,26 @@ class Sender:
             self._release(ack.stored)
             self._events.append(StoredAdvanced(ack.stored))
         self._received = max(self._received, ack.received)
-        received = self._received
-        largest = ack.largest_pn
-        sent = self._probe_sent.pop(largest, None)
-        if sent is not None:
-            self.rtt.on_sample(now - sent, ack.ack_delay / 1e6)
-        self._largest_acked_pn = max(self._largest_acked_pn, largest)
-        if self._probe_sent and largest:
-            for pn in [p for p in self._probe_sent if p <= largest]:
-                del self._probe_sent[pn]
-        ranges = ack.ranges
-        frags = dict(ack.fragments) if ack.fragments else None
-        flights = self._flights
-        largest_acked = self._largest_acked_pn
-        loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
-        # Flights are in packet-number order; none above the largest packet number
-        # the listener has seen can be resolved yet, so the walk stops there.
-        acked: list[_Flight] = []
-        lost: list[_Flight] = []
-        for pn, f in flights.items():
-            if pn > largest_acked:
-                break
-            if (
-                f.last <= received
-                or (ranges and _in_ranges(f, ranges))
-                or (frags is not None and f.end and _in_spans(f, frags.get(f.first)))
-            ):
-                acked.append(f)
-            elif pn + PACKET_THRESHOLD <= largest_acked or now - f.sent > loss_delay:
-                lost.append(f)
-        if len(acked) + len(lost) < len(flights) and received >= self._next - 1:
-            # everything sent is received: copies whose own answer never came are done too
-            seen = {id(f) for f in acked} | {id(f) for f in lost}
-            acked.extend(f for f in flights.values() if f.last <= received and id(f) not in seen)
-        cc = self.cc
-        recovery_start = cc.recovery_start
-        grown = 0
-        for f in acked:
-            del flights[f.pn]
-            self._in_flight -= f.size
-            if f.sent > recovery_start:  # sent before the last reduction: no growth
-                grown += f.size
-            if f.pn == largest:
-                self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
-        if grown:
-            cc.on_acked(grown, now)  # one step for the whole answer
-        if self._pmtu is not None:
-            self._pmtu.on_acked(acked, now)
-        for f in lost:
-            self._declare_lost(f.pn, f, now)
-        if self._lost:
-            self._lost = deque(f for f in self._lost if f.last > received)
+        self.flight.on_ack(ack, self._received, self._received >= self._next - 1, now)
+        self._sync_size()
+        # a path shorter than the thread's own timer granularity has no queue to
+        # spare by pacing, only the wake-ups it would cost
+        fast = self.rtt.min_rtt < PACING_MIN_RTT
+        self.pacer.set_rate(0.0 if fast else self.cc.pacing_rate)
         self._arm(now)
 
-    def _declare_lost(self, pn: int, f: _Flight, now: float) -> None:
-        del self._flights[pn]
-        self._in_flight -= f.size
-        self.stats.lost += 1
-        self.cc.on_lost(f.sent, now)
-        self._lost.append(f)
-        if self._pmtu is not None:
-            self._pmtu.on_lost(f.size, f.sent, now, self.rtt.rto)
-            self._sync_size()
-
-    def _detect_time_losses(self, now: float) -> None:
-        largest = self._largest_acked_pn
-        if not largest:
-            return
-        loss_delay = TIME_THRESHOLD * max(self.rtt.srtt, self.rtt.latest, 0.001)
-        for pn, f in list(self._flights.items()):
-            if pn >= largest:
-                break
-            if now - f.sent > loss_delay:
-                self._declare_lost(pn, f, now)
-
     def _arm(self, now: float) -> None:
-        """Arm the probe timer while anything is unstored, else disarm.  With
-        nothing in flight the listener has everything and owes only the answer
-        that a sync completes, which takes longer than a round trip."""
-        if self._flights or self._lost:
-            self._timer = now + self.rtt.rto
+        """Arm the loss timer or the probe timer while anything is unstored, else
+        disarm.  With nothing in flight the listener has everything and owes only
+        the answer that a sync completes, which takes longer than a round trip."""
+        if self.flight.flights:
+            timer = max(self._last_sent, self._last_answer) + self.rtt.pto
+            if self.flight.loss_time is not None and self.flight.loss_time < timer:
+                timer = self.flight.loss_time
+            self._timer = timer
+        elif self.flight.lost:
+            self._timer = now + self.rtt.pto
         elif self.pushed > self.stored:
             self._timer = now + max(self.rtt.rto, STORED_PROBE)
         else:
             self._timer = None
-
-
-def _in_ranges(f: _Flight, ranges: tuple[tuple[int, int], ...]) -> bool:
-    return any(a <= f.first and f.last <= b for a, b in ranges)
-
-
-def _in_spans(f: _Flight, spans: tuple[tuple[int, int], ...] | None) -> bool:
-    if not spans:
-        return False
-    return any(a <= f.offset and f.end <= b for a, b in spans)

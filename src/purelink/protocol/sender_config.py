@@ -1,5 +1,5 @@
 """What configures a sender and what it counts (split from sender.py, which is
-the state machine itself; STYLE practice 7: one configuration dataclass with a
+the state machine itself; one configuration dataclass with a
 docstring under every field)."""
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ class SenderConfig:
     max_probe_interval: float = 1.0
     """Ceiling of the backed-off probe interval."""
     burst: int = 64
-    """Most datagrams returned by one datagrams_to_send call."""
+    """Most datagrams returned by one datagrams_to_send call (a paced sender
+    returns at most one pacing quantum's worth, which may be fewer)."""
+    congestion: str = "bbr"
+    """The congestion controller: "bbr" (paced, model-based) or "newreno"."""
 
 
 @dataclass
@@ -50,9 +53,12 @@ class SenderStats:
     fragments: int = 0
     payload: int = 0
     retransmits: int = 0
+    retransmit_bytes: int = 0
     probes: int = 0
     acks: int = 0
     lost: int = 0
+    spurious: int = 0
+    """Losses that proved spurious (the original arrived after all)."""
     handshakes: int = 0
     reconnects: int = 0
     dropped: int = 0

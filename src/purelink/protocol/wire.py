@@ -138,6 +138,7 @@ _PN = struct.Struct("<Q")
 _FRAG = struct.Struct("<QIQII")
 _ACK = struct.Struct("<IQQIQIBB")
 _RANGE = struct.Struct("<QQ")
+_U8 = struct.Struct("<B")
 _FRAG_HEAD = struct.Struct("<QB")
 _BYTE_RANGE = struct.Struct("<II")
 _PROBE = struct.Struct("<QI")
@@ -345,7 +346,8 @@ def encode_pieces(
 def encode_ack(msg: Ack, key: bytes | None = None) -> bytes:
     """ACK: u32 epoch, u64 stored, u64 received, u32 window, u64 largest_pn,
     u32 ack_delay, u8 n_ranges, u8 n_fragments, n_ranges x (u64 first, u64 last),
-    then per fragment entry: u64 seq, u8 n, n x (u32 start, u32 end)."""
+    then per fragment entry: u64 seq, u8 n, n x (u32 start, u32 end); then u8
+    n_duplicates, n_duplicates x u64 pn."""
     parts = [
         _ACK.pack(
             msg.epoch,
@@ -362,6 +364,8 @@ def encode_ack(msg: Ack, key: bytes | None = None) -> bytes:
     for seq, spans in msg.fragments:
         parts.append(_FRAG_HEAD.pack(seq, len(spans)))
         parts.extend(_BYTE_RANGE.pack(a, b) for a, b in spans)
+    parts.append(_U8.pack(len(msg.duplicates)))
+    parts.extend(_PN.pack(pn) for pn in msg.duplicates)
     return _seal(MsgType.ACK, msg.conn_id, parts, key)
 
 
@@ -520,10 +524,15 @@ def _d_ack(conn_id: int, body: memoryview) -> Ack:
                 raise ProtocolError("malformed", "fragment range")
             spans.append((a, b))
         fragments.append((seq, tuple(spans)))
+    (n_dups,) = _U8.unpack_from(body, at)
+    at += _U8.size
+    dups = struct.unpack_from(f"<{n_dups}Q", body, at)
+    at += 8 * n_dups
     _exact(body, at)
     return Ack(
-        conn_id, epoch, stored, received, window, largest_pn, delay, tuple(ranges), tuple(fragments)
-    )
+        conn_id, epoch, stored, received, window, largest_pn, delay, tuple(ranges),
+        tuple(fragments), dups,
+    )  # fmt: skip
 
 
 def _d_probe(conn_id: int, body: memoryview) -> Probe:

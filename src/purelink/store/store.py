@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 STREAM_NAME_RE: Final = NAME_RE
-"""A stream name (SPEC section 1): 1-200 of [A-Za-z0-9._-], not starting with '.'
+"""A stream name (the README's naming rule): 1-200 of [A-Za-z0-9._-], not starting with '.'
 (so never '.', '..' or a hidden file), matched with fullmatch.  The one rule
 lives in purelink.protocol.names, shared with the listener core."""
 

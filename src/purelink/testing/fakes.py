@@ -6,6 +6,14 @@ datagrams overtake each other); a blackout drops everything for a while; a
 datagram larger than the path's MTU is dropped (DF is set: never fragmented).
 Given the same seed, a run is the same run, so a failing seed is a
 regression test.
+
+Each direction may also have a **bottleneck**: a link of `rate` bytes per
+second with a drop-tail queue of `queue` bytes in front of it (a router's
+buffer).  A datagram waits for the ones queued before it, then takes
+len / rate to go through, then the path's `delay` plus its random `jitter`;
+one that finds the queue full is dropped (counted in `overflowed`).  All
+senders share a direction's bottleneck, so links compete for it as they
+would on a real path.
 """
 
 from __future__ import annotations
@@ -46,6 +54,10 @@ class NetConfig:
     """Fixed one-way delay, seconds."""
     jitter: float = 0.0
     """Extra uniform random delay up to this, seconds (this is what reorders)."""
+    rate: float = 0.0
+    """Bottleneck rate, bytes per second (0: no bottleneck)."""
+    queue: int = 256 << 10
+    """Bytes the bottleneck's drop-tail queue holds (with a rate)."""
     mtu: int | None = None
     """Largest datagram (UDP payload bytes) the path carries; larger ones are
     dropped and counted in `FakeNet.too_big`.  None: no limit."""
@@ -75,6 +87,9 @@ class FakeNet:
         self.sent = 0
         self.dropped = 0
         self.duplicated = 0
+        self.overflowed = 0
+        """Datagrams dropped because a bottleneck's queue was full (also in `dropped`)."""
+        self._free_at = {True: 0.0, False: 0.0}  # when each direction's bottleneck is idle
         self.too_big = 0
         """Datagrams dropped for being larger than the path's MTU."""
 
@@ -91,7 +106,15 @@ class FakeNet:
         copies = 2 if self.rng.random() < cfg.duplicate else 1
         self.duplicated += copies - 1
         for _ in range(copies):
-            due = now + cfg.delay + self.rng.random() * cfg.jitter
+            start = now
+            if cfg.rate:
+                free = max(self._free_at[up], now)
+                if (free - now) * cfg.rate + len(data) > cfg.queue:
+                    self.dropped += 1
+                    self.overflowed += 1
+                    continue
+                start = self._free_at[up] = free + len(data) / cfg.rate
+            due = start + cfg.delay + self.rng.random() * cfg.jitter
             self._order += 1
             heapq.heappush(self._queue, _InFlight(due, self._order, dest, data, source))
 
@@ -125,6 +148,8 @@ class MemoryStore:
         self.durable_owners: dict[tuple[str, int], int] = {}
         self.forgotten: set[tuple[str, int]] = set()
         """Producers the core let go (StoreView.forget); their batches stay."""
+        self.written: dict[int, int] = {}
+        """Producer id -> payload bytes appended (for throughput figures)."""
 
     def _check(self, stream: str) -> None:
         validate_stream_name(stream)  # the store's own rule, so fakes and store agree
@@ -171,6 +196,12 @@ class MemoryStore:
         pos = self.last(stream)
         for data, header in writes:
             self.forgotten.discard((stream, header.producer))  # known again, as the store
+            payload = (
+                header.length
+                - wire.BATCH_HEADER
+                - (0 if header.flags & wire.FLAG_LARGE else 2 * header.count)
+            )
+            self.written[header.producer] = self.written.get(header.producer, 0) + payload
             log.append((pos + 1, bytes(data)))
             pos += header.count
         return pos

@@ -96,6 +96,7 @@ class Simulation:
         push_every: int = 0,
         datagram_size: int = 1400,
         anonymous_id: int = 0,
+        congestion: str = "bbr",
         secret: bytes | None = None,
         key_id: str = "",
         pmtu: bool = False,
@@ -107,6 +108,7 @@ class Simulation:
             producer=producer,
             datagram_size=datagram_size,
             anonymous_id=anonymous_id,
+            congestion=congestion,
             pmtu=pmtu,
         )
         if secret is None:

@@ -1,0 +1,26 @@
+"""Congestion controllers: the policy of how much a link has in flight and how
+fast it sends (base.py says what the sender tells them and reads back).
+
+`create(name, ...)` makes one by name: "bbr" (the default of UDP links) or
+"newreno" (TCP links, and the before variant of the benchmarks)."""
+
+from __future__ import annotations
+
+from .base import CongestionControl, RateSample
+from .bbr import Bbr
+from .newreno import NewReno
+from .rate import DeliveryRate
+
+__all__ = ["NAMES", "Bbr", "CongestionControl", "DeliveryRate", "NewReno", "RateSample", "create"]
+
+NAMES = ("bbr", "newreno")
+"""The controllers `create` knows."""
+
+
+def create(name: str, datagram_size: int, seed: int = 0) -> CongestionControl:
+    """A controller by name; ValueError for an unknown one."""
+    if name == "bbr":
+        return Bbr(datagram_size, seed=seed)
+    if name == "newreno":
+        return NewReno(datagram_size)
+    raise ValueError(f"congestion must be one of {', '.join(NAMES)}, not {name!r}")

@@ -1,0 +1,112 @@
+"""The congestion controller's interface: what the sender tells it, what it answers.
+
+Why an ABC of its own: the sender must not know which algorithm runs (STYLE
+practice 6, after aioquic's `quic/congestion/base.py`).  It builds one with
+`create(name, datagram_size, seed)`, tells it about every transmission, every
+answer (as one `RateSample`), every loss, every proven-spurious loss and every
+probe timeout, and reads two numbers back:
+
+* `cwnd`: bytes that may be in flight (the sender also keeps under the
+  listener's advertised window);
+* `pacing_rate`: bytes per second at which to release them (0: no pacing,
+  release as the window allows).
+
+The algorithm (written out in each module's docstring):
+
+    on every transmission:   on_sent(size, now, in_flight)
+    on every answer:         on_ack(sample, now)      # after losses of that answer
+    on every loss:           on_lost(sent_time, size, now)
+    a loss proven spurious:  on_spurious(sent_time, now)   # undo its reduction
+    a probe went unanswered: on_timeout(now)          # the path may be gone
+    the sender has nothing more to send: on_app_limited()
+
+A controller never reads a clock and never sees a datagram: only sizes and times.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+__all__ = ["CongestionControl", "RateSample"]
+
+
+@dataclass(slots=True)
+class RateSample:
+    """What one answer says, for the congestion controller
+    (draft-cheng-iccrg-delivery-rate-estimation section 3)."""
+
+    delivery_rate: float = 0.0
+    """Bytes per second delivered over the sample's interval; 0 when no valid sample."""
+    delivered: int = 0
+    """Bytes delivered over that interval."""
+    interval: float = 0.0
+    """The interval, seconds: max(send elapsed, ack elapsed)."""
+    rtt: float = 0.0
+    """RTT of the most recently sent datagram this answer covered (0: none)."""
+    prior_delivered: int = 0
+    """The connection's delivered count when that datagram was sent."""
+    is_app_limited: bool = False
+    """That datagram was sent while the sender had too little to send to fill
+    its window: a low rate then says nothing about the path."""
+    newly_acked: int = 0
+    """Bytes this answer acknowledged."""
+    newly_lost: int = 0
+    """Bytes this answer declared lost."""
+    last_sent: float = -1.0
+    """Send time of the most recently sent datagram this answer acknowledged."""
+    prior_in_flight: int = 0
+    """Bytes in flight before the answer."""
+    in_flight: int = 0
+    """Bytes in flight after it."""
+    total_delivered: int = 0
+    """Bytes delivered over the connection's life, after this answer."""
+
+
+class CongestionControl(ABC):
+    """How much may be in flight, and how fast to release it."""
+
+    name: str = ""
+    cwnd: int
+    """Bytes that may be in flight."""
+    pacing_rate: float = 0.0
+    """Bytes per second at which to send (0: no pacing)."""
+
+    def __init__(self, datagram_size: int) -> None:
+        self.datagram_size = datagram_size
+        self.losses = 0
+        """Datagrams reported lost."""
+        self.undos = 0
+        """Reductions undone because the loss proved spurious."""
+
+    def on_sent(self, size: int, now: float, in_flight: int) -> None:  # noqa: B027 - optional
+        """A datagram of `size` bytes went out; `in_flight` counts it already."""
+
+    @abstractmethod
+    def on_ack(self, sample: RateSample, now: float) -> None:
+        """An answer acknowledged (and possibly declared lost) datagrams."""
+
+    @abstractmethod
+    def on_lost(self, sent_time: float, size: int, now: float) -> None:
+        """A datagram sent at `sent_time` was declared lost at `now`."""
+
+    @abstractmethod
+    def on_spurious(self, sent_time: float, now: float) -> None:
+        """The loss of the datagram sent at `sent_time` was spurious."""
+
+    @abstractmethod
+    def on_timeout(self, now: float) -> None:
+        """Probes went unanswered: the path may be gone."""
+
+    def on_app_limited(self) -> None:  # noqa: B027 - optional
+        """The sender ran out of things to send below its window."""
+
+    @property
+    def minimum(self) -> int:
+        """The smallest window, bytes."""
+        return 2 * self.datagram_size
+
+    @property
+    def state(self) -> str:
+        """A name for the controller's phase (stats, logs)."""
+        return self.name

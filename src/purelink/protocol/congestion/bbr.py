@@ -1,0 +1,389 @@
+"""BBR: a model of the path (bottleneck bandwidth and round-trip time), not a loss count.
+
+After draft-ietf-ccwg-bbr (BBR v1's state machine, with the later versions'
+startup and drain gains, their ack-aggregation allowance and their shallower
+ProbeRTT).  The default window policy of UDP links: on a path with random
+loss or reordering a loss-based window (NewReno) halves again and again,
+while the path's capacity has not changed; BBR measures that capacity and
+sends at it.
+
+The model, updated on every answer from its `RateSample`:
+
+    btl_bw  = max of the delivery-rate samples over the last 10 round trips
+              (an app-limited sample counts only if it raises the max)
+    min_rtt = min of the RTT samples over the last 10 s
+    bdp     = btl_bw * min_rtt
+
+What is sent follows from it:
+
+    pacing_rate = pacing_gain * btl_bw * 0.99
+    cwnd        = cwnd_gain * bdp + extra_acked (ack aggregation, once the pipe is full)
+                  reached by growing with every byte acknowledged, never below 4 datagrams
+
+A round trip ends when a datagram sent after the previous round's end is
+acknowledged (`prior_delivered` passes the count noted at the round's start).
+
+States:
+
+    STARTUP    pacing_gain 2.77, cwnd_gain 2: the sending rate doubles every round
+               trip.  The pipe is full when btl_bw has not grown by 25 % for 3
+               rounds in a row (app-limited rounds do not count) -> DRAIN.
+    DRAIN      pacing_gain 0.35: the queue Startup built drains; once bytes in
+               flight are at most one bdp -> PROBE_BW.
+    PROBE_BW   pacing_gain cycles 1.25, 0.75, 1, 1, 1, 1, 1, 1, each phase about
+               one min_rtt long (entering at a random phase other than 0.75, from
+               a seeded RNG): probe for more bandwidth, drain what the probe
+               queued, cruise.  The 1.25 phase ends early on a loss or once a
+               1.25 bdp is in flight; the 0.75 phase ends early once in flight
+               falls to one bdp.
+    PROBE_RTT  when min_rtt has not been refreshed for 10 s: cwnd = max(4 datagrams,
+               bdp / 2) for 200 ms and one round trip, so the queue empties and
+               the true propagation delay is measured; then back.
+
+Random loss does not move the model (a path that drops 1 % at random has
+not got slower).  Loss that comes with a queue does bound it, as BBR v2's
+inflight_hi does: when a round trip lost more than 2 % of its bytes (and at
+least 2 datagrams) while even its smallest RTT stood above 1.25 min_rtt (a
+standing queue, as CoDel judges one: the buffer overflowed, it was not noise
+or jitter on the line), then
+
+    inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd))
+
+and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
+the 1.25 phase, leaving room for other flows' probes, so flows sharing a
+shallow buffer converge instead of overflowing it for ever); each later
+round without such loss raises inflight_hi by an eighth.
+
+A probe timeout (the path may be gone: an outage) sets cwnd to the
+minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
+the cwnd of before, so after an outage the link is back at full rate within
+a round trip or two.  No rate sample is taken across the outage that could
+lower btl_bw, since it is a max filter.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Final
+
+from .base import CongestionControl, RateSample
+
+__all__ = ["Bbr"]
+
+STARTUP_PACING_GAIN: Final = 2.77
+STARTUP_CWND_GAIN: Final = 2.0
+DRAIN_PACING_GAIN: Final = 0.35
+CWND_GAIN: Final = 2.0
+PROBE_BW_GAINS: Final = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+PACING_MARGIN: Final = 0.01
+BW_FILTER_ROUNDS: Final = 10
+EXTRA_ACKED_ROUNDS: Final = 10
+MIN_RTT_WINDOW: Final = 10.0
+PROBE_RTT_TIME: Final = 0.2
+FULL_BW_GROWTH: Final = 1.25
+FULL_BW_ROUNDS: Final = 3
+MIN_DATAGRAMS: Final = 4
+LOSS_THRESH: Final = 0.02
+LOSS_EVENTS: Final = 2
+QUEUE_RTT: Final = 1.25
+BETA: Final = 0.7
+HEADROOM: Final = 0.15
+
+
+class _MaxFilter:
+    """The maximum of values over the last `rounds` round trips (one slot per round)."""
+
+    __slots__ = ("_rounds", "_slots", "value")
+
+    def __init__(self, rounds: int) -> None:
+        self._rounds = rounds
+        self._slots: deque[tuple[int, float]] = deque()
+        self.value = 0.0
+
+    def update(self, value: float, round_count: int) -> None:
+        slots = self._slots
+        if slots and slots[-1][0] == round_count:
+            if value <= slots[-1][1]:
+                return
+            slots[-1] = (round_count, value)
+        else:
+            slots.append((round_count, value))
+            while slots[0][0] <= round_count - self._rounds:
+                slots.popleft()
+        self.value = max(v for _, v in slots)
+
+
+class Bbr(CongestionControl):
+    """BBR congestion control (see the module docstring)."""
+
+    name = "bbr"
+    STARTUP = "startup"
+    DRAIN = "drain"
+    PROBE_BW = "probe_bw"
+    PROBE_RTT = "probe_rtt"
+
+    def __init__(self, datagram_size: int, *, initial_datagrams: int = 32, seed: int = 0) -> None:
+        super().__init__(datagram_size)
+        self.initial_cwnd = initial_datagrams * datagram_size
+        self.cwnd = self.initial_cwnd
+        self.pacing_rate = 0.0
+        self.mode = Bbr.STARTUP
+        self.pacing_gain = STARTUP_PACING_GAIN
+        self.cwnd_gain = STARTUP_CWND_GAIN
+        self._bw = _MaxFilter(BW_FILTER_ROUNDS)
+        self.min_rtt = 0.0
+        self._min_rtt_stamp = 0.0
+        self.round_count = 0
+        self._next_round_delivered = 0
+        self._round_start = False
+        self.filled = False
+        """Startup found the pipe full."""
+        self._full_bw = 0.0
+        self._full_bw_rounds = 0
+        self._rng = random.Random(seed)
+        self._cycle = 0
+        self._cycle_stamp = 0.0
+        self._probe_rtt_done = 0.0
+        self._probe_rtt_round = -1
+        self._prior_cwnd = 0
+        self._timed_out = False
+        self._extra = _MaxFilter(EXTRA_ACKED_ROUNDS)
+        self._epoch_start = 0.0
+        self._epoch_acked = 0
+        self.inflight_hi = 0
+        """Bytes in flight past which the path dropped more than 2 % (0: none seen)."""
+        self._round_lost = 0
+        self._round_acked = 0
+        self._round_inflight = 0
+        self._round_rtt = 0.0
+
+    # ------------------------------------------------------------ model
+    @property
+    def btl_bw(self) -> float:
+        """Bottleneck bandwidth estimate, bytes/s (0: no sample yet)."""
+        return self._bw.value
+
+    @property
+    def bdp(self) -> float:
+        """Bandwidth-delay product, bytes (0 without a model)."""
+        return self._bw.value * self.min_rtt
+
+    @property
+    def state(self) -> str:
+        return self.mode
+
+    @property
+    def minimum(self) -> int:
+        return MIN_DATAGRAMS * self.datagram_size
+
+    # ----------------------------------------------------------- inputs
+    def on_ack(self, sample: RateSample, now: float) -> None:
+        """Update the model, then the state, then pacing rate and cwnd."""
+        acked = sample.newly_acked
+        if self._timed_out and acked:
+            self._timed_out = False  # answers again: the cwnd of before the outage
+            self.cwnd = max(self.cwnd, self._prior_cwnd)
+        self._round_acked += acked
+        self._round_inflight = max(self._round_inflight, sample.prior_in_flight)
+        if sample.rtt > 0 and (not self._round_rtt or sample.rtt < self._round_rtt):
+            self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
+        self._update_round(sample)
+        if self._round_start:
+            self._check_loss_rate(sample)
+        self._update_bw(sample)
+        self._update_min_rtt(sample, now)
+        self._update_extra_acked(acked, now)
+        if self.mode == Bbr.STARTUP:
+            self._check_full_pipe(sample)
+            if self.filled:
+                self._enter(Bbr.DRAIN, now)
+        if self.mode == Bbr.DRAIN and sample.in_flight <= self.bdp:
+            self._enter_probe_bw(now)
+        if self.mode == Bbr.PROBE_BW:
+            self._advance_cycle(sample, now)
+        self._check_probe_rtt(sample, now)
+        self._set_pacing_rate()
+        self._set_cwnd(acked)
+
+    def on_lost(self, sent_time: float, size: int, now: float) -> None:
+        """Counted toward this round's loss rate (see the module docstring)."""
+        self.losses += 1
+        self._round_lost += size
+
+    def on_spurious(self, sent_time: float, now: float) -> None:
+        """Nothing was reduced for a loss, so nothing to undo."""
+
+    def on_timeout(self, now: float) -> None:
+        """The path may be gone: keep the model, send the minimum until answered."""
+        if not self._timed_out:
+            self._prior_cwnd = max(self._prior_cwnd, self.cwnd)
+            self._timed_out = True
+        self.cwnd = self.minimum
+
+    # -------------------------------------------------------- internals
+    def _update_round(self, rs: RateSample) -> None:
+        self._round_start = False
+        if rs.newly_acked and rs.prior_delivered >= self._next_round_delivered:
+            self._next_round_delivered = rs.total_delivered
+            self.round_count += 1
+            self._round_start = True
+
+    def _check_loss_rate(self, rs: RateSample) -> None:
+        """At each round's end: more than 2 % lost means the flights were too
+        many for the path's buffer: bound them (BBR v2's inflight_hi); a round
+        that probed for more without such loss raises the bound."""
+        lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
+        self._round_lost = self._round_acked = self._round_inflight = 0
+        if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
+            return
+        queued = self._round_rtt > QUEUE_RTT * self.min_rtt
+        self._round_rtt = 0.0
+        if (
+            queued
+            and lost > LOSS_THRESH * (lost + acked)
+            and lost >= LOSS_EVENTS * self.datagram_size
+        ):
+            target = min(self.bdp, self.cwnd) if self.bdp else self.cwnd
+            self.inflight_hi = max(int(BETA * inflight), int(BETA * target), self.minimum)
+        elif self.inflight_hi and self.pacing_gain >= 1.0:
+            self.inflight_hi += max(self.datagram_size, self.inflight_hi // 8)
+
+    def _update_bw(self, rs: RateSample) -> None:
+        rate = rs.delivery_rate
+        if rate > 0 and (not rs.is_app_limited or rate >= self._bw.value):
+            self._bw.update(rate, self.round_count)
+
+    def _update_min_rtt(self, rs: RateSample, now: float) -> None:
+        rtt = rs.rtt
+        if rtt <= 0:
+            return
+        if not self.min_rtt or rtt <= self.min_rtt:
+            self.min_rtt = rtt
+            self._min_rtt_stamp = now
+
+    def _update_extra_acked(self, acked: int, now: float) -> None:
+        """How many bytes arrive in bursts beyond what btl_bw explains (ACK
+        aggregation): added to the cwnd so that the sender does not stall
+        between bursts of answers."""
+        bw = self._bw.value
+        if not acked or not bw:
+            return
+        expected = bw * (now - self._epoch_start)
+        if self._epoch_acked <= expected:
+            self._epoch_start = now
+            self._epoch_acked = 0
+            expected = 0.0
+        self._epoch_acked += acked
+        extra = min(self._epoch_acked - expected, self.cwnd)
+        self._extra.update(extra, self.round_count)
+
+    def _check_full_pipe(self, rs: RateSample) -> None:
+        if self.filled or not self._round_start or rs.is_app_limited:
+            return
+        bw = self._bw.value
+        if bw >= self._full_bw * FULL_BW_GROWTH:
+            self._full_bw = bw
+            self._full_bw_rounds = 0
+            return
+        self._full_bw_rounds += 1
+        if self._full_bw_rounds >= FULL_BW_ROUNDS:
+            self.filled = True
+
+    def _enter(self, mode: str, now: float) -> None:
+        self.mode = mode
+        if mode == Bbr.STARTUP:
+            self.pacing_gain, self.cwnd_gain = STARTUP_PACING_GAIN, STARTUP_CWND_GAIN
+        elif mode == Bbr.DRAIN:
+            self.pacing_gain, self.cwnd_gain = DRAIN_PACING_GAIN, STARTUP_CWND_GAIN
+        elif mode == Bbr.PROBE_RTT:
+            self.pacing_gain, self.cwnd_gain = 1.0, 1.0
+
+    def _enter_probe_bw(self, now: float) -> None:
+        self.mode = Bbr.PROBE_BW
+        self.cwnd_gain = CWND_GAIN
+        # any phase but the 0.75 one (index 1), from the seeded RNG
+        self._cycle = (2 + self._rng.randrange(len(PROBE_BW_GAINS) - 1)) % len(PROBE_BW_GAINS)
+        self._cycle_stamp = now
+        self.pacing_gain = PROBE_BW_GAINS[self._cycle]
+
+    def _advance_cycle(self, rs: RateSample, now: float) -> None:
+        elapsed = now - self._cycle_stamp > self.min_rtt
+        gain = self.pacing_gain
+        if gain > 1.0:
+            done = elapsed and (rs.newly_lost > 0 or rs.prior_in_flight >= gain * self.bdp)
+        elif gain < 1.0:
+            done = elapsed or rs.prior_in_flight <= self.bdp
+        else:
+            done = elapsed
+        if done:
+            self._cycle = (self._cycle + 1) % len(PROBE_BW_GAINS)
+            self._cycle_stamp = now
+            self.pacing_gain = PROBE_BW_GAINS[self._cycle]
+
+    def _check_probe_rtt(self, rs: RateSample, now: float) -> None:
+        if (
+            self.mode != Bbr.PROBE_RTT
+            and self.min_rtt
+            and now - self._min_rtt_stamp > MIN_RTT_WINDOW
+        ):
+            self._prior_cwnd = max(self._prior_cwnd, self.cwnd)
+            self._enter(Bbr.PROBE_RTT, now)
+            self._probe_rtt_done = 0.0
+        if self.mode != Bbr.PROBE_RTT:
+            return
+        if not self._probe_rtt_done:
+            if rs.in_flight <= self._probe_rtt_cwnd():
+                self._probe_rtt_done = now + PROBE_RTT_TIME
+                self._probe_rtt_round = self.round_count
+            return
+        if now >= self._probe_rtt_done and self.round_count > self._probe_rtt_round:
+            self._min_rtt_stamp = now  # the min_rtt taken meanwhile stands for 10 s more
+            self.cwnd = max(self.cwnd, self._prior_cwnd)
+            self._prior_cwnd = 0
+            if self.filled:
+                self._enter_probe_bw(now)
+            else:
+                self._enter(Bbr.STARTUP, now)
+
+    def _probe_rtt_cwnd(self) -> int:
+        return max(self.minimum, int(self.bdp / 2))
+
+    def _set_pacing_rate(self) -> None:
+        bw = self._bw.value
+        if not bw:
+            if self.min_rtt:  # no rate sample yet: the initial window per RTT, with the gain
+                self.pacing_rate = max(
+                    self.pacing_rate, self.pacing_gain * self.cwnd / self.min_rtt
+                )
+            return
+        rate = self.pacing_gain * bw * (1 - PACING_MARGIN)
+        if self.filled or rate > self.pacing_rate:
+            self.pacing_rate = rate
+
+    def _set_cwnd(self, acked: int) -> None:
+        bdp = self.bdp
+        if not bdp:
+            target = float(self.initial_cwnd)
+        else:
+            target = self.cwnd_gain * bdp
+            if self.filled:
+                target += self._extra.value
+            # room for the pacer's bursts (3 quanta of about 1 ms each)
+            target += 3 * max(2 * self.datagram_size, self.pacing_rate / 1000)
+        if self.filled:
+            cwnd = min(self.cwnd + acked, int(target))
+        elif self.cwnd < target or self.cwnd < self.initial_cwnd:
+            cwnd = self.cwnd + acked
+        else:
+            cwnd = self.cwnd
+        if self.inflight_hi and self.mode == Bbr.PROBE_BW:
+            # leave some room for others' probes except while probing (BBR v2's headroom)
+            room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
+            cwnd = min(cwnd, int(self.inflight_hi * room))
+        cwnd = max(cwnd, self.minimum)
+        if self.mode == Bbr.PROBE_RTT:
+            cwnd = min(cwnd, self._probe_rtt_cwnd())
+        if self._timed_out:
+            cwnd = self.minimum
+        self.cwnd = cwnd

@@ -1,0 +1,410 @@
+"""Loss recovery: the RTT estimate, RACK-TLP loss detection and the probe timer.
+
+Why a module of its own: deciding *that* a datagram is lost and *when* to ask
+for an answer is one concern (aioquic's `quic/recovery.py`); how fast to send
+is another (`congestion/`).  The sender feeds both and owns neither.
+
+`RttEstimator` follows RFC 6298: the first sample R sets SRTT = R and
+RTTVAR = R/2; each later sample sets RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R| and
+SRTT = 7/8 SRTT + 1/8 R; RTO = SRTT + max(G, 4 RTTVAR), clamped to
+[min_rto, max_rto].  The listener reports how long it held an answer back
+(ack_delay) and that is taken off the sample, as QUIC does.  Every
+transmission has its own packet number, so every sample is unambiguous
+(Karn's rule without its cost).  It also keeps the smallest RTT seen
+(`min_rtt`, RFC 9002 section 5.2), which sizes the reordering window.
+
+`Rack` is RACK-TLP (RFC 8985) in the form QUIC uses (RFC 9002 section 6):
+
+* **Time-based loss.**  `sent` is the send time of the most recently sent
+  datagram known delivered, `rtt` the RTT it measured.  A datagram still
+  unanswered that was sent before it is lost once
+
+      now >= its send time + rtt + reo_wnd
+
+  and until then the sender arms a timer for exactly that moment.  There is
+  no packet-count threshold: a datagram overtaken by a hundred others under
+  jitter is still not lost before its time is up.
+* **Adaptive reordering window.**  reo_wnd = min(mult * min_rtt / 4, srtt)
+  (RFC 8985 section 6.2.1).  When the listener reports that a retransmission
+  brought nothing new (the original arrived after all), the loss was
+  spurious: `mult` grows by one, at most once per round trip, so the window
+  widens to the reordering the path really has; after 16 loss recoveries
+  with no spurious one it falls back to 1.
+* **Tail-loss probe.**  While datagrams are in flight and no answer comes,
+  a probe is due PTO = max(2 * srtt, min_pto) after the last transmission
+  (before any sample: the initial RTO), backed off by doubling while probes
+  go unanswered, capped at `max_pto` (1 s by default: after an outage the
+  link finds the path open again within a second).  The sender's probe
+  carries data (new records if it has any, else the newest datagram again),
+  so a lost tail is repaired by the probe itself, and its answer lets the
+  time-based rule find every earlier loss at once.
+
+`InFlight` is the ledger of datagrams in flight (aioquic's sent-packet
+space): the only place where bytes in flight change (`sent`, `remove`,
+`clear`).  On each answer (`on_ack`) it takes the send time of the
+transmission the answer names by packet number (`largest_pn`: surely
+delivered, so RACK's reference and an unambiguous RTT sample; a datagram
+sent again keeps its old packet number's send time for this, in
+`superseded`), resolves every flight the answer's seqs cover, turns the
+overtaken and old ones lost (RACK), proves losses spurious (the listener
+reports the retransmissions it got twice; a flight declared lost that the
+answer shows delivered before it was resent), and hands the congestion
+controller one `RateSample`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from .congestion import CongestionControl, DeliveryRate, RateSample
+from .messages import Ack
+from .packing import Flight
+from .pmtu import PathMtu
+from .sender_config import SenderStats
+
+__all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
+
+MEMORY: Final = 1024
+"""Transmissions remembered by packet number after they were sent again."""
+
+
+@dataclass
+class RttEstimator:
+    """Smoothed RTT and retransmission timeout (RFC 6298), in seconds."""
+
+    initial_rto: float = 0.2
+    """RTO before the first sample (RFC 6298 says 1 s for TCP; a link's first
+    exchange is a handshake that is retried with backoff anyway)."""
+    min_rto: float = 0.02
+    """Floor.  Above a loaded interpreter's GIL switch interval (5 ms), so a link
+    thread that waits for the GIL does not look like a lost datagram."""
+    max_rto: float = 1.0
+    """Ceiling of the backed-off RTO."""
+    granularity: float = 0.001
+    """G of RFC 6298: the clock's granularity."""
+
+    srtt: float = 0.0
+    rttvar: float = 0.0
+    latest: float = 0.0
+    min_rtt: float = 0.0
+    samples: int = 0
+    _backoff: int = 0
+
+    def on_sample(self, rtt: float, ack_delay: float = 0.0) -> None:
+        """Take one RTT measurement (seconds)."""
+        if rtt <= 0:
+            return
+        if not self.samples or rtt < self.min_rtt:
+            self.min_rtt = rtt  # before ack_delay comes off (RFC 9002 5.2)
+        if rtt - ack_delay >= max(self.granularity, self.min_rtt):
+            rtt -= ack_delay
+        self.latest = rtt
+        if self.samples == 0:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.samples += 1
+
+    @property
+    def base_rto(self) -> float:
+        """The RTO before backoff."""
+        if self.samples == 0:
+            rto = self.initial_rto
+        else:
+            rto = self.srtt + max(self.granularity, 4 * self.rttvar)
+        return min(max(rto, self.min_rto), self.max_rto)
+
+    @property
+    def rto(self) -> float:
+        """The RTO with backoff applied."""
+        return min(self.base_rto * (1 << self._backoff), self.max_rto)
+
+    @property
+    def pto(self) -> float:
+        """The probe timeout (RFC 8985 7.2: 2 SRTT), backed off, capped at max_rto."""
+        base = self.initial_rto if not self.samples else max(2 * self.srtt, self.min_rto)
+        return min(base * (1 << self._backoff), self.max_rto)
+
+    @property
+    def backoffs(self) -> int:
+        """How many times in a row the timeout was backed off."""
+        return self._backoff
+
+    def backoff(self) -> None:
+        """A probe went unanswered: double the timeout (up to max_rto)."""
+        self._backoff = min(self._backoff + 1, 30)
+
+    def reset_backoff(self) -> None:
+        """An answer came: stop backing off."""
+        self._backoff = 0
+
+
+REORDER_RESET: int = 16
+"""Loss recoveries without a spurious one after which reo_wnd falls back to
+min_rtt / 4 (RFC 8985 section 6.2.1)."""
+
+
+class Rack:
+    """RACK-TLP's state: the most recent delivery and the reordering window."""
+
+    __slots__ = ("_last_widen", "_recoveries", "mult", "pn", "rtt", "sent", "spurious")
+
+    def __init__(self) -> None:
+        self.sent = -1.0
+        """Send time of the most recently sent datagram known delivered (-1: none)."""
+        self.pn = 0
+        """Its packet number: only datagrams sent before it (lower pns) can be
+        overtaken by it (datagrams sent in one burst share a send time)."""
+        self.rtt = 0.0
+        """The RTT that datagram measured."""
+        self.mult = 1
+        """reo_wnd in units of min_rtt / 4."""
+        self.spurious = 0
+        """Losses proven spurious."""
+        self._recoveries = 0
+        self._last_widen = -1.0
+
+    def on_delivered(self, pn: int, sent: float, now: float) -> None:
+        """Transmission `pn`, sent at `sent`, is known delivered at `now`."""
+        if pn > self.pn:
+            self.pn = pn
+            self.sent = sent
+            self.rtt = now - sent
+
+    def reo_wnd(self, rtt: RttEstimator) -> float:
+        """The reordering window, seconds."""
+        return min(self.mult * rtt.min_rtt / 4, rtt.srtt)
+
+    def loss_delay(self, rtt: RttEstimator) -> float:
+        """How long after its send time an overtaken datagram counts as lost."""
+        return max(self.rtt, rtt.granularity) + self.reo_wnd(rtt)
+
+    def on_recovery(self) -> None:
+        """A loss recovery episode started (a window reduction, or its like)."""
+        self._recoveries += 1
+        if self._recoveries >= REORDER_RESET:
+            self._recoveries = 0
+            self.mult = 1
+
+    def on_spurious(self, now: float, rtt: RttEstimator) -> None:
+        """A loss was proven spurious: widen the window, once per round trip."""
+        self.spurious += 1
+        self._recoveries = 0
+        if now - self._last_widen < max(rtt.srtt, rtt.granularity):
+            return
+        self._last_widen = now
+        if rtt.min_rtt > 0 and self.mult * rtt.min_rtt / 4 < rtt.srtt:
+            self.mult += 1
+
+    def reset(self) -> None:
+        """A new session: no delivery known yet (the window's width is kept)."""
+        self.sent = -1.0
+        self.pn = 0
+        self.rtt = 0.0
+
+
+class InFlight:
+    """The datagrams in flight of one session, and what answers make of them."""
+
+    def __init__(self, cc: CongestionControl, rtt: RttEstimator, stats: SenderStats) -> None:
+        self.cc = cc
+        self.rtt = rtt
+        self.stats = stats
+        self.rack = Rack()
+        self.rate = DeliveryRate()
+        self.flights: dict[int, Flight] = {}
+        """By packet number, in sending order."""
+        self.lost: deque[Flight] = deque()
+        """Declared lost, waiting to be sent again."""
+        self.bytes = 0
+        """Bytes in flight."""
+        self.loss_time: float | None = None
+        """When the oldest overtaken flight turns lost (RACK's timer), or None."""
+        self.probes: dict[int, float] = {}
+        """Bare PROBEs in flight: pn -> send time."""
+        self._retx = 0  # flights in flight that are retransmissions
+        self._repairs: dict[
+            int, float
+        ] = {}  # pn of a loss's retransmission -> lost one's send time
+        self._superseded: dict[int, float] = {}  # pn of a transmission sent again -> its send time
+        self._largest_pn = 0
+        self.path: PathMtu | None = None
+        """Path MTU discovery, told what each answer delivered (before the losses
+        it reveals) and each loss (None: no discovery)."""
+
+    # ------------------------------------------------ bytes in flight
+    def sent(self, f: Flight, now: float) -> None:
+        """`f` went out at `now`."""
+        self.rate.on_sent(f, now, self.bytes)
+        self.flights[f.pn] = f
+        self.bytes += f.size
+        if f.retx:
+            self._retx += 1
+        self.cc.on_sent(f.size, now, self.bytes)
+
+    def remove(self, f: Flight) -> None:
+        """`f` is resolved (acked, lost, or about to be sent again)."""
+        del self.flights[f.pn]
+        self.bytes -= f.size
+        if f.retx:
+            self._retx -= 1
+
+    def clear(self) -> None:
+        """A session starts or ends: nothing of it is in flight any more."""
+        self.flights.clear()
+        self.lost.clear()
+        self.bytes = 0
+        self._retx = 0
+        self._repairs.clear()
+        self._superseded.clear()
+        self.probes.clear()
+        self.loss_time = None
+        self._largest_pn = 0
+        self.rack.reset()
+
+    def resent(self, old_pn: int, old_sent: float, f: Flight, now: float, repair: bool) -> None:
+        """A datagram sent as `old_pn` at `old_sent` goes out again as `f` (the
+        same flight renumbered, or a smaller piece of it: packing.py);
+        `repair`: because it was declared lost."""
+        _remember(self._superseded, old_pn, old_sent)
+        if repair:
+            _remember(self._repairs, f.pn, old_sent)
+        f.retx = True
+        self.sent(f, now)
+
+    # --------------------------------------------------------- answers
+    def on_ack(self, ack: Ack, received: int, all_received: bool, now: float) -> None:
+        """Resolve what `ack` covers (`received`: the highest in-order seq known;
+        `all_received`: it covers everything sent so far)."""
+        flights = self.flights
+        largest = ack.largest_pn
+        rtt_sample = 0.0
+        named = flights.get(largest)
+        if named is not None:
+            sent: float | None = named.sent
+        else:
+            sent = self._superseded.pop(largest, None) or self.probes.pop(largest, None)
+        if sent is not None:
+            rtt_sample = now - sent
+            self.rtt.on_sample(rtt_sample, ack.ack_delay / 1e6)
+            self.rack.on_delivered(largest, sent, now)
+        if largest > self._largest_pn:
+            self._largest_pn = largest
+            if self.probes:
+                for pn in [p for p in self.probes if p <= largest]:
+                    del self.probes[pn]
+        for pn in ack.duplicates:
+            lost_sent = self._repairs.pop(pn, None)
+            if lost_sent is not None:
+                self._spurious(lost_sent, now)
+        ranges = ack.ranges
+        frags = dict(ack.fragments) if ack.fragments else None
+        largest_pn = self._largest_pn
+        # None above the largest packet number the listener has seen can be
+        # resolved yet, so the walk stops there.  Without ranges and with no
+        # retransmission in flight, only a prefix can be acked.
+        full = bool(ranges or frags or self._retx)
+        acked: list[Flight] = []
+        for pn, f in flights.items():
+            if pn > largest_pn:
+                break
+            if (
+                f.last <= received
+                or (ranges and _in_ranges(f, ranges))
+                or (frags is not None and f.end and _in_spans(f, frags.get(f.first)))
+            ):
+                acked.append(f)
+            elif not full:
+                break
+        if len(acked) < len(flights) and all_received:
+            # everything sent is received: copies whose own answer never came are done too
+            seen = {id(f) for f in acked}
+            acked.extend(f for f in flights.values() if f.last <= received and id(f) not in seen)
+        sample = RateSample(prior_in_flight=self.bytes)
+        rate = self.rate
+        for f in acked:
+            self.remove(f)
+            rate.on_acked(f, now)
+        if self.path is not None:
+            self.path.on_acked(acked, now)
+        if self.lost:
+            self._drop_delivered(received, ranges, now)
+        self.detect_losses(now, sample)
+        rate.sample(sample, self.rtt.min_rtt)
+        sample.rtt = rtt_sample
+        sample.in_flight = self.bytes
+        self.cc.on_ack(sample, now)
+
+    def detect_losses(self, now: float, sample: RateSample | None = None) -> None:
+        """RACK: a flight sent before the newest delivered one is lost once it is
+        older than RACK's rtt + reo_wnd; the first one not yet that old sets
+        `loss_time`."""
+        self.loss_time = None
+        rack = self.rack
+        if not rack.pn or not self.flights:
+            return
+        delay = rack.loss_delay(self.rtt)
+        lost: list[Flight] = []
+        reference = rack.pn
+        for f in self.flights.values():
+            if f.pn >= reference:
+                break
+            if f.sent + delay <= now:
+                lost.append(f)
+            else:
+                self.loss_time = f.sent + delay
+                break
+        if not lost:
+            return
+        cc = self.cc
+        before = cc.losses
+        for f in lost:
+            self.remove(f)
+            self.stats.lost += 1
+            if sample is not None:
+                sample.newly_lost += f.size
+            cc.on_lost(f.sent, f.size, now)
+            self.lost.append(f)
+            if self.path is not None:
+                self.path.on_lost(f.size, f.sent, now, self.rtt.rto)
+        if cc.losses > before:
+            rack.on_recovery()
+
+    def _spurious(self, lost_sent: float, now: float) -> None:
+        self.stats.spurious += 1
+        self.rack.on_spurious(now, self.rtt)
+        self.cc.on_spurious(lost_sent, now)
+
+    def _drop_delivered(
+        self, received: int, ranges: tuple[tuple[int, int], ...], now: float
+    ) -> None:
+        """Flights declared lost and not resent yet that the answer shows
+        delivered: their loss was spurious (only the original can have arrived)."""
+        keep: deque[Flight] = deque()
+        for f in self.lost:
+            if f.last <= received or (ranges and _in_ranges(f, ranges)):
+                if not f.retx:
+                    self._spurious(f.sent, now)
+            else:
+                keep.append(f)
+        self.lost = keep
+
+
+def _remember(memory: dict[int, float], pn: int, sent: float) -> None:
+    memory[pn] = sent
+    if len(memory) > MEMORY:
+        del memory[next(iter(memory))]
+
+
+def _in_ranges(f: Flight, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(a <= f.first and f.last <= b for a, b in ranges)
+
+
+def _in_spans(f: Flight, spans: tuple[tuple[int, int], ...] | None) -> bool:
+    if not spans:
+        return False
+    return any(a <= f.offset and f.end <= b for a, b in spans)

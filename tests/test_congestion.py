@@ -1,0 +1,246 @@
+"""The window policies, the pacer, RACK and the ledger, stepped by hand.
+
+Congestion controllers are fed `RateSample`s as the sender would; the
+sender-level tests drive a real `Sender` with hand-made ACKs.  No network,
+no clock but the numbers given.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from purelink.protocol import wire
+from purelink.protocol.congestion import Bbr, NewReno, RateSample, create
+from purelink.protocol.listener_core import ListenerCore
+from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
+from purelink.protocol.sender import Sender, SenderConfig, SenderState
+from purelink.protocol.window import Pacer
+from purelink.testing import MemoryStore
+
+D = 1000
+
+
+# ----------------------------------------------------------------- pacer
+def test_pacer_releases_one_quantum_then_waits_for_the_next() -> None:
+    p = Pacer(D)
+    p.set_rate(1e6)  # 1 MB/s: 1 ms is 1,000 B, below the 2-datagram floor
+    assert p.quantum == 2 * D and p.depth == 10 * D  # 10 ms of the rate > 4 quanta
+    assert p.allowance(10.0) == 10 * D  # the first burst goes at once
+    p.spend(10 * D + 500)  # the last datagram may overdraw
+    assert p.allowance(10.0) < 0
+    assert p.next_time() == pytest.approx(10.0 + (2 * D + 500) / 1e6)
+    assert p.allowance(10.0025) == pytest.approx(2000.0)
+    assert p.allowance(11.0) == 10 * D  # a long sleep earns no more than the depth
+    p.set_rate(1e9)
+    assert p.quantum == 64 << 10  # capped: one GSO call's worth
+    p.set_rate(0.0)
+    assert not p.rate
+
+
+# --------------------------------------------------------------- NewReno
+def ack(nbytes: int, last_sent: float, **kw: float) -> RateSample:
+    return RateSample(newly_acked=nbytes, last_sent=last_sent, **kw)  # type: ignore[arg-type]
+
+
+def test_newreno_halves_once_per_round_and_grows_only_on_later_sends() -> None:
+    cc = NewReno(D, initial_datagrams=10)
+    cc.on_ack(ack(D, 1.0), 1.05)
+    assert cc.cwnd == 11 * D  # slow start
+    cc.on_lost(1.0, D, 2.0)
+    cc.on_lost(1.5, D, 2.01)  # sent before the reduction: the same round
+    assert cc.cwnd == 5 * D + D // 2 and cc.losses == 2
+    # datagrams sent before the reduction grow nothing, whenever they are acked
+    # (the check is on their send time, not the time of the answer)
+    cc.on_ack(ack(4 * D, 1.9), 2.05)
+    assert cc.cwnd == 5 * D + D // 2
+    cc.on_ack(ack(D, 2.02), 2.1)
+    assert cc.cwnd > 5 * D + D // 2  # congestion avoidance after recovery
+    cc.on_timeout(3.0)
+    assert cc.cwnd == cc.minimum
+
+
+def test_newreno_undoes_a_reduction_once_all_its_losses_prove_spurious() -> None:
+    cc = NewReno(D, initial_datagrams=20)
+    cc.on_lost(1.0, D, 2.0)
+    cc.on_lost(1.1, D, 2.0)
+    assert cc.cwnd == 10 * D
+    cc.on_spurious(1.0, 2.1)
+    assert cc.cwnd == 10 * D  # one of the two still stands
+    cc.on_spurious(1.1, 2.1)
+    assert cc.cwnd == 20 * D and cc.undos == 1
+    assert cc.ssthresh == 1 << 62
+
+
+# ------------------------------------------------------------------- BBR
+DELIVERED: dict[int, int] = {}  # bytes fed to each controller so far
+
+
+def feed_bbr(
+    cc: Bbr, rate: float, rtt: float, rounds: int, now: float, in_flight: int = 0
+) -> float:
+    """Answers of a path that delivers `rate` B/s with `rtt`, one round per rtt
+    (with `in_flight` bytes in flight; default one bdp)."""
+    in_flight = in_flight or int(rate * rtt)
+    delivered = DELIVERED.get(id(cc), 0)
+    for _ in range(rounds):
+        for _ in range(4):
+            now += rtt / 4
+            acked = int(rate * rtt / 4)
+            prior = delivered
+            delivered += acked
+            cc.on_ack(
+                RateSample(
+                    delivery_rate=rate, delivered=acked, interval=rtt, rtt=rtt,
+                    prior_delivered=prior - int(rate * rtt) + acked, newly_acked=acked,
+                    last_sent=now - rtt, prior_in_flight=in_flight,
+                    in_flight=in_flight, total_delivered=delivered,
+                ),
+                now,
+            )  # fmt: skip
+    DELIVERED[id(cc)] = delivered
+    return now
+
+
+def test_bbr_finds_the_bottleneck_drains_and_paces_at_it() -> None:
+    cc = Bbr(D, seed=1)
+    assert cc.mode == Bbr.STARTUP
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    assert cc.filled and cc.mode == Bbr.PROBE_BW
+    assert cc.btl_bw == 5e6 and cc.min_rtt == 0.05
+    assert 0.7 * 5e6 <= cc.pacing_rate <= 1.25 * 5e6
+    assert 2 * cc.bdp <= cc.cwnd <= 3 * cc.bdp + 3 * max(2 * D, cc.pacing_rate / 1000)
+    # random loss does not move the model
+    for _ in range(20):
+        cc.on_lost(now - 0.05, D, now)
+    feed_bbr(cc, 5e6, 0.05, 2, now)
+    assert cc.btl_bw == 5e6
+
+
+def test_bbr_keeps_its_model_through_an_outage_and_restores_its_window() -> None:
+    cc = Bbr(D)
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    cwnd, bw = cc.cwnd, cc.btl_bw
+    cc.on_timeout(now + 0.2)
+    cc.on_timeout(now + 0.6)
+    assert cc.cwnd == cc.minimum
+    assert cc.btl_bw == bw and cc.pacing_rate > 0
+    cc.on_ack(RateSample(newly_acked=D, rtt=0.05, total_delivered=10**9), now + 1.6)
+    assert cc.cwnd >= cwnd
+
+
+def test_bbr_probes_rtt_when_min_rtt_is_stale() -> None:
+    cc = Bbr(D)
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    now = feed_bbr(cc, 5e6, 0.06, 4, now + 10.5)  # queueing: min_rtt not refreshed
+    assert cc.mode == Bbr.PROBE_RTT and cc.cwnd <= max(cc.bdp / 2, cc.minimum)
+    now = feed_bbr(cc, 5e6, 0.05, 8, now, in_flight=cc.minimum)  # the queue drained
+    assert cc.mode == Bbr.PROBE_BW
+
+
+def test_create_by_name() -> None:
+    assert isinstance(create("bbr", D), Bbr)
+    assert isinstance(create("newreno", D), NewReno)
+    with pytest.raises(ValueError, match="congestion must be one of bbr, newreno"):
+        create("cubic", D)
+
+
+# --------------------------------------------------------- RTT and RACK
+def test_rtt_estimator_follows_rfc6298_and_caps_the_probe_backoff() -> None:
+    rtt = RttEstimator()
+    rtt.on_sample(0.1)
+    assert (rtt.srtt, rtt.rttvar, rtt.min_rtt) == (0.1, 0.05, 0.1)
+    rtt.on_sample(0.2)
+    assert rtt.srtt == pytest.approx(0.1125) and rtt.rttvar == pytest.approx(0.0625)
+    assert rtt.pto == pytest.approx(0.225)
+    for _ in range(10):
+        rtt.backoff()
+    assert rtt.pto == rtt.rto == 1.0  # probes back off to 1 s at most
+    rtt.reset_backoff()
+    assert rtt.pto == pytest.approx(0.225)
+
+
+def test_rack_window_widens_on_spurious_losses_and_falls_back() -> None:
+    rtt = RttEstimator()
+    rtt.on_sample(0.04)
+    rack = Rack()
+    assert rack.reo_wnd(rtt) == pytest.approx(0.01)
+    rack.on_spurious(1.0, rtt)
+    rack.on_spurious(1.01, rtt)  # the same round trip: once
+    assert rack.mult == 2
+    rack.on_spurious(1.1, rtt)
+    rack.on_spurious(1.2, rtt)
+    assert rack.mult == 4 and rack.reo_wnd(rtt) == pytest.approx(0.04)
+    rack.on_spurious(1.3, rtt)
+    assert rack.reo_wnd(rtt) == pytest.approx(0.04)  # never above srtt
+    for _ in range(REORDER_RESET):
+        rack.on_recovery()
+    assert rack.mult == 1
+
+
+# ---------------------------------------------- the sender and the listener
+ADDR = ("10.0.0.1", 4000)
+
+
+def open_pair(congestion: str = "bbr") -> tuple[Sender, ListenerCore, float]:
+    sender = Sender(SenderConfig(stream="s", congestion=congestion))
+    core = ListenerCore(MemoryStore())
+    now = 100.0
+    sender.connect(now)
+    for _ in range(2):
+        for data in sender.datagrams_to_send(now):
+            core.receive_datagram(data, ADDR, now)
+        for data, _ in core.datagrams_to_send(now):
+            sender.receive_datagram(data, now)
+    assert sender.state == SenderState.OPEN
+    return sender, core, now
+
+
+def roundtrip(sender: Sender, core: ListenerCore, now: float, rtt: float) -> list[bytes]:
+    out = sender.datagrams_to_send(now)
+    for data in out:
+        core.receive_datagram(data, ADDR, now + rtt / 2)
+    core.take_writes()
+    for data, _ in core.datagrams_to_send(now + rtt / 2):
+        sender.receive_datagram(data, now + rtt)
+    return out
+
+
+def test_an_idle_link_arms_no_timer_and_a_paced_one_only_with_work() -> None:
+    sender, core, now = open_pair()
+    assert sender.get_timer() is None
+    sender.push([b"x" * 1000] * 2000)
+    for i in range(20):
+        roundtrip(sender, core, now + i * 0.01, 0.01)
+    assert sender.pacer.rate > 0  # BBR paces once it has an RTT
+    now += 0.2
+    burst = []
+    while out := sender.datagrams_to_send(now):
+        burst += out
+    # the bucket's depth, the last datagram overdrawing it: not 64
+    assert 0 < sum(map(len, burst)) <= sender.pacer.depth + 1400
+    timer = sender.get_timer()
+    assert timer is not None and timer > now  # the next send time
+    assert timer == pytest.approx(
+        now + (sender.pacer.quantum - sender.pacer.tokens) / sender.pacer.rate
+    )
+
+
+def test_the_listener_reports_a_retransmission_it_got_twice_as_spurious() -> None:
+    sender, core, now = open_pair()
+    sender.push([b"a" * 100, b"b" * 100])
+    (first,) = sender.datagrams_to_send(now)
+    core.receive_datagram(first, ADDR, now)  # the original arrives...
+    core.take_writes()
+    core.datagrams_to_send(now)  # ...and its answer is lost
+    # much later, the sender's loss detection has resent it (by hand here)
+    flight = sender.flight
+    (f,) = flight.flights.values()
+    flight.remove(f)
+    flight.lost.append(f)
+    (again,) = sender.datagrams_to_send(now + 0.5)
+    core.receive_datagram(again, ADDR, now + 0.5)
+    ((answer, _),) = core.datagrams_to_send(now + 0.5)
+    decoded = wire.decode_datagram(answer)
+    assert isinstance(decoded, wire.Ack) and decoded.duplicates == (2,)
+    sender.receive_datagram(answer, now + 0.51)
+    assert sender.stats.spurious == 1 and sender.stats.retransmits == 1
