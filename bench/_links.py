@@ -84,7 +84,6 @@ def no_gso(link: Link) -> None:
     """One send() per datagram from now on (the link falls back this way when the
     kernel refuses GSO; here it is forced)."""
     link._transport.gso = False
-    link._sender.pad = False
 
 
 def asleep(link: Link, timeout: float = 5.0) -> bool:

@@ -44,6 +44,7 @@ from typing import Any
 
 import purelink.listener as listener_module
 from purelink import Listener
+from purelink._udp import SOL_UDP, UDP_GRO
 from purelink.protocol.wire import BatchHeader
 from purelink.store.format import ProducerState
 
@@ -62,8 +63,6 @@ __all__ = ["RATE_TARGET", "VARIANTS", "NullDataDir", "main", "run_drain"]
 
 RATE_TARGET = 3_000_000.0
 TOLD_TIMEOUT = 120.0
-SOL_UDP = 17
-UDP_GRO = 104
 
 VARIANTS: dict[str, str] = {
     "after": "UDP GSO on the link, UDP GRO on the listener",

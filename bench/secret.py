@@ -1,27 +1,31 @@
-"""`python -m bench.secret`: what the keyed MAC costs per record (docs/security.md).
+"""`python -m bench.secret`: what encryption costs per record (docs/performance.md).
 
-Why it exists: docs/security.md makes every datagram carry a keyed BLAKE2b MAC
-when a listener has a secret, and issue 7 asks that its cost per record be
-measured on the 61 B `queue` workload and stay small against it.  This
-benchmark runs that workload twice -- without a secret and with one -- and
-reports the difference, and it times the MAC on its own so that the
-difference can be told from noise.
+Why it exists: with a secret every datagram is sealed with AES-256-GCM under
+session keys (protocol/channel.py, docs/security.md); the protocol layer
+also still speaks its older form, a keyed BLAKE2b MAC on datagrams that
+travel in clear. The per-record CPU of an encrypted link must be no higher
+than the MAC-only link's, measured in the same run. Three measurements, each
+with its variants interleaved so that a busy moment of the machine hits them
+alike:
 
-Workload (variants `no-secret` and `secret`, run alternately `--repeat`
-times): a real `purelink.Listener` (sync="batch", a store in a temporary
-directory) and a real link, both in THIS process on loopback; one app
-thread queues `--records` records of 61 B one at a time, as fast as it can;
-the clock runs from the first `queue` to the link being told the last one
-stored.  Reported per variant: records/s, CPU ns per record of the link
-thread, of the listener thread and of the whole process (each thread's own
-CPU clock).  All threads share one GIL, as in an application that embeds a
-listener; the `queue` benchmark runs the listener in its own process.
-
-Then the MAC alone (`wire` rows): a full DATA datagram of 61 B records, as
-the sender packs them, is sealed (`encode_data`) and opened
-(`decode_datagram`) in a loop with and without a key; the difference per
-datagram, divided by the records it holds, is the MAC's cost per record on
-each side, free of the scheduler's noise.
+* `core` rows: the protocol work of both sides, in memory, in one thread
+  and no sockets: a Sender packs `--records` records of 61 B, a listener
+  core takes every datagram, the store is a list, every answer goes back.
+  Variants: `plain` (no secret), `mac` (the MAC-only datagrams, which the
+  protocol layer still speaks: SenderConfig/CoreConfig `secret=`), and
+  `aead` (SecureSender + SecureCore: what a secret means now).  CPU ns per
+  record, sender side and listener side, each measured around its calls.
+* `link` rows: the real thing on loopback, a `purelink.Listener`
+  (sync="batch", a temporary store) and a link in THIS process, one app
+  thread queueing one record at a time: records/s and CPU ns per record of
+  the link thread, the listener thread and the process; `no-secret`, `mac`
+  (the MAC-only datagrams, set up through internals: the API no longer
+  offers them) and `encrypted`.
+* `tail` rows: a subscription (`follow=False`) reads every record back over
+  TCP from a listener in this process: plaintext batches by `sendfile` vs
+  sealed frames read with `pread`; records/s and process CPU per record.
+* `wire` rows: one full DATA datagram of 61 B records sealed and opened in a
+  loop, MAC vs AEAD, free of the scheduler's noise; per record.
 
 Run from the checkout root: `python -m bench.secret [--records N] [--json]`.
 """
@@ -33,26 +37,92 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import purelink
 from purelink.protocol import wire
+from purelink.protocol.channel import Channel
+from purelink.protocol.keys import KeyTable
+from purelink.protocol.listener_core import CoreConfig, ListenerCore
+from purelink.protocol.secure_core import SecureCore
+from purelink.protocol.secure_sender import SecureSender
+from purelink.protocol.sender import Sender, SenderConfig
+from purelink.testing.fakes import MemoryStore
 
-from ._common import (
-    Report,
-    base_parser,
-    make_records,
-    self_cpu_ns,
-    summarize_key,
-    thread_cpu_ns,
-)
+from ._common import Report, base_parser, make_records, self_cpu_ns, summarize_key, thread_cpu_ns
 
 KEY = b"bench-secret-0123456789abcdef!!!"
-VARIANTS = {"no-secret": None, "secret": KEY}
+LINK_VARIANTS = ("no-secret", "mac", "encrypted")
+CORE_VARIANTS = ("plain", "mac", "aead")
 TOLD_TIMEOUT = 120.0
+ADDR = ("127.0.0.1", 40000)
 
 
+# ------------------------------------------------------------------ core rows
+def _pair(variant: str) -> tuple[Sender, ListenerCore]:
+    store = MemoryStore()
+    config = SenderConfig("bench", datagram_size=1400)
+    if variant == "plain":
+        return Sender(config), ListenerCore(store)
+    if variant == "mac":
+        return Sender(SenderConfig("bench", secret=KEY)), ListenerCore(
+            store, CoreConfig(secret=KEY)
+        )
+    return SecureSender(config, KEY), SecureCore(store, None, KeyTable.single(KEY), lambda: 1.7e9)
+
+
+def run_core(variant: str, records: list[bytes]) -> dict[str, Any]:
+    """Both sides' protocol work in memory, one thread: CPU ns per record of each."""
+    sender, core = _pair(variant)
+    clock = time.thread_time_ns
+    now = 1.0
+    sender.connect(now)
+    for _ in range(10):  # the handshake (a RETRY round, then the ACCEPT)
+        for d in sender.datagrams_to_send(now):
+            core.receive_datagram(d, ADDR, now)
+        for a, _ in core.datagrams_to_send(now):
+            sender.receive_datagram(a, now)
+    assert sender.state == "open", sender.state
+    n = len(records)
+    side = {"sender": 0, "listener": 0}
+    t0 = clock()
+    sender.push(records)
+    side["sender"] += clock() - t0
+    datagrams = 0
+    store = core.store
+    while sender.stored < n:
+        now += 0.0001
+        a = clock()
+        out = sender.datagrams_to_send(now)
+        b = clock()
+        side["sender"] += b - a
+        datagrams += len(out)
+        for d in out:
+            core.receive_datagram(d, ADDR, now)
+        for stream, writes in core.take_writes().items():
+            last = store.append(stream, writes)  # type: ignore[attr-defined]
+            core.written(stream, last)
+            core.synced(stream, store.sync(stream))  # type: ignore[attr-defined]
+        answers = core.datagrams_to_send(now)
+        c = clock()
+        side["listener"] += c - b
+        for ans, _ in answers:
+            sender.receive_datagram(ans, now)
+        sender.handle_timer(now)
+        side["sender"] += clock() - c
+        if not out and not answers:
+            now += 0.05  # nothing moved: let the sender's timer fire
+    return {
+        "sender_ns": side["sender"] / n,
+        "listener_ns": side["listener"] / n,
+        "total_ns": (side["sender"] + side["listener"]) / n,
+        "datagrams": datagrams,
+    }
+
+
+# ------------------------------------------------------------------ link rows
 class _Told:
     def __init__(self, last: int) -> None:
         self.last = last
@@ -63,19 +133,33 @@ class _Told:
             self.at = time.perf_counter_ns()
 
 
-def run_queue(secret: bytes | None, records: list[bytes]) -> dict[str, Any]:
+def _mac_link(url: str, on_stored: _Told) -> purelink.Link:
+    """A link whose Sender speaks the MAC-only datagrams (a benchmark of internals may:
+    the API no longer offers them, since a secret means encryption)."""
+    link = purelink.Link(url, "bench", on_stored=on_stored)
+    link._sender = Sender(replace(link._sender.config, secret=KEY))
+    link._start()
+    return link
+
+
+def run_link(variant: str, records: list[bytes]) -> dict[str, Any]:
     """One run: a fresh store, listener and link; every record queued one at a time."""
     n = len(records)
+    secret = KEY if variant == "encrypted" else None
     with tempfile.TemporaryDirectory(prefix="purelink-bench-secret-") as tmp:
         listener = purelink.Listener(Path(tmp) / "data", udp="127.0.0.1:0", secret=secret)
+        if variant == "mac":  # the core checks MACs: set before start() builds it
+            listener._core_config = replace(listener._core_config, secret=KEY)
         listener.start()
         try:
             assert listener.udp_address is not None
             host, port = listener.udp_address
             told = _Told(n)
-            link = purelink.connect(
-                f"udp://{host}:{port}", stream="bench", secret=secret, on_stored=told
-            )
+            url = f"udp://{host}:{port}"
+            if variant == "mac":
+                link = _mac_link(url, told)
+            else:
+                link = purelink.connect(url, stream="bench", secret=secret, on_stored=told)
             try:
                 listener_thread = listener._thread  # a benchmark of internals may
                 assert listener_thread is not None
@@ -95,7 +179,6 @@ def run_queue(secret: bytes | None, records: list[bytes]) -> dict[str, Any]:
                 stats = link.stats()
             finally:
                 link.close(timeout=10)
-            dropped = listener.stats().dropped
         finally:
             listener.close()
     return {
@@ -105,118 +188,184 @@ def run_queue(secret: bytes | None, records: list[bytes]) -> dict[str, Any]:
         "process_cpu_ns": (process_cpu1 - process_cpu0) / n,
         "datagrams": stats.datagrams,
         "retransmits": stats.retransmits,
-        "dropped": sum(dropped.values()),
     }
 
 
-def full_datagram(size: int, key: bytes | None, datagram_size: int = 1400) -> tuple[bytes, int]:
-    """A DATA datagram packed as full as the sender packs it; (bytes, records in it)."""
-    budget = datagram_size - wire.DATA_OVERHEAD - wire.BATCH_HEADER
-    budget -= wire.MAC_SIZE if key is not None else 0
+def run_tail(secret: bytes | None, records: list[bytes]) -> dict[str, Any]:
+    """A subscription reads back every record (follow=False) from a listener in this
+    process: records/s and the process's CPU ns per record while it reads."""
+    n = len(records)
+    with tempfile.TemporaryDirectory(prefix="purelink-bench-secret-") as tmp:
+        listener = purelink.Listener(
+            Path(tmp) / "data", udp="127.0.0.1:0", tcp="127.0.0.1:0", secret=secret
+        )
+        listener.start()
+        try:
+            assert listener.udp_address is not None and listener.tcp_address is not None
+            udp = "udp://%s:%d" % listener.udp_address
+            tcp = "tcp://%s:%d" % listener.tcp_address
+            with purelink.connect(udp, stream="bench", secret=secret) as link:
+                for record in records:
+                    link.queue(record)
+                if not link.wait_stored(timeout=TOLD_TIMEOUT):
+                    raise RuntimeError("not all stored")
+            cpu0 = self_cpu_ns()
+            t0 = time.perf_counter_ns()
+            got = 0
+            with purelink.subscribe(tcp, "bench", follow=False, secret=secret) as sub:
+                for chunk in sub.chunks():
+                    got += len(chunk)
+            t1 = time.perf_counter_ns()
+            cpu1 = self_cpu_ns()
+        finally:
+            listener.close()
+    if got != n:
+        raise RuntimeError(f"read {got:,} of {n:,}")
+    return {"rate": n / ((t1 - t0) / 1e9), "process_cpu_ns": (cpu1 - cpu0) / n}
+
+
+# ------------------------------------------------------------------ wire rows
+def _full_batch(size: int, overhead: int) -> tuple[bytes, int]:
+    budget = 1400 - wire.DATA_OVERHEAD - wire.BATCH_HEADER - overhead
     count = budget // (size + 2)
-    batch = wire.encode_batch((1 << 63) | 1, 1, 1, [b"r" * size] * count)
-    return wire.encode_data(1, 1, batch, key), count
+    return wire.encode_batch((1 << 63) | 1, 1, 1, [b"r" * size] * count), count
 
 
 def time_wire(size: int, loops: int, rounds: int = 15) -> dict[str, dict[str, float]]:
-    """ns per datagram to seal and to open a full DATA datagram, without and with a
-    key: the best of `rounds` rounds of `loops` calls, the variants interleaved
-    round by round so that a busy moment of the machine hits them alike."""
-    cases = {}
-    for variant, key in VARIANTS.items():
-        data, count = full_datagram(size, key)
-        msg = wire.decode_datagram(data, key)
-        assert isinstance(msg, wire.Data)
-        cases[variant] = (key, data, bytes(msg.batch), count)
-    best = {v: {"seal_ns": float("inf"), "open_ns": float("inf")} for v in cases}
+    """ns per full DATA datagram to seal and to open, with the MAC and with the AEAD:
+    the best of `rounds` rounds of `loops` calls, variants interleaved."""
+    mac_batch, mac_count = _full_batch(size, wire.MAC_SIZE)
+    mac_data = wire.encode_data(1, 1, mac_batch, KEY)
+    aead_batch, aead_count = _full_batch(size, 32)
+    plain = wire.encode_data(1, 1, aead_batch)
+    send = Channel(1, b"s" * 32, b"r" * 32, 0.0)
+    receive = Channel(1, b"r" * 32, b"s" * 32, 0.0)
+    sealed = [send.seal(plain, 0.0) for _ in range(64)]  # cycled: the window reset each pass
+    best = {v: {"seal_ns": float("inf"), "open_ns": float("inf")} for v in ("mac", "aead")}
     encode, decode = wire.encode_data, wire.decode_datagram
     for _ in range(rounds):
-        for variant, (key, data, batch, _count) in cases.items():
-            t0 = time.perf_counter_ns()
-            for _ in range(loops):
-                encode(1, 1, batch, key)
-            t1 = time.perf_counter_ns()
-            for _ in range(loops):
-                decode(data, key)
-            t2 = time.perf_counter_ns()
+        t0 = time.perf_counter_ns()
+        for _ in range(loops):
+            encode(1, 1, mac_batch, KEY)
+        t1 = time.perf_counter_ns()
+        for _ in range(loops):
+            decode(mac_data, KEY)
+        t2 = time.perf_counter_ns()
+        for _ in range(loops):
+            send.seal(encode(1, 1, aead_batch), 0.0)
+        t3 = time.perf_counter_ns()
+        for i in range(loops):
+            if not i & 63:
+                receive._top = receive._bits = 0  # (internals: open them again)
+            decode(receive.open(sealed[i & 63], 0.0))
+        t4 = time.perf_counter_ns()
+        for variant, seal, open_ in (("mac", t1 - t0, t2 - t1), ("aead", t3 - t2, t4 - t3)):
             row = best[variant]
-            row["seal_ns"] = min(row["seal_ns"], (t1 - t0) / loops)
-            row["open_ns"] = min(row["open_ns"], (t2 - t1) / loops)
-    for variant, (*_, count) in cases.items():
-        best[variant]["records"] = count
+            row["seal_ns"] = min(row["seal_ns"], seal / loops)
+            row["open_ns"] = min(row["open_ns"], open_ / loops)
+    best["mac"]["records"] = mac_count
+    best["aead"]["records"] = aead_count
     return best
 
 
+# -------------------------------------------------------------------- report
 def build_report(
     args: argparse.Namespace,
-    runs: dict[str, list[dict[str, Any]]],
+    cores: dict[str, list[dict[str, Any]]],
+    links: dict[str, list[dict[str, Any]]],
+    tails: dict[str, list[dict[str, Any]]],
     wire_rows: dict[str, dict[str, float]],
 ) -> Report:
     report = Report(
         "secret",
-        f"the keyed MAC's cost: {args.records:,} records of {args.size} B queued one at a "
-        "time, listener (sync=batch) and link in one process; and the MAC alone",
+        f"encryption's cost per record: {args.records:,} records of {args.size} B; the "
+        "protocol in memory (plain / MAC / AEAD), a real link (none / encrypted), the wire alone",
         parameters={"records": args.records, "size": args.size, "repeat": args.repeat},
     )
-    for variant, rs in runs.items():
+    for variant, rs in cores.items():
         report.add(
-            variant=variant,
+            variant=f"core: {variant}",
+            sender_cpu_ns=summarize_key(rs, "sender_ns", "ns/record"),
+            listener_cpu_ns=summarize_key(rs, "listener_ns", "ns/record"),
+            total_cpu_ns=summarize_key(rs, "total_ns", "ns/record"),
+            datagrams=summarize_key(rs, "datagrams"),
+        )
+    for variant, rs in links.items():
+        report.add(
+            variant=f"link: {variant}",
             records_per_s=summarize_key(rs, "rate", "records/s"),
             link_cpu_ns=summarize_key(rs, "link_cpu_ns", "ns/record"),
             listener_cpu_ns=summarize_key(rs, "listener_cpu_ns", "ns/record"),
             process_cpu_ns=summarize_key(rs, "process_cpu_ns", "ns/record"),
             datagrams=summarize_key(rs, "datagrams"),
-            retransmits=summarize_key(rs, "retransmits"),
         )
-    plain, keyed = wire_rows["no-secret"], wire_rows["secret"]
-    per_record = {
-        side: (keyed[f"{side}_ns"] / keyed["records"]) - (plain[f"{side}_ns"] / plain["records"])
-        for side in ("seal", "open")
-    }
+    for variant, rs in tails.items():
+        report.add(
+            variant=f"tail: {variant}",
+            records_per_s=summarize_key(rs, "rate", "records/s"),
+            process_cpu_ns=summarize_key(rs, "process_cpu_ns", "ns/record"),
+        )
     for variant, row in wire_rows.items():
         report.add(
             variant=f"wire: {variant}",
             seal_ns_per_datagram=row["seal_ns"],
             open_ns_per_datagram=row["open_ns"],
             records_per_datagram=row["records"],
+            seal_ns_per_record=row["seal_ns"] / row["records"],
+            open_ns_per_record=row["open_ns"] / row["records"],
         )
-    if "no-secret" in runs and "secret" in runs:
-        a, b = runs["no-secret"], runs["secret"]
-        for key, what in (("process_cpu_ns", "process CPU"), ("rate", "records/s")):
+    mac = summarize_key(cores["mac"], "total_ns").median
+    aead = summarize_key(cores["aead"], "total_ns").median
+    plain = summarize_key(cores["plain"], "total_ns").median
+    report.notes.append(
+        f"protocol CPU per record, both sides: AEAD {aead:,.0f} ns vs MAC {mac:,.0f} ns "
+        f"({(aead - mac) / mac:+.1%}); plain {plain:,.0f} ns"
+    )
+    for base in ("mac", "no-secret"):
+        a, b = links[base], links["encrypted"]
+        for key, what in (("process_cpu_ns", "process CPU/record"), ("rate", "records/s")):
             before, after = summarize_key(a, key).median, summarize_key(b, key).median
             report.notes.append(
-                f"secret vs none, {what}: {after:,.0f} vs {before:,.0f} "
+                f"link, encrypted vs {base}, {what}: {after:,.0f} vs {before:,.0f} "
                 f"({(after - before) / before:+.1%})"
             )
+    a, b = tails["no-secret"], tails["encrypted"]
+    before = summarize_key(a, "process_cpu_ns").median
+    after = summarize_key(b, "process_cpu_ns").median
     report.notes.append(
-        f"the MAC alone, per record: +{per_record['seal']:.0f} ns to seal (link), "
-        f"+{per_record['open']:.0f} ns to open (listener); full datagrams of "
-        f"{keyed['records']:.0f} records with a key, {plain['records']:.0f} without"
+        f"subscription, encrypted vs none, process CPU/record: {after:,.0f} vs {before:,.0f} "
+        f"({(after - before) / before:+.1%})"
     )
-    report.extra = {"runs": runs, "wire": wire_rows, "mac_ns_per_record": per_record}
+    report.extra = {"core": cores, "link": links, "tail": tails, "wire": wire_rows}
     return report
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = base_parser("secret", "the keyed MAC's cost per record on the queue workload")
+    parser = base_parser("secret", "encryption's cost per record on the 61 B queue workload")
     parser.add_argument("--records", type=int, default=200_000, metavar="N")
     parser.add_argument("--size", type=int, default=61, metavar="B", help="bytes per record")
     parser.add_argument("--loops", type=int, default=5000, metavar="N", help="calls per wire round")
     args = parser.parse_args(list(argv))
-    if args.records < 1 or args.repeat < 1 or args.size < 1 or args.loops < 1:
-        parser.error("--records, --repeat, --size and --loops must be at least 1")
+    if args.records < 1 or args.repeat < 1 or args.size < 8 or args.loops < 1:
+        parser.error("--records, --repeat and --loops must be at least 1, --size at least 8")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     data = make_records(args.records, args.size)
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    for _ in range(args.repeat):
-        for variant, secret in VARIANTS.items():  # alternate, so drift hits both alike
-            runs[variant].append(run_queue(secret, data))
+    cores: dict[str, list[dict[str, Any]]] = {v: [] for v in CORE_VARIANTS}
+    links: dict[str, list[dict[str, Any]]] = {v: [] for v in LINK_VARIANTS}
+    tails: dict[str, list[dict[str, Any]]] = {"no-secret": [], "encrypted": []}
+    for _ in range(args.repeat):  # alternate, so drift hits every variant alike
+        for variant in CORE_VARIANTS:
+            cores[variant].append(run_core(variant, data))
+        for variant in LINK_VARIANTS:
+            links[variant].append(run_link(variant, data))
+        for variant, secret in (("no-secret", None), ("encrypted", KEY)):
+            tails[variant].append(run_tail(secret, data))
     wire_rows = time_wire(args.size, args.loops)
-    build_report(args, runs, wire_rows).emit(args.json)
+    build_report(args, cores, links, tails, wire_rows).emit(args.json)
     return 0
 
 

@@ -65,6 +65,7 @@ class _ListTransport:
 
     def __init__(self) -> None:
         self.out: list[bytes] = []
+        self.too_large: list[int] = []
 
     def send(self, datagrams: list[bytes]) -> None:
         self.out.extend(datagrams)
@@ -97,6 +98,7 @@ def run_once(records: int, size: int) -> dict[str, float]:
     sender.cc.cwnd = 1 << 40  # no pacing here: every record goes in one pass
     sender._peer_window = 1 << 40
     transport = _ListTransport()
+    link._transport.close()  # the UDP socket it was made with: unused from here on
     link._transport = transport
     record = b"x" * size
     queue = link.queue

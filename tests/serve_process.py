@@ -2,6 +2,8 @@
 
 Starts it, waits for its ready line (with a deadline, reading the pipe with
 select: no sleeps), restarts it on the same port, stops it with real signals.
+The child runs with `-W error`, and a traceback on its stderr fails the test
+that ran it (thread_guard.py), as an exception on an in-process thread does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import thread_guard
 
 READY = re.compile(r"^purelink listening (?:udp=\S+:(\d+) )?(?:tcp=\S+:(\d+) )?data=(.+)$")
 
@@ -50,7 +54,7 @@ class ServeProcess:
 
     def start(self, timeout: float = 20.0) -> ServeProcess:
         cmd = [
-            sys.executable, "-m", "purelink", "serve", "--data", str(self.data),
+            sys.executable, "-W", "error", "-m", "purelink", "serve", "--data", str(self.data),
             "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync, *self.extra,
         ]  # fmt: skip
         if self.transport == "tcp":
@@ -86,7 +90,7 @@ class ServeProcess:
         assert self.proc is not None
         self.proc.send_signal(sig)
         _, err = self.proc.communicate(timeout=timeout)
-        self.stderr += err.decode(errors="replace")
+        self._took(err)
         for line in err.decode(errors="replace").splitlines():
             if line.startswith("purelink serve: stopped "):
                 self.last_stats = json.loads(line.removeprefix("purelink serve: stopped "))
@@ -99,8 +103,15 @@ class ServeProcess:
         if self.proc is not None:
             self.proc.kill()
             _, err = self.proc.communicate(timeout=20)
-            self.stderr += err.decode(errors="replace")
+            self._took(err)
             self.proc = None
+
+    def _took(self, err: bytes) -> None:
+        """Keep what the child wrote to stderr; a traceback there fails the test."""
+        text = err.decode(errors="replace")
+        self.stderr += text
+        if thread_guard.TRACEBACK in text:
+            thread_guard.note(f"purelink serve wrote a traceback to stderr:\n{text}")
 
     def restart(self) -> ServeProcess:
         return self.start()

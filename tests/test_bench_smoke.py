@@ -19,9 +19,11 @@ import shutil
 import subprocess
 import sys
 import types
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
 import purelink
@@ -41,6 +43,11 @@ TINY: dict[str, list[str]] = {
     "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],
     "grace": ["--seconds", "0.3", "--readers", "3"],
     "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
+    "logging": ["--records", "2000", "--repeat", "1"],
+    # the systems that need nothing beyond the test extra (the others: the bench extra)
+    "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
+    "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
+    "overhead": ["--mb", "0.2", "--mixes", "1000 B,61 B"],
 }
 
 
@@ -112,11 +119,14 @@ def test_sizes_draws_the_plot_again_from_saved_json(tmp_path: Path) -> None:
 def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
     tmp_path: Path,
 ) -> None:
-    # purelink installed without its checkout (what `pip install .` leaves): no bench/
+    # a copy of the purelink package alone, without its bench (a vendored copy, say),
+    # and without site: no editable install's finder maps purelink.bench to bench/
     shutil.copytree(Path(purelink.__file__).parent, tmp_path / "lib" / "purelink")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib")}
+    shutil.rmtree(tmp_path / "lib" / "purelink" / "bench", ignore_errors=True)
+    site_packages = Path(crc32c.__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "lib"), str(site_packages)])}
     result = subprocess.run(
-        [sys.executable, "-m", "purelink", "bench", "queue"],
+        [sys.executable, "-S", "-m", "purelink", "bench", "queue"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -124,10 +134,66 @@ def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
         timeout=TIMEOUT,
         check=False,
     )
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("purelink: error: "), result.stderr
     assert "bench/" in lines[0]
+
+
+def test_a_plain_install_ships_the_benchmarks(tmp_path: Path) -> None:
+    """`pip install .` (a wheel, not the checkout) has `purelink bench`: the
+    wheel holds bench/ as purelink.bench, and the verb runs a benchmark from it."""
+    source = tmp_path / "source"  # a copy: the build leaves nothing in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(CHECKOUT / name, source / name)
+    for name in ("src", "bench"):
+        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+        shutil.copytree(CHECKOUT / name, source / name, ignore=skip)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("purelink-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    present = {p.name for p in (CHECKOUT / "bench").glob("*.py")}
+    assert {f"purelink/bench/{name}" for name in present} <= names
+    target = tmp_path / "lib"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
+    site_packages = Path(crc32c.__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(site_packages)])}
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "purelink", "bench", "pool", *TINY["pool"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "free list" in result.stdout
+    assert "Traceback" not in result.stderr
 
 
 def test_bad_option_is_a_usage_error() -> None:

@@ -152,6 +152,11 @@ BAD_ARGUMENTS = [
     ["demo", "--records", "-1"],
     ["demo", "--records", "many"],
     ["demo", "--size", "3"],
+    ["demo", "--size", "20000000"],
+    ["serve", "--data", ""],
+    ["streams", "--data", ""],
+    ["send", "udp://127.0.0.1:7400", "--stream", "s", "--producer", "p/1"],
+    ["tail", "tcp://127.0.0.1:7400", "--stream", "s", "--from", "18446744073709551616"],
     ["bench", "--bogus"],
 ]
 

@@ -30,6 +30,8 @@ PUBLIC = {
     "LinkStats",
     "ListenerStats",
     "subscribe",
+    "logging",  # purelink.logging: LinkHandler (a module, loaded on first use)
+    "metrics",  # purelink.metrics: LinkCollector
 }
 ERRORS = ["Full", "Fenced", "Closed", "ConnectError", "LinkError"]
 POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -95,6 +97,7 @@ def test_connect_signature() -> None:
             "datagram_size": 1400,
             "timeout": 10.0,
             "secret": None,
+            "key_id": None,
             "on_stored": None,
         },
         required=("stream",),
@@ -150,7 +153,28 @@ def test_store_methods() -> None:
 
 
 def test_subscribe_signature() -> None:  # SPEC section 9
-    _check(purelink.subscribe, positional=2, named={"start": 1, "follow": True})
+    _check(
+        purelink.subscribe,
+        positional=2,
+        named={"start": 1, "follow": True, "secret": None, "key_id": None},
+    )
+
+
+def test_logging_and_metrics_are_modules_with_their_names() -> None:
+    import logging  # noqa: PLC0415 -- the standard library's, to compare
+
+    assert inspect.ismodule(purelink.logging)
+    assert purelink.logging is not logging
+    assert issubclass(purelink.logging.LinkHandler, logging.Handler)
+    _check(
+        purelink.logging.LinkHandler,
+        positional=2,  # url, stream
+        named={"producer": None, "secret": None, "key_id": None, "formatter": None},
+        required=("capacity",),
+    )
+    assert callable(purelink.logging.decode)
+    assert inspect.ismodule(purelink.metrics)
+    _check(purelink.metrics.LinkCollector, positional=0, named={})
 
 
 # Counters of SPEC section 6 (and what the CLI and the demo report).

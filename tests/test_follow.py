@@ -143,7 +143,7 @@ def test_follow_below_the_retained_range_raises_at_once(tmp_path: Path) -> None:
             append(log)
         assert log.retire(2)
         with pytest.raises(Error, match=f"records retained start at {log.first_position}"):
-            Store(tmp_path).read("s", 1, follow=True)
+            Store(tmp_path).read("s", 2, follow=True)
 
 
 def test_follow_a_stream_that_does_not_exist_yet(tmp_path: Path) -> None:

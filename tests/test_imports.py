@@ -36,16 +36,23 @@ HEAVY = [
     "ipaddress",  # only the CLI's loopback check needs it
     "purelink.primitives.grace",
     "purelink.primitives.pool",
+    "purelink.logging",  # loaded on first use of purelink.logging
+    "purelink.metrics",
+    "prometheus_client",
 ]
 
 
-def _fresh_modules(code: str) -> set[str]:
-    """sys.modules of a fresh interpreter after `code`."""
+def _fresh_modules(code: str, *flags: str) -> set[str]:
+    """sys.modules of a fresh interpreter (run with `flags`) after `code`."""
     script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, check=True, timeout=60, env=env
+        [sys.executable, *flags, "-c", script],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env=env,
     )
     return set(json.loads(out.stdout.decode().splitlines()[-1]))
 
@@ -66,6 +73,18 @@ def test_the_lazy_names_load_on_first_use() -> None:
         "assert callable(purelink.subscribe)"
     )
     assert {"purelink.listener", "purelink.store.store"} <= loaded
+
+
+def test_logging_and_metrics_load_on_first_use() -> None:
+    loaded = _fresh_modules(
+        "import purelink\n"
+        "assert purelink.logging.LinkHandler.__name__ == 'LinkHandler'\n"
+        "assert purelink.metrics.LinkCollector.__name__ == 'LinkCollector'\n"
+        "import logging\n"
+        "assert logging.Handler.__module__ == 'logging'  # the standard library's, untouched"
+    )
+    assert {"purelink.logging", "purelink.metrics"} <= loaded
+    assert "prometheus_client" not in loaded  # only once a collector is made
 
 
 def test_subscribe_stays_the_function_after_its_module_is_imported() -> None:
@@ -101,8 +120,15 @@ def test_fast_crc32c_is_the_packages_function() -> None:
 
 
 def test_crc32c_is_loaded_without_the_package_in_a_fresh_process() -> None:
+    """Fails the day the direct load stops working (a new layout of the package, a
+    loader that refuses, a deprecation in the way it is done): the fallback would
+    then import the package, and that is what this looks for."""
     loaded = _fresh_modules(
-        "from purelink._crc32c import crc32c\nassert crc32c(b'123456789') == 0xE3069283"
+        "from purelink._crc32c import crc32c\nassert crc32c(b'123456789') == 0xE3069283",
+        "-X",
+        "dev",
+        "-W",
+        "error",
     )
     assert "crc32c" not in loaded
     assert "importlib.metadata" not in loaded

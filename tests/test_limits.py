@@ -188,7 +188,7 @@ def test_far_out_of_order_is_bounded_dropped_and_resent(tmp_path: Path, greedy: 
     greedy one overshoots, the excess is dropped (reorder_full) and resent.
     Either way nothing is stored out of order or twice."""
     bound = 4096 if greedy else 8192
-    records = 1000 if greedy else 2000
+    records = 20_000 if greedy else 2000  # greedy: several batches of 64 KiB, most beyond the bound
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_reorder=bound) as lst:
         assert lst.udp_address is not None
         messy = Faults(duplicate=0.05, jitter=0.1)
@@ -209,7 +209,7 @@ def test_far_out_of_order_is_bounded_dropped_and_resent(tmp_path: Path, greedy: 
         finally:
             proxy.close()
         stats = lst.stats()
-    assert 0 < peak <= bound, peak
+    assert 0 < peak <= bound + 0xFFFF + 2 + 44, peak  # and the next batch, always (wire.md 9)
     assert stats.held > 0
     drops = stats.dropped.get("reorder_full", 0)
     if greedy:

@@ -147,15 +147,37 @@ def test_new_session_fences_the_old(core: ListenerCore) -> None:
 
 
 def test_bad_stream_and_bad_producer_are_refused(core: ListenerCore) -> None:
-    for kw in ({"stream": "../x"}, {"stream": ".hidden"}, {"producer": "a/b"}):
+    bad_stream, bad_producer = wire.RefuseReason.BAD_STREAM, wire.RefuseReason.BAD_PRODUCER
+    for kw, reason in (
+        ({"stream": "../x"}, bad_stream),
+        ({"stream": ".hidden"}, bad_stream),
+        ({"producer": "a/b"}, bad_producer),
+    ):
         core.receive_datagram(hello(**kw), ADDR, 100.0)  # type: ignore[arg-type]
         retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
         assert isinstance(retry, wire.Retry)
         core.receive_datagram(hello(cookie=retry.cookie, **kw), ADDR, 100.0)  # type: ignore[arg-type]
         refuse = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
         assert isinstance(refuse, wire.Refuse)
-        assert refuse.reason in (wire.RefuseReason.BAD_STREAM, wire.RefuseReason.BAD_REQUEST)
+        assert refuse.reason == reason
     assert core.links == 0
+
+
+def test_a_refusal_names_what_was_wrong(core: ListenerCore) -> None:
+    """Each refusal of a HELLO says which rule or limit it broke, so a link can
+    tell its user ("max_links", not "limit"); the counters keep their names."""
+    small = wire.encode_hello(wire.Hello(3, "s", "", ANON, 100, b""))
+    core.receive_datagram(small, ADDR, 100.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(
+        wire.encode_hello(wire.Hello(3, "s", "", ANON, 100, retry.cookie)), ADDR, 100.0
+    )
+    refuse = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(refuse, wire.Refuse)
+    assert refuse.reason == wire.RefuseReason.BAD_DATAGRAM_SIZE
+    assert wire.RefuseReason.NAMES[refuse.reason] == "bad_datagram_size"
+    assert core.stats.dropped == {"bad_request": 1}
 
 
 def test_link_limit(core: ListenerCore) -> None:
@@ -166,7 +188,7 @@ def test_link_limit(core: ListenerCore) -> None:
     assert isinstance(retry, wire.Retry)
     limited.receive_datagram(hello(nonce=9, cookie=retry.cookie), OTHER, 100.0)
     refuse = wire.decode_datagram(limited.datagrams_to_send(100.0)[0][0])
-    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.LIMIT
+    assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.MAX_LINKS
 
 
 @pytest.mark.parametrize(
@@ -192,11 +214,19 @@ def test_answers_from_a_link_are_refused_as_wrong_direction(core: ListenerCore) 
 
 
 def test_oversized_large_record_is_dropped(core: ListenerCore) -> None:
+    """A batch in pieces is refused at its first piece when it is longer than any
+    batch may be, and once it is whole when one of its records is over max_record."""
     small = ListenerCore(MemoryStore(), CoreConfig(max_record=1000))
     a = handshake(small)
-    frag = wire.encode_fragment(a.conn_id, 1, a.epoch, 1, 5000, 0, b"x" * 1000)
-    small.receive_datagram(frag, ADDR, 100.0)
+    huge = wire.encode_fragment(a.conn_id, 1, a.epoch, 1, (1 << 20) + 45, 0, b"x" * 1000)
+    small.receive_datagram(huge, ADDR, 100.0)
     assert small.stats.dropped == {"too_large": 1}
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"y" * 5000])
+    pieces = wire.encode_pieces(a.conn_id, 2, a.epoch, 1, batch, 0, len(batch), 1000)
+    for piece in pieces:
+        small.receive_datagram(piece, ADDR, 100.0)
+    assert small.stats.dropped == {"too_large": 2}
+    assert not any(small.take_writes().values())
 
 
 def test_a_session_fenced_while_waiting_for_a_sync_is_never_accepted(core: ListenerCore) -> None:

@@ -154,7 +154,7 @@ def test_bad_producer_names_are_refused() -> None:
         msg = wire.Hello(i, "s", name, 0, 1400, retry.cookie)
         core.receive_datagram(wire.encode_hello(msg), ADDR, 100.0)
         ((refuse, _),) = answers(core)
-        assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.BAD_REQUEST
+        assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.BAD_PRODUCER
     assert core.stats.dropped == {"bad_request": 4}
 
 
@@ -407,13 +407,13 @@ def refused(core: ListenerCore, addr: tuple[str, int], nonce: int, stream: str =
 def test_link_stream_and_store_limits_are_refused_and_counted() -> None:
     core = ListenerCore(LimitedStore(streams=1), CoreConfig(max_links=2))
     handshake(core, ADDR, stream="s")
-    assert refused(core, OTHER, 1, stream="t") == wire.RefuseReason.LIMIT
+    assert refused(core, OTHER, 1, stream="t") == wire.RefuseReason.MAX_STREAMS
     assert core.stats.dropped == {"stream_limit": 1}
     handshake(core, OTHER, nonce=2, stream="s", pid=ANON + 2)
-    assert refused(core, ("127.0.0.3", 1), 3) == wire.RefuseReason.LIMIT
+    assert refused(core, ("127.0.0.3", 1), 3) == wire.RefuseReason.MAX_LINKS
     assert core.stats.dropped == {"stream_limit": 1, "link_limit": 1}
     failing = ListenerCore(LimitedStore(streams=9, epochs_fail=True))
-    assert refused(failing, ADDR, 1) == wire.RefuseReason.LIMIT
+    assert refused(failing, ADDR, 1) == wire.RefuseReason.STORE_ERROR
     assert failing.stats.dropped == {"store_error": 1} and failing.links == 0
 
 
@@ -437,21 +437,28 @@ def test_reorder_memory_per_link_is_bounded_and_counted() -> None:
     assert core.stats.dropped["reorder_full"] == 41 - core.stats.held
 
 
+def piece(a: wire.Accept, pn: int, batch: bytes, offset: int, size: int) -> bytes:
+    """FRAGMENT: bytes [offset, offset + size) of `batch`."""
+    seq = wire.decode_batch_header(batch).first_seq
+    chunk = batch[offset : offset + size]
+    return wire.encode_fragment(a.conn_id, pn, a.epoch, seq, len(batch), offset, chunk)
+
+
 def test_total_memory_is_bounded_counted_and_a_running_total() -> None:
     core = ListenerCore(MemoryStore(), CoreConfig(max_memory=20_000, max_record=64_000))
     links = [handshake(core, ("127.0.0.1", 7000 + i), nonce=i, pid=ANON + i) for i in range(4)]
+    seconds = [wire.encode_batch(a.producer, a.epoch, 2, [bytes(6000 - 46)]) for a in links]
     for i, a in enumerate(links):  # out of order: seq 2, held
-        core.receive_datagram(frag(a, 1, 2, 6000, 0, bytes(1000)), ("127.0.0.1", 7000 + i), 100.0)
+        core.receive_datagram(piece(a, 1, seconds[i], 0, 1000), ("127.0.0.1", 7000 + i), 100.0)
     assert core.memory == sum(p.memory for p in core.producers()) <= 20_000 + 6000
     assert core.stats.dropped.get("memory_limit", 0) == 1  # the fourth one had no room
-    # the next record of a producer that holds data always gets through, so memory drains
+    # the next batch of a producer that holds data always gets through, so memory drains
     a = links[0]
-    core.receive_datagram(frag(a, 2, 1, 3000, 0, bytes(3000)), ("127.0.0.1", 7000), 100.0)
+    first = wire.encode_batch(a.producer, a.epoch, 1, [bytes(3000 - 46)])
+    core.receive_datagram(piece(a, 2, first, 0, 3000), ("127.0.0.1", 7000), 100.0)
     assert core.memory == sum(p.memory for p in core.producers())
     for off in range(1000, 6000, 1000):
-        core.receive_datagram(
-            frag(a, 3 + off, 2, 6000, off, bytes(1000)), ("127.0.0.1", 7000), 100.0
-        )
+        core.receive_datagram(piece(a, 3 + off, seconds[0], off, 1000), ("127.0.0.1", 7000), 100.0)
     assert core.memory == sum(p.memory for p in core.producers()) == 12_000
     assert [h.first_seq for _, h in core.take_writes()["s"]] == [1, 2]
 
@@ -491,7 +498,7 @@ def smallest_datagrams(key: bytes | None) -> list[bytes]:
         wire.encode_hello(wire.Hello(2, "", "", ANON, 1400, b"x"), key),  # a bad cookie
         wire.encode_probe(77, 1, 1, key),
         wire.encode_close(77, 1, key),
-        wire.encode_fragment(77, 1, 1, 1, 1, 0, b"x", key),
+        wire.encode_fragment(77, 1, 1, 1, 44, 0, b"x", key),
         wire.encode_data(77, 1, wire.encode_batch(ANON, 1, 1, [b""]), key),
     ]
 

@@ -98,8 +98,9 @@ def test_read_from_inside_a_batch_and_stop_is_exclusive(tmp_path: Path) -> None:
     assert list(store.read("s", start=5, stop=5)) == []
     assert list(store.read("s", start=21)) == []
     assert [p for p, _ in store.read("s", start=19, stop=1000)] == [19, 20]
+    assert [p for p, _ in store.read("s", start=0, stop=3)] == [1, 2]  # 0 and 1: the beginning
     with pytest.raises(ValueError):
-        store.read("s", start=0)
+        store.read("s", start=-1)
 
 
 def test_segments_roll_and_never_split_a_batch(tmp_path: Path) -> None:
@@ -248,8 +249,9 @@ def test_start_below_first_retained_raises(tmp_path: Path) -> None:
     first = store.first("s")
     assert first > 1
     with pytest.raises(Error, match=f"start at {first}"):
-        store.read("s", 1)
+        store.read("s", first - 1)
     assert [p for p, _ in store.read("s", first)] == list(range(first, 21))
+    assert [p for p, _ in store.read("s", 1)] == list(range(first, 21))  # the beginning
 
 
 def test_append_checks_lengths_and_refuses_after_close(tmp_path: Path) -> None:

@@ -33,8 +33,12 @@ import pytest
 
 import purelink.store.log as store_log
 from purelink import tail_server
+from purelink._crc32c import crc32c
 from purelink.errors import ProtocolError
-from purelink.protocol.tail import PREAMBLE, TailDecoder, encode_request
+from purelink.protocol.handshake import Initiator
+from purelink.protocol.keys import Key, KeyTable
+from purelink.protocol.tail import FLAG_SEALED, PREAMBLE, TailDecoder, encode_request
+from purelink.protocol.tail_seal import encode_sealed_request
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
@@ -191,16 +195,17 @@ def test_a_follower_that_sends_a_byte_and_leaves_while_parked_is_let_go(
     server: Server, data: DataDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At the idle tail of a stream, a follower sends a byte and hangs up: the
-    next heartbeat reads the byte (a peek would never see the hang-up behind
-    it) and lets the subscription go."""
-    monkeypatch.setattr(tail_server, "HEARTBEAT", 0.05)
+    hang-up watch wakes it at once, it reads the byte (a peek would never see
+    the hang-up behind it) and lets the subscription go -- without the
+    heartbeat, which is set far beyond the test's deadline."""
+    monkeypatch.setattr(tail_server, "HEARTBEAT", 3600.0)
     client, _ = server.connect(encode_request("s", 6, True))
     log = data.stream("s")
     wait_until(lambda: log.synced_parker.statistics().parked == 1)
     assert server.tail.statistics().subscribers == 1
     client.sendall(b"x")
     client.close()
-    wait_until(lambda: server.tail.statistics().subscribers == 0)
+    wait_until(lambda: server.tail.statistics().subscribers == 0, timeout=5.0)
     assert server.dropped() == {"tail_trailing_bytes": 1}
 
 
@@ -272,6 +277,11 @@ def test_too_many_incomplete_requests_are_refused_at_once(server: Server) -> Non
 
 def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
     secret = b"k" * 32
+    keys = KeyTable([Key("", secret, write=(), read=("s",))])
+
+    def sealed(stream: str, start: int, follow: bool, key: bytes = secret) -> bytes:
+        return encode_sealed_request(stream, start, follow, "", key)[0]
+
     with DataDir(tmp_path, segment_bytes=2000) as data:
         log = data.stream("s")
         for _ in range(30):
@@ -279,45 +289,113 @@ def test_every_refusal_is_counted_by_reason(tmp_path: Path) -> None:
         log.sync()
         assert log.retire(2)
         first = log.first_position
-        server = Server(data, secret=secret)
+        server = Server(data, keys=keys)
         try:
             server.tail.max_subscribers = 1
-            bad = bytearray(encode_request("s", 1, False, secret))
-            bad[-20] ^= 1  # the CRC
-            cases = [
+            bad = bytearray(sealed("s", 1, False))
+            bad[-2] ^= 1  # the CRC
+            cases = [  # every one refused before a session: a plaintext ERROR
                 (bytes(bad), "bad_checksum"),
                 (encode_request("s", first, False), "unauthenticated"),
-                (encode_request("s", 1, False, secret), f"records retained start at {first}"),
+                (sealed("s", first, False, b"w" * 32), "wrong secret"),
+                (sealed("t", first, False), "may not read this stream"),
             ]
             for request, text in cases:
                 reply = read_reply(server.connect(request)[0])
                 assert reply.error is not None and text in reply.error
             # the refused one's thread ends after its ERROR went: then the slot is free
             wait_until(lambda: server.tail.statistics().subscribers == 0)
-            server.connect(encode_request("s", first, True, secret))  # holds the one slot
+            server.connect(sealed("s", first, True))  # holds the one slot
             wait_until(lambda: server.tail.statistics().subscribers == 1)
             served: list[object] = []
             serve = server.tail._serve
             server.tail._serve = lambda *args: (served.append(args), serve(*args))  # type: ignore[method-assign]
-            reply = read_reply(server.connect(encode_request("s", first, False, secret))[0])
+            reply = read_reply(server.connect(sealed("s", first, False))[0])
             assert reply.error is not None and "too many subscribers" in reply.error
             assert served == []  # refused in take(), on the loop, with no thread started
             server.tail._serve = serve  # type: ignore[method-assign]
             gone, _ = server.connect(PREAMBLE)
             gone.close()  # hangs up in the middle of its request
-            wait_until(lambda: server.tail.statistics().refused == 5)
+            wait_until(lambda: server.tail.statistics().refused == 6)
             stats = server.tail.statistics()
             assert stats.dropped == {
                 "tail_bad_request": 1,
                 "tail_unauthenticated": 1,
-                "tail_below_retained": 1,
+                "tail_bad_secret": 1,
+                "tail_forbidden": 1,
                 "tail_too_many_subscribers": 1,
                 "tail_truncated_request": 1,
             }
             stats.dropped.clear()  # a snapshot: the server's counts are its own
-            assert server.tail.statistics().refused == 5
-            # the follower, and the one refused after it got its slot (below retained)
-            assert stats.subscribers == 1 and stats.subscriptions == 2
+            assert server.tail.statistics().refused == 6
+            assert stats.subscribers == 1 and stats.subscriptions == 1  # the follower
+        finally:
+            server.close()
+
+
+def _all_bytes(sock: socket.socket) -> bytes:
+    """Everything the server sends until it hangs up."""
+    sock.settimeout(DEADLINE)
+    out = bytearray()
+    while chunk := sock.recv(1 << 16):
+        out += chunk
+    return bytes(out)
+
+
+def _sealed_any(stream: str, secret: bytes) -> bytes:
+    """A sealed request for any name, even one encode_request refuses (tail_seal.py's
+    layout, by hand)."""
+    name = stream.encode()
+    plain = struct.pack("<8sQBB", PREAMBLE, 1, 0, len(name)) + name
+    init = Initiator("", secret, plain + struct.pack("<I", crc32c(plain)))
+    body = struct.pack("<8sQBB", PREAMBLE, len(init.message), FLAG_SEALED, 0) + init.message
+    return body + struct.pack("<I", crc32c(body))
+
+
+def test_a_sealed_request_refused_after_it_opened_names_nothing_in_clear(
+    tmp_path: Path,
+) -> None:
+    """A refusal sent before the session's RESP is plaintext: after the INIT opened
+    (a stream the key may not read, a bad name inside) it must not carry the
+    stream name the INIT kept from the path."""
+    secret = b"k" * 32
+    keys = KeyTable([Key("", secret, write=(), read=("s",))])
+    with DataDir(tmp_path) as data:
+        server = Server(data, keys=keys)
+        try:
+            for stream, reason in (("payments-eu-7", b"forbidden"), ("x/payments-eu-7", b"bad")):
+                raw = _all_bytes(server.connect(_sealed_any(stream, secret))[0])
+                assert raw.startswith(b"\0\0\0\0") and reason in raw  # a refusal, with why
+                assert b"payments" not in raw
+        finally:
+            server.close()
+
+
+def test_a_subscription_whose_key_a_reload_removed_while_it_opened_is_ended(
+    tmp_path: Path,
+) -> None:
+    """A reload between the request's check and the subscription's registration
+    must still end it: else a removed key's follower reads on for ever."""
+    secret = b"k" * 32
+    with DataDir(tmp_path) as data:
+        log = data.stream("s")
+        append(log, 3)
+        log.sync()
+        server = Server(data, keys=KeyTable([Key("a", secret, write=(), read=("s",))]))
+        try:
+            decode = server.tail._decode
+
+            def decode_then_reload(raw: bytes) -> Any:
+                out = decode(raw)
+                server.tail.set_keys(KeyTable([Key("b", secret)]))  # "a" is gone
+                return out
+
+            server.tail._decode = decode_then_reload  # type: ignore[method-assign]
+            client, _ = server.connect(encode_sealed_request("s", 1, True, "a", secret)[0])
+            client.settimeout(DEADLINE)
+            _all_bytes(client)  # the server hangs up (before, it followed on)
+            wait_until(lambda: server.tail.statistics().subscribers == 0)
+            assert server.tail.statistics().dropped == {"tail_key_revoked": 1}
         finally:
             server.close()
 

@@ -27,6 +27,7 @@ from purelink.protocol.wire import (
     Fragment,
     Hello,
     MsgType,
+    MtuAck,
     Probe,
     Refuse,
     RefuseReason,
@@ -62,7 +63,7 @@ def seal(
     key: bytes | None = None,
     *,
     magic: bytes = b"PL",
-    version: int = 1,
+    version: int = 2,
 ) -> bytes:
     """A datagram built by hand from docs/wire.md, independently of wire._seal."""
     if key is not None:
@@ -136,6 +137,7 @@ ACK_FULL = Ack(
 )
 REFUSE_HELLO = Refuse(0, 9, 0, RefuseReason.BAD_STREAM)
 REFUSE_FENCED = Refuse(0xDEADBEEF, 0, 4, RefuseReason.FENCED)
+MTU_ACK = MtuAck(0xDEADBEEF, 4, 11, 1392)
 
 
 def samples(key: bytes | None = None) -> dict[str, bytes]:
@@ -153,6 +155,8 @@ def samples(key: bytes | None = None) -> dict[str, bytes]:
         "ack": wire.encode_ack(ACK_PLAIN, key),
         "ack_full": wire.encode_ack(ACK_FULL, key),
         "probe": wire.encode_probe(0xDEADBEEF, 10, 4, key),
+        "probe_padded": wire.encode_probe(0xDEADBEEF, 11, 4, key, pad_to=300),
+        "mtu_ack": wire.encode_mtu_ack(MTU_ACK, key),
         "close": wire.encode_close(0xDEADBEEF, 4, key),
         "refuse": wire.encode_refuse(REFUSE_HELLO, key),
         "refuse_fenced": wire.encode_refuse(REFUSE_FENCED, key),
@@ -185,6 +189,9 @@ ALL_SAMPLES = [
         (ACK_FULL, wire.encode_ack),
         (REFUSE_HELLO, wire.encode_refuse),
         (REFUSE_FENCED, wire.encode_refuse),
+        (MTU_ACK, wire.encode_mtu_ack),
+        (MtuAck(0, 0, 0, 0), wire.encode_mtu_ack),
+        (MtuAck(2**32 - 1, 2**32 - 1, 2**64 - 1, 0xFFFF), wire.encode_mtu_ack),
     ],
     ids=lambda v: type(v).__name__ if not callable(v) else "",
 )
@@ -201,6 +208,59 @@ def test_probe_close_round_trip(key: bytes | None) -> None:
         7, 2**64 - 1, 2**32 - 1
     )
     assert wire.decode_datagram(wire.encode_close(2**32 - 1, 0, key), key) == Close(2**32 - 1, 0)
+
+
+@pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
+@pytest.mark.parametrize("pad_to", [0, 24, 25, 41, 1200, 1400, 65507])
+def test_padded_probe_round_trip(pad_to: int, key: bytes | None) -> None:
+    """A path MTU probe is a PROBE padded with zeros to its size (no padding
+    when `pad_to` is not above the unpadded size)."""
+    datagram = wire.encode_probe(7, 8, 9, key, pad_to)
+    unpadded = wire.PROBE_SIZE + (wire.MAC_SIZE if key is not None else 0)
+    assert len(datagram) == max(pad_to, unpadded)
+    assert wire.decode_datagram(datagram, key) == Probe(7, 8, 9, len(datagram) - unpadded)
+
+
+@pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
+def test_pieces_are_fragments_of_the_batch(key: bytes | None) -> None:
+    """encode_pieces makes exactly the FRAGMENT datagrams of encode_fragment,
+    one per `chunk` bytes of the batch, and their chunks put back together are
+    the batch."""
+    batch = wire.encode_batch(11, 3, 17, [bytes([i]) * 97 for i in range(40)])
+    pieces = wire.encode_pieces(9, 100, 3, 17, batch, 0, len(batch), 1000, key)
+    assert len(pieces) == -(-len(batch) // 1000)
+    rebuilt = b""
+    for k, datagram in enumerate(pieces):
+        at = 1000 * k
+        chunk = batch[at : at + 1000]
+        assert datagram == wire.encode_fragment(9, 100 + k, 3, 17, len(batch), at, chunk, key)
+        msg = wire.decode_datagram(datagram, key)
+        assert isinstance(msg, Fragment)
+        rebuilt += bytes(msg.chunk)
+    assert rebuilt == batch
+    full = 1000 + wire.FRAGMENT_OVERHEAD + (wire.MAC_SIZE if key is not None else 0)
+    assert {len(p) for p in pieces[:-1]} == {full}  # equal datagrams: one GSO run
+    # a middle range, as a resend cut smaller sends it
+    again = wire.encode_pieces(9, 5, 3, 17, batch, 1000, 2500, 600, key)
+    assert [wire.decode_datagram(d, key).offset for d in again] == [1000, 1600, 2200]  # type: ignore[union-attr]
+    assert b"".join(bytes(wire.decode_datagram(d, key).chunk) for d in again) == batch[1000:2500]  # type: ignore[union-attr]
+    assert wire.encode_pieces(9, 5, 3, 17, batch, 10, 10, 600, key) == []
+    # the same from only those bytes of the batch (a piece cut smaller)
+    part = batch[1000:2500]
+    assert wire.encode_pieces(9, 5, 3, 17, part, 1000, 2500, 600, key, len(batch), 1000) == again
+
+
+@pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
+@pytest.mark.parametrize("name", ["data", "data_padded", "fragment", "probe", "probe_padded"])
+def test_reseal_changes_only_the_packet_number(name: str, key: bytes | None) -> None:
+    """DATA, FRAGMENT and PROBE all start their body with the packet number."""
+    first = samples(key)[name]
+    again = wire.reseal(first, 2**64 - 1, key)
+    assert len(again) == len(first)
+    assert strip(again, key)[:8] == strip(first, key)[:8]
+    assert strip(again, key)[16:] == strip(first, key)[16:]
+    assert struct.unpack_from("<Q", again, 8) == (2**64 - 1,)
+    wire.decode_datagram(again, key)
 
 
 @pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
@@ -497,16 +557,23 @@ def test_golden_datagrams(key: bytes | None) -> None:
     )
     assert wire.encode_ack(ACK_FULL, key) == seal(6, cid, ack_body, key)
     assert wire.encode_probe(cid, 10, 4, key) == seal(7, cid, struct.pack("<QI", 10, 4), key)
+    mac = 16 if key is not None else 0
+    padded_probe = seal(7, cid, struct.pack("<QI", 11, 4) + bytes(300 - 24 - mac), key)
+    assert wire.encode_probe(cid, 11, 4, key, pad_to=300) == padded_probe
+    assert len(padded_probe) == 300
+    assert wire.encode_mtu_ack(MTU_ACK, key) == seal(10, cid, struct.pack("<IQH", 4, 11, 1392), key)
     assert wire.encode_close(cid, 4, key) == seal(8, cid, struct.pack("<I", 4), key)
     assert wire.encode_refuse(REFUSE_FENCED, key) == seal(9, cid, struct.pack("<QIB", 0, 4, 1), key)
 
 
 def test_constants() -> None:
-    assert (wire.VERSION, wire.DATAGRAM_MAGIC, wire.BATCH_MAGIC) == (1, b"PL", b"PB")
+    assert (wire.VERSION, wire.DATAGRAM_VERSION) == (1, 2)  # batches 1, datagrams 2
+    assert (wire.DATAGRAM_MAGIC, wire.BATCH_MAGIC) == (b"PL", b"PB")
+    assert wire.PROBE_SIZE == 8 + 12 + 4
     assert (wire.BATCH_HEADER, wire.HEADER, wire.MAC_SIZE) == (44, 8, 16)
     assert wire.DATA_OVERHEAD == 8 + 8 + 4
     assert wire.FRAGMENT_OVERHEAD == 8 + 28 + 4
-    assert list(range(1, 10)) == [
+    assert list(range(1, 11)) == [
         MsgType.HELLO,
         MsgType.RETRY,
         MsgType.ACCEPT,
@@ -516,6 +583,7 @@ def test_constants() -> None:
         MsgType.PROBE,
         MsgType.CLOSE,
         MsgType.REFUSE,
+        MsgType.MTU_ACK,
     ]
     assert RefuseReason.NAMES == {
         1: "fenced",
@@ -523,7 +591,18 @@ def test_constants() -> None:
         3: "bad_stream",
         4: "limit",
         5: "bad_request",
+        6: "forbidden (the key may not use this stream)",
+        7: "key revoked",
+        8: "unknown key id",
+        9: "wrong secret",
+        10: "expired key",
+        11: "max_links",
+        12: "max_streams",
+        13: "store_error",
+        14: "bad_producer",
+        15: "bad_datagram_size",
     }
+    assert set(RefuseReason.MEANINGS) <= set(RefuseReason.NAMES.values())
 
 
 # ------------------------------------------- whole, byte by byte, with junk
@@ -604,7 +683,7 @@ def test_every_bit_flip_of_a_large_data_datagram() -> None:
 def test_mac_required_and_checked(name: str) -> None:
     with_mac = samples(KEY)[name]
     without = samples()[name]
-    if name != "data_padded":  # padded to 400 bytes either way
+    if name not in {"data_padded", "probe_padded"}:  # padded to a size either way
         assert len(with_mac) == len(without) + wire.MAC_SIZE
     assert with_mac[3] == without[3] | 0x80
     assert reason_of(with_mac) == "unauthenticated"  # MAC, but no key here
@@ -631,7 +710,7 @@ def test_mac_covers_the_crc() -> None:
 
 def test_mac_too_short() -> None:
     """With the MAC bit set, a datagram shorter than header + CRC + MAC is truncated."""
-    datagram = b"PL\x01\x87" + bytes(4) + bytes(4) + bytes(15)
+    datagram = b"PL\x02\x87" + bytes(4) + bytes(4) + bytes(15)
     assert reason_of(datagram, KEY) == "truncated"
     assert reason_of(datagram) == "unauthenticated"
 
@@ -646,7 +725,7 @@ def test_wrong_magic(magic: bytes, key: bytes | None) -> None:
 
 
 @pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
-@pytest.mark.parametrize("version", [0, 2, 0x81, 255])
+@pytest.mark.parametrize("version", [0, 1, 3, 0x82, 255])  # 1: the format before pieces
 def test_wrong_version(version: int, key: bytes | None) -> None:
     body = strip(samples(key)["probe"], key)
     edited = body[:2] + bytes([version]) + body[3:]
@@ -655,7 +734,7 @@ def test_wrong_version(version: int, key: bytes | None) -> None:
 
 
 @pytest.mark.parametrize("key", KEYS, ids=KEY_IDS)
-@pytest.mark.parametrize("kind", [0, 10, 11, 0x40, 0x7F])
+@pytest.mark.parametrize("kind", [0, 11, 12, 0x40, 0x7F])
 def test_unknown_type(kind: int, key: bytes | None) -> None:
     datagram = seal(kind, 1, struct.pack("<QI", 1, 1), key)
     assert reason_of(datagram, key) == "unknown_type"
@@ -679,7 +758,7 @@ def test_body_one_byte_short_or_long(name: str) -> None:
     """Every body, re-sealed one byte shorter or longer, is refused -- except
     where the body has no declared size: a FRAGMENT's chunk runs to the
     trailer (so a shorter or longer chunk is a different, valid fragment) and
-    DATA padding may be any number of zero bytes."""
+    DATA and PROBE padding may be any number of zero bytes."""
     body = _body(name)
     shorter, longer = _with_body(name, body[:-1]), _with_body(name, body + b"\0")
     if name.startswith("fragment"):
@@ -688,6 +767,16 @@ def test_body_one_byte_short_or_long(name: str) -> None:
         assert bytes(msg.chunk) == body[28:-1]
         if name == "fragment_last":  # the chunk ends at `total`: one more byte is past it
             assert reason_of(longer) == "malformed"
+        return
+    if name in {"probe", "probe_padded"}:
+        if name == "probe":
+            assert reason_of(shorter) == "malformed"
+        else:
+            assert wire.decode_datagram(shorter) == Probe(0xDEADBEEF, 11, 4, len(body) - 13)
+        assert wire.decode_datagram(longer) == Probe(
+            0xDEADBEEF, 10 + (name != "probe"), 4, len(body) - 11
+        )
+        assert reason_of(_with_body(name, body + b"\1")) == "malformed"
         return
     if name == "data_padded":
         assert wire.decode_datagram(shorter) == wire.decode_datagram(longer)
@@ -795,6 +884,7 @@ def test_ack_malformed(body: bytes) -> None:
         struct.pack("<QIQII", 1, 1, 5, 10, 8),  # offset + len(chunk) > total
         struct.pack("<QIQII", 1, 1, 5, 2, 0),  # total below the chunk
         struct.pack("<QIQII", 1, 1, 5, 2**32 - 1, 2**32 - 2),
+        struct.pack("<QIQII", 1, 1, 5, 43, 0),  # total below a batch header
     ],
 )
 def test_fragment_malformed(head: bytes) -> None:
@@ -806,10 +896,10 @@ def test_fragment_without_a_chunk() -> None:
 
 
 def test_fragment_chunk_may_end_exactly_at_total() -> None:
-    body = struct.pack("<QIQII", 1, 1, 5, 10, 7) + b"abc"
+    body = struct.pack("<QIQII", 1, 1, 5, 44, 41) + b"abc"
     msg = wire.decode_datagram(_with_body("fragment", body))
     assert isinstance(msg, Fragment)
-    assert (msg.offset, msg.total, bytes(msg.chunk)) == (7, 10, b"abc")
+    assert (msg.offset, msg.total, bytes(msg.chunk)) == (41, 44, b"abc")
 
 
 @pytest.mark.parametrize(
@@ -836,11 +926,21 @@ def test_data_does_not_verify_its_batch() -> None:
     assert info.value.reason == "bad_checksum"
 
 
-@pytest.mark.parametrize(("name", "size"), [("probe", 12), ("close", 4), ("refuse", 13)])
+@pytest.mark.parametrize(("name", "size"), [("mtu_ack", 14), ("close", 4), ("refuse", 13)])
 def test_fixed_bodies(name: str, size: int) -> None:
     assert len(_body(name)) == size
     for n in (0, size - 1, size + 1, size + 8):
         assert reason_of(_with_body(name, bytes(n))) == "malformed"
+
+
+def test_probe_body() -> None:
+    """A PROBE body is 12 bytes, then only zeros (any number of them)."""
+    for n in range(12):
+        assert reason_of(_with_body("probe", bytes(n))) == "malformed"
+    head = struct.pack("<QI", 1, 2)
+    assert wire.decode_datagram(_with_body("probe", head + bytes(5))) == Probe(0xDEADBEEF, 1, 2, 5)
+    for junk in (b"\1", bytes(9) + b"\x80", b"\xff" * 4):
+        assert reason_of(_with_body("probe", head + junk)) == "malformed"
 
 
 def test_refuse_with_an_unknown_reason_decodes() -> None:
@@ -871,7 +971,7 @@ def test_examples_in_docs() -> None:
     """The hex examples of docs/wire.md, and its CRC-32C check value."""
     assert crc32c(b"123456789") == 0xE3069283
     assert wire.encode_probe(1, 2, 3).hex(" ") == (
-        "50 4c 01 07 01 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 dd 7c 1e b8"
+        "50 4c 02 07 01 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 a0 7a a5 a9"
     )
     assert wire.encode_batch(5, 1, 1, [b"hi", b""]).hex(" ") == (
         "00 00 00 00 00 00 00 00 04 a1 2a f5 50 42 01 00 32 00 00 00 02 00 00 00 "
@@ -881,3 +981,12 @@ def test_examples_in_docs() -> None:
     assert struct.unpack("<I", CRC_RESIDUE) == (0x48674BC7,)
     assert len(wire.encode_retry(Retry(1, bytes(20)))) == 41
     assert len(wire.encode_hello(Hello(1, "", "", 0, 1400, b""))) == 37
+
+
+@pytest.mark.parametrize("records", [[b""], SMALL_RECORDS, [b"x" * 65535, b"y"]])
+def test_encode_batch_of_joined_records_is_encode_batch(records: list[bytes]) -> None:
+    lengths = array("H", map(len, records))
+    joined = b"".join(records)
+    batch = wire.encode_batch_of(11, 3, 17, len(records), lengths, joined)
+    assert batch == wire.encode_batch(11, 3, 17, records)
+    assert wire.encode_batch_of(11, 3, 17, len(records), lengths.tobytes(), joined) == batch

@@ -40,6 +40,7 @@ from purelink.protocol.wire import (
     Data,
     Fragment,
     Hello,
+    MtuAck,
     Probe,
     Refuse,
     Retry,
@@ -183,15 +184,22 @@ def datagrams(draw: st.DrawFn, key: bytes | None) -> tuple[bytes, object]:
         )
     if kind == "frag":
         chunk = draw(st.binary(min_size=1, max_size=1500))
-        total = len(chunk) + draw(st.one_of(small, st.integers(0, 0xFFFF_FFFF - len(chunk))))
+        low = max(len(chunk), wire.BATCH_HEADER)  # a piece of a batch: at least its header
+        total = low + draw(st.one_of(small, st.integers(0, 0xFFFF_FFFF - low)))
         offset = draw(st.integers(0, total - len(chunk)))
         epoch, seq = draw(u32), draw(seq64)
         datagram = wire.encode_fragment(conn_id, pn, epoch, seq, total, offset, chunk, key)
         return datagram, Fragment(conn_id, pn, epoch, seq, total, offset, memoryview(chunk))
-    which = draw(st.sampled_from(["probe", "close", "refuse"]))
+    which = draw(st.sampled_from(["probe", "close", "refuse", "mtu_ack"]))
     epoch = draw(u32)
     if which == "probe":
-        return wire.encode_probe(conn_id, pn, epoch, key), Probe(conn_id, pn, epoch)
+        pad_to = draw(st.one_of(st.just(0), st.integers(0, 1500), st.just(65507)))
+        datagram = wire.encode_probe(conn_id, pn, epoch, key, pad_to)
+        padding = len(datagram) - wire.PROBE_SIZE - (wire.MAC_SIZE if key is not None else 0)
+        return datagram, Probe(conn_id, pn, epoch, padding)
+    if which == "mtu_ack":
+        msg = MtuAck(conn_id, epoch, pn, draw(u16))
+        return wire.encode_mtu_ack(msg, key), msg
     if which == "close":
         return wire.encode_close(conn_id, epoch, key), Close(conn_id, epoch)
     msg = draw(refuses)
@@ -278,7 +286,9 @@ def reencode(msg: wire.Message, key: bytes | None, size: int) -> bytes:
             msg.conn_id, msg.pn, msg.epoch, msg.seq, msg.total, msg.offset, msg.chunk, key
         )
     if isinstance(msg, Probe):
-        return wire.encode_probe(msg.conn_id, msg.pn, msg.epoch, key)
+        return wire.encode_probe(msg.conn_id, msg.pn, msg.epoch, key, pad_to=size)
+    if isinstance(msg, MtuAck):
+        return wire.encode_mtu_ack(msg, key)
     if isinstance(msg, Close):
         return wire.encode_close(msg.conn_id, msg.epoch, key)
     return encoders[type(msg)]()
@@ -391,7 +401,7 @@ def test_arbitrary_bytes(data: bytes, key: bytes | None) -> None:
 @FAST
 @given(st.binary(max_size=300), keys)
 def test_arbitrary_bytes_behind_magic_and_version(data: bytes, key: bytes | None) -> None:
-    decode_or_reason(b"PL\x01" + data, key)
+    decode_or_reason(b"PL\x02" + data, key)
 
 
 # mostly the known types, and bodies of the sizes the fixed-size messages have
@@ -408,7 +418,7 @@ any_body = st.one_of(
 @given(any_type, u32, any_body, keys)
 def test_arbitrary_bodies_sealed(kind: int, conn_id: int, body: bytes, key: bytes | None) -> None:
     """Any type byte, any body, a correct trailer: straight into the body decoders."""
-    data = seal(b"PL\x01" + bytes([kind]) + struct.pack("<I", conn_id) + body, key)
+    data = seal(b"PL\x02" + bytes([kind]) + struct.pack("<I", conn_id) + body, key)
     result = decode_or_reason(data, key)
     event(result if isinstance(result, str) else type(result).__name__)
     assert result not in {"truncated", "bad_magic", "bad_version", "bad_checksum"} or (

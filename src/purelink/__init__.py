@@ -1,9 +1,10 @@
 """purelink: ship records from Python to durable storage and learn exactly which are stored.
 
 Only the public names of SPEC section 3 live here.  `Listener`, `ListenerStats`
-and `Store` are loaded on first use (PEP 562): a process that only ships records
--- a job, a CLI tool, a serverless function -- imports the link and not the
-listener and the store (docs/performance.md, "short-lived processes").
+and `Store`, and the modules `purelink.logging` and `purelink.metrics`, are
+loaded on first use (PEP 562): a process that only ships records -- a job, a
+CLI tool, a serverless function -- imports the link and not the listener and
+the store (docs/performance.md, "short-lived processes").
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from .link import Link, LinkStats, connect
 from .subscribe import subscribe
 
 if TYPE_CHECKING:
+    from . import logging, metrics
     from .listener import Listener, ListenerStats
     from .store.store import Store
 
 _LAZY = {"Listener": ".listener", "ListenerStats": ".listener", "Store": ".store.store"}
+_MODULES = {"logging": ".logging", "metrics": ".metrics"}  # purelink.logging is not stdlib's
 
 __all__ = [
     "Closed",
@@ -34,6 +37,8 @@ __all__ = [
     "ListenerStats",
     "Store",
     "connect",
+    "logging",
+    "metrics",
     "subscribe",
 ]
 
@@ -43,6 +48,8 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if name in _MODULES:
+            return _importlib.import_module(_MODULES[name], __name__)  # binds it here too
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value
@@ -50,4 +57,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_MODULES))

@@ -15,32 +15,39 @@ EAGAIN at once, so no other thread could have used the GIL meanwhile
 anyway.  Blocking waits (epoll with a timeout) still release it.
 
 Everything falls back to the socket module where libc or a symbol cannot be
-loaded, so behaviour never depends on this module, only speed.
+loaded, so behaviour never depends on this module, only speed.  The flags and
+errno values are the socket and errno modules' own; the structures are C's,
+laid out by ctypes, and the one this module fills in by hand (the control
+message's header) is checked against the C library's CMSG_LEN at import.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import socket
 import struct
 from typing import Final
 
-__all__ = ["NoGilSocket", "available"]
+from ._udp import SOL_UDP, UDP_SEGMENT
 
-SOL_UDP: Final = 17
-UDP_SEGMENT: Final = 103
-MSG_DONTWAIT: Final = 0x40
-_EAGAIN: Final = 11
+__all__ = ["NoGilSocket", "available", "native_cmsg"]
+
+MSG_DONTWAIT: Final = socket.MSG_DONTWAIT
 
 
 class _IoVec(ctypes.Structure):
+    """struct iovec."""
+
     _fields_ = (("base", ctypes.c_void_p), ("len", ctypes.c_size_t))
 
 
 class _MsgHdr(ctypes.Structure):
+    """struct msghdr as glibc declares it (ctypes lays it out with C's alignment)."""
+
     _fields_ = (
         ("name", ctypes.c_void_p),
-        ("namelen", ctypes.c_uint32),
+        ("namelen", ctypes.c_uint),  # socklen_t
         ("iov", ctypes.POINTER(_IoVec)),
         ("iovlen", ctypes.c_size_t),
         ("control", ctypes.c_void_p),
@@ -48,6 +55,20 @@ class _MsgHdr(ctypes.Structure):
         ("flags", ctypes.c_int),
     )
 
+
+class _CmsgHdr(ctypes.Structure):
+    """struct cmsghdr as glibc declares it; the data follows at CMSG_LEN(0)."""
+
+    _fields_ = (("len", ctypes.c_size_t), ("level", ctypes.c_int), ("type", ctypes.c_int))
+
+
+# The control message is built here by hand, so its header must be the one the
+# kernel reads.  CMSG_LEN(0), which the socket module computes with the C
+# library's own macro, is the header's size rounded to the platform's alignment:
+# where ours differs (a C library that declares the header otherwise), GSO goes
+# through the socket module's sendmsg instead, which builds the header itself and
+# only gives the GIL up around the call (tests/test_nogil.py covers both ways).
+native_cmsg: bool = ctypes.sizeof(_CmsgHdr) == socket.CMSG_LEN(0)
 
 try:
     # the process's own symbols, libc's among them: no library search
@@ -80,9 +101,10 @@ class NoGilSocket:
         self._fd = sock.fileno()
         self._iov = _IoVec()
         self._cmsg = ctypes.create_string_buffer(socket.CMSG_SPACE(2))
-        header = struct.pack("=QiiH", socket.CMSG_LEN(2), SOL_UDP, UDP_SEGMENT, 0)
-        ctypes.memmove(self._cmsg, header, len(header))
-        self._segment_at = struct.calcsize("=Qii")
+        if native_cmsg:
+            header = _CmsgHdr.from_buffer(self._cmsg)
+            header.len, header.level, header.type = socket.CMSG_LEN(2), SOL_UDP, UDP_SEGMENT
+        self._segment_at = socket.CMSG_LEN(0)  # CMSG_DATA: the u16 segment size
         self._msg = _MsgHdr()
         self._msg.iov = ctypes.pointer(self._iov)
         self._msg.iovlen = 1
@@ -93,9 +115,7 @@ class NoGilSocket:
     @staticmethod
     def _error() -> OSError:
         err = ctypes.get_errno()
-        if err == _EAGAIN:
-            return BlockingIOError(err, "Resource temporarily unavailable")
-        return OSError(err, f"errno {err}")
+        return OSError(err, os.strerror(err))  # BlockingIOError for EAGAIN, and so on
 
     def send(self, data: bytes) -> int:
         """send(2) of one datagram."""
@@ -106,6 +126,10 @@ class NoGilSocket:
 
     def send_gso(self, data: bytes, segment: int) -> int:
         """sendmsg(2) of equal `segment`-byte datagrams back to back (UDP_SEGMENT)."""
+        if not native_cmsg:
+            return self._sock.sendmsg(
+                [data], [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", segment))], MSG_DONTWAIT
+            )
         struct.pack_into("=H", self._cmsg, self._segment_at, segment)
         self._iov.base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p)
         self._iov.len = len(data)

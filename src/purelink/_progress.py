@@ -67,6 +67,16 @@ class Progress:
         self._next_draw = now + self._interval
         self._draw(done, now, note)
 
+    def note(self, text: str) -> None:
+        """Write `text` as a line of its own, terminal or not: over the bar, which
+        the next `update` draws again below it."""
+        if self.enabled and self._drawn:
+            self._stream.write(f"\r{' ' * self._drawn}\r")
+            self._drawn = 0
+            self._next_draw = 0.0
+        self._stream.write(f"{text}\n")
+        self._stream.flush()
+
     def close(self, done: int, note: str = "") -> None:
         """Draw the final state and move to a new line (only if a bar was shown)."""
         if self.enabled:

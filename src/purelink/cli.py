@@ -11,13 +11,15 @@ Exit codes, for every verb (SPEC section 4):
 * 1   the operation failed: an unreachable listener (`ConnectError`), any other
       `purelink.Error`, an OS error such as an address in use, a demo whose
       read-back differs;
-* 2   bad arguments: argparse errors, a malformed address or stream name, a
-      missing file, a refused non-loopback bind;
-* 130 interrupted by SIGINT (Ctrl-C), quietly.
+* 2   bad arguments: argparse errors, a malformed address, stream or producer
+      name, a number out of range, a missing file, a refused non-loopback bind,
+      a --data that is empty or not a store;
+* 130 interrupted by SIGINT (Ctrl-C), quietly -- `send` says what was stored;
+      a demo stopped by SIGTERM or SIGHUP exits 143 or 129, cleaned up.
 
 Every failure is ONE line on stderr, `purelink: error: ...`, never a usage dump
 and never a traceback.  A closed stdout (`purelink read ... | head`) exits 0
-quietly.
+quietly.  `send` lives in _cli_send.py, `bench` in _cli_bench.py.
 """
 
 from __future__ import annotations
@@ -32,27 +34,34 @@ import os
 import select
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import IO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from . import ConnectError, Error, Full, Link, _address, connect, subscribe
-from ._progress import Progress
-from .protocol.names import validate_stream_name
+from . import ConnectError, Error, __version__, _address, subscribe
+from ._cli_bench import cmd_bench
+from ._cli_common import (
+    PROG,
+    UsageError,
+    client_secret,
+    fail,
+    format_address,
+    read_secret,
+    silence_stdout,
+)
+from ._cli_send import cmd_send
+from .protocol.names import is_valid_name, validate_stream_name
+
+if TYPE_CHECKING:
+    from .listener import Listener
+    from .protocol.keys import KeyTable
 
 # The listener, the store and the demo are imported by the verbs that use them:
 # `purelink send` is what a shell script runs once per job, and should not pay
 # for importing them (docs/performance.md, "short-lived processes").
 
 __all__ = ["main"]
-
-PROG = "purelink"
-
-
-class UsageError(Exception):
-    """A bad argument found after parsing (a missing file, a refused bind): exit 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,15 +73,8 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        _fail(message)
+        fail(message)
         raise SystemExit(2)
-
-
-def _fail(message: str) -> None:
-    """Write the one error line: newlines in `message` are folded into spaces."""
-    one_line = " ".join(str(message).split())
-    sys.stderr.write(f"{PROG}: error: {one_line}\n")
-    sys.stderr.flush()
 
 
 # --- argument types: each raises ArgumentTypeError, which argparse reports ---
@@ -99,24 +101,39 @@ def _url(text: str) -> str:
 
 
 def _stream(text: str) -> str:
-    """A stream name by the store's own rule (SPEC section 1)."""
+    """A stream name by the store's own rule (protocol/names.py, the README)."""
     try:
         return validate_stream_name(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _producer(text: str) -> str:
+    """A producer name: the same rule as a stream's, checked here, not by the listener."""
+    if not is_valid_name(text):
+        raise argparse.ArgumentTypeError(
+            f"bad producer name {text[:40]!r}: use 1-200 characters of A-Z a-z 0-9 . _ -, "
+            "not starting with '.'"
+        )
+    return text
+
+
+MAX_POSITION = (1 << 64) - 1
+"""The largest position there can be (a u64 on the wire and in the store)."""
+
+
 def _add_from(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from",
         dest="start",
-        type=_int_at_least(1),
+        type=_int_at_least(1, MAX_POSITION),
         metavar="N",
-        help="first position (default: the first record retained)",
+        help="first position (default, and 1: the first record retained; "
+        "a later position below it is an error naming it)",
     )
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
+def _int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text.replace("_", ""))
@@ -124,10 +141,16 @@ def _int_at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}: {text!r}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:,}: {text!r}")
         return value
 
     parse.__name__ = "integer"
     return parse
+
+
+MAX_SECONDS = 1e9
+"""Longer than any wait means (31 years), and within what every timeout call takes."""
 
 
 def _seconds(text: str) -> float:
@@ -137,35 +160,58 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    if not value <= MAX_SECONDS:  # inf, or a value the OS timeouts overflow on
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:g} seconds: {text!r}")
     return value
 
 
 # --- helpers shared by the verbs ---
 
 
-def _read_secret(path: str | None) -> bytes | None:
-    """The file's bytes less one trailing newline (so `echo s > f` works); None if no file."""
-    if path is None:
+def _data_dir(text: str) -> str:
+    """--data: a directory's path; '' is refused (it would mean the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, not an empty string")
+    return text
+
+
+def _read_keys(args: argparse.Namespace) -> KeyTable | None:
+    """The listener's keys: --keys-file, or --secret-file as one key that may do
+    everything, or None.  A bad file is a UsageError naming its line."""
+    from .protocol.keys import KeysFileError, KeyTable, load_keys_file  # noqa: PLC0415
+
+    if args.keys_file is not None and args.secret_file is not None:
+        raise UsageError("give --keys-file or --secret-file, not both")
+    if args.keys_file is not None:
+        try:
+            return load_keys_file(args.keys_file)
+        except KeysFileError as exc:
+            raise UsageError(str(exc)) from None
+    secret = read_secret(args.secret_file)
+    if secret is None:
         return None
     try:
-        secret = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read --secret-file {path!r}: {exc.strerror}") from None
-    if secret.endswith(b"\n"):
-        secret = secret[:-1].removesuffix(b"\r")
-    if not secret:
-        raise UsageError(f"--secret-file {path!r} is empty")
-    return secret
+        return KeyTable.single(secret)
+    except ValueError as exc:
+        raise UsageError(f"--secret-file {args.secret_file!r}: {exc}") from None
 
 
-def _format_address(address: tuple[str, int]) -> str:
-    return _address.format_hostport(address[0], address[1])
-
-
-def _require_dir(path: str) -> Path:
+def _require_store(path: str) -> Path:
+    """A directory that is a purelink data directory (`streams/`, `purelink.lock`),
+    or empty (a store with no streams yet); else a usage error naming it."""
     directory = Path(path)
     if not directory.is_dir():
         raise UsageError(f"--data {path!r} is not a directory")
+    if not any((directory / name).exists() for name in ("streams", "purelink.lock")):
+        try:
+            empty = next(directory.iterdir(), None) is None
+        except OSError as exc:
+            raise UsageError(f"cannot read --data {path!r}: {exc.strerror}") from None
+        if not empty:
+            raise UsageError(
+                f"--data {path!r} is not a purelink data directory "
+                "(no streams/ folder or purelink.lock in it)"
+            )
     return directory
 
 
@@ -177,13 +223,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.udp is None and args.tcp is None:
         raise UsageError("nothing to listen on: both --udp and --tcp are disabled")
-    secret = _read_secret(args.secret_file)
-    if secret is None and not args.insecure:
+    if args.metrics is not None:
+        from . import metrics  # noqa: PLC0415 -- see the imports
+
+        if not metrics.available():
+            raise UsageError(f"--metrics needs prometheus-client: {metrics.INSTALL}")
+    keys = _read_keys(args)
+    if keys is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
             if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
                 raise UsageError(
                     f"refusing to listen on non-loopback {flag} {text} without --secret-file "
-                    "(give --insecure to do it anyway)"
+                    "or --keys-file (give --insecure to do it anyway)"
                 )
 
     try:
@@ -192,7 +243,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             udp=args.udp,
             tcp=args.tcp,
             sync=args.sync,
-            secret=secret,
+            keys=keys,
             segment_bytes=args.segment_bytes,
             retain_bytes=args.retain_bytes,
             retain_age=args.retain_age,
@@ -205,6 +256,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             handshake_burst=max(2.0 * args.handshake_rate, 1.0),
             max_connections=args.max_connections,
             read_timeout=args.read_timeout,
+            max_subscriptions=args.max_subscriptions,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
@@ -222,31 +274,45 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):  # full pipe: a stop is already pending
             os.write(wake_w, bytes([signum & 0xFF]))
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    exporter = None
     try:
         listener.start()
+        if args.metrics is not None:  # up before the ready line, so it means both
+            exporter = metrics.MetricsServer(listener, args.metrics)
+            shown = format_address(exporter.address)
+            logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
         try:
             parts = [f"{PROG} listening"]
             if listener.udp_address is not None:
-                parts.append(f"udp={_format_address(listener.udp_address)}")
+                parts.append(f"udp={format_address(listener.udp_address)}")
             if listener.tcp_address is not None:
-                parts.append(f"tcp={_format_address(listener.tcp_address)}")
+                parts.append(f"tcp={format_address(listener.tcp_address)}")
             parts.append(f"data={args.data}")
             print(" ".join(parts), flush=True)
         except BrokenPipeError:
-            _silence_stdout()  # nobody reads the ready line; keep serving
+            silence_stdout()  # nobody reads the ready line; keep serving
         # blocks until SIGINT or SIGTERM, or until a thread of the listener died
         # (a bug; it is logged): then stop, and exit 1 rather than stay up deaf
         failure = listener._failure_fd()
         waiting = select.poll()  # not select(): with many streams open, fds pass 1023
         waiting.register(wake_r, select.POLLIN)
         waiting.register(failure, select.POLLIN)
-        ready = waiting.poll()  # PEP 475 retries it on EINTR
-        if any(fd == failure for fd, _ in ready):
-            crashed = listener.error
+        while True:
+            ready = waiting.poll()  # PEP 475 retries it on EINTR
+            if any(fd == failure for fd, _ in ready):
+                crashed = listener.error
+                break
+            signums = os.read(wake_r, 64)
+            if any(n != signal.SIGHUP for n in signums):
+                break
+            _reload(listener, args, keys is not None)
     finally:
         # Signals during close are swallowed by on_signal: close flushes and
         # syncs; SIGKILL remains for the impatient, and the store recovers.
+        if exporter is not None:
+            exporter.close()
         listener.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -255,83 +321,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
     sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
     if crashed is not None:
-        _fail(f"serve: the listener stopped serving: {crashed!r}")
+        fail(f"serve: the listener stopped serving: {crashed!r}")
         return 1
     return 0
 
 
-# --- send ---
-
-
-def _open_input(path: str | None) -> IO[bytes]:
-    if path is None:
-        return sys.stdin.buffer
+def _reload(listener: Listener, args: argparse.Namespace, keyed: bool) -> None:
+    """SIGHUP: read the keys (or secret) file again and hand it to the listener; a
+    bad file keeps the keys in use and says why, in one line."""
+    if not keyed:
+        sys.stderr.write(f"{PROG} serve: SIGHUP ignored: no --keys-file or --secret-file\n")
+        return
     try:
-        return open(path, "rb")  # closed by _cmd_send
-    except OSError as exc:
-        raise UsageError(f"cannot read --file {path!r}: {exc.strerror}") from None
-
-
-def _cmd_send(args: argparse.Namespace) -> int:
-    """Queue each input line (less its b"\\n"; a b"\\r" stays payload) as one record."""
-    secret = _read_secret(args.secret_file)
-    source = _open_input(args.file)  # before connecting: a missing file is a usage error
-    try:
-        try:
-            link = connect(
-                args.url,
-                stream=args.stream,
-                producer=args.producer,
-                timeout=args.timeout,
-                secret=secret,
-            )
-        except ValueError as exc:  # the link refused an argument (e.g. a producer name)
-            raise UsageError(str(exc)) from None
-        started = time.perf_counter()
-        try:
-            count, size = _send_lines(link, source)
-        except BaseException:
-            link.close(timeout=0)  # interrupted or failed: do not wait for the rest
-            raise
-        all_stored = link.close()
-    finally:
-        if source is not sys.stdin.buffer:
-            source.close()
-    seconds = time.perf_counter() - started
-    if not all_stored:
-        raise Error(f"only {link.stored:,} of {link.queued:,} records were stored")
-    rate = count / seconds if seconds > 0 else 0.0
-    sys.stderr.write(
-        f"{PROG} send: {count:,} record{'' if count == 1 else 's'}, {size:,} bytes stored "
-        f"in {seconds:.3f} s "
-        f"({rate:,.0f} records/s)\n"
-    )
-    return 0
-
-
-def _send_lines(link: Link, source: IO[bytes]) -> tuple[int, int]:
-    """Queue every line, never dropping one; return (records, bytes) once all are stored."""
-    progress = Progress(f"{PROG} send", None)
-    queue = link.queue
-    count = size = 0
-    for line in source:
-        record = line[:-1] if line.endswith(b"\n") else line
-        while True:
-            try:
-                queue(record)
-                break
-            except Full:
-                # Never drop: wait for the oldest unstored record, then retry.
-                link.wait_stored(link.stored + 1, timeout=0.1)
-                progress.update(count, f"stored {link.stored:,} (capacity full)")
-        count += 1
-        size += len(record)
-        if count & 1023 == 0:
-            progress.update(count, f"stored {link.stored:,}")
-    while not link.wait_stored(timeout=0.1):
-        progress.update(count, f"stored {link.stored:,}")
-    progress.close(count, f"stored {link.stored:,}")
-    return count, size
+        keys = _read_keys(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{PROG} serve: reload failed, the keys in use stay: {exc}\n")
+        return
+    assert keys is not None
+    listener.set_keys(keys)
+    sys.stderr.write(f"{PROG} serve: keys reloaded ({len(keys)} keys)\n")
 
 
 # --- read ---
@@ -349,7 +357,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
 
     if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
-    store = Store(str(_require_dir(args.data)))
+    store = Store(str(_require_store(args.data)))
     stream = args.stream
     stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
     out = sys.stdout.buffer
@@ -389,7 +397,7 @@ def _print_records(
 def _cmd_tail(args: argparse.Namespace) -> int:
     """Print a stream's records read from a listener over TCP (subscribe.py):
     from --from (default: the first retained), and with --follow, for ever."""
-    secret = _read_secret(args.secret_file)
+    secret = client_secret(args)
     try:
         subscription = subscribe(
             args.url,
@@ -397,6 +405,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
             start=args.start or 0,
             follow=args.follow,
             secret=secret,
+            key_id=args.key_id,
             timeout=args.timeout,
             reconnect=args.reconnect,
         )
@@ -417,7 +426,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 def _cmd_streams(args: argparse.Namespace) -> int:
     from .store.store import Store  # noqa: PLC0415 -- see the imports
 
-    directory = _require_dir(args.data)
+    directory = _require_store(args.data)
     store = Store(str(directory))
     infos = [store.stream_info(name) for name in store.streams()]
     rows = [(i.name, i.first, i.last, i.records, i.bytes) for i in infos]
@@ -435,44 +444,15 @@ def _cmd_streams(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import DemoError, run_demo  # noqa: PLC0415 -- see the imports
+    from ._demo import DemoError, DemoUsageError, run_demo  # noqa: PLC0415 -- see the imports
 
     try:
         return run_demo(records=args.records, size=args.size)
+    except DemoUsageError as exc:
+        raise UsageError(f"demo: {exc}") from None
     except DemoError as exc:
-        _fail(f"demo: {exc}")
+        fail(f"demo: {exc}")
         return 1
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    """Hand over to the benchmark suite (SPEC section 8).
-
-    The suite is `purelink.bench` if it ships in the package, else the
-    `bench/` package of the checkout this module runs from (an editable
-    install); either exposes `main(argv: list[str]) -> int`.
-    """
-    import importlib  # noqa: PLC0415 -- only this verb needs it
-
-    argv = [*args.names, *(["--json"] if args.json else [])]
-    checkout = Path(__file__).resolve().parents[2]
-    for name in ("purelink.bench", "bench"):
-        if name == "bench":
-            if not (checkout / "bench" / "__init__.py").is_file():
-                continue
-            sys.path.insert(0, str(checkout))
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise Error(f"the benchmarks need {exc.name!r}: pip install '.[bench]'") from None
-        bench_main = getattr(module, "main", None)
-        if callable(bench_main):
-            return int(bench_main(argv))
-    raise UsageError(
-        "the benchmarks are not installed: they live in bench/ of a source checkout "
-        "(pip install -e . there, or run python -m bench from it)"
-    )
 
 
 # --- the parser ---
@@ -484,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ship records to durable storage and learn exactly which are stored.",
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     verbs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def verb(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> _Parser:
@@ -491,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
         return sub
 
-    p = verb("serve", "run a listener until SIGINT/SIGTERM", _cmd_serve)
-    p.add_argument("--data", required=True, metavar="DIR", help="store directory")
+    p = verb("serve", "run a listener until SIGINT/SIGTERM (SIGHUP reloads its keys)", _cmd_serve)
+    p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
     p.add_argument(
         "--udp",
         type=_bind_address,
@@ -503,20 +484,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-udp", dest="udp", action="store_const", const=None, help="no UDP")
     p.add_argument("--tcp", type=_bind_address, metavar="HOST:PORT", help="TCP address")
     p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
-    p.add_argument("--secret-file", metavar="F", help="authenticate every datagram with this key")
+    p.add_argument(
+        "--secret-file", metavar="F", help="encrypt every datagram and frame under this secret"
+    )
+    p.add_argument(
+        "--keys-file",
+        metavar="F",
+        help="keys and the streams each may use: 'ID BASE64-SECRET GLOB[,GLOB...]' per line; "
+        "SIGHUP reloads it",
+    )
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without a secret"
     )
     p.add_argument(
+        "--metrics",
+        type=_bind_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (needs: pip install 'purelink[metrics]')",
+    )
+    p.add_argument(
         "--segment-bytes",
-        type=_int_at_least(1),
+        type=_int_at_least(1, 1 << 40),
         default=64 << 20,
         metavar="N",
         help="roll to a new segment file past N bytes (default 64 MiB)",
     )
     p.add_argument(
         "--retain-bytes",
-        type=_int_at_least(0),
+        type=_int_at_least(0, 1 << 62),
         metavar="N",
         help="remove the oldest segments of a stream past N bytes (default: keep all)",
     )
@@ -527,20 +522,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove segments whose last record is older than this (default: keep all)",
     )
     # limits (SPEC section 7; docs/security.md): each one counted in stats().dropped when hit
-    for flag, default, text in (
-        ("--max-links", 100_000, "most links open at once"),
-        ("--max-streams", 10_000, "most streams in the store"),
-        ("--max-record", 16 << 20, "largest record accepted, bytes"),
-        ("--max-reorder", 4 << 20, "bytes held out of order per link"),
-        ("--max-memory", 1 << 30, "bytes held out of order across all links"),
-        ("--max-connections", 10_000, "TCP connections open at once"),
+    # (the upper bounds: what the wire carries -- a u32 max_record and window -- or
+    # more than any machine has; past them a value is a typo, refused here)
+    for flag, default, high, text in (
+        ("--max-links", 100_000, 1 << 31, "most links open at once"),
+        ("--max-streams", 10_000, 1 << 31, "most streams in the store"),
+        ("--max-record", 16 << 20, 16 << 20, "largest record accepted, bytes, at most 16 MiB"),
+        ("--max-reorder", 4 << 20, 1 << 31, "bytes held out of order per link"),
+        ("--max-memory", 1 << 30, 1 << 50, "bytes held out of order across all links"),
+        ("--max-connections", 10_000, 1 << 31, "TCP connections open at once"),
+        ("--max-subscriptions", 64, 1 << 20, "subscribers (tail, subscribe) served at once"),
     ):
         p.add_argument(
-            flag, type=_int_at_least(1), default=default, metavar="N", help=f"{text} ({default})"
+            flag,
+            type=_int_at_least(1, high),
+            default=default,
+            metavar="N",
+            help=f"{text} ({default})",
         )
     p.add_argument(
         "--handshake-rate",
-        type=_int_at_least(0),
+        type=_int_at_least(0, 10**9),
         default=1000,
         metavar="N",
         help="handshakes per second per source IP, bursts of 2N; 0 = no limit (1000)",
@@ -553,18 +555,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="a TCP connection's time to finish a frame, or to open a session (10)",
     )
 
-    p = verb("send", "send each line of stdin (or a file) as one record", _cmd_send)
+    p = verb("send", "send each line of stdin (or a file) as one record", cmd_send)
     p.add_argument("url", type=_url, metavar="URL", help="udp://HOST:PORT or tcp://HOST:PORT")
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
-    p.add_argument("--producer", metavar="NAME", help="a named producer (default: anonymous)")
-    p.add_argument("--file", metavar="F", help="read lines from F instead of stdin")
-    p.add_argument("--secret-file", metavar="F")
     p.add_argument(
-        "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="handshake timeout"
+        "--producer",
+        type=_producer,
+        metavar="NAME",
+        help="a named producer, same rule as a stream name (default: anonymous)",
+    )
+    p.add_argument("--file", metavar="F", help="read lines from F instead of stdin")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up (exit 1) after this long without an answer at connect, "
+        "or without progress while records wait to be stored (10)",
+    )
+    p.add_argument(
+        "--skip-long",
+        action="store_true",
+        help="skip (and count) lines over the listener's max_record instead of stopping",
     )
 
     p = verb("read", "print the records of a stream in order", _cmd_read)
-    p.add_argument("--data", required=True, metavar="DIR", help="store directory")
+    p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
     _add_from(p)
     p.add_argument("--to", type=_int_at_least(1), metavar="M", help="last position (inclusive)")
@@ -577,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from(p)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
-    p.add_argument("--secret-file", metavar="F", help="the listener's secret")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
     p.add_argument(
         "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="connect timeout"
     )
@@ -589,8 +608,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="if the connection breaks, resume where it stopped, trying for this long",
     )
 
-    p = verb("streams", "list the streams of a store", _cmd_streams)
-    p.add_argument("--data", required=True, metavar="DIR", help="store directory")
+    p = verb(
+        "streams",
+        "list the streams of a store: first and last position, records, and bytes "
+        "on disk (segment files, batch headers included: more than send's payload bytes)",
+        _cmd_streams,
+    )
+    p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
 
     p = verb("demo", "the main job in one command, with a summary", _cmd_demo)
     p.add_argument("--records", type=_int_at_least(1), default=1_000_000, metavar="N")
@@ -598,22 +622,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=_int_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
     )
 
-    p = verb("bench", "run the benchmark suite", _cmd_bench)
-    p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--json", action="store_true")
+    p = verb("bench", "run the benchmark suite (options after one NAME go to it)", cmd_bench)
+    p.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     return parser
 
 
-def _silence_stdout() -> None:
-    """After EPIPE, point fd 1 at /dev/null so the interpreter's final flush is quiet."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+def _connect_error(text: str) -> str:
+    """A ConnectError for people: a refusal says what it means (the listener was
+    reached: it said no), anything else that the listener could not be reached."""
+    from .protocol.messages import RefuseReason  # noqa: PLC0415 -- only on this error path
+
+    _, refused, name = text.partition("the listener refused the link: ")
+    if refused:
+        meaning = RefuseReason.MEANINGS.get(name.strip())
+        return f"{text} ({meaning})" if meaning else text
+    if text.startswith(("cannot reach", "cannot subscribe")):
+        return text
+    return f"cannot reach the listener: {text}" if text else "cannot reach the listener"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":  # a benchmark's own options pass through
+        args.options = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # The library logs (store recovery, reconnects) through `logging`; a
     # listener's INFO lines are worth seeing, a sender's are noise.
     logging.basicConfig(
@@ -626,18 +662,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return 0
     except UsageError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return 2
     except ConnectError as exc:
-        _fail(f"cannot reach the listener: {exc}" if str(exc) else "cannot reach the listener")
+        fail(_connect_error(str(exc)))
         return 1
     except Error as exc:
         kind = "" if type(exc) is Error else f"{type(exc).__name__}: "
-        _fail(f"{kind}{exc}")
+        fail(f"{kind}{exc}")
         return 1
     except OSError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return 1

@@ -13,7 +13,8 @@ ring slot, so queue() writes no mark and no length per record.
 The link thread, in a loop: take every record from the ring (stopping at a
 slot not yet written, which its writer will mark), hand them to the sans-IO
 `Sender`, put its datagrams on the wire (up to 64 per system call with UDP
-GSO, padded to equal segments; one `send` each where the kernel refuses GSO),
+GSO: packing makes the pieces of a batch equal, nothing is padded; one `send`
+each where the kernel refuses GSO),
 read answers until EAGAIN, run timers, tell the owner (`on_stored`,
 `wait_stored` via the Parker, mechanism 2), and sleep in epoll on the socket
 and the eventfd only when there is nothing left to do and no mark was set.
@@ -88,7 +89,18 @@ class LinkStats:
     datagrams: int
     """Datagrams sent."""
     bytes_sent: int
-    """Bytes of datagrams sent."""
+    """Bytes of datagrams sent (UDP payloads, or TCP frames less their 4-byte
+    prefix), retransmissions and probes included; with a secret, before each is
+    sealed."""
+    payload_bytes: int
+    """Bytes of records sent (each record once, however often it was resent)."""
+    wire_ratio: float
+    """Wire bytes / payload_bytes (0.0 before any record was sent): what the wire
+    costs per byte of payload, headers, CRCs, resends and probes included (with
+    a secret, the 32 bytes that sealing adds to each datagram too)."""
+    datagram_size: int
+    """The largest datagram sent now: the path MTU found (UDP), at most the
+    `datagram_size` asked for."""
     send_calls: int
     """System calls that sent datagrams (one per GSO group, or per datagram)."""
     gso: bool
@@ -133,6 +145,7 @@ class Link:
         datagram_size: int = 1400,
         timeout: float = 10.0,
         secret: bytes | None = None,
+        key_id: str | None = None,
         on_stored: Callable[[int], Any] | None = None,
     ) -> None:
         scheme, host, port = _address.parse_url(url)
@@ -142,22 +155,30 @@ class Link:
             raise ValueError("timeout must be positive")
         if secret is not None and len(secret) < 16:  # the listener's rule too
             raise ValueError("secret must be at least 16 bytes")
+        if key_id is not None and secret is None:
+            raise ValueError("key_id needs the key's secret (secret=)")
         self.url = url
         self.stream = stream
         self._timeout = timeout
         self._on_stored = on_stored
-        self._sender = Sender(
-            SenderConfig(
-                stream=stream,
-                producer=producer or "",
-                datagram_size=datagram_size,
-                secret=secret,
-                pad=scheme == "udp",  # padding is for UDP GSO only
-                # TCP never loses a HELLO (a broken connection starts a new one at
-                # once): retrying it early only makes a busy listener busier
-                handshake_rto=0.1 if scheme == "udp" else 1.0,
-            )
+        config = SenderConfig(
+            stream=stream,
+            producer=producer or "",
+            datagram_size=datagram_size,
+            pmtu=scheme == "udp",  # DF is set on UDP: find the path's MTU
+            # TCP never loses a HELLO (a broken connection starts a new one at
+            # once): retrying it early only makes a busy listener busier
+            handshake_rto=0.1 if scheme == "udp" else 1.0,
         )
+        if secret is None:
+            self._sender = Sender(config)
+        else:  # every datagram sealed (protocol/secure_sender.py); cryptography loads here
+            from .protocol.secure_sender import SecureSender  # noqa: PLC0415
+
+            self._sender = SecureSender(config, secret, key_id or "")
+        # bytes sealing adds to each datagram (0 without a secret): the sender
+        # inside sees, counts and sizes datagrams that much smaller
+        self._sealing = datagram_size - self._sender.config.datagram_size
         try:
             self._transport: Transport = (
                 UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -321,6 +342,13 @@ class Link:
             sleeps=self._sleeps,
             datagrams=s.stats.datagrams,
             bytes_sent=s.stats.bytes,
+            payload_bytes=s.payload_bytes,
+            wire_ratio=(
+                (s.stats.bytes + self._sealing * s.stats.datagrams) / s.payload_bytes
+                if s.payload_bytes
+                else 0.0
+            ),
+            datagram_size=s.datagram_size + self._sealing,
             send_calls=self._transport.send_calls,
             gso=self._transport.gso,
             batches=s.stats.batches,
@@ -387,11 +415,12 @@ class Link:
                 raise ConnectError(f"{self.url}: {error}")
             if error is not None:
                 raise ConnectError(f"{self.url}: {error}") from None
-            # a listener drops a datagram with a wrong or missing MAC unanswered (an
-            # answer would help a forger), so silence is all a link can observe
+            # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
+            # without drops an INIT unanswered, and a keyed one drops plaintext, so
+            # silence is all a link can observe then
             raise ConnectError(
                 f"no answer from {self.url} within {self._timeout:g} s "
-                "(no listener there, or a wrong or missing secret?)"
+                "(no listener there, or a missing or unexpected secret?)"
             )
 
     # ------------------------------------------------------ the link thread
@@ -533,8 +562,11 @@ class Link:
     def _send(self, datagrams: list[bytes]) -> None:
         transport = self._transport
         transport.send(datagrams)
-        if not transport.gso and self._sender.pad:
-            self._sender.pad = False
+        if transport.too_large:  # EMSGSIZE: the path is smaller than these
+            now = time.monotonic()
+            for size in transport.too_large:  # as sent, sealed: the sender's own size
+                self._sender.on_send_error(size - self._sealing, now)
+            transport.too_large.clear()
 
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram
@@ -603,6 +635,7 @@ def connect(
     datagram_size: int = 1400,
     timeout: float = 10.0,
     secret: bytes | None = None,
+    key_id: str | None = None,
     on_stored: Callable[[int], Any] | None = None,
 ) -> Link:
     """Open a link to a listener and return once the handshake is done.
@@ -611,7 +644,16 @@ def connect(
     seconds or refuses the link; ValueError for bad arguments.
     """
     link = Link(
-        url, stream, producer, capacity, capacity_bytes, datagram_size, timeout, secret, on_stored
+        url,
+        stream,
+        producer,
+        capacity,
+        capacity_bytes,
+        datagram_size,
+        timeout,
+        secret,
+        key_id,
+        on_stored,
     )
     link._start()
     return link

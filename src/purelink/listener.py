@@ -46,10 +46,12 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _address
+from ._udp import SOL_UDP, UDP_GRO
 from .errors import Error
-from .listener_parts import ListenerStats, StoreOverDataDir
+from .listener_parts import ListenerStats, StoreOverDataDir, SyncTimes
 from .listener_tcp import TCP_PREFIX, TcpServer
 from .primitives.pool import BufferPool
+from .protocol.keys import KeyTable
 from .protocol.listener_core import CoreConfig, ListenerCore
 from .store.log import StreamLog
 from .store.retention import RetentionPolicy
@@ -60,8 +62,6 @@ __all__ = ["Listener", "ListenerStats"]
 
 log = logging.getLogger("purelink.listener")
 
-SOL_UDP: Final = 17
-UDP_GRO: Final = 104
 SO_RCVBUFFORCE: Final = getattr(socket, "SO_RCVBUFFORCE", 33)
 RECV_BUFFER: Final = 65536
 DRAIN_BUDGET: Final = 512
@@ -94,6 +94,8 @@ class Listener:
         handshake_burst: float = 2000.0,
         max_connections: int = 10_000,
         read_timeout: float = 10.0,
+        keys: KeyTable | None = None,
+        max_subscriptions: int = 64,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -101,17 +103,22 @@ class Listener:
             raise ValueError("nothing to listen on: give udp=, tcp= or both")
         self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
         self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
-        if max_connections < 1 or read_timeout <= 0:
-            raise ValueError("max_connections and read_timeout must be positive")
+        if max_connections < 1 or read_timeout <= 0 or max_subscriptions < 1:
+            raise ValueError("max_connections, read_timeout and max_subscriptions must be positive")
+        self._max_subscriptions = max_subscriptions
         self._max_connections = max_connections
         self._read_timeout = read_timeout
         self._tcp: TcpServer | None = None
         self._tail: TailServer | None = None
-        if secret is not None and len(secret) < 16:
-            raise ValueError("secret must be at least 16 bytes")
+        if secret is not None and keys is not None:
+            raise ValueError("give secret= or keys=, not both")
+        if secret is not None:
+            keys = KeyTable.single(secret)  # raises ValueError below 16 bytes
         self.path = Path(data)
         self.sync = sync
-        self._secret = secret
+        self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
+        # key tables handed to the loop by set_keys(), each with the event it sets
+        self._new_keys: deque[tuple[KeyTable, threading.Event]] = deque()
         self._segment_bytes = segment_bytes
         # retention (store/retention.py): the default of every stream, and per stream
         self._retain = RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
@@ -120,7 +127,6 @@ class Listener:
             RetentionPolicy(bytes_, age)
         self._max_streams = max_streams
         self._core_config = CoreConfig(
-            secret=secret,
             max_links=max_links,
             max_record=max_record,
             max_reorder=max_reorder,
@@ -150,6 +156,9 @@ class Listener:
         self._datagrams = 0
         self._bytes = 0
         self._syncs = 0
+        self._sync_times = SyncTimes()  # for serve --metrics (purelink/metrics.py)
+        self._stream_records: dict[str, int] = {}  # stored since start, per stream
+        self._stream_bytes: dict[str, int] = {}
         self._store_errors = 0  # batches received that the store failed to write
         self._failed_streams: set[str] = set()
         self._failure_r = self._failure_w = -1  # readable once a thread of ours died
@@ -179,9 +188,13 @@ class Listener:
             retention=self._retention,
         )
         try:
-            self._core = ListenerCore(
-                StoreOverDataDir(self._data, self._failed_streams), self._core_config
-            )
+            store = StoreOverDataDir(self._data, self._failed_streams)
+            if self._keys is None:
+                self._core = ListenerCore(store, self._core_config)
+            else:  # cryptography is imported only here
+                from .protocol.secure_core import SecureCore  # noqa: PLC0415
+
+                self._core = SecureCore(store, self._core_config, self._keys, time.time)
             if self._udp_bind is not None:
                 self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -200,7 +213,12 @@ class Listener:
                     read_timeout=self._read_timeout,
                 )
                 self.tcp_address = self._tcp.start()
-                self._tail = TailServer(self._data, sync=self.sync, secret=self._secret)
+                self._tail = TailServer(
+                    self._data,
+                    sync=self.sync,
+                    keys=self._keys,
+                    max_subscribers=self._max_subscriptions,
+                )
                 self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
@@ -231,8 +249,7 @@ class Listener:
             if self._data is not None and self.sync != "none":
                 for name in self._data.streams():
                     try:
-                        self._data.stream(name, create=False).sync()
-                        self._syncs += 1
+                        self._timed_sync(self._data.stream(name, create=False))
                     except (OSError, Error) as exc:  # a failed log refuses: sync the others
                         log.error("purelink: stream %s was not synced at close: %s", name, exc)
         finally:
@@ -304,6 +321,7 @@ class Listener:
             syncs=self._syncs,
             duplicates=c.duplicates if c else 0,
             held=c.held if c else 0,
+            mtu_probes=c.mtu_probes if c else 0,
             retries=c.retries if c else 0,
             fenced=c.fenced if c else 0,
             acks=c.acks if c else 0,
@@ -313,6 +331,12 @@ class Listener:
             pool_misses=pool.misses,
             memory=core.memory if core is not None else 0,
             dropped=dropped,
+            frames=tcp.frames if tcp else 0,
+            subscribers=self._tail.statistics().subscribers if self._tail is not None else 0,
+            stream_records=dict(self._stream_records),
+            stream_bytes=dict(self._stream_bytes),
+            sync_seconds=tuple(self._sync_times.counts),
+            sync_seconds_sum=self._sync_times.sum,
         )
 
     def stats_dict(self) -> dict[str, Any]:
@@ -403,6 +427,7 @@ class Listener:
                     elif fd == self._wake_fd:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake_fd)
+                        self._take_keys(now)
                 if tcp is not None:
                     tcp.expire(now)
                 # the round's in-order batches go to the store, then the buffers
@@ -417,6 +442,42 @@ class Listener:
         finally:
             self._epoll = None
             ep.close()
+
+    def set_keys(self, keys: KeyTable, timeout: float = 5.0) -> bool:
+        """Use `keys` for every handshake from now on (SIGHUP in `purelink serve`):
+        sessions whose key was removed, expired, or no longer allows their stream
+        are ended (their links fail with "key revoked"); the others run on.  Any
+        thread; only for a listener given a secret or keys.  Returns once the
+        listener's loop uses them (True), or after `timeout` seconds (False)."""
+        if self._keys is None:
+            raise ValueError("this listener has no keys: start it with secret= or keys=")
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self._keys = keys  # not serving: start() (or nothing) takes them
+            return True
+        done = threading.Event()
+        self._new_keys.append((keys, done))
+        os.eventfd_write(self._wake_fd, 1)
+        if threading.current_thread() is thread:
+            return False  # the loop takes them when this handler returns
+        return done.wait(timeout)
+
+    def _take_keys(self, now: float) -> None:
+        while self._new_keys:
+            keys, done = self._new_keys.popleft()
+            self._use_keys(keys, now)
+            done.set()
+
+    def _use_keys(self, keys: KeyTable, now: float) -> None:
+        self._keys = keys
+        from .protocol.secure_core import SecureCore  # noqa: PLC0415 - loaded with the keys
+
+        core = self._core
+        if isinstance(core, SecureCore):
+            ended = core.set_keys(keys, now)
+            log.info("purelink: keys reloaded (%d keys); %d sessions ended", len(keys), ended)
+        if self._tail is not None:
+            self._tail.set_keys(keys)
 
     def add_source(self, fd: int, handler: Callable[[float, int], None], events: int = 0) -> None:
         """Poll `fd` in the loop and call `handler(now, event_mask)` when it is ready.
@@ -484,13 +545,17 @@ class Listener:
                 continue
             try:
                 log_: StreamLog = data.stream(stream)
+                before = log_.last_position
                 last = log_.append(writes)
                 core.written(stream, last)
+                records = self._stream_records
+                records[stream] = records.get(stream, 0) + last - before
+                sizes = self._stream_bytes
+                sizes[stream] = sizes.get(stream, 0) + sum([h.length for _, h in writes])
                 if self.sync == "none":
                     core.synced(stream, last)
                 elif self.sync == "always":
-                    core.synced(stream, log_.sync())
-                    self._syncs += 1
+                    core.synced(stream, self._timed_sync(log_))
                 else:
                     self._dirty.append(stream)
                     dirty = True
@@ -528,6 +593,14 @@ class Listener:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
 
     # ------------------------------------------------------- group commit
+    def _timed_sync(self, log_: StreamLog) -> int:
+        """log_.sync(), counted and timed (the histogram of serve --metrics)."""
+        started = time.perf_counter()
+        position = log_.sync()
+        self._sync_times.observe(time.perf_counter() - started)
+        self._syncs += 1
+        return position
+
     def _take_synced(self) -> None:
         core = self._core
         assert core is not None
@@ -555,11 +628,10 @@ class Listener:
                 dirty.add(pending.popleft())
             for stream in dirty:
                 try:
-                    position = data.stream(stream, create=False).sync()
+                    position = self._timed_sync(data.stream(stream, create=False))
                 except Exception:  # pragma: no cover - a disk error: never answer "stored"
                     log.exception("purelink: sync of stream %s failed", stream)
                     continue
-                self._syncs += 1
                 self._synced.append((stream, position))
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._synced_fd, 1)

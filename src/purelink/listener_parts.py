@@ -8,12 +8,19 @@ sans-IO core calls (protocol/core_parts.py) -- and each reads on its own.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from typing import Final
 
 from .errors import Error
 from .store.store import DataDir
 
-__all__ = ["ListenerStats", "StoreOverDataDir"]
+__all__ = ["SYNC_BUCKETS", "ListenerStats", "StoreOverDataDir", "SyncTimes"]
+
+SYNC_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+"""Upper bounds (seconds) of the fdatasync latency buckets in `ListenerStats.sync_seconds`."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,10 @@ class ListenerStats:
     duplicates: int
     """Batches received again and dropped (resends)."""
     held: int
-    """Batches held out of order."""
+    """Batches held out of order, and pieces (FRAGMENT) kept until their batch
+    is whole."""
+    mtu_probes: int
+    """Path MTU probes (padded PROBEs) answered with an MTU_ACK."""
     retries: int
     """RETRY answers (address proofs asked for)."""
     fenced: int
@@ -69,6 +79,35 @@ class ListenerStats:
     """Bytes held out of order across all links."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Datagrams dropped, by reason (and TCP connections closed for bad input)."""
+    frames: int = 0
+    """TCP frames received (counted in `datagrams` too)."""
+    subscribers: int = 0
+    """Subscriptions being served now (`purelink.subscribe`, `purelink tail`)."""
+    stream_records: dict[str, int] = field(default_factory=dict)
+    """Records stored since start, per stream."""
+    stream_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes of batches stored since start, per stream."""
+    sync_seconds: tuple[int, ...] = ()
+    """fdatasync calls by duration: one count per bound of SYNC_BUCKETS (at most
+    that long, and longer than the bound before), then one for the rest."""
+    sync_seconds_sum: float = 0.0
+    """Seconds spent in fdatasync calls, all together."""
+
+
+class SyncTimes:
+    """How long the listener's fdatasyncs take, in the buckets of SYNC_BUCKETS.
+
+    One observation per sync (milliseconds apart), so the cost is nothing
+    beside the sync; written by whichever thread syncs, read by stats().
+    """
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(SYNC_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(SYNC_BUCKETS, seconds)] += 1
+        self.sum += seconds
 
 
 class StoreOverDataDir:

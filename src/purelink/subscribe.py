@@ -15,10 +15,10 @@ unreachable listener raises `ConnectError` there); iterating receives.  With
 with `follow=False` it ends after the records stored when the listener got
 the request.  Errors while iterating are `purelink.Error`: the listener
 refused (a start below what it retains, "records retained start at N"; a
-missing or wrong secret), the connection broke, or a batch failed its
-checks.  Every record yielded was in a batch that passed its CRC-32C, at a
-position that follows the one before: never a gap, never a record that was
-not stored.
+missing or wrong secret, an unknown key id, a stream the key may not read),
+the connection broke, or a batch failed its checks.  Every record yielded
+was in a batch that passed its CRC-32C, at a position that follows the one
+before: never a gap, never a record that was not stored.
 
 With `reconnect=SECONDS`, a subscription whose connection breaks (the
 listener restarted, the network failed) connects again and resumes at
@@ -36,7 +36,9 @@ checks is never retried.  With `follow=False` a resumed request ends at the
 records stored when the listener got *it*, which may be more than at first.
 
 The subscriber receives at most 256 KiB at a time (`RECEIVE_SIZE`) and slices
-the records out of it (`TailDecoder`), so memory stays bounded; when the
+the records out of it (`TailDecoder`), so memory stays bounded; with a
+`secret` (and `key_id`) the request is an INIT and the reply comes encrypted
+(protocol/tail_seal.py); when the
 application reads slowly, the kernel's socket buffers fill and TCP pushes
 back to the listener's subscription thread, never to the listener's writers.
 """
@@ -50,7 +52,7 @@ import time
 from collections.abc import Iterator
 from itertools import chain
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 from . import _address
 from .errors import ConnectError, Error, ProtocolError
@@ -75,27 +77,39 @@ def subscribe(
     follow: bool = True,
     *,
     secret: bytes | None = None,
+    key_id: str | None = None,
     timeout: float = 10.0,
     reconnect: float = 0.0,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
-    from position `start` (0: from the first record retained); iterate the
-    result for (position, payload).
+    from position `start`; iterate the result for (position, payload).
+    `start` 1 (the default) or 0 is the beginning of the stream: the first
+    record retained, as for `Store.read`.  A later `start` below the first
+    record retained is refused, naming it (iterating raises `purelink.Error`):
+    never a silent gap.
 
     `reconnect`: seconds to keep trying to resume after the connection breaks
-    (0: raise at once).  See the module header.
+    (0: raise at once), and to reach the listener in the first place.  See the
+    module header.
 
     Raises ValueError for a bad URL, stream name, start or reconnect, and
-    ConnectError if the listener cannot be reached within `timeout` seconds.
+    ConnectError if the listener cannot be reached within `timeout` seconds
+    (within `reconnect` seconds, if that is given).
     """
     scheme, _, _ = _address.parse_url(url)
     if scheme != "tcp":
         raise ValueError(f"subscribe needs the listener's tcp:// address, not {url!r}")
     if not reconnect >= 0:
         raise ValueError(f"reconnect must be a number of seconds >= 0, not {reconnect!r}")
-    encode_request(stream, start, follow, secret)  # checks name and start
-    sub = Subscription(url, stream, start, follow, secret, timeout, reconnect)
-    sub._connect()
+    if secret is not None and len(secret) < 16:
+        raise ValueError("secret must be at least 16 bytes")
+    if key_id is not None and secret is None:
+        raise ValueError("key_id needs the key's secret (secret=)")
+    encode_request(stream, start, follow)  # checks name and start
+    # 1 is the beginning, which the request says as 0: "the first retained"
+    begin = 0 if start == 1 else start
+    sub = Subscription(url, stream, begin, follow, secret, timeout, reconnect, key_id or "")
+    sub._first_connect()
     return sub
 
 
@@ -111,6 +125,7 @@ class Subscription:
         secret: bytes | None,
         timeout: float,
         reconnect: float,
+        key_id: str = "",
     ) -> None:
         self.url = url
         self.stream = stream
@@ -119,6 +134,8 @@ class Subscription:
         """Times the subscription connected again after a break."""
         self._follow = follow
         self._secret = secret
+        self._key_id = key_id
+        self._sealed: Any = None  # with a secret: this connection's SealedReader
         self._timeout = timeout
         self._reconnect = reconnect
         self._sock: socket.socket | None = None
@@ -136,9 +153,19 @@ class Subscription:
     def _connect(self) -> None:
         """Connect and send the request for the records from next_position."""
         _, host, port = _address.parse_url(self.url)
-        request = encode_request(
-            self.stream, self._decoder.next_position, self._follow, self._secret
-        )
+        if self._secret is None:
+            request = encode_request(self.stream, self._decoder.next_position, self._follow)
+        else:  # the request is an INIT; the reply comes sealed (protocol/tail_seal.py)
+            from .protocol.tail_seal import SealedReader, encode_sealed_request  # noqa: PLC0415
+
+            request, init = encode_sealed_request(
+                self.stream,
+                self._decoder.next_position,
+                self._follow,
+                self._key_id,
+                self._secret,
+            )
+            self._sealed = SealedReader(init, time.monotonic)
         try:
             family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -155,6 +182,27 @@ class Subscription:
         self._sock = sock
         if self._closed.is_set():  # closed meanwhile, from another thread: its
             self.close()  # close() may have run before the store above; run it again
+
+    def _first_connect(self) -> None:
+        """Connect; with `reconnect`, keep trying (with the same backoff as a
+        resume) for that long, so a follower started while its listener is
+        down waits for it, as one whose listener goes down later does."""
+        deadline = time.monotonic() + self._reconnect
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                self._connect()
+            except ConnectError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if not self._reconnect:
+                        raise
+                    raise ConnectError(f"{exc} (tried for {self._reconnect:g} s)") from None
+                if self._closed.wait(min(backoff, left)):
+                    raise
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            return
 
     def _resume(self, why: str) -> bool:
         """The connection broke (`why`): connect again from next_position, with
@@ -233,6 +281,8 @@ class Subscription:
                         f"(next position {decoder.next_position})"
                     )
                 try:
+                    if self._sealed is not None:
+                        data = self._sealed.feed(data)
                     records = decoder.feed(data)
                 except ProtocolError as exc:
                     if exc.reason == "refused":

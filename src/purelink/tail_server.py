@@ -32,10 +32,13 @@ threads:
   told;
 * **waiting** is mechanism 2: the thread parks on the log's `synced_parker`
   (or `parker` with sync="none"), which `sync` (`append`) unparks only while
-  someone is parked.  Every `HEARTBEAT` seconds a parked follower polls its
-  socket: a hang-up lets it go, and any byte is a protocol error (a
-  subscriber sends nothing after its request), read and refused -- never
-  peeked, which would leave poll readable for ever and the wait spinning.
+  someone is parked.  A parked follower learns at once that its subscriber
+  hung up (or sent a byte, a protocol error: a subscriber sends nothing
+  after its request): one thread watches every follower's socket
+  (tail_hangups.py) and unparks it, and its slot is free again at once.
+  The byte is read and refused -- never peeked, which would leave the socket
+  readable for ever.  Only where that watch cannot run does a parked
+  follower look at its socket every `HEARTBEAT` seconds instead.
 
 Abuse is bounded and counted by reason (`TailStatistics.dropped`): a request
 must be whole within `request_timeout` seconds, overall; a connection still
@@ -71,15 +74,28 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .errors import Error, ProtocolError
 from .primitives.grace import GraceReader
 from .primitives.parker import Parker
+from .protocol.keys import KeyTable
 from .protocol.ratelimit import TokenBuckets
-from .protocol.tail import END, ERROR, PREAMBLE, decode_request, encode_control, request_size
+from .protocol.tail import (
+    END,
+    ERROR,
+    PREAMBLE,
+    Request,
+    decode_request,
+    encode_control,
+    request_size,
+)
 from .store.log import StreamLog, walk_batches
 from .store.store import DataDir
+from .tail_hangups import HangUps
+from .tail_out import Gone as _Gone
+from .tail_out import Out as _Out
+from .tail_out import SealedOut as _SealedOut
 
 __all__ = [
     "HEARTBEAT",
@@ -94,7 +110,8 @@ __all__ = [
 log = logging.getLogger("purelink.listener")
 
 HEARTBEAT: Final = 5.0
-"""Seconds a parked follower waits before it checks that its subscriber is still there."""
+"""Seconds between a parked follower's looks at its socket, where the hang-up watch
+(tail_hangups.py) cannot run (no thread or descriptor to be had)."""
 REQUEST_TIMEOUT: Final = 5.0
 """Seconds a connection has, from `take`, to send its whole request (overall)."""
 REFUSE_TIMEOUT: Final = 1.0
@@ -106,7 +123,6 @@ SUBSCRIBE_BURST: Final = 200.0
 subscribers may resume at once after a listener restart."""
 SUBSCRIBE_SOURCES: Final = 4096
 """Source addresses whose buckets are remembered (protocol/ratelimit.py)."""
-SEND_CHUNK: Final = 8 << 20
 _HANG_UP: Final = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
@@ -180,8 +196,20 @@ class _Cursor:
         self.position = position  # of the batch at `offset`
 
 
-class _Gone(Exception):
-    """The subscriber went away, or the listener is closing: stop quietly."""
+class _Alarm:
+    """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
+
+    __slots__ = ("parker", "rung", "watching")
+
+    def __init__(self, parker: Parker) -> None:
+        self.parker = parker
+        self.rung = False
+        self.watching = False
+
+    def ring(self) -> None:
+        """On the watch thread: flag, then unpark (the parker's order: state first)."""
+        self.rung = True
+        self.parker.unpark()
 
 
 class _Refused(Exception):
@@ -201,7 +229,7 @@ class TailServer:
         data: DataDir,
         *,
         sync: str,
-        secret: bytes | None = None,
+        keys: KeyTable | None = None,
         max_subscribers: int = 64,
         max_pending: int = 64,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -210,7 +238,9 @@ class TailServer:
     ) -> None:
         """`subscribe_rate` 0: no rate limit."""
         self._data = data
-        self._secret = secret
+        self.keys = keys
+        """With keys, every subscription is encrypted (protocol/tail_seal.py) and
+        a key reads only the streams it may; swapped whole by a reload."""
         self._stored: Callable[[StreamLog], int]
         self._parker: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -230,6 +260,7 @@ class TailServer:
         )
         self._lock = threading.Lock()
         self._threads: dict[socket.socket, threading.Thread] = {}
+        self._keyed: dict[socket.socket, tuple[str, str]] = {}  # sealed: (key id, stream)
         self._closing = False
         self._pending = 0
         self._subscribers = 0
@@ -237,6 +268,7 @@ class TailServer:
         self._dropped: dict[str, int] = {}
         self._bytes_sent = 0
         self._sendfile_calls = 0
+        self._hangups = HangUps()
 
     # ---- the hook (the listener's loop thread) --------------------------------------
 
@@ -267,7 +299,7 @@ class TailServer:
                 self._pending += 1
             elif self._subscribers >= self.max_subscribers:  # refused here: no Thread.start
                 try:  # (it waits for the GIL) on the loop; as _serve would, bad ones first
-                    decode_request(bytes(head[:size]), self._secret)
+                    self._decode(bytes(head[:size]))
                     refusal = self._full()
                 except ProtocolError as exc:
                     refusal = _bad_request(exc)
@@ -301,6 +333,23 @@ class TailServer:
             mine.close()
         return TAKEN
 
+    def set_keys(self, keys: KeyTable) -> int:
+        """Use `keys` for new subscriptions; end those whose key is gone, expired or
+        may no longer read their stream (their connection is shut down, counted
+        `tail_key_revoked`).  Any thread.  Returns how many were ended."""
+        wall = time.time()
+        with self._lock:
+            self.keys = keys
+            ended = []
+            for sock, (key_id, stream) in self._keyed.items():
+                if _revoked(keys, key_id, stream, wall):
+                    ended.append(sock)
+                    self._count("tail_key_revoked")
+        for sock in ended:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # unblocks its sendall, or its wait
+        return len(ended)
+
     def _full(self) -> _Refused:
         return _Refused(
             "tail_too_many_subscribers", f"too many subscribers (at most {self.max_subscribers})"
@@ -321,6 +370,7 @@ class TailServer:
                 stream_log.synced_parker.unpark()
         for thread in threads.values():
             thread.join(5.0)
+        self._hangups.close()
 
     def statistics(self) -> TailStatistics:
         """A snapshot of the counters (any thread; `dropped` is a copy)."""
@@ -346,27 +396,50 @@ class TailServer:
 
     # ---- one subscriber (its own thread) --------------------------------------------
 
+    def _decode(self, raw: bytes) -> tuple[Request, Any]:
+        """The request, and with keys the exchange it opened (ProtocolError if bad)."""
+        keys = self.keys
+        if keys is None:
+            return decode_request(raw), None
+        from .protocol.tail_seal import open_sealed_request  # noqa: PLC0415 - with keys only
+
+        request, hs, e_i, key = open_sealed_request(raw, keys, time.time())
+        return request, (hs, e_i, key.key_id)
+
     def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
         subscribed = False
+        out: _Out = _Out(self, sock)
         try:
             try:
                 raw = self._read_request(sock, head)
             finally:
                 self._unpend(pending)
-            request = decode_request(raw, self._secret)
+            request, exchange = self._decode(raw)
             with self._lock:
                 if self._subscribers >= self.max_subscribers:
                     raise self._full()
                 self._subscribers += 1
                 self._subscriptions += 1
                 subscribed = True
-            self._stream(sock, request.stream, request.start, request.follow)
+            if exchange is not None:
+                from .protocol.tail_seal import respond  # noqa: PLC0415
+
+                hs, e_i, key_id = exchange
+                with self._lock:  # a reload since _decode has not seen this one: check
+                    self._keyed[sock] = (key_id, request.stream)
+                    keys = self.keys
+                    if keys is None or _revoked(keys, key_id, request.stream, time.time()):
+                        raise _Refused("tail_key_revoked", "key revoked")
+                resp, channel = respond(hs, e_i, time.monotonic())
+                sock.sendall(resp)
+                out = _SealedOut(self, sock, channel)
+            self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
-            self._refuse(sock, _bad_request(exc))
+            self._refuse(out, _bad_request(exc))
         except _Refused as exc:
-            self._refuse(sock, exc)
+            self._refuse(out, exc)
         except Error as exc:  # e.g. the data directory closed under it
-            self._refuse(sock, _Refused("tail_failed", str(exc)))
+            self._refuse(out, _Refused("tail_failed", str(exc)))
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
@@ -374,18 +447,19 @@ class TailServer:
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
+                self._keyed.pop(sock, None)
                 self._subscribers -= subscribed
             sock.close()
 
-    def _refuse(self, sock: socket.socket, refusal: _Refused) -> None:
+    def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
         with self._lock:
             if self._closing:
                 return
             self._count(refusal.reason)
         with contextlib.suppress(OSError):
-            sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
-            sock.sendall(encode_control(ERROR, refusal.text))
+            out.sock.settimeout(REFUSE_TIMEOUT)  # a full socket buffer: give up, do not hang
+            out.send(encode_control(ERROR, refusal.text))
 
     def _read_request(self, sock: socket.socket, head: bytes) -> bytes:
         """The whole request, within `request_timeout` seconds overall; nothing after it."""
@@ -415,16 +489,18 @@ class TailServer:
         sock.settimeout(None)  # blocking again: sendfile waits for a slow subscriber
         return bytes(data)
 
-    def _stream(self, sock: socket.socket, stream: str, start: int, follow: bool) -> None:
+    def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
+        sock = out.sock
         stream_log = self._wait_for_stream(sock, stream, follow)
         if stream_log is None:  # an unknown stream is empty
-            sock.sendall(encode_control(END))
+            out.send(encode_control(END))
             return
         stored = self._stored
         limit = None if follow else stored(stream_log)
         parker = self._parker(stream_log)
         position = start or stream_log.segments[0][0]  # 0: from the first retained
         cursor: _Cursor | None = None
+        alarm = _Alarm(parker)
         reader = self._data.grace.register("subscriber", online=False)
         try:
             while True:
@@ -432,14 +508,16 @@ class TailServer:
                 while position <= upto:
                     if cursor is None:
                         cursor = self._open_at(stream_log, reader, position, stream)
-                    position = self._send(sock, stream_log, cursor, upto)
+                    position = self._send(out, stream_log, cursor, upto)
                     if cursor.fd < 0:
                         cursor = None  # a closed segment sent to its end: on to the next
                 if limit is not None:
-                    sock.sendall(encode_control(END))
+                    out.send(encode_control(END))
                     return
-                self._wait(sock, stream_log, parker, position)
+                self._wait(sock, stream_log, alarm, position)
         finally:
+            if alarm.watching:
+                self._hangups.unwatch(sock)
             if cursor is not None and cursor.fd >= 0:
                 os.close(cursor.fd)
             reader.unregister()
@@ -458,20 +536,33 @@ class TailServer:
             delay = min(delay * 2, 1.0)
 
     def _wait(
-        self, sock: socket.socket, stream_log: StreamLog, parker: Parker, position: int
+        self, sock: socket.socket, stream_log: StreamLog, alarm: _Alarm, position: int
     ) -> None:
-        """Park until `position` is stored (or closing); check the peer first (one
-        that left at once frees its slot now, not a HEARTBEAT later), then now and then."""
+        """Park until `position` is stored (or closing), or until the hang-up
+        watch rings: then look at the socket (a subscriber gone frees its slot
+        now).  Looks first too: one that left at once never parks."""
         stored = self._stored
 
         def ready() -> bool:
-            return stored(stream_log) >= position or self._closing or stream_log.closed
+            return (
+                alarm.rung or stored(stream_log) >= position or self._closing or stream_log.closed
+            )
 
         if _hung_up(sock, 0):
             raise _Gone
-        while not parker.wait(ready, timeout=HEARTBEAT):
-            if _hung_up(sock, 0):
-                raise _Gone
+        if not alarm.watching:
+            alarm.watching = self._hangups.watch(sock, alarm.ring)
+        timeout = None if alarm.watching else HEARTBEAT
+        while True:
+            woke = alarm.parker.wait(ready, timeout=timeout)
+            if alarm.rung or not woke:
+                alarm.rung = False
+                if _hung_up(sock, 0):
+                    raise _Gone
+                if alarm.watching:
+                    self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
+            if stored(stream_log) >= position or self._closing or stream_log.closed:
+                break
         if self._closing or (stream_log.closed and stored(stream_log) < position):
             raise _Gone
 
@@ -487,7 +578,7 @@ class TailServer:
                 raise _Refused(
                     "tail_below_retained",
                     f"stream {stream!r}: records retained start at {table[0][0]}, "
-                    f"cannot read from {position}",
+                    f"cannot read from {position} (start 1 reads from the first retained)",
                 )
             i = bisect_right([base for base, _ in table], position) - 1
             base, path = table[i]
@@ -503,7 +594,7 @@ class TailServer:
                 raise
         return cursor
 
-    def _send(self, sock: socket.socket, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
+    def _send(self, out: _Out, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
         """Send the batches of the cursor's segment up to position `upto`; return the
         position that follows them.  Closes the cursor's fd once its (closed)
         segment was sent to its end."""
@@ -518,25 +609,11 @@ class TailServer:
             _skip(stream_log, cursor, upto, size)
         if cursor.offset == start and not (closed and start >= size):
             raise _Refused("tail_damaged", f"segment {cursor.path}: no whole batch at {start}")
-        self._sendfile(sock, cursor.fd, start, cursor.offset - start)
+        out.file(cursor.fd, start, cursor.offset - start)
         if closed and cursor.offset >= size:
             os.close(cursor.fd)
             cursor.fd = -1
         return cursor.position
-
-    def _sendfile(self, sock: socket.socket, fd: int, offset: int, count: int) -> None:
-        out = sock.fileno()
-        while count > 0:
-            if self._closing:
-                raise _Gone
-            sent = os.sendfile(out, fd, offset, min(count, SEND_CHUNK))
-            if sent == 0:
-                raise _Gone
-            with self._lock:
-                self._sendfile_calls += 1
-                self._bytes_sent += sent
-            offset += sent
-            count -= sent
 
 
 def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
@@ -591,8 +668,19 @@ def _source(sock: socket.socket) -> object:
     return peer[0] if isinstance(peer, tuple) else peer
 
 
+def _revoked(keys: KeyTable, key_id: str, stream: str, wall: float) -> bool:
+    """Whether `keys` no longer let key `key_id` read `stream` (gone, expired, narrowed)."""
+    key = keys.get(key_id)
+    return key is None or key.expired(wall) or not key.may_read(stream)
+
+
+_KEY_REASONS: Final = frozenset(
+    {"unauthenticated", "unknown_key", "expired_key", "bad_secret", "forbidden"}
+)
+
+
 def _bad_request(exc: ProtocolError) -> _Refused:
-    bad = "tail_unauthenticated" if exc.reason == "unauthenticated" else "tail_bad_request"
+    bad = f"tail_{exc.reason}" if exc.reason in _KEY_REASONS else "tail_bad_request"
     return _Refused(bad, str(exc))
 
 

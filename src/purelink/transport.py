@@ -7,6 +7,15 @@ falls back to one `send` per datagram for good when the kernel refuses; a
 datagram the kernel cannot take now (buffer full, nobody listening) is
 counted and left to the sender's loss detection, never retried here.
 
+Its datagrams go out with DF set (`dont_fragment`: IP_MTU_DISCOVER =
+IP_PMTUDISC_PROBE, IPV6_MTU_DISCOVER = IPV6_PMTUDISC_PROBE and IPV6_DONTFRAG
+on Linux): a datagram too large for the path is dropped, never fragmented,
+and the link finds the path's size itself (protocol/pmtu.py).  PROBE, not
+DO: the kernel then neither caps datagrams at a path MTU it learned from
+ICMP (which anyone on the path can forge) nor refuses the link's probes;
+only a datagram over the local interface's MTU is refused (EMSGSIZE), and
+its size is handed to the sender (`too_large`) as a failed size.
+
 `reset()` is called when the sender starts a new handshake after losing its
 session; a connection-oriented transport reconnects there.  `broken` tells
 the link that the transport itself saw the session die (a TCP reset), so
@@ -31,6 +40,9 @@ length-prefixed frame (protocol/framing.py).  Theory of operation:
   one break, so a session never silently moves to a new connection.  The
   sender paces those attempts: it sends only HELLOs, with backoff, until a
   handshake succeeds;
+* the first connection is waited for, briefly (`FIRST_CONNECT_WAIT`): a
+  refusal then is raised from the constructor (`connect()` reports
+  "connection refused" at once); later ones are the reconnects above;
 * EOF, a reset, or a frame over the limit from the listener closes the
   connection and sets `broken`; the link then starts a new handshake at
   once (`Sender.reset_session`).  A failure seen while sending is reported
@@ -49,10 +61,12 @@ import os
 import select
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from typing import Final, Protocol
 
 from . import _address, _nogil
+from ._udp import SOL_UDP, UDP_SEGMENT
 from .errors import ProtocolError
 from .protocol.framing import FrameDecoder, encode_frames
 
@@ -60,8 +74,6 @@ __all__ = ["TcpTransport", "Transport", "UdpTransport"]
 
 log = logging.getLogger("purelink.link")
 
-SOL_UDP: Final = 17
-UDP_SEGMENT: Final = 103
 GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000
 _GSO_REFUSED: Final = (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EMSGSIZE)
@@ -69,19 +81,68 @@ MAX_UNSENT: Final = 32 << 20
 TCP_READ: Final = 256 << 10
 TCP_READ_BUDGET: Final = 64
 TCP_USER_TIMEOUT_MS: Final = 30_000
+FIRST_CONNECT_WAIT: Final = 1.0
+"""Seconds a TcpTransport waits for its first connection to be made or refused."""
+
+
+def _linux(name: str, value: int) -> int | None:
+    """A socket option's number: the socket module's, else Linux's own (linux/in.h,
+    linux/in6.h: Python builds lack some of them), else None elsewhere."""
+    found = getattr(socket, name, None)
+    if isinstance(found, int):
+        return found
+    return value if sys.platform.startswith("linux") else None
+
+
+IP_MTU_DISCOVER: Final = _linux("IP_MTU_DISCOVER", 10)
+IP_PMTUDISC_DO: Final = _linux("IP_PMTUDISC_DO", 2)
+IP_PMTUDISC_PROBE: Final = _linux("IP_PMTUDISC_PROBE", 3)
+IPV6_MTU_DISCOVER: Final = _linux("IPV6_MTU_DISCOVER", 23)
+IPV6_PMTUDISC_DO: Final = _linux("IPV6_PMTUDISC_DO", 2)
+IPV6_PMTUDISC_PROBE: Final = _linux("IPV6_PMTUDISC_PROBE", 3)
+IPV6_DONTFRAG: Final = _linux("IPV6_DONTFRAG", 62)
+
+
+def dont_fragment(sock: socket.socket, family: int) -> str:
+    """Set DF on a UDP socket's datagrams; returns how: "probe" (DF, the kernel's
+    own path MTU ignored), "do" (DF, where PROBE is refused), or "" (neither
+    could be set: the kernel may fragment, and the link still probes)."""
+    if family == socket.AF_INET6:
+        level, option = socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER
+        modes = (("probe", IPV6_PMTUDISC_PROBE), ("do", IPV6_PMTUDISC_DO))
+        if IPV6_DONTFRAG is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_DONTFRAG, 1)
+    else:
+        level, option = socket.IPPROTO_IP, IP_MTU_DISCOVER
+        modes = (("probe", IP_PMTUDISC_PROBE), ("do", IP_PMTUDISC_DO))
+    if option is None:
+        return ""
+    for name, value in modes:
+        if value is None:
+            continue
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError:
+            continue
+        return name
+    return ""
 
 
 class Transport(Protocol):
     """What the link thread needs of a transport."""
 
     gso: bool
-    """Whether datagrams of a burst should be padded to equal size (UDP GSO)."""
+    """Whether runs of equal-sized datagrams go to the kernel in one call (UDP GSO)."""
     send_calls: int
     """System calls that sent datagrams."""
     send_errors: int
     """Datagrams that could not be handed to the kernel."""
     broken: bool
     """The transport saw the session die; cleared by reset()."""
+    too_large: list[int]
+    """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
+    since the link last emptied the list."""
 
     def fileno(self) -> int:
         """The fd to poll for readability."""
@@ -110,6 +171,9 @@ class UdpTransport:
             with contextlib.suppress(OSError):  # only on unusual kernels
                 self._sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         self._sock.connect(sockaddr)
+        self.dont_fragment = dont_fragment(self._sock, family)
+        """How DF is set ("probe", "do", or "" where it could not be)."""
+        self.too_large: list[int] = []
         # sends and receives that keep the GIL (see _nogil.py); the socket module's
         # where ctypes cannot reach libc
         self._fast = _nogil.NoGilSocket(self._sock) if _nogil.available else None
@@ -151,13 +215,37 @@ class UdpTransport:
                 self.send_calls += 1
             except OSError as exc:
                 if j - i > 1 and exc.errno in _GSO_REFUSED:
-                    log.info("UDP GSO refused (%s); sending one datagram per call", exc)
-                    self.gso = False
-                    continue  # the same datagrams again, one at a time
-                # buffer full, or the listener is down (ECONNREFUSED): lost here;
-                # the sender's loss detection resends them
-                self.send_errors += j - i
+                    # GSO refused, or a segment over the interface's MTU (EINVAL or
+                    # EMSGSIZE): one at a time tells which
+                    if not self._send_each(datagrams[i:j]):
+                        log.info("UDP GSO refused (%s); sending one datagram per call", exc)
+                        self.gso = False
+                elif exc.errno == errno.EMSGSIZE:
+                    self.too_large.append(size)
+                    self.send_errors += 1
+                else:
+                    # buffer full, or the listener is down (ECONNREFUSED): lost here;
+                    # the sender's loss detection resends them
+                    self.send_errors += j - i
             i = j
+
+    def _send_each(self, datagrams: list[bytes]) -> bool:
+        """Send one datagram per call; True if one was too large for the path."""
+        fast = self._fast
+        too_large = False
+        for data in datagrams:
+            try:
+                if fast is not None:
+                    fast.send(data)
+                else:
+                    self._sock.send(data)
+                self.send_calls += 1
+            except OSError as exc:
+                self.send_errors += 1
+                if exc.errno == errno.EMSGSIZE:
+                    self.too_large.append(len(data))
+                    too_large = True
+        return too_large
 
     def receive(self, handle: Callable[[bytes], None]) -> None:
         fast = self._fast
@@ -197,6 +285,7 @@ class TcpTransport:
         self.send_calls = 0
         self.send_errors = 0
         self.broken = False
+        self.too_large: list[int] = []  # TCP has no MTU: always empty
         self.connects = 0
         """Connections opened."""
         self.dropped = 0
@@ -204,7 +293,11 @@ class TcpTransport:
         try:
             self._epoll.register(self._notice, select.EPOLLIN)
             self._connect()
+            self._first_outcome()
         except OSError:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
             self._epoll.close()
             os.close(self._notice)
             raise
@@ -308,6 +401,23 @@ class TcpTransport:
         self.broken = False
         self._writing = False  # the first send asks for EPOLLOUT if the kernel defers it
         self._epoll.register(sock, select.EPOLLIN)
+
+    def _first_outcome(self) -> None:
+        """Wait up to FIRST_CONNECT_WAIT seconds for the first connection to be
+        made or refused; raise the refusal (ECONNREFUSED, EHOSTUNREACH, ...) as
+        OSError, so that `connect()` says at once that nobody listens there,
+        as a TCP client does, instead of waiting out its handshake timeout.  A
+        connection still pending then (a black hole, a long path) is left to
+        the handshake's own timeout."""
+        sock = self._sock
+        assert sock is not None
+        waiting = select.poll()
+        waiting.register(sock, select.POLLOUT)
+        if not waiting.poll(FIRST_CONNECT_WAIT * 1000):
+            return
+        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if error:
+            raise OSError(error, os.strerror(error))
 
     def _drop(self, notify: bool = False) -> None:
         """The connection is gone: close it and tell the link (`broken`)."""

@@ -32,6 +32,7 @@ __all__ = [
     "batch_records",
     "decode_batch_header",
     "encode_batch",
+    "encode_batch_of",
     "encode_large_batch",
     "position_bytes",
     "verify_batch",
@@ -111,7 +112,20 @@ def encode_batch(
     if not LITTLE_ENDIAN:  # pragma: no cover - arrays are native, the wire is little-endian
         lengths = array("H", lengths)
         lengths.byteswap()
-    payload = b"".join(records)
+    return encode_batch_of(producer, epoch, first_seq, count, lengths, b"".join(records))
+
+
+def encode_batch_of(
+    producer: int,
+    epoch: int,
+    first_seq: int,
+    count: int,
+    lengths: bytes | array[int],
+    payload: bytes,
+) -> bytes:
+    """`encode_batch` of records already joined into `payload`, with their length
+    table `lengths` (little-endian u16s, or a native array("H") on a
+    little-endian machine): the link joins the records anyway to count them."""
     length = BATCH_HEADER + 2 * count + len(payload)
     tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
     crc = crc32c(payload, crc32c(lengths, crc32c(tail)))

@@ -107,6 +107,8 @@ class CoreStats:
     duplicates: int = 0
     held: int = 0
     acks: int = 0
+    mtu_probes: int = 0
+    """Path MTU probes (padded PROBEs) answered with an MTU_ACK."""
     retries: int = 0
     accepts: int = 0
     fenced: int = 0

@@ -70,7 +70,7 @@ from .core_parts import (
 )
 from .names import is_valid_name
 from .ratelimit import TokenBuckets
-from .receiver import Producer, Write
+from .receiver import Partial, Producer, Write, largest_record
 
 __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 
@@ -81,16 +81,10 @@ next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), or a
 DATA racing its ACCEPT.  Every other reason means bytes no link sends."""
 # a DATA datagram's fixed part: header, packet number, batch header
 _DATA_FAST = struct.Struct("<2sBBIQQI2sBBIIQQI")
+# a FRAGMENT datagram's fixed part: header, pn, epoch, seq, total, offset
+_FRAG_FAST = struct.Struct("<2sBBIQIQII")
 _U32 = struct.Struct("<I")
 _ZEROS = memoryview(bytes(65536))
-
-
-def _largest(batch: bytes | memoryview, header: wire.BatchHeader) -> int:
-    """The largest record of a verified batch."""
-    if header.flags & wire.FLAG_LARGE:
-        return header.length - wire.BATCH_HEADER
-    table = memoryview(batch)[wire.BATCH_HEADER : wire.BATCH_HEADER + 2 * header.count]
-    return max(table.cast("H"))
 
 
 @dataclass
@@ -162,14 +156,13 @@ class ListenerCore:
         stats.datagrams += 1
         size = len(data)
         stats.bytes += size
-        if (
-            size > _DATA_FAST.size
-            and wire.LITTLE_ENDIAN
-            and data[3] == wire.MsgType.DATA
-            and self._key is None
-            and self._fast_data(data, addr, now)
-        ):
-            return
+        if size > _DATA_FAST.size and self._key is None and wire.LITTLE_ENDIAN:
+            kind = data[3]
+            if kind == wire.MsgType.FRAGMENT:
+                if self._fast_piece(data, addr, now):
+                    return
+            elif kind == wire.MsgType.DATA and self._fast_data(data, addr, now):
+                return
         try:
             msg = wire.decode_datagram(data, self._key)
         except ProtocolError as exc:
@@ -184,7 +177,13 @@ class ListenerCore:
         elif isinstance(msg, wire.Probe):
             conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
             if conn is not None:
-                self._note_pn(conn, msg.pn, now)
+                if msg.padding:  # a path MTU probe: say it came, and how large
+                    conn.last_seen = now
+                    self.stats.mtu_probes += 1
+                    answer = wire.MtuAck(conn.conn_id, conn.epoch, msg.pn, min(size, 0xFFFF))
+                    self._out.append((wire.encode_mtu_ack(answer, self._key), conn.addr))
+                else:
+                    self._note_pn(conn, msg.pn, now)
         elif isinstance(msg, wire.Close):
             conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
             if conn is not None:
@@ -414,7 +413,7 @@ class ListenerCore:
         if (
             magic != wire.DATAGRAM_MAGIC
             or bmagic != wire.BATCH_MAGIC
-            or version != wire.VERSION
+            or version != wire.DATAGRAM_VERSION
             or bversion != wire.VERSION
             or flags
             or not count
@@ -481,9 +480,9 @@ class ListenerCore:
         if header.producer != p.pid:
             self._drop("malformed")
             return
-        if header.length - wire.BATCH_HEADER > p.max_record and _largest(msg.batch, header) > (
-            p.max_record
-        ):
+        if header.length - wire.BATCH_HEADER > p.max_record and largest_record(
+            msg.batch, header
+        ) > (p.max_record):
             self._drop("too_large")
             return
         if (
@@ -525,9 +524,69 @@ class ListenerCore:
             return
         writes = self._writes.setdefault(p.stream, [])
         before = len(writes)
-        result = p.on_fragment(msg, writes)
+        try:
+            result = p.on_fragment(msg, writes)
+        except ProtocolError as exc:  # the batch put together does not verify
+            result = exc.reason
         self._after(p, result, writes, before)
         self._note_pn(conn, msg.pn, now)
+
+    def _fast_piece(self, data: bytes | memoryview, addr: Address, now: float) -> bool:
+        """The common case of a FRAGMENT in one go: the next piece, in order, of
+        the batch that comes next (not its last piece: that one completes the
+        batch and takes the general path, which checks it whole).  Anything
+        else returns False and takes the general path."""
+        view = memoryview(data)
+        size = len(view)
+        head = _FRAG_FAST.size
+        if size <= head + 4:
+            return False
+        magic, version, _kind, conn_id, pn, epoch, seq, total, offset = _FRAG_FAST.unpack_from(view)
+        end = offset + size - head - 4
+        if magic != wire.DATAGRAM_MAGIC or version != wire.DATAGRAM_VERSION or end >= total:
+            return False
+        conn = self._conns.get(conn_id)
+        if conn is None or not conn.accepted or conn.addr != addr or conn.epoch != epoch:
+            return False
+        p = conn.producer
+        if seq != p.received + 1:
+            return False
+        part = p.partials.get(seq)
+        if part is None:
+            if (
+                offset
+                or total > p.max_record + wire.BATCH_HEADER
+                or total < wire.BATCH_HEADER
+                or self._memory + total > self.config.max_memory
+            ):
+                return False
+        elif (
+            part.total != total
+            or part.epoch != epoch
+            or len(part.spans) != 1
+            or part.spans[0] != (0, offset)
+        ):
+            return False
+        if crc32c(view[: size - 4]) != _U32.unpack_from(view, size - 4)[0]:
+            return False
+        if part is None:
+            part = Partial(total, False, epoch)
+            p.partials[seq] = part
+            part.buf[:end] = view[head : size - 4]
+            part.spans.append((0, end))
+            self._account(p)
+        else:
+            part.buf[offset:end] = view[head : size - 4]
+            part.spans[0] = (0, end)
+        self.stats.held += 1
+        if pn > conn.largest_pn:
+            conn.largest_pn = pn
+            conn.ack_delay_from = now
+        conn.last_seen = now
+        if not conn.ack_due:
+            conn.ack_due = True
+            self._ack_due.add(conn_id)
+        return True
 
     def _after(self, p: Producer, result: str, writes: list[Write], before: int) -> None:
         if result == "stored":
@@ -544,6 +603,8 @@ class ListenerCore:
             self._account(p)
         else:
             self._drop(result)
+            if self._holding and p in self._holding:
+                self._account(p)  # a batch put together and refused: its buffer went
 
     def _account(self, p: Producer) -> None:
         """Bring the running `memory` total up to date with what `p` holds now."""
@@ -593,11 +654,13 @@ class ListenerCore:
                 self._drop("replayed_hello")
                 return
         if hello.max_datagram < 128:
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
+            self._refuse_hello(
+                hello, addr, size, wire.RefuseReason.BAD_DATAGRAM_SIZE, "bad_request"
+            )
             return
         if hello.producer:
             if not is_valid_name(hello.producer):
-                self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_REQUEST)
+                self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_PRODUCER, "bad_request")
                 return
             pid = named_producer_id(hello.producer)
         else:
@@ -612,7 +675,7 @@ class ListenerCore:
         if now >= self._next_sweep or len(self._conns) >= self.config.max_links:
             self._expire_idle(now)
         if len(self._conns) >= self.config.max_links:
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "link_limit")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.MAX_LINKS, "link_limit")
             return
         key = (stream, pid)
         producer = self._producers.get(key)
@@ -632,10 +695,10 @@ class ListenerCore:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_STREAM)
             return
         except Error:  # the store may not open another stream (max_streams)
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "stream_limit")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.MAX_STREAMS, "stream_limit")
             return
         except OSError:  # the store could not open the stream (no descriptors, a disk error)
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.STORE_ERROR, "store_error")
             return
         instance = hello.producer_id  # the link instance (an anonymous producer's id)
         if (
@@ -651,7 +714,7 @@ class ListenerCore:
         try:
             epoch = self.store.new_epoch(stream, pid, bool(hello.producer), instance)
         except (Error, OSError):  # the epoch is not durable: refuse, never accept
-            self._refuse_hello(hello, addr, size, wire.RefuseReason.LIMIT, "store_error")
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.STORE_ERROR, "store_error")
             return
         self._producers[key] = producer
         epoch = max(epoch, producer.epoch + 1)
@@ -660,6 +723,9 @@ class ListenerCore:
             self._fence(old)
         producer.epoch = epoch
         producer.owner = instance
+        if producer.partials:  # a new session cuts its records into batches of its own
+            producer.reset_partials()
+            self._account(producer)
         if hello.producer:
             # another instance of a named producer may hold other records under
             # the same seqs: what the old session left half-sent is not trusted

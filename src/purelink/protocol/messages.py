@@ -23,6 +23,7 @@ __all__ = [
     "Hello",
     "Message",
     "MsgType",
+    "MtuAck",
     "Probe",
     "Refuse",
     "RefuseReason",
@@ -42,6 +43,7 @@ class MsgType:
     PROBE = 7
     CLOSE = 8
     REFUSE = 9
+    MTU_ACK = 10
 
 
 class RefuseReason:
@@ -54,11 +56,63 @@ class RefuseReason:
     BAD_STREAM = 3
     """The stream name is not valid."""
     LIMIT = 4
-    """A configured limit (links, streams, record size) was reached."""
+    """A configured limit was reached (a listener sends the codes below, which say which)."""
     BAD_REQUEST = 5
-    """The request was well-formed but not acceptable (e.g. datagram size too small)."""
+    """The request was well-formed but not acceptable (an anonymous producer id
+    without its top bit)."""
+    FORBIDDEN = 6
+    """The key the link named may not write (or read) this stream."""
+    REVOKED = 7
+    """The key this session was opened with was removed or narrowed (a reload)."""
+    UNKNOWN_KEY = 8
+    """(said by a KEYREFUSE) the listener has no key of the id the link named."""
+    BAD_SECRET = 9
+    """(said by a KEYREFUSE) the link's secret is not the key's."""
+    EXPIRED_KEY = 10
+    """(said by a KEYREFUSE) the key has expired."""
+    MAX_LINKS = 11
+    """The listener has `max_links` links open already."""
+    MAX_STREAMS = 12
+    """The stream is new and the store holds `max_streams` streams already."""
+    STORE_ERROR = 13
+    """The store could not open the stream or make the session's epoch durable
+    (out of descriptors, a disk error, a stream stopped by an earlier write error)."""
+    BAD_PRODUCER = 14
+    """The producer name is not valid (the stream name's rule)."""
+    BAD_DATAGRAM_SIZE = 15
+    """The HELLO's `max_datagram` is below 128."""
 
-    NAMES: Final = {1: "fenced", 2: "unknown", 3: "bad_stream", 4: "limit", 5: "bad_request"}
+    NAMES: Final = {
+        1: "fenced",
+        2: "unknown",
+        3: "bad_stream",
+        4: "limit",
+        5: "bad_request",
+        6: "forbidden (the key may not use this stream)",
+        7: "key revoked",
+        8: "unknown key id",
+        9: "wrong secret",
+        10: "expired key",
+        11: "max_links",
+        12: "max_streams",
+        13: "store_error",
+        14: "bad_producer",
+        15: "bad_datagram_size",
+    }
+    """Each reason's name, as a link reports it ("the listener refused the link: max_links")."""
+    MEANINGS: Final = {
+        "bad_stream": "the stream name is not valid",
+        "limit": "a limit of the listener was reached",
+        "bad_request": "the listener did not accept the link's request",
+        "max_links": "the listener has as many links open as its --max-links allows",
+        "max_streams": "the stream is new and the store has as many streams as "
+        "the listener's --max-streams allows",
+        "store_error": "the listener's store could not open the stream or record the "
+        "session (see the listener's log)",
+        "bad_producer": "the producer name is not valid",
+        "bad_datagram_size": "the link's datagram size is below 128 bytes",
+    }
+    """What a refusal means, by name, for people (the command line prints it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +183,7 @@ class Data(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Fragment:
-    """link -> listener: a piece of a record larger than one datagram."""
+    """link -> listener: a piece of a batch larger than one datagram."""
 
     conn_id: int
     """The session."""
@@ -138,13 +192,13 @@ class Fragment:
     epoch: int
     """The session's epoch."""
     seq: int
-    """The record's seq."""
+    """The batch's first seq (it names the batch)."""
     total: int
-    """The record's full length."""
+    """The batch's full length, header included."""
     offset: int
-    """Where this piece starts in the record."""
+    """Where this piece starts in the batch."""
     chunk: memoryview
-    """The piece."""
+    """The piece: batch bytes [offset, offset + len(chunk))."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +227,8 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """link -> listener: answer now (data outstanding, answers stopped)."""
+    """link -> listener: answer now (data outstanding, answers stopped); with
+    padding, a path MTU probe, answered by an MtuAck."""
 
     conn_id: int
     """The session."""
@@ -181,6 +236,22 @@ class Probe:
     """Packet number."""
     epoch: int
     """The session's epoch."""
+    padding: int = 0
+    """Zero bytes after the fields (a path MTU probe is padded to its size)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MtuAck:
+    """listener -> link: a padded PROBE (a path MTU probe) arrived."""
+
+    conn_id: int
+    """The session."""
+    epoch: int
+    """The session's epoch."""
+    pn: int
+    """The probe's packet number."""
+    size: int
+    """The probe's size as received, bytes (the whole datagram)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,4 +278,4 @@ class Refuse:
     """A RefuseReason."""
 
 
-Message = Hello | Retry | Accept | Data | Fragment | Ack | Probe | Close | Refuse
+Message = Hello | Retry | Accept | Data | Fragment | Ack | Probe | Close | Refuse | MtuAck

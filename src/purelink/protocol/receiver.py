@@ -19,8 +19,12 @@ Seqs of one producer, left to right:
   else dropped and counted (the sender resends it);
 * a batch overlapping `received` is cut to its new part (a misbehaving peer
   only: a session never changes its batch boundaries);
-* pieces of a large record are put together in one buffer; when whole, the
-  record becomes a one-record batch like any other.
+* a batch larger than one datagram comes in pieces (FRAGMENT), put together
+  in one buffer per batch, in order in O(1) per piece; when whole it is
+  checked (CRC, producer, seq, epoch, record sizes) and then is a batch like
+  any other, stored byte for byte as the link built it.  Pieces of a batch
+  are trusted only within the session that sent them (`reset_partials`): a
+  new session may cut its records into other batches.
 
 Memory is bounded: the held batches and partial records of a producer stay
 under `max_reorder` bytes (the record at received+1 may always be assembled,
@@ -29,7 +33,8 @@ up to `max_record`), and the advertised window is what is left of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from bisect import bisect_right
+from typing import Final
 
 from ..errors import ProtocolError
 from . import wire
@@ -37,43 +42,72 @@ from . import wire
 __all__ = ["Partial", "Producer", "Write"]
 
 Write = tuple[bytes | memoryview, wire.BatchHeader]
-MAX_ACK_RANGES = 32
-MAX_ACK_FRAGMENTS = 4
-MAX_FRAGMENT_SPANS = 16
+MAX_ACK_RANGES: Final = 32
+MAX_ACK_FRAGMENTS: Final = 16
+MAX_FRAGMENT_SPANS: Final = 16
+FRAGMENT_ROOM: Final = 600
+"""Bytes an ACK gives its fragment entries at most, so that with its 32 ranges
+it stays within 1,200 bytes, the smallest datagram a path must carry (pmtu.py)."""
+MAX_PIECED_BATCH: Final = 0xFFFF + 2
+"""Bytes of records and length table a batch that comes in pieces may hold
+(one record of 65,535 bytes and its length; many records within 65,535), unless
+max_record is larger (a one-record large batch: up to max_record).  So the
+batch a producer needs next, which may always be put together, is at most
+max(max_record, 65,537) + 44 bytes: the listener's memory bound is max_memory
+plus that."""
 
 
-@dataclass
 class Partial:
-    """A large record being put together from pieces."""
+    """A batch being put together from pieces."""
 
-    total: int
-    """The record's length."""
-    buf: bytearray
-    """Where the pieces go."""
-    counted: bool
-    """Whether it counts against the reorder budget (all but the next record do)."""
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    """Byte ranges held, sorted and merged."""
+    __slots__ = ("buf", "counted", "epoch", "spans", "total")
 
-    def add(self, offset: int, chunk: memoryview) -> None:
-        """Take one piece."""
+    def __init__(self, total: int, counted: bool, epoch: int) -> None:
+        self.total = total
+        """The batch's length."""
+        self.buf = bytearray(total)
+        """Where the pieces go."""
+        self.counted = counted
+        """Whether it counts against the reorder budget (all but the next batch do)."""
+        self.epoch = epoch
+        """The epoch of the session that sent it."""
+        self.spans: list[tuple[int, int]] = []
+        """Byte ranges held, sorted and merged."""
+
+    def add(self, offset: int, chunk: memoryview) -> bool:
+        """Take one piece; False if every byte of it was here already."""
         end = offset + len(chunk)
+        spans = self.spans
+        if spans and spans[-1][1] == offset:  # the common case: the next piece in order
+            self.buf[offset:end] = chunk
+            spans[-1] = (spans[-1][0], end)
+            if len(spans) > 1:
+                self._merge(len(spans) - 1)
+            return True
+        i = bisect_right(spans, (offset, end))
+        if i and spans[i - 1][0] <= offset and end <= spans[i - 1][1]:
+            return False  # a duplicate
         self.buf[offset:end] = chunk
-        spans = [*self.spans, (offset, end)]
-        spans.sort()
-        merged: list[tuple[int, int]] = []
-        for a, b in spans:
-            if merged and a <= merged[-1][1]:
-                if b > merged[-1][1]:
-                    merged[-1] = (merged[-1][0], b)
-            else:
-                merged.append((a, b))
-        self.spans = merged
+        spans.insert(i, (offset, end))
+        self._merge(i)
+        return True
+
+    def _merge(self, i: int) -> None:
+        """Merge the span at i with its neighbours where they touch or overlap."""
+        spans = self.spans
+        if i and spans[i - 1][1] >= spans[i][0]:
+            i -= 1
+            spans[i] = (spans[i][0], max(spans[i][1], spans[i + 1][1]))
+            del spans[i + 1]
+        while i + 1 < len(spans) and spans[i][1] >= spans[i + 1][0]:
+            spans[i] = (spans[i][0], max(spans[i][1], spans[i + 1][1]))
+            del spans[i + 1]
 
     @property
     def complete(self) -> bool:
         """Every byte is here."""
-        return self.spans == [(0, self.total)]
+        spans = self.spans
+        return len(spans) == 1 and spans[0] == (0, self.total)
 
 
 class Producer:
@@ -151,34 +185,43 @@ class Producer:
         return "held"
 
     def on_fragment(self, frag: wire.Fragment, writes: list[Write]) -> str:
-        """Take one piece of a large record; returns "stored", "held",
-        "duplicate", or a drop reason ("too_large", "reorder_full", "malformed")."""
+        """Take one piece of a batch (named by its first seq); returns "stored",
+        "held", "duplicate", or a drop reason ("too_large", "reorder_full",
+        "malformed", "bad_checksum", ...: the whole batch is dropped when it
+        is complete and does not verify)."""
         seq = frag.seq
         if seq <= self.received or seq in self.held:
             return "duplicate"
-        if frag.total > self.max_record:
+        total = frag.total
+        if total > max(self.max_record, MAX_PIECED_BATCH) + wire.BATCH_HEADER:
             return "too_large"
         part = self.partials.get(seq)
         if part is None:
             counted = seq != self.received + 1
-            if counted and self.held_bytes + frag.total > self.max_reorder:
+            if counted and self.held_bytes + total > self.max_reorder:
                 return "reorder_full"
-            part = Partial(frag.total, bytearray(frag.total), counted)
+            part = Partial(total, counted, frag.epoch)
             self.partials[seq] = part
             if counted:
-                self.held_bytes += frag.total
-        elif part.total != frag.total:
+                self.held_bytes += total
+        elif part.total != total or part.epoch != frag.epoch:
             return "malformed"
-        part.add(frag.offset, frag.chunk)
+        if not part.add(frag.offset, frag.chunk):
+            return "duplicate"
         if not part.complete:
             return "held"
         del self.partials[seq]
         if part.counted:
             self.held_bytes -= part.total
-        record = bytes(part.buf)
-        batch = wire.encode_large_batch(self.pid, self.epoch, seq, record)
-        header = wire.decode_batch_header(batch)
-        return self.on_batch(memoryview(batch), header, writes)
+        batch = memoryview(part.buf)
+        header = wire.verify_batch(batch)  # raises ProtocolError: the caller drops it
+        if header.producer != self.pid or header.first_seq != seq or header.epoch != part.epoch:
+            return "malformed"
+        if header.length - wire.BATCH_HEADER > self.max_record and (
+            largest_record(batch, header) > self.max_record
+        ):
+            return "too_large"
+        return self.on_batch(batch, header, writes)
 
     def _drop_passed_partials(self) -> None:
         """Forget pieces of records that are now in order by another way (a
@@ -231,11 +274,28 @@ class Producer:
         return tuple(out[:MAX_ACK_RANGES])
 
     def fragment_spans(self) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
-        """Byte ranges held of the lowest partial records."""
+        """Byte ranges held of the lowest partial batches: at most
+        MAX_ACK_FRAGMENTS of them, MAX_FRAGMENT_SPANS spans each, and
+        FRAGMENT_ROOM bytes in all (9 per entry, 8 per span)."""
         if not self.partials:
             return ()
-        seqs = sorted(self.partials)[:MAX_ACK_FRAGMENTS]
-        return tuple((s, tuple(self.partials[s].spans[:MAX_FRAGMENT_SPANS])) for s in seqs)
+        room = FRAGMENT_ROOM
+        out = []
+        for seq in sorted(self.partials)[:MAX_ACK_FRAGMENTS]:
+            fit = min(MAX_FRAGMENT_SPANS, (room - 9) // 8)
+            spans = self.partials[seq].spans
+            if fit < 1 or not spans:
+                break
+            out.append((seq, tuple(spans[:fit])))
+            room -= 9 + 8 * min(fit, len(spans))
+        return tuple(out)
+
+    def reset_partials(self) -> None:
+        """Forget batches half put together (a new session cuts its own batches)."""
+        for part in self.partials.values():
+            if part.counted:
+                self.held_bytes -= part.total
+        self.partials.clear()
 
     def reset_volatile(self) -> None:
         """Forget held batches and partial records (a new session re-sends them)."""
@@ -247,6 +307,14 @@ class Producer:
     def memory(self) -> int:
         """Bytes held in memory for this producer."""
         return self.held_bytes + sum(p.total for p in self.partials.values() if not p.counted)
+
+
+def largest_record(batch: bytes | memoryview, header: wire.BatchHeader) -> int:
+    """The largest record of a verified batch."""
+    if header.flags & wire.FLAG_LARGE:
+        return header.length - wire.BATCH_HEADER
+    table = memoryview(batch)[wire.BATCH_HEADER : wire.BATCH_HEADER + 2 * header.count]
+    return max(table.cast("H"))
 
 
 def _trim(

@@ -20,9 +20,10 @@ Invariants:
 * `stored` never goes backwards; if the listener ever reports less than it
   told before, the sender fails with kind "lost" (SPEC section 2.4);
 * each datagram in flight remembers what it carried (a batch, or a byte range
-  of one large record) and is resolved acked or lost (aioquic's
-  packet_builder/recovery); retransmissions resend the same batch bytes under
-  a new packet number, so RTT samples are never ambiguous;
+  of a batch larger than one datagram: packing.py builds them) and is resolved
+  acked or lost (aioquic's packet_builder/recovery); retransmissions resend
+  the same batch bytes under a new packet number, so RTT samples are never
+  ambiguous;
 * a timer is armed only while something is unstored or a handshake runs: an
   idle link sleeps.
 """
@@ -37,6 +38,8 @@ from typing import Final
 from ..errors import ProtocolError
 from . import wire
 from .events import Connected, Event, Failed, Fenced, Reconnecting, StoredAdvanced
+from .packing import Flight, Packer
+from .pmtu import PathMtu
 from .sender_config import SenderConfig, SenderStats
 from .window import CongestionWindow, RttEstimator
 
@@ -73,30 +76,7 @@ _MOVES: Final = {
 }
 
 
-class _Flight:
-    """One datagram in flight and what it carried."""
-
-    __slots__ = ("data", "end", "first", "last", "offset", "pn", "sent", "size")
-
-    def __init__(
-        self,
-        pn: int,
-        first: int,
-        last: int,
-        size: int,
-        sent: float,
-        data: bytes | None,
-        offset: int = 0,
-        end: int = 0,
-    ) -> None:
-        self.pn = pn
-        self.first = first
-        self.last = last
-        self.size = size
-        self.sent = sent
-        self.data = data  # the DATA datagram as sent; None for a fragment (rebuilt)
-        self.offset = offset
-        self.end = end
+_Flight = Flight  # what a datagram in flight carried: packing.py
 
 
 class Sender:
@@ -112,8 +92,11 @@ class Sender:
         self.rtt = RttEstimator(max_rto=config.max_probe_interval)
         self.cc = CongestionWindow(datagram_size=config.datagram_size)
         self._key = config.secret
-        self.pad = config.pad
-        """Pad DATA datagrams of a burst for GSO (the driver turns it off if GSO fails)."""
+        self._pmtu = PathMtu(config.datagram_size) if config.pmtu else None
+        """The path's datagram size, probed (UDP links; None: datagram_size)."""
+        self._packer = Packer(
+            config.datagram_size if self._pmtu is None else self._pmtu.size, config.secret
+        )
         self.stored_bytes = 0
         """Payload bytes of the records released as stored."""
         anon = config.anonymous_id
@@ -130,7 +113,6 @@ class Sender:
         # queue() writes the lengths as records arrive: no len() per record here).
         self._recs: list[bytes] = []
         self._lens = array("H")
-        self._per_batch = 16  # records per batch last time: where packing starts looking
         self._head = 0
         self._base = 1
         self.stored = 0
@@ -138,8 +120,6 @@ class Sender:
         self.pushed = 0
         """Last seq handed in with push()."""
         self._received = 0  # last seq the listener has in order
-        self._next = 1  # next seq to put in a first transmission
-        self._frag_offset = 0  # bytes of record _next already sent as fragments
         self._flights: dict[int, _Flight] = {}
         self._lost: deque[_Flight] = deque()
         self._in_flight = 0
@@ -162,11 +142,6 @@ class Sender:
         self._hello_rto = config.handshake_rto
         self._connected_once = False
         self._close_due = False
-        budget = config.datagram_size - wire.DATA_OVERHEAD - wire.BATCH_HEADER
-        budget -= wire.MAC_SIZE if self._key is not None else 0
-        self._budget = budget  # payload bytes of a DATA datagram, 2 per record included
-        frag = config.datagram_size - wire.FRAGMENT_OVERHEAD
-        self._frag_size = frag - (wire.MAC_SIZE if self._key is not None else 0)
 
     # ------------------------------------------------------------ inputs
     def connect(self, now: float) -> None:
@@ -241,8 +216,36 @@ class Sender:
                 self.stats.dropped += 1
         elif isinstance(msg, wire.Refuse):
             self._on_refuse(msg, now)
+        elif (
+            isinstance(msg, wire.MtuAck)
+            and self._pmtu is not None
+            and self.state == SenderState.OPEN
+            and msg.conn_id == self.conn_id
+            and msg.epoch == self.epoch
+        ):
+            self._pmtu.on_probe_acked(msg.pn, msg.size, now)
+            self._sync_size()
         else:
             self.stats.dropped += 1
+
+    def on_send_error(self, size: int, now: float) -> None:
+        """The kernel refused to send a datagram of `size` bytes as larger than
+        the path (EMSGSIZE): a path MTU signal.  (The datagram is lost; loss
+        detection resends its bytes, cut smaller if the path size dropped.)"""
+        if self._pmtu is not None:
+            self._pmtu.on_send_error(size, now)
+            self._sync_size()
+
+    @property
+    def datagram_size(self) -> int:
+        """The largest datagram sent now (the path MTU's, at most datagram_size)."""
+        return self._packer.size
+
+    def _sync_size(self) -> None:
+        """Packing follows the path's datagram size."""
+        pmtu = self._pmtu
+        if pmtu is not None and pmtu.size != self._packer.size:
+            self._packer.size = pmtu.size
 
     # ----------------------------------------------------------- outputs
     def next_event(self) -> Event | None:
@@ -255,6 +258,9 @@ class Sender:
             return self._hello_due
         if self.state != SenderState.OPEN:
             return None
+        pmtu = self._pmtu.get_timer() if self._pmtu is not None else None
+        if pmtu is not None and (self._timer is None or pmtu < self._timer):
+            return pmtu
         return self._timer
 
     @property
@@ -268,6 +274,16 @@ class Sender:
         return self._in_flight
 
     @property
+    def _next(self) -> int:
+        """The next seq to put in a first transmission (packing's)."""
+        return self._packer.next_seq
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of records sent (first transmissions only)."""
+        return self._packer.payload
+
+    @property
     def window(self) -> int:
         """Bytes that may be in flight now."""
         return min(self.cc.cwnd, self._peer_window)
@@ -278,6 +294,9 @@ class Sender:
             if self._hello_due is not None and now >= self._hello_due:
                 pass  # datagrams_to_send sends the HELLO
             return
+        if self._pmtu is not None and self.state == SenderState.OPEN:
+            self._pmtu.handle_timer(now)
+            self._sync_size()
         if self.state != SenderState.OPEN or self._timer is None or now < self._timer:
             return
         self._detect_time_losses(now)
@@ -314,34 +333,28 @@ class Sender:
         window = self.window
         flights = self._flights
         stats = self.stats
+        packer = self._packer
         while len(out) < burst and self._in_flight < window:
             if self._lost:
                 f = self._lost.popleft()
                 if f.last <= self._received:
                     continue
-                if f.data is not None:
-                    self._pn += 1
-                    data = wire.reseal_data(f.data, self._pn, key)
-                    f.data = data
-                else:
-                    chunk = self._fragment_bytes(f)
-                    if chunk is None:
-                        continue
-                    self._pn += 1
-                    data = self._fragment(f, chunk)
-                stats.retransmits += 1
-                f.pn = self._pn
-                f.sent = now
-            elif self._next <= self.pushed:
-                if not self._frag_offset and self._pack_run(now, out, burst, window):
-                    continue
-                self._pn += 1
-                f, data = self._pack_piece(now, self._pn)
+                self._pn, resent = packer.resend(f, self._pn, now)
+                for g in resent:
+                    flights[g.pn] = g
+                    self._in_flight += g.size
+                    out.append(g.data)
+                stats.retransmits += len(resent)
+            elif packer.open or packer.next_seq <= self.pushed:
+                self._pn, used = packer.fill(
+                    self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                    burst - len(out), window - self._in_flight, out, flights,
+                )  # fmt: skip
+                self._in_flight += used
+                stats.batches, stats.fragments = packer.batches, packer.pieces
+                stats.payload = packer.payload
             else:
                 break
-            flights[f.pn] = f
-            self._in_flight += f.size
-            out.append(data)
         if self._probe_due:
             self._probe_due = False
             if not out:
@@ -349,6 +362,13 @@ class Sender:
                 self._probe_sent[self._pn] = now
                 stats.probes += 1
                 out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key))
+        pmtu = self._pmtu
+        if pmtu is not None:
+            size = pmtu.next_probe(now)
+            if size is not None:  # a path MTU probe: outside the window, not a flight
+                self._pn += 1
+                pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
+                out.append(wire.encode_probe(conn_id, self._pn, self.epoch, key, size))
         if out:
             self.stats.datagrams += len(out)
             self.stats.bytes += sum(map(len, out))
@@ -376,106 +396,6 @@ class Sender:
         )
         return wire.encode_hello(msg, self._key)
 
-    def _record(self, seq: int) -> bytes:
-        return self._recs[seq - self._base]
-
-    def _pack_piece(self, now: float, pn: int) -> tuple[_Flight, bytes]:
-        """The next piece of a record too large for one datagram (FRAGMENT)."""
-        seq = self._next
-        record = self._recs[seq - self._base]
-        start = self._frag_offset
-        end = min(start + self._frag_size, len(record))
-        if end >= len(record):
-            self._frag_offset = 0
-            self._next = seq + 1
-        else:
-            self._frag_offset = end
-        self.stats.fragments += 1
-        f = _Flight(pn, seq, seq, wire.FRAGMENT_OVERHEAD + end - start, now, None, start, end)
-        return f, self._fragment(f, memoryview(record)[start:end])
-
-    def _pack_run(self, now: float, out: list[bytes], burst: int, window: int) -> int:
-        """First transmissions of whole batches, as many as `burst` and `window`
-        allow, appended to `out`; how many (0 when the next record is too large
-        for one datagram: _pack_piece() sends it).  The link's hot path, in one
-        loop with its state in locals.  Fitting starts from the last batch's
-        count: the join it needs anyway gives the byte total, so in the steady
-        state it costs one look at the next length."""
-        recs = self._recs
-        lens = self._lens
-        pushed = self.pushed
-        budget = self._budget
-        flights = self._flights
-        encode = wire.encode_data_batch
-        join = b"".join
-        conn_id, producer_id, epoch, key = self.conn_id, self.producer_id, self.epoch, self._key
-        pad_to = self.config.datagram_size if self.pad else 0
-        seq = self._next
-        base = self._base
-        guess = self._per_batch
-        pn = self._pn
-        in_flight = self._in_flight
-        packed = 0
-        while len(out) < burst and in_flight < window and seq <= pushed:
-            # _fit, inline: start from last time's count; the join gives the bytes
-            i = seq - base
-            avail = pushed - seq + 1
-            n = guess if guess < avail else avail
-            chunk = recs[i : i + n]
-            payload = join(chunk)
-            total = len(payload) + 2 * n
-            if total <= budget:
-                m = n
-                while m < avail:
-                    more = lens[i + m] + 2
-                    if total + more > budget:
-                        break
-                    total += more
-                    m += 1
-                if m > n:
-                    n = m
-                    chunk = recs[i : i + n]
-                    payload = join(chunk)
-            else:
-                while n and total > budget:
-                    n -= 1
-                    total -= len(recs[i + n]) + 2  # exact: a length in lens may be clamped
-                if not n:
-                    break  # a record too large for one datagram
-                chunk = recs[i : i + n]
-                payload = join(chunk)
-            guess = n
-            pn += 1
-            last = seq + n - 1
-            # pad for GSO unless this is the last datagram of the burst
-            data = encode(
-                conn_id, pn, producer_id, epoch, seq, chunk, lens[i : i + n], key,
-                pad_to if last < pushed else 0, payload,
-            )  # fmt: skip
-            size = len(data)
-            flights[pn] = _Flight(pn, seq, last, size, now, data)
-            in_flight += size
-            out.append(data)
-            seq = last + 1
-            packed += 1
-        self._next = seq
-        self._per_batch = guess
-        self._pn = pn
-        self._in_flight = in_flight
-        self.stats.batches += packed
-        return packed
-
-    def _fragment(self, f: _Flight, chunk: bytes | memoryview) -> bytes:
-        return wire.encode_fragment(
-            self.conn_id, f.pn if f.pn else self._pn, self.epoch, f.first,
-            len(self._record(f.first)), f.offset, chunk, self._key,
-        )  # fmt: skip
-
-    def _fragment_bytes(self, f: _Flight) -> bytes | memoryview | None:
-        if f.first <= self.stored:
-            return None
-        return memoryview(self._record(f.first))[f.offset : f.end]
-
     def _on_accept(self, msg: wire.Accept, now: float) -> None:
         if msg.stored < self.stored:
             self._fail("lost", f"the listener has seq {msg.stored} stored but told {self.stored}")
@@ -502,8 +422,7 @@ class Sender:
         self._connected_once = True
         self._release(msg.stored)
         self._received = max(msg.received, self.stored)
-        self._next = self._received + 1
-        self._frag_offset = 0
+        self._packer.start(msg.conn_id, msg.producer, msg.epoch, self._received + 1)
         self._flights.clear()
         self._lost.clear()
         self._in_flight = 0
@@ -514,6 +433,8 @@ class Sender:
         self._hello_due = None
         self._hello_rto = self.config.handshake_rto
         self._move(SenderState.OPEN)
+        if self._pmtu is not None:
+            self._pmtu.start(now)
         self._events.append(Connected(msg.producer, msg.epoch, msg.stored, msg.max_record))
         self._arm(now)
 
@@ -627,7 +548,7 @@ class Sender:
             if (
                 f.last <= received
                 or (ranges and _in_ranges(f, ranges))
-                or (frags is not None and f.data is None and _in_spans(f, frags.get(f.first)))
+                or (frags is not None and f.end and _in_spans(f, frags.get(f.first)))
             ):
                 acked.append(f)
             elif pn + PACKET_THRESHOLD <= largest_acked or now - f.sent > loss_delay:
@@ -648,6 +569,8 @@ class Sender:
                 self.rtt.on_sample(now - f.sent, ack.ack_delay / 1e6)
         if grown:
             cc.on_acked(grown, now)  # one step for the whole answer
+        if self._pmtu is not None:
+            self._pmtu.on_acked(acked, now)
         for f in lost:
             self._declare_lost(f.pn, f, now)
         if self._lost:
@@ -660,6 +583,9 @@ class Sender:
         self.stats.lost += 1
         self.cc.on_lost(f.sent, now)
         self._lost.append(f)
+        if self._pmtu is not None:
+            self._pmtu.on_lost(f.size, f.sent, now, self.rtt.rto)
+            self._sync_size()
 
     def _detect_time_losses(self, now: float) -> None:
         largest = self._largest_acked_pn

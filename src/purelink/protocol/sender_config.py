@@ -23,9 +23,9 @@ class SenderConfig:
     """Largest datagram put on the wire."""
     secret: bytes | None = None
     """Key for the datagram MAC, or None."""
-    pad: bool = False
-    """Pad DATA datagrams of a burst (all but the last) to datagram_size, so the
-    driver can hand them to the kernel as equal UDP GSO segments."""
+    pmtu: bool = False
+    """Find the path MTU (DPLPMTUD, pmtu.py) and send datagrams of that size, at
+    most datagram_size; off: always datagram_size (TCP, or a known path)."""
     handshake_rto: float = 0.1
     """First handshake retry interval; doubled on each retry up to max_handshake_rto."""
     max_handshake_rto: float = 1.0
@@ -48,6 +48,7 @@ class SenderStats:
     bytes: int = 0
     batches: int = 0
     fragments: int = 0
+    payload: int = 0
     retransmits: int = 0
     probes: int = 0
     acks: int = 0

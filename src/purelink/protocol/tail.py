@@ -19,11 +19,10 @@ Request, client to listener, little-endian, sent once:
     8s   "PLTAIL01"
     u64  start        first position wanted; 0 = the first record retained
     u8   flags        0x01 follow: wait for more instead of ending;
-                      0x80 a MAC follows; any other bit: refused (bad_flags)
+                      0x40 sealed (tail_seal.py); any other bit: refused (bad_flags)
     u8   n            length of the stream name
     n    name         the stream (SPEC section 1 rules)
     u32  crc32c       of every byte before it
-    16   mac          keyed BLAKE2b of every byte before it (when flags & 0x80)
 
 Reply, listener to client: items back to back until the listener closes.
 
@@ -38,28 +37,28 @@ so a subscriber never sees a record a link was not, or could not yet be, told
 is stored.  The subscriber checks every batch (`wire.verify_batch`, CRC-32C
 included) and that positions follow on; anything else is a protocol error.
 
-With a secret the request carries a MAC, so only holders of the secret can
-subscribe.  The reply is not authenticated or encrypted (neither are the
-segment files); use a loopback address or a tunnel across untrusted networks.
+With a secret the whole exchange travels inside the encrypted layer
+(tail_seal.py): the request above, without a change, is the payload of an
+INIT (flags 0x40 outside it), and the reply comes in sealed frames.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from hashlib import blake2b
 from typing import Final, NamedTuple
 
 from .._crc32c import crc32c
 from ..errors import ProtocolError
 from .names import validate_stream_name
-from .wire import BATCH_HEADER, BATCH_MAGIC, FLAG_LARGE, MAC_SIZE, VERSION
+from .wire import BATCH_HEADER, BATCH_MAGIC, FLAG_LARGE, VERSION
 
 __all__ = [
     "END",
     "ERROR",
     "FLAG_FOLLOW",
-    "FLAG_MAC",
+    "FLAG_SEALED",
+    "MAX_INIT",
     "MAX_ITEM",
     "PREAMBLE",
     "Request",
@@ -72,7 +71,10 @@ __all__ = [
 
 PREAMBLE: Final = b"PLTAIL01"
 FLAG_FOLLOW: Final = 0x01
-FLAG_MAC: Final = 0x80
+FLAG_SEALED: Final = 0x40
+"""The request is an INIT (tail_seal.py): the reply comes encrypted."""
+MAX_INIT: Final = 1024
+"""Largest INIT a sealed request may carry."""
 END: Final = 1
 ERROR: Final = 2
 
@@ -85,7 +87,6 @@ _MAX_TEXT: Final = 4096
 MAX_ITEM: Final = 1 << 30
 """Largest batch a subscriber accepts (a record is at most the listener's max_record)."""
 _MAX_SEQ: Final = 0xFFFF_FFFF_FFFF_FFFF
-_MAX_KEY: Final = 64
 
 
 class Request(NamedTuple):
@@ -96,34 +97,30 @@ class Request(NamedTuple):
     follow: bool
 
 
-def _mac(key: bytes, data: bytes) -> bytes:
-    if len(key) > _MAX_KEY:
-        key = blake2b(key, digest_size=_MAX_KEY, person=b"purelink.key").digest()
-    return blake2b(data, key=key, digest_size=MAC_SIZE, person=b"purelink.tail").digest()
-
-
-def encode_request(stream: str, start: int, follow: bool, key: bytes | None = None) -> bytes:
+def encode_request(stream: str, start: int, follow: bool) -> bytes:
     """The request's bytes. Raises ValueError for a bad name or start."""
     name = validate_stream_name(stream).encode("ascii")
-    if start < 0:
-        raise ValueError(f"start must be >= 1 (or 0: the first retained), not {start}")
-    flags = (FLAG_FOLLOW if follow else 0) | (FLAG_MAC if key is not None else 0)
-    body = _FIXED.pack(PREAMBLE, start, flags, len(name)) + name
-    body += _U32.pack(crc32c(body))
-    return body + _mac(key, body) if key is not None else body
+    if not 0 <= start <= _MAX_SEQ:
+        raise ValueError(
+            f"start must be a position, 1 to {_MAX_SEQ} (or 0: the first retained), not {start}"
+        )
+    body = _FIXED.pack(PREAMBLE, start, FLAG_FOLLOW if follow else 0, len(name)) + name
+    return body + _U32.pack(crc32c(body))
 
 
 def request_size(head: bytes | bytearray | memoryview) -> int | None:
     """The whole request's size, once its fixed part (18 bytes) is known; else None."""
     if len(head) < _FIXED.size:
         return None
-    _, _, flags, n = _FIXED.unpack_from(head)
-    return int(_FIXED.size + n + _U32.size + (MAC_SIZE if flags & FLAG_MAC else 0))
+    _, start, flags, n = _FIXED.unpack_from(head)
+    if flags & FLAG_SEALED:  # `start` holds the INIT's length (tail_seal.py)
+        return int(_FIXED.size + min(start, MAX_INIT) + _U32.size)
+    return int(_FIXED.size + n + _U32.size)
 
 
-def decode_request(data: bytes, key: bytes | None = None) -> Request:
-    """A whole request (`request_size` bytes). Raises ProtocolError with a reason:
-    bad_preamble, bad_checksum, bad_flags, bad_name, bad_start, unauthenticated."""
+def decode_request(data: bytes) -> Request:
+    """A whole plaintext request (`request_size` bytes). Raises ProtocolError with
+    a reason: bad_preamble, bad_checksum, bad_flags, bad_name, bad_start."""
     size = request_size(data)
     if size is None or len(data) != size:
         raise ProtocolError("truncated", "not a whole request")
@@ -133,12 +130,8 @@ def decode_request(data: bytes, key: bytes | None = None) -> Request:
     end = _FIXED.size + n
     if crc32c(data[:end]) != _U32.unpack_from(data, end)[0]:
         raise ProtocolError("bad_checksum", "request")
-    if flags & ~(FLAG_FOLLOW | FLAG_MAC):  # a bit this listener does not know: not ignored
+    if flags & ~FLAG_FOLLOW:  # a bit this listener does not know: not ignored
         raise ProtocolError("bad_flags", f"flags {flags:#04x}")
-    if key is not None:
-        signed = data[: end + _U32.size]
-        if not flags & FLAG_MAC or not _compare(data[end + _U32.size :], _mac(key, signed)):
-            raise ProtocolError("unauthenticated", "this listener needs the secret")
     try:
         stream = validate_stream_name(data[_FIXED.size : end].decode("ascii"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -146,12 +139,6 @@ def decode_request(data: bytes, key: bytes | None = None) -> Request:
     if start < 0:  # pragma: no cover - a u64 cannot be negative
         raise ProtocolError("bad_start", f"start {start}")
     return Request(stream, start, bool(flags & FLAG_FOLLOW))
-
-
-def _compare(a: bytes, b: bytes) -> bool:
-    import hmac  # noqa: PLC0415 -- only with a secret
-
-    return hmac.compare_digest(a, b)
 
 
 def encode_control(kind: int, text: str = "") -> bytes:

@@ -9,10 +9,12 @@ names are re-exported here):
   listener only stamps the first 8 bytes (the stream position), which is why
   the batch CRC starts after them (Kafka leaves its base offset out the same
   way).
-* a **datagram** wraps one message (a handshake, a batch, a fragment of a large
-  record, an answer) in a magic, a version, a type, the connection id and a
-  trailing CRC-32C over everything before it.  With a secret, a keyed BLAKE2b
-  MAC follows the CRC.
+* a **datagram** wraps one message (a handshake, a batch, a piece of a batch
+  larger than one datagram, an answer) in a magic, a version, a type, the
+  connection id and a trailing CRC-32C over everything before it.  With a
+  secret, a keyed BLAKE2b MAC follows the CRC.  Datagrams are version 2
+  (`DATAGRAM_VERSION`): a FRAGMENT carries a piece of a batch, not of a bare
+  record; batches (and so the store) are still version 1 (`VERSION`).
 
 Every decoder either returns a value or raises `ProtocolError` with a short
 reason that the listener uses as a drop counter's name; nothing else escapes.
@@ -44,6 +46,7 @@ from .batch import (
     batch_records,
     decode_batch_header,
     encode_batch,
+    encode_batch_of,
     encode_large_batch,
     position_bytes,
     verify_batch,
@@ -57,6 +60,7 @@ from .messages import (
     Hello,
     Message,
     MsgType,
+    MtuAck,
     Probe,
     Refuse,
     RefuseReason,
@@ -67,11 +71,14 @@ __all__ = [
     "BATCH_HEADER",
     "BATCH_MAGIC",
     "DATAGRAM_MAGIC",
+    "DATAGRAM_VERSION",
     "DATA_OVERHEAD",
     "FLAG_LARGE",
+    "FRAGMENT_OVERHEAD",
     "LITTLE_ENDIAN",
     "MAC_SIZE",
     "MAX_SMALL_RECORD",
+    "PROBE_SIZE",
     "VERSION",
     "Accept",
     "Ack",
@@ -81,6 +88,7 @@ __all__ = [
     "Fragment",
     "Hello",
     "MsgType",
+    "MtuAck",
     "Probe",
     "Refuse",
     "RefuseReason",
@@ -91,21 +99,26 @@ __all__ = [
     "encode_accept",
     "encode_ack",
     "encode_batch",
+    "encode_batch_of",
     "encode_close",
     "encode_data",
     "encode_data_batch",
     "encode_fragment",
     "encode_hello",
     "encode_large_batch",
+    "encode_mtu_ack",
+    "encode_pieces",
     "encode_probe",
     "encode_refuse",
     "encode_retry",
     "position_bytes",
+    "reseal",
     "reseal_data",
     "verify_batch",
 ]
 
 DATAGRAM_MAGIC: Final = b"PL"
+DATAGRAM_VERSION: Final = 2
 MAC_SIZE: Final = 16
 _U32 = struct.Struct("<I")
 _MAC_BIT: Final = 0x80
@@ -130,11 +143,14 @@ _BYTE_RANGE = struct.Struct("<II")
 _PROBE = struct.Struct("<QI")
 _CLOSE = struct.Struct("<I")
 _REFUSE = struct.Struct("<QIB")
+_MTU_ACK = struct.Struct("<IQH")
 
 DATA_OVERHEAD: Final = HEADER + _PN.size + _TRAILER  # bytes around a batch in a DATA datagram
 _DATA_HEAD = struct.Struct("<2sBBIQQI")  # datagram header, pn, batch position and CRC
 _ZEROS: Final = bytes(65536)
-FRAGMENT_OVERHEAD: Final = HEADER + _FRAG.size + _TRAILER
+FRAGMENT_OVERHEAD: Final = HEADER + _FRAG.size + _TRAILER  # bytes around a piece of a batch
+PROBE_SIZE: Final = HEADER + _PROBE.size + _TRAILER  # an unpadded PROBE (24 bytes)
+_FRAG_DATAGRAM = struct.Struct("<2sBBIQIQII")  # datagram header and fragment head
 
 
 _MAX_KEY: Final = 64  # BLAKE2b's longest key
@@ -156,7 +172,7 @@ def _long_key(key: bytes) -> bytes:
 def _seal(kind: int, conn_id: int, parts: Sequence[bytes], key: bytes | None) -> bytes:
     if key is not None:
         kind |= _MAC_BIT
-    body = b"".join((_HDR.pack(DATAGRAM_MAGIC, VERSION, kind, conn_id), *parts))
+    body = b"".join((_HDR.pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id), *parts))
     sealed = body + _U32.pack(crc32c(body))
     if key is None:
         return sealed
@@ -243,7 +259,7 @@ def encode_data_batch(
     tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
     bcrc = crc32c(payload, crc32c(lengths, crc32c(tail)))
     kind = MsgType.DATA | _MAC_BIT if key is not None else MsgType.DATA
-    head = _DATA_HEAD.pack(DATAGRAM_MAGIC, VERSION, kind, conn_id, pn, 0, bcrc)
+    head = _DATA_HEAD.pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id, pn, 0, bcrc)
     pad = pad_to - (DATA_OVERHEAD + length + (MAC_SIZE if key is not None else 0))
     if pad > 0:
         body = b"".join((head, tail, lengths, payload, _ZEROS[:pad]))
@@ -253,13 +269,17 @@ def encode_data_batch(
     return sealed if key is None else sealed + _mac(key, sealed)
 
 
-def reseal_data(datagram: bytes, pn: int, key: bytes | None = None) -> bytes:
-    """The DATA datagram `datagram` again under packet number `pn` (a retransmission)."""
+def reseal(datagram: bytes, pn: int, key: bytes | None = None) -> bytes:
+    """The DATA, FRAGMENT or PROBE datagram `datagram` again under packet number
+    `pn` (a retransmission): every one of them starts its body with the pn."""
     end = len(datagram) - _TRAILER - (MAC_SIZE if key is not None else 0)
     body = bytearray(memoryview(datagram)[:end])
     _PN.pack_into(body, HEADER, pn)
     sealed = bytes(body) + _U32.pack(crc32c(body))
     return sealed if key is None else sealed + _mac(key, sealed)
+
+
+reseal_data = reseal  # the name of its first use
 
 
 def encode_fragment(
@@ -272,9 +292,54 @@ def encode_fragment(
     chunk: bytes | memoryview,
     key: bytes | None = None,
 ) -> bytes:
-    """FRAGMENT: u64 pn, u32 epoch, u64 seq, u32 total, u32 offset, then the piece."""
+    """FRAGMENT: u64 pn, u32 epoch, u64 seq, u32 total, u32 offset, then the piece
+    (bytes [offset, offset + len(chunk)) of the batch whose first seq is `seq`
+    and whose length is `total`)."""
     head = _FRAG.pack(pn, epoch, seq, total, offset)
     return _seal(MsgType.FRAGMENT, conn_id, (head, bytes(chunk)), key)
+
+
+def encode_pieces(
+    conn_id: int,
+    pn: int,
+    epoch: int,
+    seq: int,
+    batch: bytes | memoryview,
+    start: int,
+    end: int,
+    chunk: int,
+    key: bytes | None = None,
+    total: int | None = None,
+    origin: int = 0,
+) -> list[bytes]:
+    """FRAGMENT datagrams of batch bytes [start, end), `chunk` bytes each (the
+    last may be shorter), under packet numbers pn, pn + 1, ...: the same bytes
+    as encode_fragment() of each piece, in one loop (the link's hot path).
+    `batch` is the whole batch, or (with `total`, the batch's length) only its
+    bytes from `origin` on: a piece being cut smaller."""
+    kind = MsgType.FRAGMENT | _MAC_BIT if key is not None else MsgType.FRAGMENT
+    if total is None:
+        total = len(batch)
+    view = memoryview(batch)
+    pack = _FRAG_DATAGRAM.pack
+    crc_of = _U32.pack
+    join = b"".join
+    out: list[bytes] = []
+    append = out.append
+    at = start
+    while at < end:
+        stop = min(at + chunk, end)
+        body = join(
+            (
+                pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id, pn, epoch, seq, total, at),
+                view[at - origin : stop - origin],
+            )
+        )
+        sealed = body + crc_of(crc32c(body))
+        append(sealed if key is None else sealed + _mac(key, sealed))
+        pn += 1
+        at = stop
+    return out
 
 
 def encode_ack(msg: Ack, key: bytes | None = None) -> bytes:
@@ -300,9 +365,21 @@ def encode_ack(msg: Ack, key: bytes | None = None) -> bytes:
     return _seal(MsgType.ACK, msg.conn_id, parts, key)
 
 
-def encode_probe(conn_id: int, pn: int, epoch: int, key: bytes | None = None) -> bytes:
-    """PROBE: u64 pn, u32 epoch."""
+def encode_probe(
+    conn_id: int, pn: int, epoch: int, key: bytes | None = None, pad_to: int = 0
+) -> bytes:
+    """PROBE: u64 pn, u32 epoch, then zero padding so that the whole datagram is
+    `pad_to` bytes (a path MTU probe; none when `pad_to` is not above the
+    unpadded size)."""
+    pad = pad_to - PROBE_SIZE - (MAC_SIZE if key is not None else 0)
+    if pad > 0:
+        return _seal(MsgType.PROBE, conn_id, (_PROBE.pack(pn, epoch), _ZEROS[:pad]), key)
     return _seal(MsgType.PROBE, conn_id, (_PROBE.pack(pn, epoch),), key)
+
+
+def encode_mtu_ack(msg: MtuAck, key: bytes | None = None) -> bytes:
+    """MTU_ACK: u32 epoch, u64 pn, u16 size."""
+    return _seal(MsgType.MTU_ACK, msg.conn_id, (_MTU_ACK.pack(msg.epoch, msg.pn, msg.size),), key)
 
 
 def encode_close(conn_id: int, epoch: int, key: bytes | None = None) -> bytes:
@@ -330,7 +407,7 @@ def decode_datagram(data: bytes | bytearray | memoryview, key: bytes | None = No
     magic, version, kind, conn_id = _HDR.unpack_from(view)
     if magic != DATAGRAM_MAGIC:
         raise ProtocolError("bad_magic", "datagram")
-    if version != VERSION:
+    if version != DATAGRAM_VERSION:
         raise ProtocolError("bad_version", f"datagram version {version}")
     if kind & _MAC_BIT:
         if key is None:
@@ -414,7 +491,7 @@ def _d_data(conn_id: int, body: memoryview) -> Data:
 def _d_fragment(conn_id: int, body: memoryview) -> Fragment:
     pn, epoch, seq, total, offset = _FRAG.unpack_from(body)
     chunk = body[_FRAG.size :]
-    if seq == 0 or not chunk or offset + len(chunk) > total:
+    if seq == 0 or not chunk or offset + len(chunk) > total or total < BATCH_HEADER:
         raise ProtocolError("malformed", "fragment bounds")
     return Fragment(conn_id, pn, epoch, seq, total, offset, chunk)
 
@@ -450,9 +527,17 @@ def _d_ack(conn_id: int, body: memoryview) -> Ack:
 
 
 def _d_probe(conn_id: int, body: memoryview) -> Probe:
-    _exact(body, _PROBE.size)
     pn, epoch = _PROBE.unpack_from(body)
-    return Probe(conn_id, pn, epoch)
+    padding = len(body) - _PROBE.size
+    if padding and bytes(body[_PROBE.size :]) != _ZEROS[:padding]:
+        raise ProtocolError("malformed", "padding is not zero")
+    return Probe(conn_id, pn, epoch, padding)
+
+
+def _d_mtu_ack(conn_id: int, body: memoryview) -> MtuAck:
+    _exact(body, _MTU_ACK.size)
+    epoch, pn, size = _MTU_ACK.unpack_from(body)
+    return MtuAck(conn_id, epoch, pn, size)
 
 
 def _d_close(conn_id: int, body: memoryview) -> Close:
@@ -477,4 +562,5 @@ _DECODERS: Final[dict[int, Callable[[int, memoryview], Message]]] = {
     MsgType.PROBE: _d_probe,
     MsgType.CLOSE: _d_close,
     MsgType.REFUSE: _d_refuse,
+    MsgType.MTU_ACK: _d_mtu_ack,
 }

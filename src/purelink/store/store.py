@@ -341,19 +341,23 @@ class Store:
         self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
     ) -> Iterator[tuple[int, bytes]]:
         """(position, payload) of records from `start` (inclusive) to `stop`
-        (exclusive; None = all stored when called), in order.  With
-        follow=True, wait for more records instead of ending (until `stop`):
-        see follow.py for how it waits.
+        (exclusive; None = all stored when called), in order.  `start` 1 (the
+        default) or 0 is the beginning of the stream: the first record
+        retained, as for `purelink.subscribe`.  With follow=True, wait for
+        more records instead of ending (until `stop`): see follow.py for how
+        it waits.
 
-        Raises ValueError for start < 1 or a bad name, and purelink.Error when
-        `start` is below the first retained position (also when retention
-        overtakes a slow reader: never a gap) or the stream is corrupt
-        (naming the file and offset).  An unknown stream is empty.
+        Raises ValueError for start < 0 or a bad name, and purelink.Error when
+        a later `start` is below the first retained position, naming it (also
+        when retention overtakes a slow reader: never a gap), or the stream is
+        corrupt (naming the file and offset).  An unknown stream is empty.
         """
-        if start < 1:
-            raise ValueError(f"start must be >= 1, not {start}")
+        if start < 0:
+            raise ValueError(f"start must be a position >= 1 (or 0: the beginning), not {start}")
         segments = self._segments(stream)
-        if segments and start < segments[0].base:
+        if start <= 1:  # the beginning: the first retained (an empty stream starts at 1)
+            start = segments[0].base if segments else 1
+        elif segments and start < segments[0].base:
             raise _overtaken(stream, segments[0].base, start)
         if follow:
             return follow_records(self, stream, start, stop)
@@ -460,7 +464,8 @@ class Store:
 
 def _overtaken(stream: str, first: int, position: int) -> Error:
     return Error(
-        f"stream {stream!r}: records retained start at {first}, cannot read from {position}"
+        f"stream {stream!r}: records retained start at {first}, cannot read from {position} "
+        "(start 1 reads from the first retained)"
     )
 
 

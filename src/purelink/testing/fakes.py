@@ -2,7 +2,8 @@
 
 After trio's FakeNet: every datagram handed to `FakeNet.send` is, by a
 seeded RNG, dropped, duplicated, and delivered after a random delay (so
-datagrams overtake each other); a blackout drops everything for a while.
+datagrams overtake each other); a blackout drops everything for a while; a
+datagram larger than the path's MTU is dropped (DF is set: never fragmented).
 Given the same seed, a run is the same run, so a failing seed is a
 regression test.
 """
@@ -45,6 +46,9 @@ class NetConfig:
     """Fixed one-way delay, seconds."""
     jitter: float = 0.0
     """Extra uniform random delay up to this, seconds (this is what reorders)."""
+    mtu: int | None = None
+    """Largest datagram (UDP payload bytes) the path carries; larger ones are
+    dropped and counted in `FakeNet.too_big`.  None: no limit."""
 
 
 @dataclass(order=True)
@@ -71,11 +75,16 @@ class FakeNet:
         self.sent = 0
         self.dropped = 0
         self.duplicated = 0
+        self.too_big = 0
+        """Datagrams dropped for being larger than the path's MTU."""
 
     def send(self, data: bytes, source: tuple[str, int], dest: str, now: float, up: bool) -> None:
         """Put a datagram on the network at `now`."""
         cfg = self.up if up else self.down
         self.sent += 1
+        if cfg.mtu is not None and len(data) > cfg.mtu:
+            self.too_big += 1
+            return
         if now < self.blackout_until or self.rng.random() < cfg.loss:
             self.dropped += 1
             return

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..protocol import events
+from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
 from .fakes import FakeClock, FakeNet, MemoryStore
+
+if TYPE_CHECKING:
+    from ..protocol.channel import RekeyPolicy
 
 __all__ = ["SimLink", "Simulation"]
 
@@ -54,18 +59,33 @@ class Simulation:
         sync_interval: float = 0.002,
         core_config: CoreConfig | None = None,
         clock: FakeClock | None = None,
+        keys: KeyTable | None = None,
+        rekey: RekeyPolicy | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
+        self.keys = keys
+        """With keys, the listener is a SecureCore and links may be given a secret."""
+        self.wall = 1.7e9
+        """The Unix time the listener's keys are checked against."""
+        self.rekey = rekey
+        """When the encrypted sessions' keys are updated (None: the defaults)."""
         self.net = net
         self.store = MemoryStore()
         self.core_config = core_config or CoreConfig()
-        self.core: ListenerCore | None = ListenerCore(self.store, self.core_config)
+        self.core: ListenerCore | None = self._new_core()
         self.links: dict[tuple[str, int], SimLink] = {}
         self.sync_interval = sync_interval
         self._next_sync: float | None = None
         self._port = 40000
         self.restarts = 0
         self.steps = 0
+
+    def _new_core(self) -> ListenerCore:
+        if self.keys is None:
+            return ListenerCore(self.store, self.core_config)
+        from ..protocol.secure_core import SecureCore  # noqa: PLC0415 - needs cryptography
+
+        return SecureCore(self.store, self.core_config, self.keys, lambda: self.wall, self.rekey)
 
     def add_link(
         self,
@@ -76,6 +96,9 @@ class Simulation:
         push_every: int = 0,
         datagram_size: int = 1400,
         anonymous_id: int = 0,
+        secret: bytes | None = None,
+        key_id: str = "",
+        pmtu: bool = False,
     ) -> SimLink:
         """A new link that connects now and pushes `records`."""
         self._port += 1
@@ -84,8 +107,14 @@ class Simulation:
             producer=producer,
             datagram_size=datagram_size,
             anonymous_id=anonymous_id,
+            pmtu=pmtu,
         )
-        sender = Sender(cfg)
+        if secret is None:
+            sender = Sender(cfg)
+        else:
+            from ..protocol.secure_sender import SecureSender  # noqa: PLC0415
+
+            sender = SecureSender(cfg, secret, key_id, self.rekey)
         sender.connect(self.clock.now)
         link = SimLink(
             f"link{self._port}", sender, list(records), ("10.0.0.1", self._port), push_every
@@ -97,7 +126,7 @@ class Simulation:
         """Kill the listener (losing what was not synced when `crash`) and start a new one."""
         if crash:
             self.store.crash()
-        self.core = ListenerCore(self.store, self.core_config)
+        self.core = self._new_core()
         self._next_sync = None
         self.restarts += 1
 

@@ -1,0 +1,73 @@
+"""What every verb of the `purelink` command shares: the error line, usage errors, files.
+
+Why it exists: the verbs live in several modules (cli.py holds the parser
+and the small verbs; `serve` and `send` have modules of their own), and they
+must fail the same way: ONE line on stderr, `purelink: error: ...`, exit 2
+for a bad argument (`UsageError`), never a traceback (SPEC section 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+__all__ = [
+    "PROG",
+    "UsageError",
+    "client_secret",
+    "fail",
+    "format_address",
+    "read_secret",
+    "silence_stdout",
+]
+
+PROG = "purelink"
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (a missing file, a refused bind): exit 2."""
+
+
+def fail(message: str) -> None:
+    """Write the one error line: newlines in `message` are folded into spaces."""
+    one_line = " ".join(str(message).split())
+    sys.stderr.write(f"{PROG}: error: {one_line}\n")
+    sys.stderr.flush()
+
+
+def read_secret(path: str | None) -> bytes | None:
+    """The file's bytes less one trailing newline (so `echo s > f` works); None if no file."""
+    if path is None:
+        return None
+    try:
+        secret = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --secret-file {path!r}: {exc.strerror}") from None
+    if secret.endswith(b"\n"):
+        secret = secret[:-1].removesuffix(b"\r")
+    if not secret:
+        raise UsageError(f"--secret-file {path!r} is empty")
+    return secret
+
+
+def client_secret(args: argparse.Namespace) -> bytes | None:
+    """A client's secret (--secret-file), checked against --key-id."""
+    secret = read_secret(args.secret_file)
+    if args.key_id is not None and secret is None:
+        raise UsageError("--key-id needs --secret-file (the key's secret)")
+    return secret
+
+
+def format_address(address: tuple[str, int]) -> str:
+    from . import _address  # noqa: PLC0415 -- light, but only the verbs that print need it
+
+    return _address.format_hostport(address[0], address[1])
+
+
+def silence_stdout() -> None:
+    """After EPIPE, point fd 1 at /dev/null so the interpreter's final flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -1,0 +1,20 @@
+"""What every test gets: an unexpected exception on one of purelink's threads
+fails the test that caused it (see thread_guard.py for why and how)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import thread_guard
+
+
+@pytest.fixture(autouse=True)
+def _purelink_threads_raise_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
+    expected = [part for m in request.node.iter_markers("logged_exception") for part in m.args]
+    with thread_guard.guarded() as guard:
+        yield
+    failures = guard.failures(expected)
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)

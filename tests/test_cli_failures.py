@@ -1,0 +1,346 @@
+"""The command line when things go wrong: the real `purelink` command, never a traceback.
+
+Why it exists: what a new user hits first is rarely the happy path -- a line
+longer than the listener takes, a listener that goes away in the middle of
+a `send`, a Ctrl-C, a demo stopped by its terminal, an argument off by a few
+orders of magnitude.  Each case here runs the real command (and a real
+`purelink serve` on loopback), asserts what it says on stderr and its exit
+code, and that no `Traceback` appears.  Waits are bounded: reads with a
+deadline, or a condition polled until a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import purelink
+from serve_process import ServeProcess
+from test_cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    """Poll a condition about another process's state, until a deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def stored(data: Path, stream: str) -> int:
+    try:
+        return purelink.Store(data).last(stream)
+    except purelink.Error:
+        return 0
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port nobody listens on (bound, then closed)."""
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# --- point 1: no traceback at the command line --------------------------------------------
+
+
+def test_send_stops_at_a_line_over_max_record_and_says_what_was_stored(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--max-record", "1000") as srv:
+        lines = b"first\n" + b"x" * 2000 + b"\nafter\n"
+        result = run("send", srv.url, "--stream", "s", stdin=lines)
+        line = assert_one_line_error(result, 1)
+        assert "line 2" in line and "1000" in line, line
+        assert "the 1 record before it was stored" in line, line
+        assert "--skip-long" in line
+        out = run("read", "--data", str(srv.data), "--stream", "s")
+        assert out.stdout == b"first\n"  # nothing after the long line was sent
+
+
+def test_send_skip_long_skips_and_counts_even_a_line_over_16_mib(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--max-record", "1000") as srv:
+        lines = b"a\n" + b"x" * 2000 + b"\nb\n" + b"y" * (17 << 20) + b"\nc"
+        result = run("send", srv.url, "--stream", "s", "--skip-long", stdin=lines)
+        err = result.stderr.decode()
+        assert result.returncode == 0, err
+        assert "Traceback" not in err
+        (summary,) = err.splitlines()
+        assert "3 records (3 payload bytes) stored" in summary, summary
+        assert "2 lines skipped" in summary and "line 2" in summary, summary
+        out = run("read", "--data", str(srv.data), "--stream", "s")
+        assert out.stdout == b"a\nb\nc\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["demo", "--records", "3", "--size", "20000000"],  # over the listener's max_record
+        ["demo", "--records", "100000000000000000000"],
+        ["demo", "--records", "1000000000", "--size", "16000000"],  # more than the disk holds
+        ["tail", "tcp://127.0.0.1:7400", "--stream", "s", "--from", str(2**64)],
+        ["read", "--data", "{tmp}", "--stream", "s", "--from", str(2**64)],
+        ["send", "udp://127.0.0.1:7400", "--stream", "s", "--timeout", "inf"],
+        ["send", "udp://127.0.0.1:7400", "--stream", "s", "--timeout", "1e300"],
+        ["serve", "--data", "{tmp}", "--max-record", str(1 << 32)],
+        ["serve", "--data", "{tmp}", "--max-links", "1" + "0" * 30],
+        ["serve", "--data", "{tmp}", "--read-timeout", "nan"],
+    ],
+    ids=lambda a: " ".join(a)[:50],
+)
+def test_absurd_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where a demo would make its store
+    result = subprocess.run(
+        [*PURELINK, *(a.replace("{tmp}", str(tmp_path)) for a in args)],
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+        env=env,
+    )
+    assert_one_line_error(result, 2)
+    assert not any(tmp_path.iterdir()), "nothing may be created before refusing"
+
+
+# --- point 2: the demo leaves no listener and no temporary store ---------------------------
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"),
+    [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGKILL, -signal.SIGKILL)],
+    ids=["SIGTERM", "SIGHUP", "SIGKILL"],
+)
+def test_a_stopped_demo_leaves_nothing_behind(tmp_path: Path, sig: int, code: int) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    demo = subprocess.Popen(
+        [*PURELINK, "demo", "--records", "20000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        # running: its listener child stores records in the temporary store
+        wait_until(lambda: any(tmp_path.glob("purelink-demo-*/data/streams/demo/*.seg")))
+        (workdir,) = tmp_path.glob("purelink-demo-*")
+        assert _processes_mentioning(str(workdir)), "the listener child runs"
+        demo.send_signal(sig)
+        _, err = demo.communicate(timeout=TIMEOUT)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
+    assert demo.returncode == code, err
+    assert b"Traceback" not in err
+    # after SIGKILL the child learns it from its stdin's end, and cleans up itself
+    wait_until(lambda: not workdir.exists() and not _processes_mentioning(str(workdir)))
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- point 3: send while the listener is down --------------------------------------------
+
+
+def _start_send(url: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*PURELINK, "send", url, "--stream", "s", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _rest_of_stderr(proc: subprocess.Popen[bytes]) -> str:
+    """Wait for the exit; what it wrote to stderr that was not read yet."""
+    assert proc.stderr is not None
+    proc.wait(timeout=TIMEOUT)
+    rest = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    return rest
+
+
+def test_send_says_it_waits_for_a_listener_that_went_away_and_gives_up(tmp_path: Path) -> None:
+    srv = ServeProcess(tmp_path / "data").start()
+    sender = _start_send(srv.url, "--timeout", "3")
+    try:
+        assert sender.stdin is not None and sender.stderr is not None
+        sender.stdin.write(b"one\n")
+        sender.stdin.flush()
+        wait_until(lambda: stored(srv.data, "s") == 1)
+        assert srv.stop() == 0
+        started = time.monotonic()
+        sender.stdin.write(b"two\nthree\n")
+        sender.stdin.close()
+        waiting = read_line(sender.stderr.fileno(), TIMEOUT).decode()
+        err = _rest_of_stderr(sender)
+        elapsed = time.monotonic() - started
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+        sender.__exit__(None, None, None)  # closes its pipes, waits
+        srv.kill()
+    assert sender.returncode == 1, err
+    assert "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith("purelink: error: ") and "stored nothing for 3 s" in line, line
+    # "one" is in the store; the link was told so, unless the listener stopped first
+    found = re.search(r"gave up with (\d) of 3 records stored; (\d) not stored", line)
+    assert found and found.group(1) in "01", line
+    unstored = 3 - int(found.group(1))
+    assert found.group(2) == str(unstored)
+    assert "waiting for the listener" in waiting, waiting
+    assert f"{unstored} records not yet stored" in waiting, waiting
+    assert 3 <= elapsed < 20
+
+
+def test_send_rides_through_a_listener_restart_and_says_so(tmp_path: Path) -> None:
+    srv = ServeProcess(tmp_path / "data").start()
+    sender = _start_send(srv.url, "--timeout", "30")
+    try:
+        assert sender.stdin is not None and sender.stderr is not None
+        sender.stdin.write(b"one\n")
+        sender.stdin.flush()
+        wait_until(lambda: stored(srv.data, "s") == 1)
+        assert srv.stop() == 0
+        sender.stdin.write(b"two\n")
+        sender.stdin.close()
+        waiting = read_line(sender.stderr.fileno(), TIMEOUT).decode()
+        assert "waiting for the listener" in waiting
+        srv.restart()  # the same port
+        err = _rest_of_stderr(sender)
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+        sender.__exit__(None, None, None)  # closes its pipes, waits
+        srv.stop()
+    assert sender.returncode == 0, err
+    assert "storing again" in err and "2 records (6 payload bytes) stored" in err, err
+    assert run("read", "--data", str(srv.data), "--stream", "s").stdout == b"one\ntwo\n"
+
+
+def test_ctrl_c_during_send_prints_what_was_stored(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0") as srv:
+        sender = _start_send(srv.url)
+        try:
+            assert sender.stdin is not None
+            sender.stdin.write(b"one\ntwo\n")
+            sender.stdin.flush()
+            wait_until(lambda: stored(srv.data, "s") == 2)
+            sender.send_signal(signal.SIGINT)  # while it waits for more input
+            err = _rest_of_stderr(sender)
+        finally:
+            if sender.poll() is None:
+                sender.kill()
+            sender.__exit__(None, None, None)  # closes its pipes, waits
+    assert sender.returncode == 130
+    assert "Traceback" not in err
+    assert err.splitlines() == ["purelink send: interrupted: 2 of 2 records stored"]
+
+
+# --- point 5: refusals that say what is wrong ---------------------------------------------
+
+
+def test_a_bad_producer_name_is_checked_locally() -> None:
+    # port 1: nothing listens there; the check comes before any connection
+    result = run("send", "udp://127.0.0.1:1", "--stream", "s", "--producer", "p/1", stdin=b"x\n")
+    line = assert_one_line_error(result, 2)
+    assert "producer" in line and "A-Z a-z 0-9 . _ -" in line, line
+
+
+def test_the_listener_refusal_names_the_limit(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--max-streams", "1") as srv:
+        assert run("send", srv.url, "--stream", "a", stdin=b"1\n").returncode == 0
+        line = assert_one_line_error(run("send", srv.url, "--stream", "b", stdin=b"2\n"), 1)
+    assert "refused the link: max_streams" in line and "--max-streams" in line, line
+    assert "cannot reach" not in line  # it was reached: it said no
+
+
+def test_send_to_a_closed_tcp_port_says_connection_refused_at_once() -> None:
+    started = time.monotonic()
+    result = run("send", f"tcp://127.0.0.1:{free_port()}", "--stream", "s", stdin=b"x\n")
+    line = assert_one_line_error(result, 1)
+    assert "Connection refused" in line, line
+    assert time.monotonic() - started < 5.0  # not the 10 s handshake timeout
+
+
+# --- point 10: smaller things --------------------------------------------------------------
+
+
+def test_streams_and_read_refuse_a_directory_that_is_not_a_store(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a store")
+    for args in (["streams"], ["read", "--stream", "s"]):
+        line = assert_one_line_error(run(*args, "--data", str(tmp_path)), 2)
+        assert "not a purelink data directory" in line, line
+
+
+@pytest.mark.parametrize("verb", [["serve"], ["streams"], ["read", "--stream", "s"]])
+def test_an_empty_data_argument_is_refused(tmp_path: Path, verb: list[str]) -> None:
+    result = subprocess.run(
+        [*PURELINK, *verb, "--data", ""],
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert_one_line_error(result, 2)
+    assert not any(tmp_path.iterdir()), "serve must not make a store in the current directory"
+
+
+def test_tail_follow_reconnect_waits_for_a_listener_down_at_start(tmp_path: Path) -> None:
+    port = free_port()
+    tail = subprocess.Popen(
+        [
+            *PURELINK,
+            "tail",
+            f"tcp://127.0.0.1:{port}",
+            "--stream",
+            "s",
+            "--follow",
+            "--reconnect",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    srv = ServeProcess(tmp_path / "data", port=port, transport="tcp")
+    try:
+        time.sleep(0.5)  # the listener is down while tail starts (what is tested, not a race)
+        assert tail.poll() is None, "tail gave up at once"
+        srv.start()
+        assert run("send", srv.url, "--stream", "s", stdin=b"hello\n").returncode == 0
+        assert tail.stdout is not None
+        assert read_line(tail.stdout.fileno(), TIMEOUT) == b"hello\n"
+        tail.send_signal(signal.SIGINT)
+        _, err = tail.communicate(timeout=TIMEOUT)
+        assert tail.returncode == 130
+        assert b"Traceback" not in err
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.communicate()
+        if srv.proc is not None:
+            srv.stop()
+
+
+def test_send_names_payload_bytes_and_streams_help_says_on_disk(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0") as srv:
+        sent = run("send", srv.url, "--stream", "s", stdin=b"abc\n")
+        assert re.search(r"1 record \(3 payload bytes\) stored", sent.stderr.decode())
+    assert "bytes on disk" in " ".join(run("streams", "--help").stdout.decode().split())

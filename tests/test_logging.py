@@ -1,0 +1,451 @@
+"""purelink.logging.LinkHandler: log records shipped through a link, against real listeners.
+
+Why it exists: a logging handler runs inside every log call of an
+application, so what it must never do -- block, raise, lose records silently,
+lose them at exit -- is pinned here: the JSON shape (with `extra=` fields and
+exceptions), four threads at once, a listener that is down (drops counted,
+calls stay fast), one that comes up late, one that restarts (a real `purelink
+serve`), an interpreter that exits without closing the handler, dictConfig,
+structlog and loguru, and reading the records back.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import logging
+import logging.config
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import loguru
+import pytest
+import structlog
+
+import purelink
+from purelink.logging import LinkHandler, decode
+from serve_process import ServeProcess
+
+
+@pytest.fixture
+def listener(tmp_path: Path) -> Iterator[purelink.Listener]:
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0") as lst:
+        yield lst
+
+
+def _url(listener: purelink.Listener) -> str:
+    assert listener.udp_address is not None
+    host, port = listener.udp_address
+    return f"udp://{host}:{port}"
+
+
+def _logger() -> logging.Logger:
+    log = logging.getLogger(f"test.{uuid.uuid4().hex}")
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    return log
+
+
+def _records(data: Path, stream: str) -> list[dict[str, Any]]:
+    return [decode(payload) for _, payload in purelink.Store(data).read(stream)]
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def test_a_record_is_a_json_object_with_extra_fields_and_the_exception(
+    listener: purelink.Listener,
+) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "app-logs")
+    log.addHandler(handler)
+    log.info("paid %s", "order-7", extra={"order": 7, "user": {"id": 3}, "when": object()})
+    try:
+        raise KeyError("missing")
+    except KeyError:
+        log.exception("lookup failed", extra={"time": "an extra named like a fixed key"})
+    log.warning("with a stack", stack_info=True)
+    assert handler.wait_stored(10)
+    handler.close()
+    first, second, third = _records(listener.path, "app-logs")
+    assert first["message"] == "paid order-7"
+    assert first["level"] == "INFO"
+    assert first["logger"] == log.name
+    assert first["thread"] == threading.current_thread().name
+    assert abs(first["time"] - time.time()) < 60
+    assert first["order"] == 7
+    assert first["user"] == {"id": 3}
+    assert first["when"].startswith("<object object")  # not JSON: made a string
+    assert "exception" not in first
+    assert second["level"] == "ERROR"
+    assert "KeyError: 'missing'" in second["exception"]
+    assert second["exception"].startswith("Traceback (most recent call last)")
+    assert second["extra.time"] == "an extra named like a fixed key"
+    assert isinstance(second["time"], float)
+    assert "test_logging.py" in third["stack"]
+    assert handler.dropped == 0
+
+
+def test_values_json_cannot_take_are_made_strings(listener: purelink.Listener) -> None:
+    log = _logger()
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with_handler = LinkHandler(_url(listener), "odd")
+    log.addHandler(with_handler)
+    log.info("odd", extra={"keys": {(1, 2): "tuple key"}, "cycle": cycle, "raw": b"\xff"})
+    assert with_handler.wait_stored(10)
+    with_handler.close()
+    (record,) = _records(listener.path, "odd")
+    assert record["keys"] == {"(1, 2)": "tuple key"}
+    assert record["raw"] == "b'\\xff'"
+    assert isinstance(record["cycle"], list)
+
+
+def test_four_threads_lose_nothing_and_keep_each_threads_order(
+    listener: purelink.Listener,
+) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "threads")
+    log.addHandler(handler)
+    per_thread = 2_000
+    start = threading.Barrier(4)
+
+    def work(t: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            log.info("%d %d", t, i, extra={"t": t})
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert handler.wait_stored(30)
+    handler.close()
+    records = _records(listener.path, "threads")
+    assert len(records) == 4 * per_thread
+    seen: dict[int, list[int]] = {t: [] for t in range(4)}
+    for record in records:
+        t, i = map(int, record["message"].split())
+        assert record["t"] == t
+        seen[t].append(i)
+    assert all(order == list(range(per_thread)) for order in seen.values())
+    assert handler.dropped == 0
+
+
+def test_with_the_listener_down_calls_stay_fast_and_drops_are_counted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = _logger()
+    handler = LinkHandler(f"udp://127.0.0.1:{_free_udp_port()}", "down", capacity=100, timeout=0.5)
+    log.addHandler(handler)
+    started = time.perf_counter()
+    for i in range(1_000):
+        log.info("record %d", i)
+    took = time.perf_counter() - started
+    assert took < 2.0, f"1,000 log calls took {took:.2f} s with the listener down"
+    assert handler.pending == 100
+    assert handler.dropped == 900
+    started = time.perf_counter()
+    handler.close()
+    assert time.perf_counter() - started < 5.0  # timeout=0.5 and a connect in flight
+    assert handler.dropped == 1_000  # the 100 held ones too, once close gave up
+    log.info("after close")
+    assert handler.dropped == 1_001
+    err = capsys.readouterr().err
+    assert err.count("dropped a log record") == 1  # warned once
+
+
+def test_records_logged_before_the_listener_is_up_are_stored_in_order(tmp_path: Path) -> None:
+    port = _free_udp_port()
+    log = _logger()
+    handler = LinkHandler(f"udp://127.0.0.1:{port}", "late", timeout=20)
+    log.addHandler(handler)
+    for i in range(300):
+        log.info("early %d", i)
+    assert handler.link is None
+    with ServeProcess(tmp_path / "data", port=port):
+        for i in range(300):
+            log.info("later %d", i)
+        assert handler.wait_stored(30)
+        handler.close()
+        messages = [r["message"] for r in _records(tmp_path / "data", "late")]
+    expected = [f"early {i}" for i in range(300)] + [f"later {i}" for i in range(300)]
+    assert messages == expected
+    assert handler.dropped == 0
+
+
+def test_nothing_is_lost_across_a_listener_restart(tmp_path: Path) -> None:
+    serve = ServeProcess(tmp_path / "data").start()
+    try:
+        log = _logger()
+        handler = LinkHandler(serve.url, "restart", timeout=20)
+        log.addHandler(handler)
+        for i in range(500):
+            log.info("before %d", i)
+        assert handler.wait_stored(20)
+        serve.stop()
+        for i in range(500):  # the link keeps them while nobody listens
+            log.info("during %d", i)
+        assert not handler.wait_stored(0.2)
+        serve.restart()
+        for i in range(500):
+            log.info("after %d", i)
+        assert handler.wait_stored(30)
+        handler.close()
+        messages = [r["message"] for r in _records(tmp_path / "data", "restart")]
+    finally:
+        if serve.proc is not None:
+            serve.stop()
+    expected = [f"{phase} {i}" for phase in ("before", "during", "after") for i in range(500)]
+    assert messages == expected
+    assert handler.dropped == 0
+
+
+EXITING = """
+import logging, sys
+from purelink.logging import LinkHandler
+root = logging.getLogger()
+root.addHandler(LinkHandler(sys.argv[1], "exit", timeout=float(sys.argv[2])))
+root.setLevel(logging.INFO)
+for i in range(2000):
+    logging.info("record %d", i)
+# no close(): logging.shutdown() runs at exit and must store them all
+"""
+
+
+def test_records_are_stored_at_interpreter_exit_without_close(tmp_path: Path) -> None:
+    with ServeProcess(tmp_path / "data") as serve:
+        done = subprocess.run(
+            [sys.executable, "-c", EXITING, serve.url, "20"],
+            capture_output=True,
+            check=False,
+            timeout=60,
+            env=_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        messages = [r["message"] for r in _records(tmp_path / "data", "exit")]
+    assert messages == [f"record {i}" for i in range(2000)]
+    assert b"purelink.logging" not in done.stderr
+
+
+def test_exit_with_the_listener_down_waits_only_the_timeout() -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING, f"udp://127.0.0.1:{_free_udp_port()}", "1"],
+        capture_output=True,
+        check=False,
+        timeout=60,
+        env=_env(),
+    )
+    assert done.returncode == 0
+    assert time.monotonic() - started < 15
+    err = done.stderr.decode()
+    assert "dropped a log record" in err
+    assert "Traceback" not in err
+
+
+def test_dictconfig_builds_it_and_a_formatter_replaces_the_json(
+    listener: purelink.Listener,
+) -> None:
+    name = f"test.dict.{uuid.uuid4().hex}"
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {"plain": {"format": "%(levelname)s %(name)s %(message)s"}},
+            "handlers": {
+                "link": {
+                    "class": "purelink.logging.LinkHandler",
+                    "url": _url(listener),
+                    "stream": "dict",
+                    "capacity": 1000,
+                    "level": "INFO",
+                    "formatter": "plain",
+                }
+            },
+            "loggers": {name: {"handlers": ["link"], "level": "DEBUG", "propagate": False}},
+        }
+    )
+    log = logging.getLogger(name)
+    (handler,) = log.handlers
+    assert isinstance(handler, LinkHandler)
+    log.debug("below the handler's level")
+    log.info("formatted")
+    assert handler.wait_stored(10)
+    handler.close()
+    log.removeHandler(handler)
+    payloads = [p for _, p in purelink.Store(listener.path).read("dict")]
+    assert payloads == [f"INFO {name} formatted".encode()]
+
+
+def test_basicconfig_keeps_the_json(listener: purelink.Listener) -> None:
+    root = logging.getLogger()
+    before = root.handlers[:]
+    handler = LinkHandler(_url(listener), "basic")
+    root.handlers.clear()  # basicConfig does nothing where the root has handlers
+    try:
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        logging.getLogger("shop").info("order %s paid", 7)
+        assert handler.wait_stored(10)
+    finally:
+        root.handlers[:] = before
+        handler.close()
+    (record,) = _records(listener.path, "basic")
+    assert (record["logger"], record["message"]) == ("shop", "order 7 paid")
+
+
+def test_json_formatter_works_on_any_handler() -> None:
+    from purelink.logging import JSONFormatter  # noqa: PLC0415
+
+    record = logging.makeLogRecord({"msg": "m %d", "args": (1,), "levelname": "INFO", "k": "v"})
+    assert decode(JSONFormatter().format(record)) == decode(JSONFormatter().encode(record))
+    assert decode(JSONFormatter().format(record))["k"] == "v"
+
+
+def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "cli")
+    log.addHandler(handler)
+    log.info("one", extra={"n": 1})
+    log.info("two", extra={"n": 2})
+    assert handler.wait_stored(10)
+    handler.close()
+    read = ["read", "--data", str(listener.path), "--stream", "cli", "--format", "json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "purelink", *read],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env=_env(),
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["position"] for line in lines] == [1, 2]
+    records = [decode(base64.b64decode(line["payload"])) for line in lines]
+    assert [(r["message"], r["n"]) for r in records] == [("one", 1), ("two", 2)]
+
+
+def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "structlog")
+    log.addHandler(handler)
+    structlog.configure(
+        processors=[structlog.stdlib.add_log_level, structlog.stdlib.render_to_log_kwargs],
+        logger_factory=lambda *args: log,
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    try:
+        structlog.get_logger().bind(request="r-1").info("paid", order=7)
+    finally:
+        structlog.reset_defaults()
+    assert handler.wait_stored(10)
+    handler.close()
+    (record,) = _records(listener.path, "structlog")
+    assert record["message"] == "paid"
+    assert (record["order"], record["request"], record["level"]) == (7, "r-1", "INFO")
+
+
+def test_loguru_sends_through_it(listener: purelink.Listener) -> None:
+    handler = LinkHandler(_url(listener), "loguru")
+    sink = loguru.logger.add(handler, format="{message}")
+    try:
+        loguru.logger.bind(order=7).info("paid")
+        try:
+            1 / 0  # noqa: B018
+        except ZeroDivisionError:
+            loguru.logger.exception("failed")
+        assert handler.wait_stored(10)
+    finally:
+        loguru.logger.remove(sink)  # closes the handler
+    first, second = _records(listener.path, "loguru")
+    assert first["message"] == "paid"
+    assert first["extra"] == {"order": 7}
+    assert "ZeroDivisionError" in second["exception"]
+
+
+def test_bad_arguments_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="stream"):
+        LinkHandler("udp://127.0.0.1:1", "../etc")
+    with pytest.raises(ValueError):
+        LinkHandler("http://127.0.0.1:1", "s")
+    with pytest.raises(ValueError, match="capacity"):
+        LinkHandler("udp://127.0.0.1:1", "s", capacity=0)
+    with pytest.raises(ValueError, match="16 bytes"):
+        LinkHandler("udp://127.0.0.1:1", "s", secret="short")
+
+
+def test_key_id_is_passed_only_where_connect_takes_it(listener: purelink.Listener) -> None:
+    if "key_id" in inspect.signature(purelink.connect).parameters:
+        handler = LinkHandler(_url(listener), "keyed", key_id="k1", timeout=1)
+        handler.close()
+    else:
+        with pytest.raises(ValueError, match="key_id"):
+            LinkHandler(_url(listener), "keyed", key_id="k1")
+
+
+def test_secret_file(tmp_path: Path) -> None:
+    secret = b"s" * 32
+    (tmp_path / "secret").write_bytes(secret + b"\n")
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0", secret=secret) as lst:
+        log = _logger()
+        handler = LinkHandler(_url(lst), "secret", secret_file=tmp_path / "secret")
+        log.addHandler(handler)
+        log.info("authenticated")
+        assert handler.wait_stored(10)
+        handler.close()
+        assert [r["message"] for r in _records(lst.path, "secret")] == ["authenticated"]
+
+
+def test_decode_refuses_what_is_not_a_record() -> None:
+    assert decode(b'{"message": "m", "level": "INFO"}')["message"] == "m"
+    for payload in (b"[1, 2]", b'{"no": "message"}', "plain text"):
+        with pytest.raises(ValueError):
+            decode(payload)
+
+
+FORKING = """
+import logging, os, sys
+from purelink.logging import LinkHandler
+log = logging.getLogger("fork")
+log.addHandler(LinkHandler(sys.argv[1], "fork", timeout=20))
+log.setLevel(logging.INFO)
+log.info("parent before fork")
+pid = os.fork()
+log.info("child" if pid == 0 else "parent after fork")
+if pid:
+    os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_connects_on_its_own(tmp_path: Path) -> None:
+    with ServeProcess(tmp_path / "data") as serve:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(FORKING), serve.url],
+            capture_output=True,
+            check=False,
+            timeout=60,
+            env=_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        messages = sorted(r["message"] for r in _records(tmp_path / "data", "fork"))
+    assert messages == ["child", "parent after fork", "parent before fork"]
