@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "latency": "one record queued on an idle link -> told stored; p50/p99",
     "sizes": "records/s against record size, 16 B to 64 KiB (and the plot)",
     "connections": "10,000 short-lived TCP links, 200 at a time; with and without draining accept",
+    "links": "what a link costs: 200 links open at once (connect time, RSS, CPU per link)",
     "pool": "buffer get+put with 10 to 100,000 buffers held; and the scanning way",
     "grace": "10 readers, 1 updater waiting for grace periods; wake only a waiter that waits",
     "tail": "readers tailing a stream while the listener appends",
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "compare": "200,000 x 61 B from one thread: purelink, pyzmq, asyncio TCP, Redis, NATS",
     "overhead": "wire bytes per payload byte by record-size mix, over a loopback link",
     "paths": "goodput through emulated lossy, reordering, dark and small-MTU paths (root)",
+    "jetstream": "200,000 x 61 B into a 3-node R3 JetStream cluster: purelink beside nats-py",
 }
 """Every benchmark by name, in the order the whole suite runs them."""
 

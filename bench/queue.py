@@ -100,7 +100,7 @@ def _queue_blocks(link: Link, records: list[bytes], block: int) -> tuple[list[fl
                 # was refused: wait for room, queue it, go on (never drop).
                 full += 1
                 while True:
-                    link.wait_stored(link.stored + 1, timeout=0.1)
+                    link.wait_stored(min(link.stored + 1, link.queued), timeout=0.1)
                     try:
                         queue(record)
                         break

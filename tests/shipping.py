@@ -4,8 +4,8 @@ Why it exists: the end-to-end tests (test_reliability.py, test_crash.py,
 test_limits.py) ship records through real processes and read the store back
 with the public `purelink.Store`, which gives positions and payloads only.
 So each payload carries its link's tag and its index on that link, and its
-bytes follow from those two; one reader then checks every promise of SPEC
-section 2.1 at once: byte-exact, once, in seq order per link, positions
+bytes follow from those two; one reader then checks every promise of guarantee 1
+(docs/reliability.md) at once: byte-exact, once, in seq order per link, positions
 contiguous, no record (and no stream) that no link sent.
 """
 

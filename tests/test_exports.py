@@ -1,4 +1,4 @@
-"""Pins the public API of SPEC section 3: names, error classes, signatures, counters.
+"""Pins the public API (the README's Python API): names, error classes, signatures, counters.
 
 Why it exists: tests outside the project call these names exactly so, and a
 rename or a changed default is a breaking change that should fail here first,
@@ -152,7 +152,7 @@ def test_store_methods() -> None:
     _check(store.read, positional=1, named={"follow": False})
 
 
-def test_subscribe_signature() -> None:  # SPEC section 9
+def test_subscribe_signature() -> None:  # docs/store.md
     _check(
         purelink.subscribe,
         positional=2,
@@ -177,7 +177,7 @@ def test_logging_and_metrics_are_modules_with_their_names() -> None:
     _check(purelink.metrics.LinkCollector, positional=0, named={})
 
 
-# Counters of SPEC section 6 (and what the CLI and the demo report).
+# Counters of docs/design.md (and what the CLI and the demo report).
 LINK_COUNTERS = {"queued", "stored", "wakeups", "datagrams", "parks", "unparks"}
 LISTENER_COUNTERS = {
     "datagrams",

@@ -80,7 +80,8 @@ def test_fencing_across_processes(tmp_path: Path, transport: str) -> None:
             old.wait_stored(timeout=30)
         new.queue(b"new-2")
         assert new.close(timeout=30)
-        old.close(timeout=1)
+        with pytest.raises(purelink.Fenced):  # never a quiet False
+            old.close(timeout=1)
     assert read(tmp_path / "d", "s") == [b"old-1", b"new-2"]
 
 

@@ -1,4 +1,4 @@
-"""The edges of SPEC sections 2.4 and 2.6 on real sockets and processes.
+"""The edges of guarantees 4 and 6 (docs/reliability.md) on real sockets and processes.
 
 Why it exists: the bounds (capacity, capacity_bytes, the reorder buffer, the
 listener's memory with many links) and the loud failures (close(timeout)

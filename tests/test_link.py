@@ -9,6 +9,7 @@ udp:// and tcp:// (the `transport` fixture).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import purelink
-import purelink.link as link_module
+import purelink.link_thread as link_module
 from purelink.link import Link
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol import wire
@@ -155,7 +156,8 @@ def test_fenced_by_a_newer_session(listener: purelink.Listener) -> None:
     old.queue(b"one")
     assert old.wait_stored(timeout=10)
     new = purelink.connect(url(listener), stream="s", producer="api-1")
-    old.queue(b"late")  # goes out, gets refused
+    with contextlib.suppress(purelink.Fenced):  # refused when it goes out, if the
+        old.queue(b"late")  # listener's word of the takeover is not here yet
     with pytest.raises(purelink.Fenced):
         old.wait_stored(timeout=10)
     with pytest.raises(purelink.Fenced):
@@ -163,7 +165,8 @@ def test_fenced_by_a_newer_session(listener: purelink.Listener) -> None:
     assert new.queue(b"two") == 2
     assert new.wait_stored(timeout=10)
     new.close()
-    old.close()
+    with pytest.raises(purelink.Fenced):
+        old.close()
     assert read_all(listener, "s") == [b"one", b"two"]
 
 
@@ -349,7 +352,7 @@ def test_connect_to_nothing_fails_with_connect_error(transport: str) -> None:
 
 
 def test_bad_stream_name_is_refused(listener: purelink.Listener) -> None:
-    with pytest.raises(purelink.ConnectError):
+    with pytest.raises(ValueError, match="bad stream name"):
         purelink.connect(url(listener), stream="../etc", timeout=5)
     assert not (Path(listener.path) / "streams" / "..").resolve().joinpath("etc").exists()
 

@@ -20,16 +20,25 @@ def hello(cookie: bytes = b"", nonce: int = 7, producer: str = "", stream: str =
     return wire.encode_hello(wire.Hello(nonce, stream, producer, pid, 1400, cookie))
 
 
-def handshake(core: ListenerCore, now: float = 100.0, **kw: object) -> wire.Accept:
+def handshake(
+    core: ListenerCore,
+    now: float = 100.0,
+    others: list[tuple[wire.Message, tuple[str, int]]] | None = None,
+    **kw: object,
+) -> wire.Accept:
+    """A HELLO, its RETRY, the HELLO with the cookie, its ACCEPT (returned); what
+    else the last step sent goes to `others`."""
+    if others is None:
+        others = []
     core.receive_datagram(hello(**kw), ADDR, now)  # type: ignore[arg-type]
     ((retry_bytes, _),) = core.datagrams_to_send(now)
     retry = wire.decode_datagram(retry_bytes)
     assert isinstance(retry, wire.Retry)
     core.receive_datagram(hello(cookie=retry.cookie, **kw), ADDR, now)  # type: ignore[arg-type]
-    ((accept_bytes, addr),) = core.datagrams_to_send(now)
-    assert addr == ADDR
-    accept = wire.decode_datagram(accept_bytes)
+    out = [(wire.decode_datagram(data), addr) for data, addr in core.datagrams_to_send(now)]
+    (accept,) = [m for m, addr in out if isinstance(m, wire.Accept) and addr == ADDR]
     assert isinstance(accept, wire.Accept)
+    others.extend(out)
     return accept
 
 
@@ -135,8 +144,12 @@ def test_datagram_of_a_session_from_another_address_is_dropped(core: ListenerCor
 def test_new_session_fences_the_old(core: ListenerCore) -> None:
     old = handshake(core, producer="api-1")
     assert old.producer == named_producer_id("api-1")
-    new = handshake(core, producer="api-1", nonce=8)
+    told: list[tuple[wire.Message, tuple[str, int]]] = []
+    new = handshake(core, producer="api-1", nonce=8, others=told)
     assert new.epoch == old.epoch + 1
+    # the old session is told at once, at its address, before it sends anything
+    (refused,) = [(m, a) for m, a in told if isinstance(m, wire.Refuse)]
+    assert refused == (wire.Refuse(old.conn_id, 0, old.epoch, wire.RefuseReason.FENCED), ADDR)
     batch = wire.encode_batch(old.producer, old.epoch, 1, [b"late"])
     core.receive_datagram(wire.encode_data(old.conn_id, 5, batch), ADDR, 100.0)
     ((out, _),) = core.datagrams_to_send(100.0)
@@ -241,7 +254,11 @@ def test_a_session_fenced_while_waiting_for_a_sync_is_never_accepted(core: Liste
         retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
         assert isinstance(retry, wire.Retry)
         core.receive_datagram(hello(producer="p", nonce=nonce, cookie=retry.cookie), ADDR, 100.0)
-        assert core.datagrams_to_send(100.0) == []  # waiting for the sync
+        out = [wire.decode_datagram(d) for d, _ in core.datagrams_to_send(100.0)]
+        if nonce == 20:  # waiting for the sync; the old session is told it is fenced
+            assert out == [wire.Refuse(a.conn_id, 0, a.epoch, wire.RefuseReason.FENCED)]
+        else:  # so is the waiting session 20, at its HELLO's nonce
+            assert out == [wire.Refuse(0, 20, 0, wire.RefuseReason.FENCED)]
     core.synced("s", 1)
     for data, _ in core.datagrams_to_send(100.0):
         msg = wire.decode_datagram(data)

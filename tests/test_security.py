@@ -81,7 +81,8 @@ def handshake(
     ((retry, _),) = answers(core, now)
     assert isinstance(retry, wire.Retry)
     core.receive_datagram(hello(key, cookie=retry.cookie, **kw), addr, now)  # type: ignore[arg-type]
-    ((accept, _),) = answers(core, now)
+    # the ACCEPT, and a REFUSE(fenced) to the session it replaces, if any
+    (accept,) = [m for m, _ in answers(core, now) if isinstance(m, wire.Accept)]
     assert isinstance(accept, wire.Accept)
     return accept
 

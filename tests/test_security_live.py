@@ -304,7 +304,7 @@ def test_a_link_ignores_forged_answers_and_finishes(secure: purelink.Listener) -
 def flood(tmp_path: Path, total: int, records: int, seed: int) -> None:
     """Throw `total` hostile datagrams at a listener with a secret while one
     valid link ships `records` records through an on-path attacker, then
-    check everything the SPEC promises about it."""
+    check everything docs/security.md promises about it."""
     rng = random.Random(seed)
     with (
         purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", secret=KEY) as lst,

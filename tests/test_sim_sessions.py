@@ -239,11 +239,11 @@ def test_a_superseded_instance_never_takes_over_after_a_listener_restart() -> No
     sent_a = [b"a%d" % i for i in range(100)]
     a = sim.add_link("s", list(sent_a), producer="app")
     assert sim.run(sim.all_done, max_time=60)
-    # a second instance takes over; the first is idle and does not notice
+    # a second instance takes over; the first is idle, and the listener tells it
     b = new_instance(sim, [], abandon=None)
     b.todo = [b"b%d" % i for i in range(10)]
     assert sim.run(sim.all_done, max_time=60)
-    assert a.sender.state == SenderState.OPEN and b.told == 110
+    assert a.sender.state == SenderState.FENCED and b.told == 110
     sim.restart_listener(crash=False)
     late = [b"a-late%d" % i for i in range(50)]
     sent_a += late

@@ -1,4 +1,4 @@
-"""The wire format, tested three ways (STYLE practice 11): whole, byte by byte,
+"""The wire format, tested three ways: whole, byte by byte,
 and with trailing junk; plus every single-bit flip, the MAC rule, and golden
 bytes built by hand from the tables in docs/wire.md.
 

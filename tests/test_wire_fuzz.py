@@ -1,4 +1,4 @@
-"""Hypothesis over the wire format (STYLE practice 11, h11's fuzz/afl-server.py).
+"""Hypothesis over the wire format (after h11's fuzz/afl-server.py).
 
 The invariant everywhere: a decoder returns a value or raises `ProtocolError`
 with a known `.reason` -- never struct.error, IndexError, UnicodeDecodeError,

@@ -1,6 +1,6 @@
 """purelink: ship records from Python to durable storage and learn exactly which are stored.
 
-Only the public names of SPEC section 3 live here.  `Listener`, `ListenerStats`
+Only the public names of the README's Python API live here.  `Listener`, `ListenerStats`
 and `Store`, and the modules `purelink.logging` and `purelink.metrics`, are
 loaded on first use (PEP 562): a process that only ships records -- a job, a
 CLI tool, a serverless function -- imports the link and not the listener and

@@ -3,7 +3,7 @@
 Why it exists: the verbs live in several modules (cli.py holds the parser
 and the small verbs; `serve` and `send` have modules of their own), and they
 must fail the same way: ONE line on stderr, `purelink: error: ...`, exit 2
-for a bad argument (`UsageError`), never a traceback (SPEC section 4).
+for a bad argument (`UsageError`), never a traceback (the README's command line).
 """
 
 from __future__ import annotations

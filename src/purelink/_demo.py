@@ -1,4 +1,4 @@
-"""`purelink demo`: the product's main job in one command (SPEC sections 4 and 10).
+"""`purelink demo`: the product's main job in one command (the README's set-up).
 
 Why it exists: `pip install . && purelink demo` is how a new machine proves
 the whole path works and how fast it is.  The demo does what a user would:
@@ -232,7 +232,7 @@ def _queue_all(link: Link, records: int, size: int, server: _Server) -> int:
                 # `payload` was refused: wait for room (never drop), queue it, go on.
                 while True:
                     server.check_alive()
-                    link.wait_stored(link.stored + 1, timeout=0.1)
+                    link.wait_stored(min(link.stored + 1, link.queued), timeout=0.1)
                     try:
                         queue(payload)
                         break

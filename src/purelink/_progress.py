@@ -1,6 +1,6 @@
 """A one-line progress bar on stderr for `purelink send` and `purelink demo`.
 
-Why it exists: SPEC section 4 asks for a progress bar when stderr is a
+Why it exists: the README's command line asks for a progress bar when stderr is a
 terminal, and a dependency (tqdm, rich) for twenty lines of `\\r` is not worth
 its weight.  The bar draws only when the stream is a terminal, at most every
 `interval` seconds, so calling `update` once per chunk of records costs one

@@ -1,11 +1,11 @@
-"""The `purelink` command: serve, send, read, tail, streams, demo, bench (SPEC section 4).
+"""The `purelink` command: serve, send, read, tail, streams, demo, bench (README: Command line).
 
 Why it exists: the command line is the product's public face for people who
-do not write Python against it, and for the one-command demo of SPEC section
-10.  It is a thin shell over the public API of SPEC section 3; it holds no
-protocol or storage logic of its own.
+do not write Python against it, and for the one-command demo.  It is a thin
+shell over the public API (the README's Python API); it holds no protocol or
+storage logic of its own.
 
-Exit codes, for every verb (SPEC section 4):
+Exit codes, for every verb (the README's command line):
 
 * 0   success;
 * 1   the operation failed: an unreachable listener (`ConnectError`), any other
@@ -34,7 +34,7 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
@@ -67,7 +67,7 @@ __all__ = ["main"]
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit code 2.
 
-    argparse's own `error` prints the whole usage block first; SPEC section 4
+    argparse's own `error` prints the whole usage block first; the README's command line
     wants one line.  Sub-parsers inherit this class (argparse creates them with
     `type(parent)`), so every verb behaves the same.
     """
@@ -169,9 +169,17 @@ def _seconds(text: str) -> float:
 
 
 def _data_dir(text: str) -> str:
-    """--data: a directory's path; '' is refused (it would mean the current directory)."""
+    """--data: a directory's path, or a JetStream cluster's nats://H:P[,H:P...];
+    '' is refused (it would mean the current directory)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must name a directory, not an empty string")
+    if text.startswith("nats://"):
+        from .store.jetstream.layout import parse_servers  # noqa: PLC0415 -- on use
+
+        try:
+            parse_servers(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
@@ -196,9 +204,12 @@ def _read_keys(args: argparse.Namespace) -> KeyTable | None:
         raise UsageError(f"--secret-file {args.secret_file!r}: {exc}") from None
 
 
-def _require_store(path: str) -> Path:
+def _require_store(path: str) -> Path | str:
     """A directory that is a purelink data directory (`streams/`, `purelink.lock`),
-    or empty (a store with no streams yet); else a usage error naming it."""
+    or empty (a store with no streams yet); else a usage error naming it.  A
+    nats:// URL is taken as it is (the cluster is asked when it is read)."""
+    if path.startswith("nats://"):
+        return path
     directory = Path(path)
     if not directory.is_dir():
         raise UsageError(f"--data {path!r} is not a directory")
@@ -257,6 +268,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
             read_timeout=args.read_timeout,
             max_subscriptions=args.max_subscriptions,
+            insecure=args.insecure,
+            replicas=args.replicas,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
@@ -367,13 +380,25 @@ def _cmd_read(args: argparse.Namespace) -> int:
     start: int = args.start or store.first(stream) or (store.last(stream) + 1 if args.follow else 0)
     if not start:
         return 0
-    if args.follow:  # waits with inotify (store/follow.py); flushes before each wait
+    if args.follow and isinstance(store, Store):  # inotify (store/follow.py), flushing
         records = follow_records(store, stream, start, stop, on_wait=out.flush)
+    elif args.follow:  # a JetStream store: each record as it comes
+        records = _flushing(store.read(stream, start=start, stop=stop, follow=True), out.flush)
     else:
         records = store.read(stream, start=start, stop=stop)
     _print_records(write, records, args.format)
     out.flush()
     return 0
+
+
+def _flushing(
+    records: Iterable[tuple[int, bytes]], flush: Callable[[], object]
+) -> Iterator[tuple[int, bytes]]:
+    """The records, with `flush()` after each (what follows a store that gives no
+    signal before it waits)."""
+    for record in records:
+        yield record
+        flush()
 
 
 def _print_records(
@@ -473,7 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     p = verb("serve", "run a listener until SIGINT/SIGTERM (SIGHUP reloads its keys)", _cmd_serve)
-    p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=_data_dir,
+        metavar="DIR|nats://H:P[,H:P...]",
+        help="store directory, or a NATS JetStream cluster (docs/jetstream.md)",
+    )
     p.add_argument(
         "--udp",
         type=_bind_address,
@@ -521,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="remove segments whose last record is older than this (default: keep all)",
     )
-    # limits (SPEC section 7; docs/security.md): each one counted in stats().dropped when hit
+    # limits (docs/security.md): each one counted in stats().dropped when hit
     # (the upper bounds: what the wire carries -- a u32 max_record and window -- or
     # more than any machine has; past them a value is a typo, refused here)
     for flag, default, high, text in (
@@ -532,6 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--max-memory", 1 << 30, 1 << 50, "bytes held out of order across all links"),
         ("--max-connections", 10_000, 1 << 31, "TCP connections open at once"),
         ("--max-subscriptions", 64, 1 << 20, "subscribers (tail, subscribe) served at once"),
+        ("--replicas", 3, 5, "with --data nats://: copies JetStream keeps of each stream"),
     ):
         p.add_argument(
             flag,
@@ -582,7 +614,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = verb("read", "print the records of a stream in order", _cmd_read)
-    p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=_data_dir,
+        metavar="DIR|nats://...",
+        help="store directory, or a NATS JetStream cluster",
+    )
     p.add_argument("--stream", required=True, type=_stream, metavar="S")
     _add_from(p)
     p.add_argument("--to", type=_int_at_least(1), metavar="M", help="last position (inclusive)")
@@ -614,7 +652,13 @@ def build_parser() -> argparse.ArgumentParser:
         "on disk (segment files, batch headers included: more than send's payload bytes)",
         _cmd_streams,
     )
-    p.add_argument("--data", required=True, type=_data_dir, metavar="DIR", help="store directory")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=_data_dir,
+        metavar="DIR|nats://...",
+        help="store directory, or a NATS JetStream cluster",
+    )
 
     p = verb("demo", "the main job in one command, with a summary", _cmd_demo)
     p.add_argument("--records", type=_int_at_least(1), default=1_000_000, metavar="N")

@@ -14,7 +14,7 @@ One thread runs the loop; a second does the fdatasyncs.  The loop:
    returns the buffers;
 4. answers: one ACK per link per drain.
 
-Durability (SPEC section 2.2).  With sync="batch" the loop never calls
+Durability (docs/reliability.md, guarantee 2).  With sync="batch" the loop never calls
 fdatasync: it tells the sync thread which streams are dirty, and the sync
 thread syncs them (group commit: everything written while one sync ran is
 covered by the next) and reports the durable positions back through an
@@ -48,11 +48,14 @@ from typing import Any, Final
 from . import _address
 from ._udp import SOL_UDP, UDP_GRO
 from .errors import Error
+from .listener_jetstream import JetStreamStorage
 from .listener_parts import ListenerStats, StoreOverDataDir, SyncTimes
 from .listener_tcp import TCP_PREFIX, TcpServer
 from .primitives.pool import BufferPool
+from .protocol.core_parts import StoreView
 from .protocol.keys import KeyTable
 from .protocol.listener_core import CoreConfig, ListenerCore
+from .store.jetstream.layout import parse_servers
 from .store.log import StreamLog
 from .store.retention import RetentionPolicy
 from .store.store import DataDir, validate_stream_name
@@ -68,6 +71,8 @@ DRAIN_BUDGET: Final = 512
 SOCKET_BUFFER: Final = 32 << 20
 _CMSG_SPACE: Final = socket.CMSG_SPACE(4)
 SYNC_MODES: Final = ("batch", "always", "none")
+CLOSE_DRAIN: Final = 10.0
+"""Seconds close() waits for JetStream to acknowledge what was published."""
 
 
 class Listener:
@@ -96,6 +101,8 @@ class Listener:
         read_timeout: float = 10.0,
         keys: KeyTable | None = None,
         max_subscriptions: int = 64,
+        insecure: bool = False,
+        replicas: int = 3,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -114,7 +121,27 @@ class Listener:
             raise ValueError("give secret= or keys=, not both")
         if secret is not None:
             keys = KeyTable.single(secret)  # raises ValueError below 16 bytes
+        if keys is None and not insecure:  # docs/security.md; as `serve` does
+            for name, text in (("udp", udp), ("tcp", tcp)):
+                if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
+                    raise ValueError(
+                        f"refusing to listen on non-loopback {name}={text!r} without a secret "
+                        "(pass insecure=True to do it anyway)"
+                    )
         self.path = Path(data)
+        # a JetStream cluster where a directory goes (listener_jetstream.py)
+        self._jetstream_url = str(data) if str(data).startswith("nats://") else None
+        if self._jetstream_url is not None:
+            parse_servers(self._jetstream_url)  # ValueError now for a bad URL
+            if replicas < 1:
+                raise ValueError(f"replicas must be at least 1, not {replicas}")
+            if retain_bytes is not None or retain_age is not None or retention:
+                raise ValueError(
+                    "a JetStream store keeps what its streams' limits say: "
+                    "retain_bytes, retain_age and retention are for a data directory"
+                )
+        self._replicas = replicas
+        self._jetstream: JetStreamStorage | None = None
         self.sync = sync
         self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
         # key tables handed to the loop by set_keys(), each with the event it sets
@@ -179,16 +206,23 @@ class Listener:
         if self._started:
             raise Error("the listener was started already")
         self._started = True
-        self._data = DataDir(
-            self.path,
-            segment_bytes=self._segment_bytes,
-            max_streams=self._max_streams,
-            retain_bytes=self._retain.max_bytes,
-            retain_age=self._retain.max_age,
-            retention=self._retention,
-        )
+        if self._jetstream_url is not None:
+            self._start_jetstream()
+        else:
+            self._data = DataDir(
+                self.path,
+                segment_bytes=self._segment_bytes,
+                max_streams=self._max_streams,
+                retain_bytes=self._retain.max_bytes,
+                retain_age=self._retain.max_age,
+                retention=self._retention,
+            )
         try:
-            store = StoreOverDataDir(self._data, self._failed_streams)
+            store: StoreView = (
+                StoreOverDataDir(self._data, self._failed_streams)
+                if self._data is not None
+                else self.jetstream
+            )
             if self._keys is None:
                 self._core = ListenerCore(store, self._core_config)
             else:  # cryptography is imported only here
@@ -198,7 +232,8 @@ class Listener:
             if self._udp_bind is not None:
                 self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            if self._synced_fd < 0:
+                self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._sync_fd = os.eventfd(0, os.EFD_CLOEXEC)
             self._epoll = select.epoll()
             self._epoll.register(self._wake_fd, select.EPOLLIN)
@@ -213,23 +248,50 @@ class Listener:
                     read_timeout=self._read_timeout,
                 )
                 self.tcp_address = self._tcp.start()
-                self._tail = TailServer(
-                    self._data,
-                    sync=self.sync,
-                    keys=self._keys,
-                    max_subscribers=self._max_subscriptions,
-                )
-                self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
+                if self._data is not None:  # JetStream streams are read from the cluster
+                    self._tail = TailServer(
+                        self._data,
+                        sync=self.sync,
+                        keys=self._keys,
+                        max_subscribers=self._max_subscriptions,
+                    )
+                    self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
             raise
         self._thread = threading.Thread(target=self._run, name="purelink-listener", daemon=True)
         self._thread.start()
-        if self.sync == "batch":
+        if self.sync == "batch" and self._data is not None:
             self._sync_thread = threading.Thread(
                 target=self._sync_run, name="purelink-sync", daemon=True
             )
             self._sync_thread.start()
+
+    def _start_jetstream(self) -> None:
+        """Connect to the cluster; its acknowledgements come back as the sync
+        thread's durable positions do (listener_jetstream.py)."""
+        assert self._jetstream_url is not None
+        self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        synced_fd = self._synced_fd
+
+        def wake() -> None:
+            with contextlib.suppress(OSError):  # closed at shutdown
+                os.eventfd_write(synced_fd, 1)
+
+        self._jetstream = JetStreamStorage(
+            self._jetstream_url, replicas=self._replicas, max_streams=self._max_streams
+        )
+        try:
+            self._jetstream.start(self._synced, wake)
+        except BaseException:
+            self._release()
+            raise
+
+    @property
+    def jetstream(self) -> JetStreamStorage:
+        """The JetStream storage (a listener started on a nats:// URL)."""
+        assert self._jetstream is not None
+        return self._jetstream
 
     def close(self) -> None:
         """Stop, write and sync everything received, close the files.  Idempotent."""
@@ -242,6 +304,8 @@ class Listener:
         try:
             if self._thread is not None:
                 self._thread.join()
+            if self._jetstream is not None and not self._jetstream.drain(CLOSE_DRAIN):
+                log.error("purelink: JetStream did not acknowledge everything before close")
             if self._sync_fd >= 0:
                 os.eventfd_write(self._sync_fd, 1)
             if self._sync_thread is not None:
@@ -256,6 +320,8 @@ class Listener:
             self._release()  # whatever happened, the files, sockets and lock are let go
 
     def _release(self) -> None:
+        if self._jetstream is not None:  # first: its thread writes to the eventfd below
+            self._jetstream.close()
         for fd in (self._wake_fd, self._synced_fd, self._sync_fd, self._failure_r, self._failure_w):
             if fd >= 0:
                 os.close(fd)
@@ -533,6 +599,9 @@ class Listener:
                 receive(view, addr, now)
 
     def _write(self, core: ListenerCore) -> None:
+        if self._jetstream is not None:
+            self._publish(core, self._jetstream)
+            return
         data = self._data
         assert data is not None
         dirty = False
@@ -575,6 +644,16 @@ class Listener:
             self._sync_asleep = False
             os.eventfd_write(self._sync_fd, 1)
 
+    def _publish(self, core: ListenerCore, js: JetStreamStorage) -> None:
+        """_write for a JetStream store: each stream's batches go to its writer,
+        and the ticket stands where the file store's last position does."""
+        records, sizes = self._stream_records, self._stream_bytes
+        for stream, writes in core.take_writes().items():
+            if writes:
+                core.written(stream, js.append(stream, writes))
+                records[stream] = records.get(stream, 0) + sum([h.count for _, h in writes])
+                sizes[stream] = sizes.get(stream, 0) + sum([h.length for _, h in writes])
+
     def _answer(self, now: float) -> None:
         sock = self._sock
         core = self._core
@@ -604,6 +683,11 @@ class Listener:
     def _take_synced(self) -> None:
         core = self._core
         assert core is not None
+        if self._jetstream is not None:
+            fenced = self._jetstream.fenced  # before "stored": never tell a fenced session
+            while fenced:
+                stream, pid, _ = fenced.popleft()
+                core.fence_producer(stream, pid)
         synced = self._synced
         while synced:
             stream, position = synced.popleft()

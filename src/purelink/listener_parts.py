@@ -2,7 +2,7 @@
 
 Why a module of its own: listener.py is the loop, the threads and group
 commit; these two are the listener's edges -- the counters it hands to the
-application (SPEC section 3, `listener.stats()`) and the `StoreView` its
+application (the README's Python API, `listener.stats()`) and the `StoreView` its
 sans-IO core calls (protocol/core_parts.py) -- and each reads on its own.
 """
 

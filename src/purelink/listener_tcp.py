@@ -6,7 +6,7 @@ through `Listener.add_source` (readiness), `Listener.routes` (answers to a
 peer go to its connection) and two calls the loop makes each round,
 `timeout()` before it sleeps and `expire()` after it wakes.
 
-Mechanism 3 (SPEC section 6), after io_uring's multishot accept: one
+Mechanism 3 (docs/design.md), after io_uring's multishot accept: one
 readiness event of the listening socket is followed by accepts until EAGAIN,
 within `accept_budget` per event so that a connection storm never starves
 the reading of connections already open (level-triggered epoll reports the

@@ -39,6 +39,7 @@ Theory of operation:
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import json
 import logging
@@ -348,7 +349,8 @@ class LinkHandler(logging.Handler):
                 self._pending_bytes = 0
                 self._link = link
         if late:
-            link.close(timeout=0)
+            with contextlib.suppress(Error):  # Fenced: its records are counted below
+                link.close(timeout=0)
             if link.queued > link.stored:
                 self._drop(self._failure or "", link.queued - link.stored)
         self._up.set()
@@ -412,7 +414,8 @@ class LinkHandler(logging.Handler):
             link = self._link
             if link is not None:
                 left = max(self._deadline - time.monotonic(), 0.0)
-                link.close(timeout=left)
+                with contextlib.suppress(Error):  # a fenced link raises: counted below
+                    link.close(timeout=left)
                 unstored = link.queued - link.stored
                 if unstored > 0:
                     with self._drop_lock:

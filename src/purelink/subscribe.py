@@ -1,4 +1,4 @@
-"""`purelink.subscribe`: read a stream from a listener over TCP (SPEC section 9).
+"""`purelink.subscribe`: read a stream from a listener over TCP (docs/store.md).
 
 Why it exists: a consumer on another machine (or without access to the
 listener's disk) reads a stream from any position and follows its tail, as a

@@ -1,7 +1,7 @@
 """The listener's side of subscriptions: stored batches to subscribers, by sendfile.
 
 Why it exists: `purelink.subscribe` / `purelink tail` read a stream from a
-listener's TCP port (SPEC section 9, protocol/tail.py for the bytes).  The
+listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  The
 reply is the store format itself, so the listener sends byte ranges of its
 segment files with `os.sendfile`: no record is decoded, copied or re-encoded
 on the way out, and the kernel moves page-cache pages to the socket.

@@ -140,6 +140,8 @@ class Transport(Protocol):
     """Datagrams that could not be handed to the kernel."""
     broken: bool
     """The transport saw the session die; cleared by reset()."""
+    refused: bool
+    """The listener's host refused the last connection (ECONNREFUSED: nothing listens)."""
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
@@ -181,6 +183,7 @@ class UdpTransport:
         self.send_calls = 0
         self.send_errors = 0
         self.broken = False
+        self.refused = False  # never said: an ICMP "port unreachable" may be old news
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -285,6 +288,7 @@ class TcpTransport:
         self.send_calls = 0
         self.send_errors = 0
         self.broken = False
+        self.refused = False
         self.too_large: list[int] = []  # TCP has no MTU: always empty
         self.connects = 0
         """Connections opened."""
@@ -326,7 +330,8 @@ class TcpTransport:
                 n = sock.send(out)
             except (BlockingIOError, InterruptedError):
                 break
-            except OSError:
+            except OSError as exc:
+                self.refused = isinstance(exc, ConnectionRefusedError)
                 self._drop(notify=True)
                 return
             self.send_calls += 1
@@ -364,7 +369,8 @@ class TcpTransport:
                 data = sock.recv(TCP_READ)
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # ECONNREFUSED, ECONNRESET, ETIMEDOUT: the connection is gone
+            except OSError as exc:  # ECONNREFUSED, ECONNRESET, ETIMEDOUT: the connection is gone
+                self.refused = isinstance(exc, ConnectionRefusedError)
                 self._drop()
                 return
             if not data:

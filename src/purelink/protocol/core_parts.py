@@ -2,7 +2,7 @@
 counters, the store it talks to, and the handshake cookies.
 
 Kept apart from listener_core.py so that the core reads as what it does with
-each datagram (STYLE: small files, split by concept).
+each datagram (small files, split by concept).
 """
 
 from __future__ import annotations

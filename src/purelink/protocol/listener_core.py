@@ -21,10 +21,11 @@ names.py before the store is touched.
 
 Sessions and epochs.  A session is (conn_id, address, producer, epoch).  A
 new session of a producer takes a higher epoch (durably, before it is
-answered, for a named producer) and fences the old one: datagrams of the
-old session get REFUSE(fenced).  A new session is only accepted once its
-producer's written records are durable, so the ACCEPT's `stored` is exactly
-where a restarted application resumes.
+answered, for a named producer) and fences the old one: the old session
+gets REFUSE(fenced) at once, and so does each of its later datagrams.  A
+new session is only accepted once its producer's written records are
+durable, so the ACCEPT's `stored` is exactly where a restarted application
+resumes.
 
 Answers.  One ACK per session per drain (the driver calls
 `datagrams_to_send` once per drain), not one per datagram, and one more when
@@ -111,6 +112,9 @@ class ListenerCore:
     def __init__(self, store: StoreView, config: CoreConfig | None = None) -> None:
         self.config = config or CoreConfig()
         self.store = store
+        # several listeners may write the store at once (a JetStream cluster):
+        # a producer's state is read again at each of its new sessions
+        self._shared = bool(getattr(store, "shared", False))
         self.stats = CoreStats()
         self._key = self.config.secret
         self._cookies = Cookies(self.config.cookie_lifetime)
@@ -679,6 +683,8 @@ class ListenerCore:
             return
         key = (stream, pid)
         producer = self._producers.get(key)
+        if producer is not None and self._shared:
+            producer = self._refresh(producer)
         try:
             if producer is None:
                 epoch, last_seq = self.store.producer_state(stream, pid)
@@ -807,12 +813,47 @@ class ListenerCore:
             self.store.forget(p.stream, p.pid)
             self.stats.forgotten += 1
 
+    def _refresh(self, producer: Producer) -> Producer | None:
+        """A shared store (several listeners on one cluster) may have moved a
+        producer on behind this listener's back, through another listener: if it
+        did, the producer here is stale, so its session here is fenced and the
+        producer forgotten (None: the caller reads it afresh)."""
+        try:
+            epoch, last_seq = self.store.producer_state(producer.stream, producer.pid)
+        except (Error, OSError, ValueError):
+            return producer  # the HELLO's own read below says what is wrong
+        if epoch <= producer.epoch and last_seq <= producer.stored:
+            return producer
+        self.fence_producer(producer.stream, producer.pid)
+        return None
+
+    def fence_producer(self, stream: str, pid: int) -> None:
+        """A newer session of this producer lives elsewhere (a shared store said
+        so): end its session here as fenced and forget the producer, so that a
+        later session of it reads its state from the store afresh."""
+        producer = self._producers.pop((stream, pid), None)
+        if producer is None:
+            return
+        self._memory -= self._holding.pop(producer, 0)
+        self._closed_unsynced.discard(producer)
+        conn = producer.conn
+        producer.conn = None
+        if isinstance(conn, _Conn):
+            self._fence(conn)
+
     def _fence(self, conn: _Conn) -> None:
+        """A newer session of its producer replaces `conn`: tell it at once (its
+        address was proven by its handshake), so that its application learns it
+        now, not at its next datagram (which would get the same REFUSE)."""
         self.stats.fenced += 1
         conn.fenced = True
         waiting = self._accept_waiting.get(conn.producer.stream)
         if waiting and conn in waiting:
             waiting.remove(conn)  # never accept a session that is already fenced
+            refuse = wire.Refuse(0, conn.nonce, 0, wire.RefuseReason.FENCED)  # its HELLO's
+        else:
+            refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, wire.RefuseReason.FENCED)
+        self._out.append((wire.encode_refuse(refuse, self._key), conn.addr))
         self._forget(conn)
 
     def _close(self, conn: _Conn, said_close: bool = False) -> None:

@@ -4,8 +4,8 @@ Why a module of its own: these are the protocol's vocabulary, used by both
 state machines (sender.py, listener_core.py) and by the tests, while wire.py
 is how they become bytes and back.  Field by field they follow docs/wire.md
 section 3; `wire` re-exports every name here, so `wire.Hello` and the rest
-keep working.  Frozen dataclasses (small, immutable, a docstring per field:
-STYLE.md practice 4); `Data` is a NamedTuple because the listener builds one
+keep working.  Frozen dataclasses (small, immutable, a docstring per
+field); `Data` is a NamedTuple because the listener builds one
 per DATA datagram on its hot path.
 """
 

@@ -33,14 +33,15 @@ def is_valid_name(name: object) -> bool:
     return isinstance(name, str) and NAME_RE.fullmatch(name) is not None
 
 
-def validate_stream_name(name: str) -> str:
+def validate_stream_name(name: str, what: str = "stream") -> str:
     """Return `name` if it is a valid stream name; raise ValueError (TypeError
-    for a non-str) otherwise."""
+    for a non-str) otherwise.  `what`: the kind of name the message says
+    ("producer": the same rule)."""
     if not isinstance(name, str):
-        raise TypeError(f"stream name must be str, not {type(name).__name__}")
+        raise TypeError(f"{what} name must be str, not {type(name).__name__}")
     if NAME_RE.fullmatch(name) is None:
         raise ValueError(
-            f"bad stream name {name[:40]!r}: use 1-200 characters of A-Z a-z 0-9 . _ -, "
+            f"bad {what} name {name[:40]!r}: use 1-200 characters of A-Z a-z 0-9 . _ -, "
             "not starting with '.'"
         )
     return name

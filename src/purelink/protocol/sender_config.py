@@ -1,5 +1,5 @@
 """What configures a sender and what it counts (split from sender.py, which is
-the state machine itself; STYLE practice 7: one configuration dataclass with a
+the state machine itself; one configuration dataclass with a
 docstring under every field)."""
 
 from __future__ import annotations

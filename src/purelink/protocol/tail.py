@@ -1,7 +1,7 @@
 """Subscriptions over the listener's TCP port: the bytes, both ways (sans-IO).
 
 Why it exists: `purelink.subscribe` and `purelink tail` read a stream from a
-listener over TCP (SPEC section 9), and the listener sends stored batches
+listener over TCP (docs/store.md), and the listener sends stored batches
 straight from its segment files with `os.sendfile`.  So the reply *is* the
 store format (docs/store.md): batches as they lie on disk, each carrying its
 position and its CRC-32C.  This module knows the request, the few control
@@ -21,7 +21,7 @@ Request, client to listener, little-endian, sent once:
     u8   flags        0x01 follow: wait for more instead of ending;
                       0x40 sealed (tail_seal.py); any other bit: refused (bad_flags)
     u8   n            length of the stream name
-    n    name         the stream (SPEC section 1 rules)
+    n    name         the stream (the README's naming rule)
     u32  crc32c       of every byte before it
 
 Reply, listener to client: items back to back until the listener closes.

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 STREAM_NAME_RE: Final = NAME_RE
-"""A stream name (SPEC section 1): 1-200 of [A-Za-z0-9._-], not starting with '.'
+"""A stream name (the README's naming rule): 1-200 of [A-Za-z0-9._-], not starting with '.'
 (so never '.', '..' or a hidden file), matched with fullmatch.  The one rule
 lives in purelink.protocol.names, shared with the listener core."""
 
@@ -243,11 +243,20 @@ class _SegmentIndex:
 
 
 class Store:
-    """The read-only view of a data directory (SPEC section 3).
+    """The read-only view of a data directory (the README's Python API).
 
     Safe while a listener writes, in this process or another; never locks.
-    One Store may be shared by threads.
+    One Store may be shared by threads.  `Store("nats://h1:4222,...")` is the
+    same view of the streams a listener keeps in a JetStream cluster
+    (store/jetstream/reader.py, docs/jetstream.md).
     """
+
+    def __new__(cls, path: str | os.PathLike[str]) -> Store:
+        if isinstance(path, str) and path.startswith("nats://"):
+            from .jetstream.reader import JetStreamStore  # noqa: PLC0415 -- optional
+
+            return JetStreamStore(path)  # type: ignore[return-value]  # the same methods
+        return super().__new__(cls)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Open the data directory at `path` for reading."""

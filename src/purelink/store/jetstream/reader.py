@@ -1,0 +1,320 @@
+"""`Store("nats://...")`: the read-only view of purelink streams kept in JetStream.
+
+Why it exists: wherever a data directory is read (`Store`, `purelink read`,
+`purelink streams`), a JetStream cluster can be named instead, and it reads
+the same: `(position, payload)` in order, from the first record retained,
+with `follow=True` waiting for more.  The layout it reads is layout.py's.
+
+How it reads.  A position is found by binary search over the JetStream
+stream's sequence numbers (each probe one get from the stream leader, ~log2(messages)
+round trips); from there messages are fetched in order, several requests
+ahead, and each body is split into its batches, every one checked
+(`verify_batch`: magic, version, lengths, CRC-32C) and its position checked
+to follow the one before.  Nothing that fails is ever yielded: a message
+that does not check out raises `purelink.Error` naming its sequence.
+Epoch markers (no records) are skipped.  Following polls the stream's last
+sequence with a short sleep that doubles up to 50 ms while nothing is new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from purelink.errors import Error
+from purelink.protocol.batch import batch_records, verify_batch
+from purelink.protocol.names import validate_stream_name
+
+from ..store import StreamInfo
+from .client import NatsThread, say
+from .layout import (
+    METADATA_KEY,
+    STREAM_PREFIX,
+    BatchHeaders,
+    decode_headers,
+    decode_marker,
+    stream_name,
+)
+
+__all__ = ["JetStreamStore", "split_batches"]
+
+AHEAD = 16
+"""Direct gets in flight while reading."""
+FOLLOW_POLL_MAX = 0.05
+
+
+def split_batches(body: bytes, h: BatchHeaders, seq: int) -> Iterator[tuple[int, list[bytes]]]:
+    """(position, records) of each batch of one message's body, checked."""
+    view = memoryview(body)
+    offset = 0
+    position = h.position
+    records = 0
+    while offset < len(view):
+        try:
+            header = verify_batch(view[offset : offset + _length_at(view, offset)])
+        except Exception as exc:
+            raise Error(f"JetStream message {seq}: batch at byte {offset} is bad: {exc}") from None
+        if header.position != position:
+            raise Error(
+                f"JetStream message {seq}: batch at byte {offset} is at position "
+                f"{header.position}, {position} should come next"
+            )
+        yield position, batch_records(view[offset : offset + header.length], header)
+        position += header.count
+        records += header.count
+        offset += header.length
+    if records != h.count:
+        raise Error(f"JetStream message {seq}: {records} records, its headers say {h.count}")
+
+
+def _length_at(view: memoryview, offset: int) -> int:
+    if len(view) - offset < 20:
+        raise Error("a batch header is cut short")
+    return int.from_bytes(view[offset + 16 : offset + 20], "little")
+
+
+class JetStreamStore:
+    """Streams kept in the JetStream cluster at `url` (`nats://h1:4222,...`)."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        self.url = url
+        self._nats = NatsThread(url, timeout=timeout)
+        self._js: Any = self._nats.js
+
+    def __repr__(self) -> str:
+        return f"<Store {self.url!r}>"
+
+    def close(self) -> None:
+        self._nats.close()
+
+    def __enter__(self) -> JetStreamStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ listing
+    def streams(self) -> list[str]:
+        """Names of the purelink streams in the cluster, sorted."""
+
+        async def names() -> list[str]:
+            out = []
+            for info in await self._js.streams_info():
+                cfg = info.config
+                meta = cfg.metadata or {}
+                if cfg.name.startswith(STREAM_PREFIX) and METADATA_KEY in meta:
+                    out.append(meta[METADATA_KEY])
+            return sorted(out)
+
+        return list(self._call(names()))
+
+    def _info(self, stream: str) -> Any:
+        """The JetStream stream's info, or None when it does not exist."""
+        validate_stream_name(stream)
+        nats = _nats_module()
+
+        async def info() -> Any:
+            try:
+                return await self._js.stream_info(stream_name(stream))
+            except nats.js.errors.NotFoundError:
+                return None
+
+        return self._call(info())
+
+    def last(self, stream: str) -> int:
+        """Position of the last record stored (0 when empty or unknown)."""
+        info = self._info(stream)
+        if info is None or not info.state.messages:
+            return 0
+        return int(self._call(self._last_end(stream_name(stream), info.state.last_seq))) - 1
+
+    def first(self, stream: str) -> int:
+        """Position of the first record retained (0 when empty or unknown)."""
+        info = self._info(stream)
+        if info is None or not info.state.messages:
+            return 0
+        found = self._call(self._batch_at_or_after(stream_name(stream), info.state.first_seq))
+        return 0 if found is None else found[1].position
+
+    def stream_info(self, stream: str) -> StreamInfo:
+        """first, last, records and bytes (the JetStream stream's, per replica)."""
+        info = self._info(stream)
+        if info is None:
+            return StreamInfo(stream, 0, 0, 0, 0)
+        first, last = self.first(stream), self.last(stream)
+        return StreamInfo(stream, first, last, last - first + 1 if first else 0, info.state.bytes)
+
+    # ------------------------------------------------------------ reading
+    def read(
+        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
+    ) -> Iterator[tuple[int, bytes]]:
+        """(position, payload) from `start` (inclusive) to `stop` (exclusive;
+        None = all stored when called), as the file store's `read`: `start` 0 or
+        1 is the first record retained; a later start below it raises."""
+        if start < 0:
+            raise ValueError(f"start must be >= 0, not {start}")
+        validate_stream_name(stream)
+        return self._read(stream, start, stop, follow)
+
+    def _read(
+        self, stream: str, start: int, stop: int | None, follow: bool
+    ) -> Iterator[tuple[int, bytes]]:
+        name = stream_name(stream)
+        limit = stop if stop is not None else 1 << 64
+        if limit <= start:
+            return
+        info = self._info(stream)
+        while info is None or not info.state.messages:  # nothing yet
+            if not follow:
+                return
+            time.sleep(FOLLOW_POLL_MAX)
+            info = self._info(stream)
+        start = max(start, 1)
+        first = self._call(self._batch_at_or_after(name, info.state.first_seq))
+        if first is not None and start <= 1:  # the beginning: the first record retained
+            start = first[1].position
+        if first is not None and start < first[1].position:
+            raise Error(
+                f"stream {stream!r}: records retained start at {first[1].position}, "
+                f"cannot read from {start}"
+            )
+        seq = self._call(self._seek(name, info.state.first_seq, info.state.last_seq, start))
+        end_seq = info.state.last_seq
+        position = start
+        pause = 0.001
+        parts: list[bytes] = []
+        while position < limit:
+            if seq > end_seq:
+                if not follow:
+                    return
+                end_seq = self._call(self._last_seq(name))
+                if seq > end_seq:
+                    time.sleep(pause)
+                    pause = min(pause * 2, FOLLOW_POLL_MAX)
+                    continue
+                pause = 0.001
+            msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+            for mseq, headers, part in msgs:
+                seq = mseq + 1
+                if decode_marker(headers) is not None:
+                    continue
+                h = self._headers(headers, mseq)
+                if h.parts > 1:  # a batch cut into parts: put it together first
+                    if h.part == 1:
+                        parts = [part]
+                    elif parts and h.part == len(parts) + 1:
+                        parts.append(part)
+                    else:
+                        raise Error(
+                            f"stream {stream!r}: JetStream message {mseq} is part "
+                            f"{h.part}/{h.parts} of a batch whose earlier parts are missing"
+                        )
+                    if h.part < h.parts:
+                        continue
+                    body = b"".join(parts)
+                    parts = []
+                else:
+                    body = part
+                if h.end <= position:
+                    continue
+                if h.position > position:
+                    raise Error(
+                        f"stream {stream!r}: JetStream message {mseq} starts at position "
+                        f"{h.position} where {position} should come next"
+                    )
+                for pos, records in split_batches(body, h, mseq):
+                    for i, record in enumerate(records):
+                        p = pos + i
+                        if p >= limit:
+                            return
+                        if p >= position:
+                            yield p, record
+                            position = p + 1
+            if not msgs:
+                seq = end_seq + 1
+
+    # ------------------------------------------------------------ on the loop
+    async def _get(self, name: str, seq: int) -> tuple[int, dict[str, str], bytes] | None:
+        """The message at `seq` or the next one after it; None past the end."""
+        nats = _nats_module()
+        try:
+            msg = await self._js.get_msg(name, seq, next=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        return msg.seq, dict(msg.headers or {}), msg.data or b""
+
+    async def _fetch(self, name: str, lo: int, hi: int) -> list[tuple[int, dict[str, str], bytes]]:
+        """Messages lo..hi in order (fewer where some were removed)."""
+        got = await asyncio.gather(*(self._get(name, s) for s in range(lo, hi + 1)))
+        out: list[tuple[int, dict[str, str], bytes]] = []
+        last = lo - 1
+        for m in got:
+            if m is not None and m[0] > last:  # `next` may return the same later message twice
+                out.append(m)
+                last = m[0]
+        return out
+
+    async def _last_seq(self, name: str) -> int:
+        info = await self._js.stream_info(name)
+        return int(info.state.last_seq)
+
+    async def _batch_at_or_after(self, name: str, seq: int) -> tuple[int, BatchHeaders] | None:
+        while True:
+            m = await self._get(name, seq)
+            if m is None:
+                return None
+            if decode_marker(m[1]) is None:
+                return m[0], self._headers(m[1], m[0])
+            seq = m[0] + 1
+
+    async def _last_end(self, name: str, last_seq: int) -> int:
+        """The position after the last record: from the last batch message,
+        walking back over epoch markers."""
+        seq = last_seq
+        while seq >= 1:
+            m = await self._get(name, seq)
+            if m is not None and m[0] == seq and decode_marker(m[1]) is None:
+                return self._headers(m[1], seq).end
+            seq -= 1
+        return 1
+
+    async def _seek(self, name: str, lo: int, hi: int, position: int) -> int:
+        """The first sequence whose batch may hold `position` (the last batch
+        message starting at or before it)."""
+        best, part = lo, 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            found = await self._batch_at_or_after(name, mid)
+            if found is None or found[0] > hi:
+                hi = mid - 1
+                continue
+            mseq, h = found
+            if h.position <= position:
+                best, part = mseq, h.part
+                lo = mseq + 1
+            else:
+                hi = mid - 1
+        return best - (part - 1)  # a cut batch is read from its first part
+
+    @staticmethod
+    def _headers(headers: dict[str, str], seq: int) -> BatchHeaders:
+        try:
+            return decode_headers(headers)
+        except ValueError as exc:
+            raise Error(f"JetStream message {seq}: {exc}") from None
+
+    def _call(self, coro: Any) -> Any:
+        try:
+            return self._nats.call(coro)
+        except Error:
+            raise
+        except Exception as exc:
+            raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+
+
+def _nats_module() -> Any:
+    import nats.js.errors  # noqa: PLC0415 - optional dependency
+
+    return nats
