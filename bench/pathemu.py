@@ -428,8 +428,11 @@ class Emulator:
         and both namespaces' route caches (learned path MTUs)."""
         self.forward, self.reverse = forward, reverse or forward
         self._call(op="set", forward=forward.to_json(), reverse=self.reverse.to_json(), seed=seed)
-        # The kernels forget what they learned of the last path: a path MTU
-        # learned from an ICMP error is cached for 10 minutes per destination.
+        self.forget()
+
+    def forget(self) -> None:
+        """Empty both namespaces' route caches: the kernels forget what they
+        learned of the path (a path MTU from an ICMP error is kept 10 minutes)."""
         for ns in self._made:
             _ip("-n", ns, "route", "flush", "cache", check=False)
 

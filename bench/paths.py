@@ -221,6 +221,7 @@ def run_plain_tcp(emu: Emulator, cc: str, total: int, record: int, limit: float)
         start_new_session=True,
     )
     assert recv.stdout is not None
+    emu.forget()  # each transport learns the path (its MTU) for itself
     try:
         if recv.stdout.readline().strip() != "ready":
             return {"ok": False, "error": "the TCP receiver did not start"}
@@ -277,6 +278,7 @@ def run_purelink(
         str(limit),
         *sender_args,
     )
+    emu.forget()  # each transport learns the path (its MTU) for itself
     result = _run_sender(emu, argv, limit)
     result["router"] = emu.stats()
     stored = serve.read(stream)
