@@ -1,7 +1,7 @@
 """The congestion controller's interface: what the sender tells it, what it answers.
 
-Why an ABC of its own: the sender must not know which algorithm runs (STYLE
-practice 6, after aioquic's `quic/congestion/base.py`).  It builds one with
+Why an ABC of its own: the sender must not know which algorithm runs (a small
+injectable policy, after aioquic's `quic/congestion/base.py`).  It builds one with
 `create(name, datagram_size, seed)`, tells it about every transmission, every
 answer (as one `RateSample`), every loss, every proven-spurious loss and every
 probe timeout, and reads two numbers back:
