@@ -590,8 +590,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot is not None and not args.torture and not args.no_plot:
         from ._pathplot import plot  # noqa: PLC0415 -- matplotlib only when plotting
 
-        plot(report, args.plot, transports)
-        report.notes.append(f"plot: {args.plot}")
+        try:
+            plot(report, args.plot, transports)
+            report.notes.append(f"plot: {args.plot}")
+        except ImportError:  # the figures are printed all the same
+            report.notes.append("no plot: matplotlib is not installed (pip install '.[bench]')")
     report.emit(args.json)
     return 0
 
