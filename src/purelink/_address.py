@@ -66,7 +66,18 @@ def is_loopback(host: str) -> bool:
 
 
 def resolve(host: str, port: int, kind: int = socket.SOCK_DGRAM) -> tuple[int, tuple[str, int]]:
-    """(family, sockaddr) for connecting or binding; OSError if it does not resolve."""
+    """(family, sockaddr) for connecting or binding; OSError if it does not resolve.
+
+    An address written as numbers is taken as it is, without getaddrinfo: that
+    is cheaper, and getaddrinfo imports the idna codec on first use, which fails
+    in a thread still connecting while the interpreter shuts down (a forked
+    child that logs one record and exits, CPython 3.12)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return family, (host, port)
     infos = socket.getaddrinfo(host, port, 0, kind)
     family, _, _, _, sockaddr = infos[0]
     return family, (str(sockaddr[0]), int(sockaddr[1]))

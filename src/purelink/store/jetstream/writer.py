@@ -139,7 +139,9 @@ class JetStreamWriter:
     # ------------------------------------------------------------ listener thread
     def check(self) -> None:
         """Refuse at once a cluster that cannot hold `replicas` copies."""
-        self.nats.call(self._check())
+        # longer than the client's own request timeout, so that its answer (or its
+        # timeout: a cluster of fewer servers may not answer at all) is what we see
+        self.nats.call(self._check(), timeout=3 * self.nats.timeout)
 
     def append(self, stream: str, writes: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
         """Queue these batches (in order); returns their ticket."""
