@@ -3,10 +3,10 @@
 After trio's FakeNet: every datagram handed to `FakeNet.send` is, by a
 seeded RNG, dropped, duplicated, and delivered after a random delay (so
 datagrams overtake each other; `symmetric` jitter spreads it both ways
-around the delay, as a real path and the TUN emulator do); a blackout drops everything for a while; a
-datagram larger than the path's MTU is dropped (DF is set: never fragmented).
-Given the same seed, a run is the same run, so a failing seed is a
-regression test.
+around the delay, as a real path and the TUN emulator do); a blackout drops
+everything for a while; a datagram larger than the path's MTU is dropped
+(DF is set: never fragmented).  Given the same seed, a run is the same run,
+so a failing seed is a regression test.
 
 Each direction may also have a **bottleneck**: a link of `rate` bytes per
 second with a drop-tail queue of `queue` bytes in front of it (a router's
