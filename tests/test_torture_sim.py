@@ -106,7 +106,7 @@ def back_after_blackout(seed: int, loss: float) -> tuple[float, float]:
     """Ship at full rate, black the path out for 1.5 s, and measure from the
     blackout's end to the end of the first 50 ms in which the listener got at
     least 90 % of the bottleneck's payload rate.  Returns (that time, the
-    link's probe interval cap)."""
+    interval the link's probes had backed off to: 0.25 s on this path)."""
     up = NetConfig(loss=loss, delay=RTT / 2, rate=RATE, queue=256 << 10)
     down = NetConfig(loss=loss, delay=RTT / 2)
     net = FakeNet(seed, up, down)
@@ -119,6 +119,8 @@ def back_after_blackout(seed: int, loss: float) -> tuple[float, float]:
     end = sim.clock.now + 1.5
     net.blackout_until = end
     sim.run(lambda: sim.clock.now >= end, max_time=2.0)
+    probe = s.rtt.pto  # the interval the probes backed off to
+    assert probe <= s.config.max_probe_interval
     # payload per wire byte of 1,000-B records (headers, the batch's length table)
     share = s.payload_bytes / max(s.stats.bytes - s.stats.retransmit_bytes, 1)
     assert sim.core is not None
@@ -130,15 +132,16 @@ def back_after_blackout(seed: int, loss: float) -> tuple[float, float]:
         sim.run(lambda t=t: sim.clock.now >= t, max_time=1.0)  # type: ignore[misc]
         now = written.get(pid, 0)
         if (now - last) / step >= 0.9 * RATE * share * (1 - loss):
-            return t - end, s.config.max_probe_interval
+            return t - end, probe
         last = now
-    return float("inf"), s.config.max_probe_interval
+    return float("inf"), probe
 
 
 @pytest.mark.parametrize("seed", range(1, 6))
 @pytest.mark.parametrize("loss", [0.0, 0.01])
 def test_full_rate_again_within_two_rtts_and_the_probe_interval(seed: int, loss: float) -> None:
     took, probe = back_after_blackout(seed, loss)
+    assert probe == pytest.approx(0.25)
     assert took <= 2 * RTT + probe + 0.05, f"{took:.2f} s after the blackout"
 
 
