@@ -2,8 +2,8 @@
 
 Why a module of its own: the handler (logging.py) encodes in two places, the
 caller's thread (JSONFormatter.encode, for a record whose fields could change
-later) and its own thread (`encode_fields`, from the copy of the fields that
-`emit` took), and both must give the same bytes; the reader (`decode`) needs
+later) and its own thread (`encode_captured`, from the fields that `emit`
+captured), and both must give the same bytes; the reader (`decode`) needs
 none of the handler.
 """
 
@@ -13,7 +13,7 @@ import json
 import logging
 from typing import Any
 
-__all__ = ["BARE_SIZE", "IMMUTABLE", "JSONFormatter", "decode", "encode_fields"]
+__all__ = ["BARE_SIZE", "IMMUTABLE", "JSONFormatter", "decode", "encode_captured"]
 
 # LogRecord attributes that are not `extra=` fields
 _BARE = logging.LogRecord("", 0, "", 0, "", (), None).__dict__
@@ -56,30 +56,32 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
-def encode_fields(fields: dict[str, Any]) -> bytes:
-    """The UTF-8 JSON of a record from its attributes (a LogRecord's `__dict__`,
-    or a copy of it) with `message` formatted and `exc_text` filled in."""
-    doc: dict[str, Any] = {
-        "time": fields["created"],
-        "level": fields["levelname"],
-        "logger": fields["name"],
-        "message": fields["message"],
-        "thread": fields["threadName"],
-    }
-    exc_text = fields.get("exc_text")
-    if exc_text:
-        doc["exception"] = exc_text
-    stack = fields.get("stack_info")
-    if stack:
-        doc["stack"] = stack
-    if len(fields) > BARE_SIZE:
-        for key in sorted(fields.keys() - _STANDARD):
-            doc[f"extra.{key}" if key in _FIXED else key] = fields[key]
+def _encode(doc: dict[str, Any], extra: dict[str, Any] | None) -> bytes:
+    if extra:
+        for key in sorted(extra.keys() - _STANDARD):
+            doc[f"extra.{key}" if key in _FIXED else key] = extra[key]
     try:
         text = _json(doc)
     except (TypeError, ValueError):  # keys JSON cannot take, a cycle
         text = _json(_plain(doc))
     return text.encode("utf-8", "backslashreplace")
+
+
+def encode_captured(fields: tuple[Any, ...]) -> bytes:
+    """The UTF-8 JSON of a record from what `LinkHandler.emit` captured of it:
+    (created, levelname, name, message, threadName, stack_info, the attributes
+    past a bare LogRecord's or None)."""
+    created, level, logger, message, thread, stack, extra = fields
+    doc: dict[str, Any] = {
+        "time": created,
+        "level": level,
+        "logger": logger,
+        "message": message,
+        "thread": thread,
+    }
+    if stack:
+        doc["stack"] = stack
+    return _encode(doc, extra)
 
 
 class JSONFormatter(logging.Formatter):
@@ -96,5 +98,16 @@ class JSONFormatter(logging.Formatter):
         # cached on the record, as logging.Formatter does; loguru hands over "\n"
         if record.exc_info and not (record.exc_text and record.exc_text.strip()):
             record.exc_text = self.formatException(record.exc_info)
-        record.message = record.getMessage()  # as logging.Formatter.format does
-        return encode_fields(record.__dict__)
+        doc: dict[str, Any] = {
+            "time": record.created,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "thread": record.threadName,
+        }
+        if record.exc_text:
+            doc["exception"] = record.exc_text
+        if record.stack_info:
+            doc["stack"] = record.stack_info
+        fields = record.__dict__
+        return _encode(doc, fields if len(fields) > BARE_SIZE else None)

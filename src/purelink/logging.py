@@ -14,7 +14,7 @@ Theory of operation:
   fields with the message formatted (its arguments may be mutated later) --
   and appends it to the hand-off, a deque, which takes no lock (the GIL makes
   `append` and `popleft` atomic).  The handler's own thread takes it from
-  there, encodes the JSON (`_log_json.encode_fields`) and queues it on the
+  there, encodes the JSON (`_log_json.encode_captured`) and queues it on the
   link.  One consumer, one FIFO: the records of each thread keep their order.
   Encoded in the caller instead, at the cost of a call through JSONFormatter:
   a record with an exception (its traceback is formatted there anyway), one
@@ -40,15 +40,16 @@ Theory of operation:
   order, bounded by `capacity` and `capacity_bytes` (their text), counted
   under `_gate`, a lock that only the records emitted before the connection
   take.
-* `close()` -- which `logging.shutdown()` calls at interpreter exit -- tells
-  the thread to take everything handed off, waits for it, then until all of
-  it is stored, at most `timeout` seconds in all; what is left is counted as
-  dropped and said on stderr.  Once the thread has ended (`_drained`), a
-  record appended is taken back by whoever sees the flag first -- `emit`
-  itself checks it after appending -- and counted: nothing is left in the
-  hand-off uncounted.  `flush()` waits until everything emitted is on the
-  link (a mark in the hand-off), as a FileHandler's flush hands bytes to the
-  OS without fsyncing them; `wait_stored()` is the checkpoint.
+* `close()` -- which `logging.shutdown()` calls at interpreter exit -- appends
+  a mark to the hand-off and waits for the thread to reach it (everything
+  logged before close() is then on the link), then until all of it is stored,
+  at most `timeout` seconds in all; what is left is counted as dropped and
+  said on stderr.  Records logged after close() began are dropped and counted:
+  once the thread has ended (`_drained`), whoever sees the flag first --
+  `emit` itself checks it after appending -- takes them back, so nothing is
+  left in the hand-off uncounted.  `flush()` waits until everything logged so
+  far is on the link (a mark of its own), as a FileHandler's flush hands
+  bytes to the OS without fsyncing them; `wait_stored()` is the checkpoint.
 * After `os.fork()` the child starts afresh (its parent's thread does not
   exist there): a new hand-off and a new connection at once, in the child,
   the parent's held records left to the parent.  A named `producer` must then
@@ -73,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from purelink import _address
-from purelink._log_json import BARE_SIZE, IMMUTABLE, JSONFormatter, decode, encode_fields
+from purelink._log_json import BARE_SIZE, IMMUTABLE, JSONFormatter, decode, encode_captured
 from purelink.errors import ConnectError, Error
 from purelink.link import Link, connect
 from purelink.primitives.wakeup import Wakeup
@@ -163,9 +164,10 @@ class LinkHandler(logging.Handler):
         """The state of a handler that has not connected yet."""
         self._link: Link | None = None
         self._gate = threading.Lock()
-        # dicts (a record's fields, encoded by the thread), bytes (a formatter's
-        # text) and threading.Events (a waiter's mark: everything before it is on
-        # the link); appended by any thread, taken by the handler's thread only
+        # tuples (what emit captured, encoded by the thread), bytes (a formatter's
+        # text), threading.Events (a waiter's mark: everything before it is on the
+        # link) and None (close()'s mark: the thread ends there); appended by any
+        # thread, taken by the handler's thread only
         self._handoff: collections.deque[Any] = collections.deque()
         self._held_bytes = 0  # of the records held before the first connection
         old = getattr(self, "_wakeup", None)
@@ -175,7 +177,6 @@ class LinkHandler(logging.Handler):
         # handler, not by close(): a thread in emit may be about to write it
         self._wakeup = Wakeup()
         weakref.finalize(self, self._wakeup.close)
-        self._stop = False  # close(): take what is there, then end
         self._abort = False  # close() ran out of time: end now
         self._drained = False  # the thread has ended: what is appended now is dropped
         self._refusal = "the handler is closed"  # why, once _drained
@@ -239,17 +240,25 @@ class LinkHandler(logging.Handler):
         value that could change later (anything but str, int, float, bool and None)
         is encoded now instead."""
         fields = record.__dict__
+        extra = None
         if len(fields) > BARE_SIZE:  # extra= fields (makeRecord adds them last)
             if next(iter(fields)) != "name":  # a record factory set some first
                 return formatter.encode(record)
-            for value in itertools.islice(fields.values(), BARE_SIZE, None):
+            extra = dict(itertools.islice(fields.items(), BARE_SIZE, None))
+            for value in extra.values():
                 if value.__class__ not in IMMUTABLE:
                     return formatter.encode(record)
         if record.exc_info:  # the traceback is formatted here anyway: all of it, then
             return formatter.encode(record)
-        item = fields.copy()
-        item["message"] = record.getMessage()
-        return item
+        return (
+            record.created,
+            record.levelname,
+            record.name,
+            record.getMessage(),
+            record.threadName,
+            record.stack_info,
+            extra,
+        )
 
     def _hold(self, item: Any) -> bool:
         """Before the link is up: keep the record for it (or drop it), counting its
@@ -277,7 +286,7 @@ class LinkHandler(logging.Handler):
                 break
             if item.__class__ is threading.Event:
                 item.set()
-            else:
+            elif item is not None:  # None: close()'s mark
                 count += 1
         if count:
             self._drop(self._refusal, count)
@@ -356,31 +365,32 @@ class LinkHandler(logging.Handler):
         return link
 
     def _pump(self, link: Link) -> None:
-        """Encode what the hand-off brings and queue it on the link, in order, until
-        close() says stop; sleep (on the Wakeup) while there is nothing."""
+        """Encode what the hand-off brings and queue it on the link, in order, up to
+        close()'s mark; sleep (on the Wakeup) while there is nothing."""
         handoff = self._handoff
         wakeup = self._wakeup
         poller = select.poll()
         poller.register(wakeup.fileno(), select.POLLIN)
 
         def ready() -> bool:
-            return bool(handoff) or self._stop
+            return bool(handoff)
 
         while not self._abort:
             wakeup.begin_look()
             while handoff and not self._abort:
-                self._send(link, handoff.popleft())
-            if self._stop and not handoff:
-                return
+                item = handoff.popleft()
+                if item is None:  # close()'s mark: what was handed off after it is dropped
+                    return
+                self._send(link, item)
             if wakeup.prepare_sleep(ready):
                 poller.poll(_IDLE_MS)  # a finite backstop (primitives/wakeup.py)
                 wakeup.after_wake(ready)
 
     def _send(self, link: Link, item: Any) -> None:
         cls = item.__class__
-        if cls is dict:
+        if cls is tuple:
             try:
-                payload = encode_fields(item)
+                payload = encode_captured(item)
             except Exception as exc:  # counted, and the thread goes on
                 self._drop(f"it could not be encoded ({type(exc).__name__}: {exc})")
                 return
@@ -458,7 +468,7 @@ class LinkHandler(logging.Handler):
                     self._up.wait(1.0)
                     if not self._up.is_set():  # still inside a connect: count for it
                         self._give_up(f"no connection to {self.url} before close() gave up")
-                self._stop = True
+                self._handoff.append(None)  # the thread ends there
                 self._wakeup.mark_and_signal()
                 thread.join(max(self._deadline - time.monotonic(), 0.0))
                 if thread.is_alive():  # more records than the time left to encode them
@@ -492,7 +502,7 @@ def _size(item: Any) -> int:
     its bytes, or the text of fields not encoded yet."""
     if item.__class__ is bytes:
         return len(item)
-    return len(item["message"]) + len(item["stack_info"] or "") + _FIELDS_SIZE
+    return len(item[3]) + len(item[5] or "") + _FIELDS_SIZE
 
 
 def _warn(message: str) -> None:
