@@ -6,7 +6,11 @@ lose them at exit -- is pinned here: the JSON shape (with `extra=` fields and
 exceptions), four threads at once, a listener that is down (drops counted,
 calls stay fast), one that comes up late, one that restarts (a real `purelink
 serve`), an interpreter that exits without closing the handler, dictConfig,
-structlog and loguru, and reading the records back.
+structlog and loguru, and reading the records back.  Then the hand-off from
+the calling thread to the handler's: each thread's order across records
+encoded on either side, close() storing exactly what was logged before it
+and counting what came after, the message and extra= values frozen at the
+call, a full hand-off counted in the call, flush, and no lock taken.
 """
 
 from __future__ import annotations
