@@ -28,10 +28,10 @@ Theory of operation:
   handler's thread calls `Link.queue`.
 * The handler's thread is woken only when it sleeps: it arms a Wakeup
   (primitives/wakeup.py) before sleeping, and `emit` writes its eventfd only
-  when it sees it armed, through a write(2) that keeps the GIL (`_Wakeup`).
-  After taking records the thread looks again `_LINGER` (2 ms) later before
-  it arms: an application that logs more often than that writes no fd at
-  all, and a burst of log calls writes it once.
+  when it sees it armed.  After taking records the thread looks again
+  `_LINGER` (2 ms) later before it arms: waking a sleeping thread costs the
+  call ~15 us, and an application that logs more often than every 2 ms
+  writes no fd at all; a burst of log calls writes it once.
 * The hand-off is bounded: past `capacity` records waiting for the thread a
   record is dropped (counted in `dropped`, one warning on stderr, never
   through `logging`, which would come back here).  The link keeps every
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import inspect
 import itertools
 import logging
@@ -93,38 +92,6 @@ _CONNECT_MAX = 5.0
 _IDLE_MS = 1000  # the thread's sleep, at most: a backstop, a wakeup is never lost
 _LINGER = 0.002  # after taking records, the thread looks again this much later, unarmed
 _FIELDS_SIZE = 100  # what the JSON adds to a held record's text: keys, time, names
-_ONE = (1).to_bytes(8, "little")  # an eventfd's increment (a pipe takes any 8 bytes)
-
-
-def _load_write() -> Callable[[int, bytes, int], int] | None:
-    """write(2) through ctypes.PyDLL, which keeps the GIL (see _Wakeup)."""
-    try:
-        write = ctypes.PyDLL(None).write
-    except (OSError, AttributeError):  # pragma: no cover - no libc to speak of
-        return None
-    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
-    write.restype = ctypes.c_ssize_t
-    return write
-
-
-_write = _load_write()
-
-
-class _Wakeup(Wakeup):
-    """A Wakeup whose write keeps the GIL.  os.write gives it up around the system
-    call, and the thread it wakes takes it: the application's log call then waits
-    for the handler's thread to encode and queue (measured: tens of microseconds
-    per call of an application that logs now and then).  Kept, the woken thread
-    runs when the application next waits, or at the switch interval.  The fd is
-    non-blocking: the write never waits."""
-
-    __slots__ = ()
-
-    def _write(self) -> None:
-        if _write is None:  # pragma: no cover - no libc to speak of
-            super()._write()
-        else:
-            _write(self._write_fd, _ONE, 8)  # -1 (EAGAIN: full) means readable already
 
 
 class LinkHandler(logging.Handler):
@@ -212,7 +179,7 @@ class LinkHandler(logging.Handler):
             old.close()  # a fork's child: the parent's fd, whose thread is not here
         # written only while the handler's thread sleeps; its fd is closed with the
         # handler, not by close(): a thread in emit may be about to write it
-        self._wakeup = _Wakeup()
+        self._wakeup = Wakeup()
         weakref.finalize(self, self._wakeup.close)
         self._abort = False  # close() ran out of time: end now
         self._drained = False  # the thread has ended: what is appended now is dropped
