@@ -10,9 +10,10 @@ or counted in `dropped`.
 Theory of operation:
 
 * A log call does only what must happen in the caller's thread: `emit`
-  freezes what could change after the call -- a shallow copy of the record's
-  fields with the message formatted (its arguments may be mutated later) --
-  and appends it to the hand-off, a deque, which takes no lock (the GIL makes
+  freezes what could change after the call -- a tuple of the fields the JSON
+  needs, the message formatted (its arguments may be mutated later) and the
+  `extra=` values copied into a dict of their own -- and appends it to the
+  hand-off, a deque, which takes no lock (the GIL makes
   `append` and `popleft` atomic).  The handler's own thread takes it from
   there, encodes the JSON (`_log_json.encode_captured`) and queues it on the
   link.  One consumer, one FIFO: the records of each thread keep their order.
