@@ -685,3 +685,22 @@ def test_import_star_does_not_shadow_the_standard_logging_module() -> None:
         env=_env(),
     )
     assert done.stdout.strip() == b"LinkHandler"
+
+
+def test_the_handlers_filters_still_run(listener: purelink.Listener) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "filtered")
+    log.addHandler(handler)
+
+    def only_even(record: logging.LogRecord) -> bool:
+        record.checked = True  # a filter may add a field: it is an extra= field then
+        return int(record.getMessage().split()[1]) % 2 == 0
+
+    handler.addFilter(only_even)
+    for i in range(10):
+        log.info("record %d", i)
+    assert handler.wait_stored(10)
+    handler.close()
+    records = _records(listener.path, "filtered")
+    assert [r["message"] for r in records] == [f"record {i}" for i in range(0, 10, 2)]
+    assert all(r["checked"] is True for r in records)
