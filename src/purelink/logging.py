@@ -219,10 +219,35 @@ class LinkHandler(logging.Handler):
         never raises into the caller (see the module header)."""
         try:
             formatter = self.formatter
-            if type(formatter) is JSONFormatter:  # not a subclass: its encode is known
-                item = self._capture(record, formatter)
-            else:
+            item: Any
+            if type(formatter) is not JSONFormatter:  # a subclass may read anything too
                 item = self.format(record).encode("utf-8", "backslashreplace")
+            elif record.exc_info:  # the traceback is formatted here anyway: all of it, then
+                item = formatter.encode(record)
+            else:
+                # what the JSON needs, frozen now: the message formatted, the extra=
+                # fields (makeRecord adds them last) copied -- or, if one of them
+                # could change later, or a record factory set some first, the JSON
+                fields = record.__dict__
+                extra = None
+                now = False
+                if len(fields) > BARE_SIZE:
+                    extra = dict(itertools.islice(fields.items(), BARE_SIZE, None))
+                    now = next(iter(fields)) != "name" or not IMMUTABLE.issuperset(
+                        map(type, extra.values())
+                    )
+                if now:
+                    item = formatter.encode(record)
+                else:
+                    item = (
+                        record.created,
+                        record.levelname,
+                        record.name,
+                        record.getMessage(),
+                        record.threadName,
+                        record.stack_info,
+                        extra,
+                    )
             handoff = self._handoff
             if self._link is None:
                 if not self._hold(item):
@@ -238,32 +263,6 @@ class LinkHandler(logging.Handler):
                 self._wakeup.signal()
         except Exception:
             self.handleError(record)
-
-    def _capture(self, record: logging.LogRecord, formatter: JSONFormatter) -> Any:
-        """What the JSON needs of `record`, frozen now: a copy of its fields with the
-        message formatted and the traceback as text.  A record with an `extra=`
-        value that could change later (anything but str, int, float, bool and None)
-        is encoded now instead."""
-        fields = record.__dict__
-        extra = None
-        if len(fields) > BARE_SIZE:  # extra= fields (makeRecord adds them last)
-            if next(iter(fields)) != "name":  # a record factory set some first
-                return formatter.encode(record)
-            extra = dict(itertools.islice(fields.items(), BARE_SIZE, None))
-            for value in extra.values():
-                if value.__class__ not in IMMUTABLE:
-                    return formatter.encode(record)
-        if record.exc_info:  # the traceback is formatted here anyway: all of it, then
-            return formatter.encode(record)
-        return (
-            record.created,
-            record.levelname,
-            record.name,
-            record.getMessage(),
-            record.threadName,
-            record.stack_info,
-            extra,
-        )
 
     def _hold(self, item: Any) -> bool:
         """Before the link is up: keep the record for it (or drop it), counting its
