@@ -479,13 +479,14 @@ class LinkHandler(logging.Handler):
                     self._up.wait(1.0)
                     if not self._up.is_set():  # still inside a connect: count for it
                         self._give_up(f"no connection to {self.url} before close() gave up")
-                self._handoff.append(None)  # the thread ends there
-                self._wakeup.mark_and_signal()
-                thread.join(max(self._deadline - time.monotonic(), 0.0))
-                if thread.is_alive():  # more records than the time left to encode them
-                    self._abort = True
+                if self._link is not None:  # connected: the thread takes records
+                    self._handoff.append(None)  # it ends there
                     self._wakeup.mark_and_signal()
-                    thread.join(1.0)
+                    thread.join(max(self._deadline - time.monotonic(), 0.0))
+                    if thread.is_alive():  # more records than the time left to encode
+                        self._abort = True
+                        self._wakeup.mark_and_signal()
+                        thread.join(1.0)
             self._drained = True
             self._strand()
             link = self._link
