@@ -181,7 +181,8 @@ class LinkHandler(logging.Handler):
         # written only while the handler's thread sleeps; its fd is closed with the
         # handler, not by close(): a thread in emit may be about to write it
         self._wakeup = Wakeup()
-        weakref.finalize(self, self._wakeup.close)
+        # not at exit: logging.shutdown() runs after the finalizers, and needs it
+        weakref.finalize(self, self._wakeup.close).atexit = False
         self._abort = False  # close() ran out of time: end now
         self._drained = False  # the thread has ended: what is appended now is dropped
         self._refusal = "the handler is closed"  # why, once _drained
