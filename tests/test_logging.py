@@ -704,3 +704,34 @@ def test_the_handlers_filters_still_run(listener: purelink.Listener) -> None:
     records = _records(listener.path, "filtered")
     assert [r["message"] for r in records] == [f"record {i}" for i in range(0, 10, 2)]
     assert all(r["checked"] is True for r in records)
+
+
+SLEEPING_AT_EXIT = """
+import logging, sys, time
+from purelink.logging import LinkHandler
+root = logging.getLogger()
+handler = LinkHandler(sys.argv[1], "asleep", timeout=10)
+root.addHandler(handler)
+root.setLevel(logging.INFO)
+logging.info("first")
+assert handler.wait_stored(10)
+time.sleep(0.1)  # the handler's thread is asleep now: the next call wakes it
+logging.info("second")
+"""
+
+
+def test_a_record_that_wakes_the_handlers_thread_at_exit_is_stored(tmp_path: Path) -> None:
+    """logging.shutdown() runs after weakref's exit hook: the thread's wakeup must
+    still be open then."""
+    with ServeProcess(tmp_path / "data") as serve:
+        done = subprocess.run(
+            [sys.executable, "-c", SLEEPING_AT_EXIT, serve.url],
+            capture_output=True,
+            check=False,
+            timeout=60,
+            env=_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        messages = [r["message"] for r in _records(tmp_path / "data", "asleep")]
+    assert messages == ["first", "second"]
+    assert b"Traceback" not in done.stderr
