@@ -19,9 +19,10 @@ sequence with a short sleep that doubles up to 50 ms while nothing is new.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 from purelink.errors import Error
 from purelink.protocol.batch import batch_records, verify_batch
@@ -38,11 +39,16 @@ from .layout import (
     stream_name,
 )
 
-__all__ = ["JetStreamStore", "split_batches"]
+__all__ = ["BelowRetained", "JetStreamStore", "split_batches"]
 
+T = TypeVar("T")
 AHEAD = 16
 """Direct gets in flight while reading."""
 FOLLOW_POLL_MAX = 0.05
+
+
+class BelowRetained(Error):
+    """A read from a position below the first record retained."""
 
 
 def split_batches(body: bytes, h: BatchHeaders, seq: int) -> Iterator[tuple[int, list[bytes]]]:
@@ -85,6 +91,15 @@ class JetStreamStore:
 
     def __repr__(self) -> str:
         return f"<Store {self.url!r}>"
+
+    @property
+    def js(self) -> Any:
+        """The connection's JetStream context (use it on the connection's loop)."""
+        return self._js
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run `coro` on the connection's loop; its future (tail_jetstream.py)."""
+        return self._nats.submit(coro)
 
     def close(self) -> None:
         self._nats.close()
@@ -158,6 +173,33 @@ class JetStreamStore:
         validate_stream_name(stream)
         return self._read(stream, start, stop, follow)
 
+    def locate(self, stream: str, start: int) -> tuple[int, int, int] | None:
+        """Where a read from position `start` (0 or 1: the first retained) begins:
+        (the JetStream sequence to read from, the start position, the stream's
+        last sequence now); None when the stream does not exist.  The start
+        position is 0 when the stream holds no batch yet and `start` is the
+        beginning: the first batch to come sets it.  Raises BelowRetained for a
+        later start below the first record retained."""
+        name = stream_name(stream)
+        info = self._info(stream)
+        if info is None:
+            return None
+        state = info.state
+        first = (
+            self._call(self._batch_at_or_after(name, state.first_seq)) if state.messages else None
+        )
+        if first is None:  # nothing yet, or epoch markers only
+            return state.last_seq + 1, 0 if start <= 1 else start, state.last_seq
+        retained = first[1].position
+        if start <= 1:
+            start = retained
+        elif start < retained:
+            raise BelowRetained(
+                f"stream {stream!r}: records retained start at {retained}, cannot read from {start}"
+            )
+        seq = self._call(self._seek(name, state.first_seq, state.last_seq, start))
+        return seq, start, state.last_seq
+
     def _read(
         self, stream: str, start: int, stop: int | None, follow: bool
     ) -> Iterator[tuple[int, bytes]]:
@@ -165,23 +207,13 @@ class JetStreamStore:
         limit = stop if stop is not None else 1 << 64
         if limit <= start:
             return
-        info = self._info(stream)
-        while info is None or not info.state.messages:  # nothing yet
+        found = self.locate(stream, start)
+        while found is None:  # no such stream yet
             if not follow:
                 return
             time.sleep(FOLLOW_POLL_MAX)
-            info = self._info(stream)
-        start = max(start, 1)
-        first = self._call(self._batch_at_or_after(name, info.state.first_seq))
-        if first is not None and start <= 1:  # the beginning: the first record retained
-            start = first[1].position
-        if first is not None and start < first[1].position:
-            raise Error(
-                f"stream {stream!r}: records retained start at {first[1].position}, "
-                f"cannot read from {start}"
-            )
-        seq = self._call(self._seek(name, info.state.first_seq, info.state.last_seq, start))
-        end_seq = info.state.last_seq
+            found = self.locate(stream, start)
+        seq, start, end_seq = found
         position = start
         pause = 0.001
         parts: list[bytes] = []
@@ -217,6 +249,8 @@ class JetStreamStore:
                     parts = []
                 else:
                     body = part
+                if position == 0:  # from the beginning of a stream that was empty
+                    position = h.position
                 if h.end <= position:
                     continue
                 if h.position > position:

