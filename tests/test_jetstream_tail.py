@@ -239,3 +239,24 @@ def _signal(nats: NatsCluster, i: int, sig: int) -> None:
     proc = nats.procs[i]
     assert proc is not None
     proc.send_signal(sig)
+
+
+def test_a_sealed_subscription_reads_a_stream_as_a_plain_one(nats: NatsCluster) -> None:
+    """With a secret the same batches come sealed (SealedOut.batches), a large
+    record cut into frames, and a subscriber without the secret is refused."""
+    secret = b"s" * 32
+    records = [*records_of(500, "k"), b"K" * 200_000, *records_of(500, "m")]
+    with purelink.Listener(
+        nats.urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3, secret=secret
+    ) as lst:
+        with purelink.connect(udp(lst), stream="sealed", secret=secret) as link:
+            for r in records:
+                link.queue(r)
+            assert link.wait_stored(timeout=TIMEOUT)
+        for start in (1, 500, 501, 502):
+            with purelink.subscribe(
+                tcp(lst), "sealed", start=start, follow=False, secret=secret
+            ) as sub:
+                assert list(sub) == list(enumerate(records, 1))[start - 1 :]
+        with pytest.raises(Error):
+            subscribed(tcp(lst), "sealed")

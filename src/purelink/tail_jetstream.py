@@ -124,7 +124,6 @@ class _JetStreamReader:
         self._sub: Any = None  # the pull subscription, on the NATS thread only
         self._consumer: str | None = None  # its consumer's name
         self._fetch: concurrent.futures.Future[list[Message]] | None = None
-        self._closed = False
         self._unavailable = 0  # fetches answered "no responders" in a row
 
     # ---- the subscriber's thread ----------------------------------------------------
@@ -160,7 +159,6 @@ class _JetStreamReader:
         return False
 
     def close(self) -> None:
-        self._closed = True
         self._source.forget(self)
         fetch = self._fetch
         if fetch is not None:
