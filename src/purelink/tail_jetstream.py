@@ -21,10 +21,11 @@ cluster `INACTIVE` seconds after its last request if the listener dies),
 starting at the message that holds the start position (found by binary
 search, store/jetstream/reader.py).  One fetch of at most `BATCH` messages is
 in flight at a time, on the source's own NATS connection; its completion
-unparks the subscriber's thread, which sends what came and asks for more.
+unparks the subscriber's thread, which asks for the next ones and sends
+what came meanwhile.
 A fetch with nothing new waits in the cluster (a long poll of `WAIT`
 seconds), so an idle follower costs one request per `WAIT`.  A slow
-subscriber holds at most one fetch: `BATCH` messages of at most 1 MiB.
+subscriber holds at most two fetches: 2 x `BATCH` messages of at most 1 MiB.
 A consumer the cluster lost (a node restart) is made again from the next
 message.  Positions are checked to follow on: a gap is an ERROR, never a
 silent skip.
@@ -116,6 +117,8 @@ class _JetStreamReader:
         self._name = stream_name(stream)
         self._next_seq = seq
         """The JetStream sequence wanted next."""
+        self._pulled = seq
+        """The sequence after the last one fetched (a consumer made again starts there)."""
         self._position = position
         """The position wanted next (0: whatever the first batch holds)."""
         self._end_seq = end_seq
@@ -134,8 +137,7 @@ class _JetStreamReader:
                 return True
             fetch = self._fetch
             if fetch is None:
-                self._fetch = fetch = self._source.store.submit(self._pull())
-                fetch.add_done_callback(self._wake)
+                fetch = self._start()
             if not fetch.done():
                 return False
             self._fetch = None
@@ -145,8 +147,15 @@ class _JetStreamReader:
                 raise
             except Exception as exc:
                 raise Error(f"JetStream at {self._source.store.url}: {exc}") from None
+            if messages and (self._end_seq is None or messages[-1][0] < self._end_seq):
+                self._start()  # the next fetch comes while these are sent
             for message in messages:
                 self._take(out, *message)
+
+    def _start(self) -> concurrent.futures.Future[list[Message]]:
+        self._fetch = fetch = self._source.store.submit(self._pull())
+        fetch.add_done_callback(self._wake)
+        return fetch
 
     def _wake(self, _: object) -> None:
         self.parker.unpark()
@@ -229,6 +238,8 @@ class _JetStreamReader:
                 await self._drop()  # made again from the next message at the next fetch
             return []
         self._unavailable = 0
+        if got:
+            self._pulled = got[-1].metadata.sequence.stream + 1
         return [(m.metadata.sequence.stream, dict(m.headers or {}), m.data or b"") for m in got]
 
     async def _subscribe(self) -> None:
@@ -236,7 +247,7 @@ class _JetStreamReader:
 
         config = ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=self._next_seq,
+            opt_start_seq=self._pulled,
             ack_policy=AckPolicy.NONE,
             inactive_threshold=INACTIVE,
             num_replicas=1,
