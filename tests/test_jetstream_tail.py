@@ -266,3 +266,20 @@ def test_a_sealed_subscription_reads_a_stream_as_a_plain_one(nats: NatsCluster) 
                 assert list(sub) == list(enumerate(records, 1))[start - 1 :]
         with pytest.raises(Error):
             subscribed(tcp(lst), "sealed")
+
+
+def test_subscribers_beyond_the_limit_are_refused_and_a_freed_slot_serves_again(
+    nats: NatsCluster,
+) -> None:
+    with purelink.Listener(
+        nats.urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3, max_subscriptions=1
+    ) as lst:
+        ship(lst, "limited", [b"x"])
+        first = purelink.subscribe(tcp(lst), "limited", follow=True)
+        assert next(first) == (1, b"x")
+        with pytest.raises(Error, match="too many subscribers"):
+            subscribed(tcp(lst), "limited")
+        first.close()
+        assert no_subscribers(lst, within=1.0)
+        assert subscribed(tcp(lst), "limited") == [(1, b"x")]
+        assert lst.stats().dropped.get("tail_too_many_subscribers") == 1
