@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -283,3 +284,54 @@ def test_subscribers_beyond_the_limit_are_refused_and_a_freed_slot_serves_again(
         assert no_subscribers(lst, within=1.0)
         assert subscribed(tcp(lst), "limited") == [(1, b"x")]
         assert lst.stats().dropped.get("tail_too_many_subscribers") == 1
+
+
+def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCluster) -> None:
+    """The server holding a follower's consumer (one replica) is SIGKILLed while a
+    link ships: the follower gets every record once, in order (a new consumer
+    from the next message).  Last in the module: the server is restarted."""
+    from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
+
+    n = 10_000
+    records = records_of(n, "k")
+    got: list[tuple[int, bytes]] = []
+    with (
+        listener(nats.urls) as a,
+        listener(nats.urls) as b,
+        purelink.connect(udp(a), stream="survive") as link,
+    ):
+        for r in records[:1000]:
+            link.queue(r)
+        assert link.wait_stored(timeout=TIMEOUT)
+        sub = purelink.subscribe(tcp(b), "survive", follow=True, timeout=TIMEOUT)
+        got.extend(next(sub) for _ in range(1000))
+
+        async def consumers(js: Any) -> list[str]:
+            return [c.cluster.leader for c in await js.consumers_info(stream_name("survive"))]
+
+        store = purelink.Store(nats.urls)
+        try:
+            (node,) = store.submit(consumers(store.js)).result(10)  # type: ignore[attr-defined]
+        finally:
+            store.close()  # type: ignore[attr-defined]
+        victim = int(node.removeprefix("n")) - 1
+        nats.kill(victim)
+        try:
+
+            def read() -> None:
+                for item in sub:
+                    got.append(item)
+                    if len(got) == n:
+                        return
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            for r in records[1000:]:
+                link.queue(r)
+            assert link.wait_stored(timeout=TIMEOUT)
+            reader.join(TIMEOUT)
+            sub.close()
+            assert not reader.is_alive()
+        finally:
+            nats.start(victim)
+    assert got == list(enumerate(records, 1))

@@ -24,11 +24,13 @@ in flight at a time, on the source's own NATS connection; its completion
 unparks the subscriber's thread, which asks for the next ones and sends
 what came meanwhile.
 A fetch with nothing new waits in the cluster (a long poll of `WAIT`
-seconds), so an idle follower costs one request per `WAIT`.  A slow
+seconds), so an idle follower costs two small requests per `WAIT` (the
+fetch, and a look that its consumer is still there).  A slow
 subscriber holds at most two fetches: 2 x `BATCH` messages of at most 1 MiB.
-A consumer the cluster lost (a node restart) is made again from the next
-message.  Positions are checked to follow on: a gap is an ERROR, never a
-silent skip.
+A consumer the cluster lost, or whose server died (it has one replica), is
+made again from the next message, for up to `GIVE_UP` seconds of failures in
+a row; duplicates that brings are dropped by sequence.  Positions are
+checked to follow on: a gap is an ERROR, never a silent skip.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+import time
 from typing import Any, Final
 
 from .errors import Error
@@ -55,10 +58,14 @@ __all__ = ["BATCH", "INACTIVE", "WAIT", "JetStreamTailSource"]
 
 BATCH: Final = 4
 """Messages one fetch asks for (each at most 1 MiB)."""
-WAIT: Final = 5.0
+WAIT: Final = 2.0
 """Seconds a fetch waits in the cluster for a message before it is asked again."""
-UNAVAILABLE_PAUSE: Final = 0.05
-"""Seconds before asking again a consumer that did not answer (not ready yet)."""
+ALIVE_TIMEOUT: Final = 1.0
+"""Seconds the consumer has to answer after an empty fetch, or it is made again."""
+RETRY_PAUSE: Final = 0.05
+"""Seconds before a fetch after a failed one (a consumer not ready yet, a node gone)."""
+GIVE_UP: Final = 30.0
+"""Seconds of failed fetches in a row after which the subscription fails (an ERROR)."""
 INACTIVE: Final = 60.0
 """Seconds after its last request that the cluster drops a subscriber's consumer."""
 
@@ -127,7 +134,7 @@ class _JetStreamReader:
         self._sub: Any = None  # the pull subscription, on the NATS thread only
         self._consumer: str | None = None  # its consumer's name
         self._fetch: concurrent.futures.Future[list[Message]] | None = None
-        self._unavailable = 0  # fetches answered "no responders" in a row
+        self._failing = 0.0  # when the fetches that failed in a row began (0: none)
 
     # ---- the subscriber's thread ----------------------------------------------------
 
@@ -173,7 +180,7 @@ class _JetStreamReader:
         if fetch is not None:
             fetch.cancel()
         with contextlib.suppress(Exception):  # best effort: the cluster drops it anyway
-            self._source.store.submit(self._drop())
+            self._source.store.submit(self._drop(wait=True))
 
     def _take(self, out: Out, seq: int, headers: dict[str, str], body: bytes) -> None:
         """Send what message `seq` holds past the position wanted next."""
@@ -217,30 +224,39 @@ class _JetStreamReader:
     # ---- the NATS thread ------------------------------------------------------------
 
     async def _pull(self) -> list[Message]:
-        """Up to BATCH messages from the next one wanted, or none after WAIT seconds."""
-        import nats.errors  # noqa: PLC0415 - optional dependency
-        import nats.js.errors  # noqa: PLC0415
+        """Up to BATCH messages from the next one wanted, or none after WAIT seconds
+        (or after a failure the next fetch will try to get past)."""
+        import nats.js.errors  # noqa: PLC0415 - optional dependency
 
-        if self._sub is None:
-            await self._subscribe()
         try:
+            if self._sub is None:
+                await self._subscribe()
             got = await self._sub.fetch(BATCH, timeout=WAIT)
-        except nats.js.errors.ServiceUnavailableError:  # a consumer not ready yet (a new one,
-            self._unavailable += 1  # a leader change): ask again shortly, for a while
-            if self._unavailable * UNAVAILABLE_PAUSE > WAIT:
-                raise
-            await asyncio.sleep(UNAVAILABLE_PAUSE)
-            return []
-        except nats.errors.TimeoutError:
-            try:  # nothing new, or a consumer the cluster lost?
-                await self._sub.consumer_info()
-            except nats.js.errors.NotFoundError:
+        except TimeoutError:  # nothing new, or a consumer the cluster lost?
+            if not await self._alive():
                 await self._drop()  # made again from the next message at the next fetch
             return []
-        self._unavailable = 0
+        except Exception as exc:  # not ready yet (a new consumer, a leader change), or its
+            now = time.monotonic()  # server gone: ask again, on a new consumer if it is
+            self._failing = self._failing or now  # not the first, for a while
+            if now - self._failing > GIVE_UP:
+                raise
+            if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                await self._drop()
+            await asyncio.sleep(RETRY_PAUSE)
+            return []
+        self._failing = 0.0
         if got:
             self._pulled = got[-1].metadata.sequence.stream + 1
         return [(m.metadata.sequence.stream, dict(m.headers or {}), m.data or b"") for m in got]
+
+    async def _alive(self) -> bool:
+        """Whether the consumer still answers (a node holding it may have died)."""
+        try:
+            await asyncio.wait_for(self._sub.consumer_info(), ALIVE_TIMEOUT)
+        except Exception:
+            return False
+        return True
 
     async def _subscribe(self) -> None:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy  # noqa: PLC0415
@@ -258,15 +274,28 @@ class _JetStreamReader:
         self._consumer = info.name
         self._sub = await js.pull_subscribe_bind(consumer=info.name, stream=self._name)
 
-    async def _drop(self) -> None:
-        """Delete the consumer (it also goes INACTIVE seconds after its last request)."""
+    async def _drop(self, wait: bool = False) -> None:
+        """Forget the consumer and delete it, in the background unless `wait` (the
+        cluster also drops it INACTIVE seconds after its last request, should
+        that fail: its server may be gone)."""
         sub, name, self._sub, self._consumer = self._sub, self._consumer, None, None
         if sub is not None:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        if name is not None:
-            with contextlib.suppress(Exception):
-                await self._source.store.js.delete_consumer(self._name, name)
+        if name is not None and wait:
+            await self._delete(name)
+        elif name is not None:
+            task = asyncio.ensure_future(self._delete(name))
+            _deleting.add(task)
+            task.add_done_callback(_deleting.discard)
+
+    async def _delete(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            await self._source.store.js.delete_consumer(self._name, name)
+
+
+_deleting: set[asyncio.Future[None]] = set()
+"""Consumer deletions under way (a task must be referenced until it ends)."""
 
 
 def _offset_of(body: bytes, first: int, position: int, seq: int) -> int:
