@@ -286,6 +286,42 @@ def test_subscribers_beyond_the_limit_are_refused_and_a_freed_slot_serves_again(
         assert lst.stats().dropped.get("tail_too_many_subscribers") == 1
 
 
+def test_an_idle_store_follower_waits_in_the_cluster(
+    nats: NatsCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Store.read(follow=True)` caught up asks the cluster once per long poll (2 s),
+    not in a loop, and gets the next record as soon as it is stored."""
+    from purelink.store.jetstream import reader as reader_module  # noqa: PLC0415
+
+    calls: list[float] = []
+    real = reader_module.JetStreamStore._call
+
+    def counted(self: Any, coro: Any, timeout: float | None = None) -> Any:
+        calls.append(time.monotonic())
+        return real(self, coro, timeout)
+
+    monkeypatch.setattr(reader_module.JetStreamStore, "_call", counted)
+    with listener(nats.urls) as lst:
+        ship(lst, "idle-store", [b"first"])
+        store = purelink.Store(nats.urls)
+        try:
+            follower = store.read("idle-store", follow=True)
+            assert next(follower) == (1, b"first")
+            before = len(calls)
+            got: list[tuple[int, bytes]] = []
+            thread = threading.Thread(target=lambda: got.append(next(follower)))
+            thread.start()
+            time.sleep(1.5)  # the interval measured: idle
+            idle = len(calls) - before
+            ship(lst, "idle-store", [b"second"])
+            thread.join(TIMEOUT)
+            assert got == [(2, b"second")]
+            follower.close()
+        finally:
+            store.close()  # type: ignore[attr-defined]
+    assert 1 <= idle <= 2  # a fetch waiting in the cluster (polling would be dozens)
+
+
 def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCluster) -> None:
     """The server holding a follower's consumer (one replica) is SIGKILLed while a
     link ships: the follower gets every record once, in order (a new consumer

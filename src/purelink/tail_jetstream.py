@@ -15,35 +15,28 @@ only once its Raft group committed it, that is once a quorum of replicas
 appended it -- what its PubAck, and so the link's "stored", waits for.  A
 subscriber therefore never sees a record before it is stored.
 
-**Waiting without spinning**: each subscriber has an ephemeral pull
-consumer of its own (no acks, in memory, one replica, dropped by the
-cluster `INACTIVE` seconds after its last request if the listener dies),
-starting at the message that holds the start position (found by binary
-search, store/jetstream/reader.py).  One fetch of at most `BATCH` messages is
-in flight at a time, on the source's own NATS connection; its completion
+**Waiting without spinning**: each subscriber has a `Feed` of its own
+(store/jetstream/feed.py: an ephemeral pull consumer, which waits in the
+cluster for more and is made again should its server die), starting at the
+message that holds the start position (found by binary search,
+store/jetstream/reader.py).  One fetch of at most `BATCH` messages is in
+flight at a time, on the source's own NATS connection; its completion
 unparks the subscriber's thread, which asks for the next ones and sends
-what came meanwhile.
-A fetch with nothing new waits in the cluster (a long poll of `WAIT`
-seconds), so an idle follower costs two small requests per `WAIT` (the
-fetch, and a look that its consumer is still there).  A slow
-subscriber holds at most two fetches: 2 x `BATCH` messages of at most 1 MiB.
-A consumer the cluster lost, or whose server died (it has one replica), is
-made again from the next message, for up to `GIVE_UP` seconds of failures in
-a row; duplicates that brings are dropped by sequence.  Positions are
-checked to follow on: a gap is an ERROR, never a silent skip.
+what came meanwhile.  A slow subscriber holds at most two fetches: 2 x
+`BATCH` messages of at most 1 MiB.  Positions are checked to follow on: a
+gap is an ERROR, never a silent skip.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import threading
-import time
-from typing import Any, Final
+from typing import Final
 
 from .errors import Error
 from .primitives.parker import Parker
+from .store.jetstream.feed import Feed, Message
 from .store.jetstream.layout import (
     BatchHeaders,
     decode_headers,
@@ -54,22 +47,10 @@ from .store.jetstream.reader import BelowRetained, JetStreamStore
 from .tail_out import Out
 from .tail_source import Refused
 
-__all__ = ["BATCH", "INACTIVE", "WAIT", "JetStreamTailSource"]
+__all__ = ["BATCH", "JetStreamTailSource"]
 
 BATCH: Final = 4
 """Messages one fetch asks for (each at most 1 MiB)."""
-WAIT: Final = 2.0
-"""Seconds a fetch waits in the cluster for a message before it is asked again."""
-ALIVE_TIMEOUT: Final = 1.0
-"""Seconds the consumer has to answer after an empty fetch, or it is made again."""
-RETRY_PAUSE: Final = 0.05
-"""Seconds before a fetch after a failed one (a consumer not ready yet, a node gone)."""
-GIVE_UP: Final = 30.0
-"""Seconds of failed fetches in a row after which the subscription fails (an ERROR)."""
-INACTIVE: Final = 60.0
-"""Seconds after its last request that the cluster drops a subscriber's consumer."""
-
-Message = tuple[int, dict[str, str], bytes]
 
 
 class JetStreamTailSource:
@@ -124,17 +105,13 @@ class _JetStreamReader:
         self._name = stream_name(stream)
         self._next_seq = seq
         """The JetStream sequence wanted next."""
-        self._pulled = seq
-        """The sequence after the last one fetched (a consumer made again starts there)."""
         self._position = position
         """The position wanted next (0: whatever the first batch holds)."""
         self._end_seq = end_seq
         """Without follow: the stream's last sequence when the read began."""
         self._parts: list[bytes] = []
-        self._sub: Any = None  # the pull subscription, on the NATS thread only
-        self._consumer: str | None = None  # its consumer's name
+        self._feed: Feed | None = None  # made at the first fetch
         self._fetch: concurrent.futures.Future[list[Message]] | None = None
-        self._failing = 0.0  # when the fetches that failed in a row began (0: none)
 
     # ---- the subscriber's thread ----------------------------------------------------
 
@@ -160,7 +137,9 @@ class _JetStreamReader:
                 self._take(out, *message)
 
     def _start(self) -> concurrent.futures.Future[list[Message]]:
-        self._fetch = fetch = self._source.store.submit(self._pull())
+        if self._feed is None:
+            self._feed = Feed(self._source.store.js, self._name, self._next_seq, BATCH)
+        self._fetch = fetch = self._source.store.submit(self._feed.fetch())
         fetch.add_done_callback(self._wake)
         return fetch
 
@@ -180,7 +159,8 @@ class _JetStreamReader:
         if fetch is not None:
             fetch.cancel()
         with contextlib.suppress(Exception):  # best effort: the cluster drops it anyway
-            self._source.store.submit(self._drop(wait=True))
+            if self._feed is not None:
+                self._source.store.submit(self._feed.close(wait=True))
 
     def _take(self, out: Out, seq: int, headers: dict[str, str], body: bytes) -> None:
         """Send what message `seq` holds past the position wanted next."""
@@ -220,82 +200,6 @@ class _JetStreamReader:
             return decode_headers(headers)
         except ValueError as exc:
             raise Error(f"JetStream message {seq}: {exc}") from None
-
-    # ---- the NATS thread ------------------------------------------------------------
-
-    async def _pull(self) -> list[Message]:
-        """Up to BATCH messages from the next one wanted, or none after WAIT seconds
-        (or after a failure the next fetch will try to get past)."""
-        import nats.js.errors  # noqa: PLC0415 - optional dependency
-
-        try:
-            if self._sub is None:
-                await self._subscribe()
-            got = await self._sub.fetch(BATCH, timeout=WAIT)
-        except TimeoutError:  # nothing new, or a consumer the cluster lost?
-            if not await self._alive():
-                await self._drop()  # made again from the next message at the next fetch
-            return []
-        except Exception as exc:  # not ready yet (a new consumer, a leader change), or its
-            now = time.monotonic()  # server gone: ask again, on a new consumer if it is
-            self._failing = self._failing or now  # not the first, for a while
-            if now - self._failing > GIVE_UP:
-                raise
-            if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
-                await self._drop()
-            await asyncio.sleep(RETRY_PAUSE)
-            return []
-        self._failing = 0.0
-        if got:
-            self._pulled = got[-1].metadata.sequence.stream + 1
-        return [(m.metadata.sequence.stream, dict(m.headers or {}), m.data or b"") for m in got]
-
-    async def _alive(self) -> bool:
-        """Whether the consumer still answers (a node holding it may have died)."""
-        try:
-            await asyncio.wait_for(self._sub.consumer_info(), ALIVE_TIMEOUT)
-        except Exception:
-            return False
-        return True
-
-    async def _subscribe(self) -> None:
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy  # noqa: PLC0415
-
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=self._pulled,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=INACTIVE,
-            num_replicas=1,
-            mem_storage=True,
-        )
-        js = self._source.store.js
-        info = await js.add_consumer(self._name, config)
-        self._consumer = info.name
-        self._sub = await js.pull_subscribe_bind(consumer=info.name, stream=self._name)
-
-    async def _drop(self, wait: bool = False) -> None:
-        """Forget the consumer and delete it, in the background unless `wait` (the
-        cluster also drops it INACTIVE seconds after its last request, should
-        that fail: its server may be gone)."""
-        sub, name, self._sub, self._consumer = self._sub, self._consumer, None, None
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        if name is not None and wait:
-            await self._delete(name)
-        elif name is not None:
-            task = asyncio.ensure_future(self._delete(name))
-            _deleting.add(task)
-            task.add_done_callback(_deleting.discard)
-
-    async def _delete(self, name: str) -> None:
-        with contextlib.suppress(Exception):
-            await self._source.store.js.delete_consumer(self._name, name)
-
-
-_deleting: set[asyncio.Future[None]] = set()
-"""Consumer deletions under way (a task must be referenced until it ends)."""
 
 
 def _offset_of(body: bytes, first: int, position: int, seq: int) -> int:

@@ -12,14 +12,18 @@ ahead, and each body is split into its batches, every one checked
 (`verify_batch`: magic, version, lengths, CRC-32C) and its position checked
 to follow the one before.  Nothing that fails is ever yielded: a message
 that does not check out raises `purelink.Error` naming its sequence.
-Epoch markers (no records) are skipped.  Following polls the stream's last
-sequence with a short sleep that doubles up to 50 ms while nothing is new.
+Epoch markers (no records) are skipped.  A follower that has read all that
+was stored reads on through a `Feed` (feed.py): a pull consumer of its own,
+which waits in the cluster until a quorum stored more -- no polling; a
+follower of a stream not created yet looks for it every 10 ms doubling to
+1 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
@@ -30,6 +34,7 @@ from purelink.protocol.names import validate_stream_name
 
 from ..store import StreamInfo
 from .client import NatsThread, say
+from .feed import WAIT, Feed
 from .layout import (
     METADATA_KEY,
     STREAM_PREFIX,
@@ -44,7 +49,9 @@ __all__ = ["BelowRetained", "JetStreamStore", "split_batches"]
 T = TypeVar("T")
 AHEAD = 16
 """Direct gets in flight while reading."""
-FOLLOW_POLL_MAX = 0.05
+STREAM_POLL_MIN = 0.01
+STREAM_POLL_MAX = 1.0
+"""A follower of a stream not created yet looks for it every 10 ms doubling to 1 s."""
 
 
 class BelowRetained(Error):
@@ -208,27 +215,49 @@ class JetStreamStore:
         if limit <= start:
             return
         found = self.locate(stream, start)
+        pause = STREAM_POLL_MIN
         while found is None:  # no such stream yet
             if not follow:
                 return
-            time.sleep(FOLLOW_POLL_MAX)
+            time.sleep(pause)
+            pause = min(pause * 2, STREAM_POLL_MAX)
             found = self.locate(stream, start)
         seq, start, end_seq = found
-        position = start
-        pause = 0.001
+        feeds: list[Feed] = []  # the one a follower makes once it caught up
+        try:
+            yield from self._records(stream, name, seq, start, end_seq, limit, follow, feeds)
+        finally:
+            for feed in feeds:  # best effort: the cluster drops it anyway
+                with contextlib.suppress(Exception):
+                    self._nats.submit(feed.close(wait=True))
+
+    def _records(
+        self,
+        stream: str,
+        name: str,
+        seq: int,
+        position: int,
+        end_seq: int,
+        limit: int,
+        follow: bool,
+        feeds: list[Feed],
+    ) -> Iterator[tuple[int, bytes]]:
         parts: list[bytes] = []
         while position < limit:
-            if seq > end_seq:
-                if not follow:
-                    return
-                end_seq = self._call(self._last_seq(name))
-                if seq > end_seq:
-                    time.sleep(pause)
-                    pause = min(pause * 2, FOLLOW_POLL_MAX)
+            if seq <= end_seq:  # stored when the read began (or when it last looked)
+                msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+            elif not follow:
+                return
+            else:  # caught up: from here on the cluster tells when there is more
+                if not feeds:
+                    feeds.append(Feed(self._js, name, seq, AHEAD))
+                msgs = self._call(feeds[0].fetch(), timeout=WAIT + 3 * self._nats.timeout)
+                if not msgs:
                     continue
-                pause = 0.001
-            msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+                end_seq = max(end_seq, msgs[-1][0])
             for mseq, headers, part in msgs:
+                if mseq < seq:
+                    continue  # a feed made again may bring a message twice
                 seq = mseq + 1
                 if decode_marker(headers) is not None:
                     continue
@@ -339,9 +368,9 @@ class JetStreamStore:
         except ValueError as exc:
             raise Error(f"JetStream message {seq}: {exc}") from None
 
-    def _call(self, coro: Any) -> Any:
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
         try:
-            return self._nats.call(coro)
+            return self._nats.call(coro, timeout)
         except Error:
             raise
         except Exception as exc:
