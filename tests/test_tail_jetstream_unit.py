@@ -149,3 +149,14 @@ def test_bad_headers_are_an_error() -> None:
     headers: dict[str, Any] = {"Purelink-Position": "x"}
     with pytest.raises(Error, match="JetStream message 1"):
         feed(reader(1), [(1, headers, b"")])
+
+
+def test_a_read_without_follow_ends_even_when_its_last_message_is_gone() -> None:
+    """The stream's last message when the read began was deleted since: the next
+    one delivered, past the end, ends the read (and is not sent)."""
+    msgs, records = stream()
+    r = reader(1, end_seq=3)
+    numbered_msgs = numbered(msgs)
+    sent = feed(r, [*numbered_msgs[:2], numbered_msgs[4]])  # 3 gone, 5 delivered
+    assert TailDecoder(1).feed(sent) == records[:20]
+    assert r._next_seq > 3  # send() sees the read done

@@ -36,6 +36,7 @@ from typing import Final
 
 from .errors import Error
 from .primitives.parker import Parker
+from .store.jetstream.client import say
 from .store.jetstream.feed import Feed, Message
 from .store.jetstream.layout import (
     BatchHeaders,
@@ -130,7 +131,7 @@ class _JetStreamReader:
             except Error:
                 raise
             except Exception as exc:
-                raise Error(f"JetStream at {self._source.store.url}: {exc}") from None
+                raise Error(f"JetStream at {self._source.store.url}: {say(exc)}") from None
             if messages and (self._end_seq is None or messages[-1][0] < self._end_seq):
                 self._start()  # the next fetch comes while these are sent
             for message in messages:
@@ -164,9 +165,11 @@ class _JetStreamReader:
 
     def _take(self, out: Out, seq: int, headers: dict[str, str], body: bytes) -> None:
         """Send what message `seq` holds past the position wanted next."""
-        if seq < self._next_seq or (self._end_seq is not None and seq > self._end_seq):
-            return  # delivered twice (a consumer made again), or after the read's end
+        if seq < self._next_seq:
+            return  # delivered twice (a consumer made again)
         self._next_seq = seq + 1
+        if self._end_seq is not None and seq > self._end_seq:
+            return  # after the end of a read without follow: it is done
         if decode_marker(headers) is not None:
             return  # an epoch marker holds no records
         h = self._headers(headers, seq)
