@@ -11,6 +11,8 @@ stored it.  Real `nats-server` processes (3 nodes on loopback).
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -320,6 +322,48 @@ def test_an_idle_store_follower_waits_in_the_cluster(
         finally:
             store.close()  # type: ignore[attr-defined]
     assert 1 <= idle <= 2  # a fetch waiting in the cluster (polling would be dozens)
+
+
+def test_purelink_tail_against_purelink_serve_on_a_cluster(nats: NatsCluster) -> None:
+    """The command line: `serve --data nats:// --tcp`, then `tail` from the start and
+    from the middle, as a data directory's listener serves it."""
+    cli = [sys.executable, "-m", "purelink"]
+    serve = subprocess.Popen(
+        [*cli, "serve", "--data", nats.urls, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None and serve.stderr is not None
+        ready = serve.stdout.readline()
+        assert ready.startswith("purelink listening udp=127.0.0.1:"), serve.stderr.read()
+        udp_port = ready.split("udp=127.0.0.1:")[1].split()[0]
+        tcp_port = ready.split("tcp=127.0.0.1:")[1].split()[0]
+        lines = "".join(f"line {i}\n" for i in range(1, 501))
+        sent = subprocess.run(
+            [*cli, "send", f"udp://127.0.0.1:{udp_port}", "--stream", "cli-tail"],
+            input=lines,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert sent.returncode == 0, sent.stderr
+        tail_cli = [*cli, "tail", f"tcp://127.0.0.1:{tcp_port}", "--stream", "cli-tail"]
+        for start, expected in (("1", lines), ("250", lines[lines.index("line 250\n") :])):
+            tail = subprocess.run(
+                [*tail_cli, "--from", start],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert (tail.returncode, tail.stdout) == (0, expected), tail.stderr
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        _, err = serve.communicate(timeout=30)
+    assert serve.returncode == 0 and "Traceback" not in err
 
 
 def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCluster) -> None:
