@@ -37,7 +37,7 @@ class Backend:
         kind: str,
         location: str,
         listener: purelink.Listener,
-        retire: Callable[[str], None],
+        retire: Callable[[str], None],  # the oldest segment, or message
         wipe: Callable[[], None],
     ) -> None:
         self.kind = kind
@@ -57,9 +57,14 @@ class Backend:
                 link.queue(r)
             assert link.wait_stored(timeout=TIMEOUT)
 
-    def retire(self, stream: str) -> None:
-        """Remove the stream's oldest records, as retention would."""
-        self._retire(stream)
+    def retire(self, stream: str, below: int) -> None:
+        """Remove the stream's oldest records, as retention would, until the first
+        one left is past position `below`."""
+        while True:
+            with _closing(self.store()) as store:
+                if store.first(stream) > below:
+                    return
+            self._retire(stream)
 
     def wipe(self) -> None:
         """Remove every stream."""
@@ -75,7 +80,9 @@ def _file_backend(root: Path) -> Iterator[Backend]:
 
     def retire(stream: str) -> None:
         log = state["lst"]._data.stream(stream, create=False)
-        for _, path in log.retire(1):
+        victims = log.retire(1)
+        assert victims, "only the active segment is left"
+        for _, path in victims:
             path.unlink()
 
     def wipe() -> None:
@@ -117,7 +124,11 @@ def _jetstream_backend(cluster: NatsCluster) -> Iterator[Backend]:
             store.close()  # type: ignore[attr-defined]
 
     def retire(stream: str) -> None:
-        on_cluster(lambda js: js.delete_msg(stream_name(stream), 1))
+        async def delete_first(js: Any) -> None:
+            info = await js.stream_info(stream_name(stream))
+            await js.delete_msg(stream_name(stream), info.state.first_seq)
+
+        on_cluster(delete_first)
 
     def wipe() -> None:
         async def delete_all(js: Any) -> None:
@@ -207,10 +218,10 @@ def test_a_start_below_what_is_retained_raises(backend: Backend) -> None:
     records = records_of(400, "t", size=50)  # 10 KB per link: a segment each
     backend.write(stream, records[:200])
     backend.write(stream, records[200:])
-    backend.retire(stream)
+    backend.retire(stream, below=100)
     with _closing(backend.store()) as store:
         first = store.first(stream)
-        assert 1 < first <= 201
+        assert 100 < first <= 400
         with pytest.raises(Error, match=f"records retained start at {first}"):
             list(store.read(stream, first - 1))
         expected = list(enumerate(records, 1))[first - 1 :]

@@ -95,6 +95,8 @@ HEARTBEAT: Final = 5.0
 (tail_hangups.py) cannot run (no thread or descriptor to be had)."""
 REQUEST_TIMEOUT: Final = 5.0
 """Seconds a connection has, from `take`, to send its whole request (overall)."""
+OPEN_GIVE_UP: Final = 30.0
+"""Seconds a follower waits for a store that fails to answer before it is refused."""
 REFUSE_TIMEOUT: Final = 1.0
 """Seconds an ERROR item may take to leave (a subscriber that does not read)."""
 SUBSCRIBE_RATE: Final = 100.0
@@ -458,10 +460,22 @@ class TailServer:
         self, sock: socket.socket, stream: str, start: int, follow: bool
     ) -> TailReader | None:
         """The stream's reader; a follower of a stream not created yet waits for it
-        (polling its socket 10 ms doubling to 1 s: a rare case with nothing to park on)."""
+        (polling its socket 10 ms doubling to 1 s: a rare case with nothing to park on),
+        and rides over a store that fails to answer for up to OPEN_GIVE_UP seconds
+        (a JetStream stream being created has no leader for a moment)."""
         delay = 0.01
+        failing = 0.0
         while True:
-            reader = self._source.open(stream, start, follow)
+            try:
+                reader = self._source.open(stream, start, follow)
+            except Error:
+                now = time.monotonic()
+                failing = failing or now
+                if not follow or now - failing > OPEN_GIVE_UP:
+                    raise
+                reader = None
+            else:
+                failing = 0.0
             if reader is not None or not follow:
                 return reader
             if self._closing or _hung_up(sock, delay):

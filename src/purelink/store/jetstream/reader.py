@@ -34,7 +34,7 @@ from purelink.protocol.names import validate_stream_name
 
 from ..store import StreamInfo
 from .client import NatsThread, say
-from .feed import WAIT, Feed
+from .feed import GIVE_UP, WAIT, Feed
 from .layout import (
     METADATA_KEY,
     STREAM_PREFIX,
@@ -214,14 +214,9 @@ class JetStreamStore:
         limit = stop if stop is not None else 1 << 64
         if limit <= start:
             return
-        found = self.locate(stream, start)
-        pause = STREAM_POLL_MIN
-        while found is None:  # no such stream yet
-            if not follow:
-                return
-            time.sleep(pause)
-            pause = min(pause * 2, STREAM_POLL_MAX)
-            found = self.locate(stream, start)
+        found = self._locate_following(stream, start) if follow else self.locate(stream, start)
+        if found is None:
+            return
         seq, start, end_seq = found
         feeds: list[Feed] = []  # the one a follower makes once it caught up
         try:
@@ -230,6 +225,30 @@ class JetStreamStore:
             for feed in feeds:  # best effort: the cluster drops it anyway
                 with contextlib.suppress(Exception):
                     self._nats.submit(feed.close(wait=True))
+
+    def _locate_following(self, stream: str, start: int) -> tuple[int, int, int]:
+        """`locate` for a follower: waits for the stream to exist, and rides over a
+        cluster that fails to answer for up to GIVE_UP seconds (a stream being
+        created has no leader for a moment, a leader may be elected anew)."""
+        pause = STREAM_POLL_MIN
+        failing = 0.0
+        while True:
+            try:
+                found = self.locate(stream, start)
+            except BelowRetained:
+                raise
+            except Error:
+                now = time.monotonic()
+                failing = failing or now
+                if now - failing > GIVE_UP:
+                    raise
+                found = None
+            else:
+                failing = 0.0
+            if found is not None:
+                return found
+            time.sleep(pause)
+            pause = min(pause * 2, STREAM_POLL_MAX)
 
     def _records(
         self,
