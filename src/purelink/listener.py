@@ -59,7 +59,9 @@ from .store.jetstream.layout import parse_servers
 from .store.log import StreamLog
 from .store.retention import RetentionPolicy
 from .store.store import DataDir, validate_stream_name
+from .tail_file import FileTailSource
 from .tail_server import TailServer
+from .tail_source import TailSource
 
 __all__ = ["Listener", "ListenerStats"]
 
@@ -248,14 +250,12 @@ class Listener:
                     read_timeout=self._read_timeout,
                 )
                 self.tcp_address = self._tcp.start()
-                if self._data is not None:  # JetStream streams are read from the cluster
-                    self._tail = TailServer(
-                        self._data,
-                        sync=self.sync,
-                        keys=self._keys,
-                        max_subscribers=self._max_subscriptions,
-                    )
-                    self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
+                self._tail = TailServer(
+                    self._tail_source(),
+                    keys=self._keys,
+                    max_subscribers=self._max_subscriptions,
+                )
+                self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
             raise
@@ -286,6 +286,15 @@ class Listener:
         except BaseException:
             self._release()
             raise
+
+    def _tail_source(self) -> TailSource:
+        """Where subscriptions read from: the data directory, or the cluster."""
+        if self._data is not None:
+            return FileTailSource(self._data, sync=self.sync)
+        assert self._jetstream_url is not None
+        from .tail_jetstream import JetStreamTailSource  # noqa: PLC0415 -- nats-py, on use
+
+        return JetStreamTailSource(self._jetstream_url)
 
     @property
     def jetstream(self) -> JetStreamStorage:
