@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _address
+from ._limits import HANDSHAKE_BURST, HANDSHAKE_RATE, check_integer, check_number, check_seconds
 from ._udp import SOL_UDP, UDP_GRO
 from .errors import Error
 from .listener_jetstream import JetStreamStorage
@@ -112,11 +113,24 @@ class Listener:
             raise ValueError("nothing to listen on: give udp=, tcp= or both")
         self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
         self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
-        if max_connections < 1 or read_timeout <= 0 or max_subscriptions < 1:
-            raise ValueError("max_connections, read_timeout and max_subscriptions must be positive")
-        self._max_subscriptions = max_subscriptions
-        self._max_connections = max_connections
-        self._read_timeout = read_timeout
+        # every limit within its bounds (_limits.py, as `serve` checks its options)
+        max_links = check_integer("max_links", max_links)
+        max_streams = check_integer("max_streams", max_streams)
+        max_record = check_integer("max_record", max_record)
+        max_reorder = check_integer("max_reorder", max_reorder)
+        max_memory = check_integer("max_memory", max_memory)
+        self._max_connections = check_integer("max_connections", max_connections)
+        self._max_subscriptions = check_integer("max_subscriptions", max_subscriptions)
+        replicas = check_integer("replicas", replicas)
+        segment_bytes = check_integer("segment_bytes", segment_bytes)
+        handshake_rate = check_number("handshake_rate", handshake_rate, *HANDSHAKE_RATE)
+        handshake_burst = check_number("handshake_burst", handshake_burst, *HANDSHAKE_BURST)
+        self._read_timeout = check_seconds("read_timeout", read_timeout)
+        for bytes_, age in [(retain_bytes, retain_age), *(retention or {}).values()]:
+            if bytes_ is not None:
+                check_integer("retain_bytes", bytes_)
+            if age is not None:
+                check_seconds("retain_age", age)
         self._tcp: TcpServer | None = None
         self._tail: TailServer | None = None
         if secret is not None and keys is not None:
@@ -135,8 +149,6 @@ class Listener:
         self._jetstream_url = str(data) if str(data).startswith("nats://") else None
         if self._jetstream_url is not None:
             parse_servers(self._jetstream_url)  # ValueError now for a bad URL
-            if replicas < 1:
-                raise ValueError(f"replicas must be at least 1, not {replicas}")
             if retain_bytes is not None or retain_age is not None or retention:
                 raise ValueError(
                     "a JetStream store keeps what its streams' limits say: "
