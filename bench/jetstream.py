@@ -74,7 +74,7 @@ STREAM = "bench"  # the link's stream (bench/_links.py)
 WARM_UP = b"warm-up"
 
 VARIANTS: dict[str, str] = {
-    "purelink-jetstream": "PubAck: quorum (2 of 3) fsynced, one message per batch run",
+    "purelink-jetstream": "PubAck: quorum (2 of 3) fsynced, a round of messages per atomic batch",
     "nats-publish-async": "PubAck: quorum (2 of 3) fsynced, one message per record",
     "nats-publish": "PubAck awaited per record: quorum fsynced",
     "purelink-embedded": "fdatasync on this machine's disk (group commit)",
@@ -455,7 +455,8 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
         "cells are median (min-max) over the runs"
     )
     report.notes.append(
-        "failover (a listener SIGKILLed under a link) is not measured: connect() takes one URL"
+        "failover (a listener or the stream's Raft leader SIGKILLed under a link) is measured by "
+        "tests/test_jetstream_listener.py and tests/test_jetstream_pipeline.py"
     )
     return report
 
