@@ -152,7 +152,7 @@ def test_the_stream_leader_killed_under_a_link(cluster: NatsCluster) -> None:
     ships: every record stored once, in order; the link told stored only what
     the stream holds; and the link's stall measured."""
     stream = "leader-killed"
-    records = [b"L%06d" % i for i in range(40_000)]
+    records = [b"L%06d" % i for i in range(25_000)]
     writer(cluster, Told()).nats.close()  # a fresh cluster has its meta leader first
     with purelink.Listener(cluster.urls, udp="127.0.0.1:0", replicas=3) as lst:
         host, port = lst.udp_address  # type: ignore[misc]
@@ -174,7 +174,7 @@ def test_the_stream_leader_killed_under_a_link(cluster: NatsCluster) -> None:
             try:
                 for i, r in enumerate(records[1:], 1):
                     link.queue(r)
-                    if i == 15_000:
+                    if i == 10_000:
                         at_kill = link.stored
                         cluster.kill(victim)
                         killed = time.monotonic()

@@ -76,13 +76,13 @@ def run_seed(seed: int) -> Simulation:
     return sim
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(40))
 def test_seeds(seed: int) -> None:
     run_seed(seed)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(60, 600))
+@pytest.mark.parametrize("seed", range(40, 600))
 def test_seeds_slow(seed: int) -> None:
     run_seed(seed)
 
