@@ -374,13 +374,14 @@ class LinkThread:
 
         transport.receive(heard)
         now = max(now, self._heard)
+        if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
+            # nothing listens there (a TCP reset, or over UDP an ICMP "port
+            # unreachable"): say so now, not after the handshake timeout
+            self._error = ConnectError("connection refused")
+            self._stop = True
+            self._connected.set()
+            return now
         if transport.broken:
-            if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
-                # nothing listens there: say so now, not after the handshake timeout
-                self._error = ConnectError("connection refused")
-                self._stop = True
-                self._connected.set()
-                return now
             self._sender.reset_session(now, "broken")
         return now
 

@@ -5,7 +5,11 @@ A transport is what the link thread polls (`fileno`), hands datagrams to
 equal datagrams into one system call with UDP GSO (`UDP_SEGMENT`), and
 falls back to one `send` per datagram for good when the kernel refuses; a
 datagram the kernel cannot take now (buffer full, nobody listening) is
-counted and left to the sender's loss detection, never retried here.
+counted and left to the sender's loss detection, never retried here.  An
+ICMP "port unreachable" (ECONNREFUSED on the connected socket) sets
+`refused`: a link that has not connected yet then fails at once, as a TCP
+link whose connection is refused does; once connected, the link just
+keeps resending (a listener restarting) and `refused` means nothing.
 
 Its datagrams go out with DF set (`dont_fragment`: IP_MTU_DISCOVER =
 IP_PMTUDISC_PROBE, IPV6_MTU_DISCOVER = IPV6_PMTUDISC_PROBE and IPV6_DONTFRAG
@@ -141,7 +145,8 @@ class Transport(Protocol):
     broken: bool
     """The transport saw the session die; cleared by reset()."""
     refused: bool
-    """The listener's host refused the last connection (ECONNREFUSED: nothing listens)."""
+    """The listener's host refused the last connection, or (UDP) answered with an
+    ICMP "port unreachable": ECONNREFUSED, nothing listens there."""
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
@@ -183,7 +188,7 @@ class UdpTransport:
         self.send_calls = 0
         self.send_errors = 0
         self.broken = False
-        self.refused = False  # never said: an ICMP "port unreachable" may be old news
+        self.refused = False  # set by an ICMP "port unreachable" (ECONNREFUSED)
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -230,6 +235,8 @@ class UdpTransport:
                     # buffer full, or the listener is down (ECONNREFUSED): lost here;
                     # the sender's loss detection resends them
                     self.send_errors += j - i
+                    if exc.errno == errno.ECONNREFUSED:
+                        self.refused = True
             i = j
 
     def _send_each(self, datagrams: list[bytes]) -> bool:
@@ -258,8 +265,11 @@ class UdpTransport:
                 data = recv()
             except BlockingIOError:
                 return
+            except ConnectionRefusedError:  # an ICMP "port unreachable": nobody
+                self.refused = True  # listens there right now (the link may say so)
+                continue
             except OSError:
-                continue  # ECONNREFUSED from an ICMP error: nobody listens right now
+                continue
             handle(data)
 
     def reset(self) -> None:
