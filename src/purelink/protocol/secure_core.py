@@ -70,6 +70,7 @@ from ..errors import ProtocolError
 from . import wire
 from .channel import OVERHEAD, Channel, RekeyPolicy
 from .core_parts import Address, CoreConfig, StoreView
+from .core_state import _Conn
 from .handshake import (
     INIT,
     SEALED,
@@ -81,7 +82,7 @@ from .handshake import (
     open_init,
 )
 from .keys import KeyTable
-from .listener_core import ListenerCore, _Conn
+from .listener_core import ListenerCore
 from .ratelimit import TokenBuckets
 
 __all__ = ["INIT_MEMORY", "SecureCore"]

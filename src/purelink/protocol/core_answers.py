@@ -1,0 +1,134 @@
+"""The listener core's answers: what became durable, and the ACKs that say so.
+
+Why it exists: when to answer -- once per session per drain, once more when a
+sync lands, held a moment for a sync in flight -- is a pacing policy of its
+own, fed by the durability reports of the driver (`written`, `synced`).
+
+Answers.  One ACK per session per drain (the driver calls
+`datagrams_to_send` once per drain), not one per datagram, and one more when
+a sync makes records durable.  A PROBE is answered at the next call too.
+To a proven peer (a TCP connection: nothing is lost on the way, so an ACK
+there only tells progress) an ACK that would say "received" ahead of
+"stored" is held while the sync in flight catches up, for at most
+`ack_hold` seconds (`timeout()` tells the driver when): the sync's ACK then
+says both, and a short link gets one answer to its data instead of two.  The
+held time goes out as `ack_delay`, as QUIC's delayed ACKs do, so the link's
+RTT samples leave it out; `ack_hold` stays well under the link's smallest
+RTO, so no probe is ever sent for it.
+
+Durability.  The batches the driver takes (`take_writes`) are remembered per
+stream with the producer and last seq of each (`_write_owners`); `written`
+moves them to the stream's queue of writes waiting for a sync, at the log
+position their last one ended at; `synced` raises each producer's `stored`
+as the sync passes those positions, asks for its ACK, and accepts the new
+sessions that waited for their producer's records to be durable.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from . import wire
+from .core_parts import Address
+from .core_sessions import CoreSessions
+from .core_state import _Conn
+
+__all__ = ["CoreAnswers"]
+
+
+class CoreAnswers(CoreSessions):
+    """Durability in, answers out."""
+
+    def write_failed(self, stream: str) -> None:
+        """The writes taken for `stream` could not be stored, nor will any later
+        one be (the driver stops writing there): forget whose they were, so that
+        nothing ever says they are stored."""
+        self._write_owners.pop(stream, None)
+
+    def written(self, stream: str, last_position: int) -> None:
+        """The writes taken for `stream` are in the log, up to `last_position`."""
+        owners = self._write_owners.pop(stream, None)
+        if owners:
+            self._pending_sync.setdefault(stream, deque()).append((last_position, owners))
+
+    def synced(self, stream: str, position: int) -> None:
+        """Everything of `stream` up to `position` is durable."""
+        queue = self._pending_sync.get(stream)
+        while queue and queue[0][0] <= position:
+            _, owners = queue.popleft()
+            for producer, last_seq in owners:
+                if last_seq > producer.stored:
+                    producer.stored = last_seq
+                    conn = producer.conn
+                    if isinstance(conn, _Conn) and conn.accepted:
+                        self._want_ack(conn)
+                    elif producer in self._closed_unsynced:
+                        self._forget_closed(producer)
+        waiting = self._accept_waiting.get(stream)
+        if waiting:
+            still = []
+            for conn in waiting:
+                if conn.producer.stored >= conn.producer.received:
+                    self._accept(conn)
+                else:
+                    still.append(conn)
+            if still:
+                self._accept_waiting[stream] = still
+            else:
+                del self._accept_waiting[stream]
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        """Answers to send now: at most one ACK per session with news (one to a
+        proven peer may be held for a sync in flight: see the module header)."""
+        out, self._out = self._out, []
+        self._hold_until = 0.0
+        if self._ack_due:
+            key = self._key
+            hold = self.config.ack_hold
+            held: set[int] = set()
+            hold_until = 0.0
+            sent = 0
+            for conn_id in self._ack_due:
+                conn = self._conns.get(conn_id)
+                if conn is None or not conn.accepted:
+                    continue
+                p = conn.producer
+                if conn.proven and p.stored < p.received and hold > 0:
+                    until = conn.hold_until or now + hold
+                    if now < until:  # the sync's ACK will say "received" and "stored"
+                        conn.hold_until = until
+                        held.add(conn_id)
+                        if not hold_until or until < hold_until:
+                            hold_until = until
+                        continue
+                conn.hold_until = 0.0
+                conn.ack_due = False
+                sent += 1
+                delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
+                ack = wire.Ack(
+                    conn.conn_id,
+                    conn.epoch,
+                    p.stored,
+                    p.received,
+                    p.window,
+                    conn.largest_pn,
+                    max(delay, 0),
+                    p.ranges(),
+                    p.fragment_spans(),
+                    tuple(conn.duplicates),
+                )
+                conn.largest_pn = 0
+                if conn.duplicates:
+                    conn.duplicates.clear()
+                out.append((wire.encode_ack(ack, key), conn.addr))
+            self.stats.acks += sent
+            self._ack_due = held
+            self._hold_until = hold_until
+        return out
+
+    def timeout(self, now: float) -> float:
+        """Seconds until a held ACK is due (the driver calls `datagrams_to_send`
+        then); -1 when none is held, so an idle listener keeps no timer."""
+        if not self._hold_until:
+            return -1.0
+        return max(self._hold_until - now, 0.0)
