@@ -456,7 +456,7 @@ class Listener:
         try:
             while not self._stop:
                 # no timeout unless a TCP connection owes bytes or an ACK is held for a
-                # sync (listener_core.py): an idle listener sleeps
+                # sync (core_answers.py): an idle listener sleeps
                 t = monotonic()
                 timeout = core.timeout(t)
                 if tcp is not None:

@@ -125,7 +125,7 @@ class JetStreamStorage:
 
     shared = True
     """Other listeners may write the same streams: the core reads a producer's
-    state again at each new session (protocol/listener_core.py)."""
+    state again at each new session (protocol/core_sessions.py)."""
 
     def _state(self, stream: str, pid: int) -> tuple[int, int, int]:
         try:

@@ -46,7 +46,7 @@ connection is closed at once instead of in a later readiness event for the
 link's EOF: a short link then costs three read events (HELLO, DATA, CLOSE),
 not four.  (The core also holds a TCP peer's "received" ACK for the sync in
 flight, so a short link gets two answers, ACCEPT and "stored": see
-listener_core.py.)
+protocol/core_answers.py.)
 
 Bad input, all counted by reason in `dropped` and all ending the connection
 only: a frame length over the limit (known from its 4 header bytes, before

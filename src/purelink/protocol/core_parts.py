@@ -1,8 +1,9 @@
 """The listener core's parts that are not its state machine: configuration,
 counters, the store it talks to, and the handshake cookies.
 
-Kept apart from listener_core.py so that the core reads as what it does with
-each datagram (small files, split by concept).
+Kept apart from the state machine (listener_core.py and its core_*.py parts)
+so that the core reads as what it does with each datagram (small files,
+split by concept).
 """
 
 from __future__ import annotations

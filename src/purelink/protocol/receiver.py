@@ -152,7 +152,7 @@ class Producer:
         self.partials: dict[int, Partial] = {}
         self.max_reorder = max_reorder
         self.max_record = max_record
-        self.conn: object | None = None  # the current session (a listener_core._Conn)
+        self.conn: object | None = None  # the current session (a core_state._Conn)
 
     # ----------------------------------------------------------- batches
     def on_batch(
