@@ -361,10 +361,14 @@ class LinkThread:
     def _receive(self, now: float) -> None:
         receive = self._sender.receive_datagram
         transport = self._transport
+        monotonic = time.monotonic
 
         def heard(data: bytes | memoryview) -> None:
+            # each answer at its own time: a drain of many answers may take tens
+            # of ms on a loaded interpreter, and one `now` for all of them would
+            # make the later ones' RTT samples short (below the path's own RTT)
             self._heard = now
-            receive(data, now)
+            receive(data, monotonic())
 
         transport.receive(heard)
         if transport.broken:

@@ -89,6 +89,7 @@ LOSS_EVENTS: Final = 2
 QUEUE_RTT: Final = 1.25
 BETA: Final = 0.7
 HEADROOM: Final = 0.15
+BASE_DECAY: Final = 0.9
 
 
 class _MaxFilter:
@@ -157,6 +158,9 @@ class Bbr(CongestionControl):
         self._round_acked = 0
         self._round_inflight = 0
         self._round_rtt = 0.0
+        self._base_lost = 0.0
+        self._base_total = 0.0
+        self._undo: tuple[int, int, int, int] | None = None  # the last bound set, to undo
 
     # ------------------------------------------------------------ model
     @property
@@ -168,6 +172,12 @@ class Bbr(CongestionControl):
     def bdp(self) -> float:
         """Bandwidth-delay product, bytes (0 without a model)."""
         return self._bw.value * self.min_rtt
+
+    @property
+    def base_loss(self) -> float:
+        """The path's own loss rate: the share of bytes lost in round trips
+        without a standing queue (decayed over about ten of them)."""
+        return self._base_lost / self._base_total if self._base_total else 0.0
 
     @property
     def state(self) -> str:
@@ -212,7 +222,25 @@ class Bbr(CongestionControl):
         self._round_lost += size
 
     def on_spurious(self, sent_time: float, now: float) -> None:
-        """Nothing was reduced for a loss, so nothing to undo."""
+        """A loss that was not one: it no longer counts toward the round's loss
+        rate, and a bound it helped set in the last two rounds is undone once
+        that round's real losses fall under the threshold."""
+        size = self.datagram_size
+        self._round_lost = max(self._round_lost - size, 0)
+        undo = self._undo
+        if undo is None:
+            return
+        prior, lost, total, round_count = undo
+        if self.round_count - round_count > 2:
+            self._undo = None
+            return
+        lost -= size
+        if lost > (LOSS_THRESH + self.base_loss) * total and lost >= LOSS_EVENTS * size:
+            self._undo = (prior, lost, total, round_count)
+            return
+        self._undo = None
+        self.inflight_hi = prior
+        self.undos += 1
 
     def on_timeout(self, now: float) -> None:
         """The path may be gone: keep the model, send the minimum until answered."""
@@ -235,17 +263,28 @@ class Bbr(CongestionControl):
         that probed for more without such loss raises the bound."""
         lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
         self._round_lost = self._round_acked = self._round_inflight = 0
+        round_rtt, self._round_rtt = self._round_rtt, 0.0
         if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
             return
-        queued = self._round_rtt > QUEUE_RTT * self.min_rtt
-        self._round_rtt = 0.0
+        total = lost + acked
+        queued = round_rtt > QUEUE_RTT * self.min_rtt
+        if not queued and total:
+            # the path's own loss rate, measured where no queue of ours stood
+            self._base_lost = BASE_DECAY * self._base_lost + lost
+            self._base_total = BASE_DECAY * self._base_total + total
         if (
             queued
-            and lost > LOSS_THRESH * (lost + acked)
+            and lost > (LOSS_THRESH + self.base_loss) * total
             and lost >= LOSS_EVENTS * self.datagram_size
         ):
             target = min(self.bdp, self.cwnd) if self.bdp else self.cwnd
-            self.inflight_hi = max(int(BETA * inflight), int(BETA * target), self.minimum)
+            prior = self.inflight_hi
+            cut = max(int(BETA * inflight), int(BETA * target), self.minimum)
+            # never below what carries the model's own bdp at the cruise headroom:
+            # a bound under it would cap the delivery rate, which lowers btl_bw,
+            # which lowers the bound again (a spiral to the minimum)
+            self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
+            self._undo = (prior, lost, total, self.round_count)
         elif self.inflight_hi and self.pacing_gain >= 1.0:
             self.inflight_hi += max(self.datagram_size, self.inflight_hi // 8)
 
