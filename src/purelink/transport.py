@@ -14,7 +14,13 @@ and the link finds the path's size itself (protocol/pmtu.py).  PROBE, not
 DO: the kernel then neither caps datagrams at a path MTU it learned from
 ICMP (which anyone on the path can forge) nor refuses the link's probes;
 only a datagram over the local interface's MTU is refused (EMSGSIZE), and
-its size is handed to the sender (`too_large`) as a failed size.
+its size is handed to the sender (`too_large`) as a failed size.  An ICMP
+"fragmentation needed" that a router sends back for a probe is reported on
+the connected socket's next call as EMSGSIZE too, whatever that call sends;
+a send that fails so is made once more, and if it passes then, the error was
+that report (`path_too_big`, a hint for the probe in flight), not these
+datagrams, which are neither dropped nor taken for too large (nor is GSO
+given up for them).
 
 `reset()` is called when the sender starts a new handshake after losing its
 session; a connection-oriented transport reconnects there.  `broken` tells
@@ -145,6 +151,10 @@ class Transport(Protocol):
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
+    path_too_big: int
+    """ICMP "too big" reports the kernel passed on for earlier datagrams (an
+    EMSGSIZE that a retry of the same call, or a receive, shows was not about
+    the datagrams at hand), since the link last zeroed it."""
 
     def fileno(self) -> int:
         """The fd to poll for readability."""
@@ -184,13 +194,12 @@ class UdpTransport:
         self.send_errors = 0
         self.broken = False
         self.refused = False  # never said: an ICMP "port unreachable" may be old news
+        self.path_too_big = 0
 
     def fileno(self) -> int:
         return self._sock.fileno()
 
     def send(self, datagrams: list[bytes]) -> None:
-        sock = self._sock
-        fast = self._fast
         i = 0
         n = len(datagrams)
         while i < n:
@@ -203,18 +212,17 @@ class UdpTransport:
                 if j < n and j - i < limit and len(datagrams[j]) < size:
                     j += 1  # a shorter last segment is allowed
             try:
-                if j - i > 1:
-                    if fast is not None:
-                        fast.send_gso(b"".join(datagrams[i:j]), size)
-                    else:
-                        sock.sendmsg(
-                            [b"".join(datagrams[i:j])],
-                            [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))],
-                        )
-                elif fast is not None:
-                    fast.send(datagrams[i])
-                else:
-                    sock.send(datagrams[i])
+                try:
+                    self._send_run(datagrams, i, j, size)
+                except OSError as exc:
+                    if exc.errno != errno.EMSGSIZE:
+                        raise
+                    # An ICMP "too big" for an earlier datagram (a path MTU probe)
+                    # is reported on the connected socket's next call, whatever
+                    # that call sends: if the same call passes now, it was that
+                    # report, not these datagrams
+                    self._send_run(datagrams, i, j, size)
+                    self.path_too_big += 1
                 self.send_calls += 1
             except OSError as exc:
                 if j - i > 1 and exc.errno in _GSO_REFUSED:
@@ -231,6 +239,22 @@ class UdpTransport:
                     # the sender's loss detection resends them
                     self.send_errors += j - i
             i = j
+
+    def _send_run(self, datagrams: list[bytes], i: int, j: int, size: int) -> None:
+        """datagrams[i:j] in one system call (GSO when more than one)."""
+        fast = self._fast
+        if j - i > 1:
+            if fast is not None:
+                fast.send_gso(b"".join(datagrams[i:j]), size)
+            else:
+                self._sock.sendmsg(
+                    [b"".join(datagrams[i:j])],
+                    [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))],
+                )
+        elif fast is not None:
+            fast.send(datagrams[i])
+        else:
+            self._sock.send(datagrams[i])
 
     def _send_each(self, datagrams: list[bytes]) -> bool:
         """Send one datagram per call; True if one was too large for the path."""
@@ -258,8 +282,12 @@ class UdpTransport:
                 data = recv()
             except BlockingIOError:
                 return
-            except OSError:
-                continue  # ECONNREFUSED from an ICMP error: nobody listens right now
+            except OSError as exc:
+                # an ICMP error reported on the socket: ECONNREFUSED (nobody
+                # listens right now), or EMSGSIZE (a datagram was too big for the path)
+                if exc.errno == errno.EMSGSIZE:
+                    self.path_too_big += 1
+                continue
             handle(data)
 
     def reset(self) -> None:
@@ -290,6 +318,7 @@ class TcpTransport:
         self.broken = False
         self.refused = False
         self.too_large: list[int] = []  # TCP has no MTU: always empty
+        self.path_too_big = 0
         self.connects = 0
         """Connections opened."""
         self.dropped = 0

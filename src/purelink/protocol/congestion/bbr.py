@@ -40,19 +40,31 @@ States:
                bdp / 2) for 200 ms and one round trip, so the queue empties and
                the true propagation delay is measured; then back.
 
-Random loss does not move the model (a path that drops 1 % at random has
-not got slower).  Loss that comes with a queue does bound it, as BBR v2's
-inflight_hi does: when a round trip lost more than 2 % of its bytes (and at
-least 2 datagrams) while even its smallest RTT stood above 1.25 min_rtt (a
-standing queue, as CoDel judges one: the buffer overflowed, it was not noise
-or jitter on the line), then
+Random loss does not move the model (a path that drops 1 % or 5 % at random
+has not got slower).  Loss that comes with a queue does bound it, as BBR
+v2's inflight_hi does: when a round trip lost more than 2 % of its bytes
+beyond the path's own loss rate (and at least 2 datagrams) while even its
+smallest RTT stood above 1.25 min_rtt (a standing queue, as CoDel judges
+one: the buffer overflowed, it was not noise or jitter on the line), then
 
-    inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd))
+    inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd),
+                      bdp / 0.85)
 
 and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
 the 1.25 phase, leaving room for other flows' probes, so flows sharing a
 shallow buffer converge instead of overflowing it for ever); each later
-round without such loss raises inflight_hi by an eighth.
+round without such loss raises inflight_hi by an eighth.  In STARTUP such a
+round ends the search for bandwidth (the pipe is full: BBR v2's exit on loss).
+
+* The path's own loss rate is the share of bytes lost in the round trips
+  without a standing queue (decayed, about the last ten of them): on a path
+  that drops 5 % at random, a round that loses 6 % is not an overflow.
+* The bound never goes below bdp / 0.85, so the cwnd it leaves carries the
+  model's own bandwidth: a bound under it would cap the delivery rate, which
+  lowers btl_bw, which lowers the bound again, down to the minimum.
+* A loss proven spurious (the original arrived) no longer counts toward
+  its round, and a bound it helped set in the last two rounds is undone
+  once that round's remaining losses are under the threshold.
 
 A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
@@ -285,6 +297,8 @@ class Bbr(CongestionControl):
             # which lowers the bound again (a spiral to the minimum)
             self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
             self._undo = (prior, lost, total, self.round_count)
+            if self.mode == Bbr.STARTUP and self.btl_bw:
+                self.filled = True  # the buffer overflowed: the pipe is full (BBR v2)
         elif self.inflight_hi and self.pacing_gain >= 1.0:
             self.inflight_hi += max(self.datagram_size, self.inflight_hi // 8)
 
