@@ -102,6 +102,8 @@ QUEUE_RTT: Final = 1.25
 BETA: Final = 0.7
 HEADROOM: Final = 0.15
 BASE_DECAY: Final = 0.9
+GROWTH_DATAGRAMS: Final = 2
+GROWTH_TIME: Final = 0.025
 
 
 class _MaxFilter:
@@ -299,8 +301,19 @@ class Bbr(CongestionControl):
             self._undo = (prior, lost, total, self.round_count)
             if self.mode == Bbr.STARTUP and self.btl_bw:
                 self.filled = True  # the buffer overflowed: the pipe is full (BBR v2)
-        elif self.inflight_hi and self.pacing_gain >= 1.0:
-            self.inflight_hi += max(self.datagram_size, self.inflight_hi // 8)
+        elif (
+            self.inflight_hi
+            and self.pacing_gain >= 1.0
+            and inflight + 2 * self.datagram_size >= self.inflight_hi * (1.0 - HEADROOM)
+        ):
+            # the bound held the round back: raise it, by the same bytes for every
+            # flow (additive: flows that share a buffer converge, as AIMD's do),
+            # as many per round trip as GROWTH_TIME intervals it lasts
+            per = max(1.0, self.min_rtt / GROWTH_TIME)
+            self.inflight_hi += int(GROWTH_DATAGRAMS * self.datagram_size * per)
+        if self.inflight_hi:
+            # and never under the model's own bdp, which probing raises
+            self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
     def _update_bw(self, rs: RateSample) -> None:
         rate = rs.delivery_rate
