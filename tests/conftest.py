@@ -1,14 +1,27 @@
 """What every test gets: an unexpected exception on one of purelink's threads
-fails the test that caused it (see thread_guard.py for why and how)."""
+fails the test that caused it (see thread_guard.py for why and how); and
+the processes the tests start answer SIGINT, wherever pytest was started."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 import thread_guard
 from nats_cluster import NatsCluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A shell starts a background command (`pytest ... &` in a script) with SIGINT
+    ignored, and a child inherits that: `purelink serve`, `send`, `tail` and
+    `read --follow`, sent SIGINT by the tests that check Ctrl-C, would then
+    ignore it (as they should in such a job) and those tests would wait out
+    their timeouts.  Python's own handler here makes every child start with
+    SIGINT at its default again."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-from test_cli import assert_one_line_error, run, serving
+from test_cli import TIMEOUT, assert_one_line_error, read_line, run, serving
 
 APP = b"a" * 32
 NEW = b"n" * 32
@@ -92,13 +92,17 @@ def test_keys_permissions_and_sighup(tmp_path: Path) -> None:
         while (result := send("payments", "new", new)).returncode != 0:  # type: ignore[attr-defined]
             assert time.monotonic() < deadline, result
             time.sleep(0.1)
-        # a bad file: the keys in use stay
+        # a bad file: the keys in use stay -- once serve has said it read it
         keys.write_text("broken\n")
         srv.proc.send_signal(signal.SIGHUP)
-        time.sleep(0.5)
+        assert srv.proc.stderr is not None
+        said = ""
+        while "reload failed" not in said:
+            said += read_line(srv.proc.stderr.fileno(), TIMEOUT).decode()
         again = send("payments", "new", new, b"c\n")
         assert again.returncode == 0, again.stderr  # type: ignore[attr-defined]
-        code, stderr = srv.stop()
+        code, rest = srv.stop()
+        stderr = said + rest
     assert code == 0, stderr
     assert "keys reloaded (2 keys)" in stderr
     assert "reload failed, the keys in use stay" in stderr and "line 1" in stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import socket
 import sys
 import threading
@@ -111,9 +112,20 @@ def test_no_lost_wakeup_under_racing_threads(listener: purelink.Listener) -> Non
 
 
 def test_back_to_back_queue_wakes_rarely(listener: purelink.Listener) -> None:
+    # Back to back means the link thread gets no turn in between: with the
+    # interpreter's switch interval the burst would be cut every 5 ms, and a burst
+    # slowed down by a busy machine would be cut more often -- each cut lets the
+    # thread take everything, sleep, and be woken once more (rightly).  So the
+    # burst keeps the GIL (a long switch interval); it gives it up only where
+    # queue() itself writes the eventfd, which the naive way does for every record.
     with purelink.connect(url(listener), stream="burst") as link:
-        for _ in range(50_000):
-            link.queue(b"x" * 61)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(10.0)
+        try:
+            for _ in range(50_000):
+                link.queue(b"x" * 61)
+        finally:
+            sys.setswitchinterval(interval)
         assert link.wait_stored(timeout=30)
         assert link.stats().wakeups <= 50  # <= 1 per 1,000 records
 
@@ -349,6 +361,70 @@ def test_full_by_bytes(tmp_path: Path, transport: str) -> None:
 def test_connect_to_nothing_fails_with_connect_error(transport: str) -> None:
     with pytest.raises(purelink.ConnectError):
         purelink.connect(f"{transport}://127.0.0.1:9", stream="s", timeout=0.5)
+
+
+def test_connect_to_a_closed_port_says_refused_at_once(transport: str) -> None:
+    # over UDP the kernel's ICMP "port unreachable" comes back as ECONNREFUSED on
+    # the link's connected socket, as a TCP reset does: no handshake timeout
+    kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(purelink.ConnectError, match=r"(?i)connection refused"):
+        purelink.connect(f"{transport}://127.0.0.1:{port}", stream="s", timeout=30)
+    assert time.monotonic() - started < 10  # not the 30 s handshake timeout
+
+
+# Listener(...) refuses a limit out of its bounds, naming them, as `serve` does
+BAD_LIMITS = [
+    ("max_record", 2**32, ValueError, "max_record must be from 1 to 16,777,216"),
+    ("max_record", 0, ValueError, "max_record must be from 1 to 16,777,216, not 0"),
+    ("max_links", 2**40, ValueError, "max_links must be from 1 to 2,147,483,648"),
+    ("max_streams", -1, ValueError, "max_streams must be from 1 to"),
+    ("max_reorder", 1 << 32, ValueError, "max_reorder must be from 1 to 2,147,483,648"),
+    ("max_memory", 1 << 51, ValueError, "max_memory must be from 1 to"),
+    ("max_connections", 0, ValueError, "max_connections must be from 1 to"),
+    ("max_subscriptions", 1 << 21, ValueError, "max_subscriptions must be from 1 to 1,048,576"),
+    ("replicas", 6, ValueError, "replicas must be from 1 to 5, not 6"),
+    ("segment_bytes", 1 << 41, ValueError, "segment_bytes must be from 1 to"),
+    ("retain_bytes", -1, ValueError, "retain_bytes must be from 0 to"),
+    ("retain_age", 0.0, ValueError, "retain_age must be more than 0"),
+    ("read_timeout", float("inf"), ValueError, "read_timeout must be more than 0 and at most"),
+    ("read_timeout", float("nan"), ValueError, "read_timeout must be more than 0"),
+    ("handshake_rate", -1.0, ValueError, "handshake_rate must be from 0 to 1e"),
+    ("handshake_burst", 0.5, ValueError, "handshake_burst must be from 1 to"),
+    ("max_record", 1.5, TypeError, "max_record must be an integer"),
+    ("max_links", True, TypeError, "max_links must be an integer"),
+    ("read_timeout", "10", TypeError, "read_timeout must be a number of seconds"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "error", "message"), BAD_LIMITS)
+def test_listener_refuses_absurd_limits(
+    tmp_path: Path, name: str, value: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", **{name: value})  # type: ignore[arg-type]
+    assert not (tmp_path / "d").exists()  # refused before anything was made
+
+
+def test_listener_and_serve_share_the_bounds(tmp_path: Path) -> None:
+    from purelink._limits import INTEGER_LIMITS  # noqa: PLC0415
+    from purelink.cli import build_parser  # noqa: PLC0415
+
+    parser = build_parser()
+    for name, (low, high) in INTEGER_LIMITS.items():
+        flag = "--" + name.replace("_", "-")
+        for good in (low, high):
+            args = parser.parse_args(["serve", "--data", str(tmp_path), flag, str(good)])
+            assert getattr(args, name) == good
+        for bad in (low - 1, high + 1):
+            with pytest.raises(SystemExit):
+                parser.parse_args(["serve", "--data", str(tmp_path), flag, str(bad)])
+        purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", **{name: high})  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=f"{name} must be from {low:,} to {high:,}"):
+            purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", **{name: high + 1})  # type: ignore[arg-type]
 
 
 def test_bad_stream_name_is_refused(listener: purelink.Listener) -> None:

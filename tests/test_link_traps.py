@@ -185,7 +185,7 @@ def test_a_bad_stream_name_is_a_value_error_at_once(stream: str) -> None:
     started = time.monotonic()
     with pytest.raises(ValueError, match=r"1-200 characters of A-Z a-z 0-9 \. _ -"):
         purelink.connect("udp://127.0.0.1:9", stream=stream)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # at once, not the 10 s handshake timeout
 
 
 @pytest.mark.parametrize("producer", ["p/1", "a b", ".x", "x" * 201])

@@ -33,10 +33,11 @@ from collections.abc import Iterator
 from typing import IO, Final
 
 from . import Error, Full, Link, connect
+from ._cli_args import producer_type, seconds, stream_type, url_type
 from ._cli_common import PROG, UsageError, client_secret
 from ._progress import Progress
 
-__all__ = ["INTERRUPT_GRACE", "MAX_LINE", "STALL_NOTICE", "cmd_send"]
+__all__ = ["INTERRUPT_GRACE", "MAX_LINE", "STALL_NOTICE", "add_send_arguments", "cmd_send"]
 
 MAX_LINE: Final = 16 << 20
 """The largest record any listener accepts (its --max-record is at most this)."""
@@ -200,6 +201,33 @@ def _open_input(path: str | None) -> IO[bytes]:
         return open(path, "rb")  # closed by cmd_send
     except OSError as exc:
         raise UsageError(f"cannot read --file {path!r}: {exc.strerror}") from None
+
+
+def add_send_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", type=url_type, metavar="URL", help="udp://HOST:PORT or tcp://HOST:PORT")
+    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    p.add_argument(
+        "--producer",
+        type=producer_type,
+        metavar="NAME",
+        help="a named producer, same rule as a stream name (default: anonymous)",
+    )
+    p.add_argument("--file", metavar="F", help="read lines from F instead of stdin")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up (exit 1) after this long without an answer at connect, "
+        "or without progress while records wait to be stored (10)",
+    )
+    p.add_argument(
+        "--skip-long",
+        action="store_true",
+        help="skip (and count) lines over the listener's max_record instead of stopping",
+    )
 
 
 def cmd_send(args: argparse.Namespace) -> int:

@@ -380,13 +380,14 @@ class LinkThread:
 
         transport.receive(heard)
         self._path_too_big()
+        if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
+            # nothing listens there (a TCP reset, or over UDP an ICMP "port
+            # unreachable"): say so now, not after the handshake timeout
+            self._error = ConnectError("connection refused")
+            self._stop = True
+            self._connected.set()
+            return
         if transport.broken:
-            if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
-                # nothing listens there: say so now, not after the handshake timeout
-                self._error = ConnectError("connection refused")
-                self._stop = True
-                self._connected.set()
-                return
             self._sender.reset_session(now, "broken")
 
     def _handle_events(self) -> None:

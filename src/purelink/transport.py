@@ -5,7 +5,11 @@ A transport is what the link thread polls (`fileno`), hands datagrams to
 equal datagrams into one system call with UDP GSO (`UDP_SEGMENT`), and
 falls back to one `send` per datagram for good when the kernel refuses; a
 datagram the kernel cannot take now (buffer full, nobody listening) is
-counted and left to the sender's loss detection, never retried here.
+counted and left to the sender's loss detection, never retried here.  An
+ICMP "port unreachable" (ECONNREFUSED on the connected socket) sets
+`refused`: a link that has not connected yet then fails at once, as a TCP
+link whose connection is refused does; once connected, the link just
+keeps resending (a listener restarting) and `refused` means nothing.
 
 Its datagrams go out with DF set (`dont_fragment`: IP_MTU_DISCOVER =
 IP_PMTUDISC_PROBE, IPV6_MTU_DISCOVER = IPV6_PMTUDISC_PROBE and IPV6_DONTFRAG
@@ -147,7 +151,8 @@ class Transport(Protocol):
     broken: bool
     """The transport saw the session die; cleared by reset()."""
     refused: bool
-    """The listener's host refused the last connection (ECONNREFUSED: nothing listens)."""
+    """The listener's host refused the last connection, or (UDP) answered with an
+    ICMP "port unreachable": ECONNREFUSED, nothing listens there."""
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
@@ -193,7 +198,7 @@ class UdpTransport:
         self.send_calls = 0
         self.send_errors = 0
         self.broken = False
-        self.refused = False  # never said: an ICMP "port unreachable" may be old news
+        self.refused = False  # set by an ICMP "port unreachable" (ECONNREFUSED)
         self.path_too_big = 0
 
     def fileno(self) -> int:
@@ -238,6 +243,8 @@ class UdpTransport:
                     # buffer full, or the listener is down (ECONNREFUSED): lost here;
                     # the sender's loss detection resends them
                     self.send_errors += j - i
+                    if exc.errno == errno.ECONNREFUSED:
+                        self.refused = True
             i = j
 
     def _send_run(self, datagrams: list[bytes], i: int, j: int, size: int) -> None:
@@ -282,9 +289,12 @@ class UdpTransport:
                 data = recv()
             except BlockingIOError:
                 return
+            except ConnectionRefusedError:  # an ICMP "port unreachable": nobody
+                self.refused = True  # listens there right now (the link may say so)
+                continue
             except OSError as exc:
-                # an ICMP error reported on the socket: ECONNREFUSED (nobody
-                # listens right now), or EMSGSIZE (a datagram was too big for the path)
+                # another ICMP error reported on the socket: EMSGSIZE, a datagram
+                # was too big for the path (a path MTU probe)
                 if exc.errno == errno.EMSGSIZE:
                     self.path_too_big += 1
                 continue
