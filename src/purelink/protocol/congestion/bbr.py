@@ -440,10 +440,7 @@ class Bbr(CongestionControl):
         if self.filled:
             cwnd = min(self.cwnd + acked, int(target))
         elif self.cwnd < target or self.cwnd < self.initial_cwnd:
-            # not past the target even when one answer acknowledges a lot (a
-            # thread that read a backlog of answers at once): that overshoot
-            # would overflow the buffer by as much
-            cwnd = min(self.cwnd + acked, max(int(target), self.initial_cwnd))
+            cwnd = self.cwnd + acked
         else:
             cwnd = self.cwnd
         if self.inflight_hi and self.mode == Bbr.PROBE_BW:
