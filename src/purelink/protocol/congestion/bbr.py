@@ -52,16 +52,20 @@ one: the buffer overflowed, it was not noise or jitter on the line), then
 
 and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
 the 1.25 phase, leaving room for other flows' probes, so flows sharing a
-shallow buffer converge instead of overflowing it for ever); each later
-round without such loss raises inflight_hi by an eighth.  In STARTUP such a
-round ends the search for bandwidth (the pipe is full: BBR v2's exit on loss).
+shallow buffer converge instead of overflowing it for ever).  Each later
+round without such loss in which the bound held the flight back raises it
+by 2 datagrams per 25 ms of min_rtt: the same bytes for every flow, so that
+flows sharing a buffer converge as AIMD's do (an overflow cuts the larger
+flight by more; both regain alike).  In STARTUP such a round ends the
+search for bandwidth (the pipe is full: BBR v2's exit on loss).
 
 * The path's own loss rate is the share of bytes lost in the round trips
   without a standing queue (decayed, about the last ten of them): on a path
   that drops 5 % at random, a round that loses 6 % is not an overflow.
-* The bound never goes below bdp / 0.85, so the cwnd it leaves carries the
-  model's own bandwidth: a bound under it would cap the delivery rate, which
-  lowers btl_bw, which lowers the bound again, down to the minimum.
+* The bound never goes below bdp / 0.85 (at a cut, and as probing raises
+  btl_bw), so the cwnd it leaves carries the model's own bandwidth: a bound
+  under it would cap the delivery rate, which lowers btl_bw, which lowers
+  the bound again, down to the minimum.
 * A loss proven spurious (the original arrived) no longer counts toward
   its round, and a bound it helped set in the last two rounds is undone
   once that round's remaining losses are under the threshold.
