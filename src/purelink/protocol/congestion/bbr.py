@@ -74,8 +74,7 @@ shallow buffer converge instead of overflowing it for ever).  Each later
 round without such loss in which the bound held the flight back raises it
 by 2 datagrams per 25 ms of min_rtt: the same bytes for every flow, so that
 flows sharing a buffer converge as AIMD's do (an overflow cuts the larger
-flight by more; both regain alike).  In STARTUP such a round ends the
-search for bandwidth (the pipe is full: BBR v2's exit on loss).
+flight by more; both regain alike).
 
 * The path's own loss rate is the share of bytes lost in the round trips
   without a standing queue (decayed, about the last ten of them): on a path
@@ -339,8 +338,6 @@ class Bbr(CongestionControl):
             # which lowers the bound again (a spiral to the minimum)
             self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
             self._undo = (prior, lost, total, self.round_count)
-            if self.mode == Bbr.STARTUP and self.btl_bw:
-                self.filled = True  # the buffer overflowed: the pipe is full (BBR v2)
         elif (
             self.inflight_hi
             and self.pacing_gain >= 1.0
