@@ -461,7 +461,7 @@ def _parse(argv: Sequence[str]) -> Any:
     parser.add_argument(
         "--paths",
         default=",".join(PATHS),
-        help=f"comma-separated paths (default all: {', '.join(PATHS)})",
+        help=f"comma-separated paths (default all: {', '.join(PATHS)})".replace("%", "%%"),
     )
     parser.add_argument(
         "--transports",

@@ -210,6 +210,14 @@ def test_bad_option_is_a_usage_error() -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_paths_help_names_every_path() -> None:
+    """The help text holds the paths' names ("loss-1%"): argparse must not
+    take their % for a format."""
+    result = run_bench("bench.paths", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "loss-0.1%, loss-1%" in " ".join(result.stdout.split())
+
+
 # --- the suite runner, in process, with stand-in benchmark modules ---
 
 

@@ -154,9 +154,27 @@ def test_rtt_estimator_follows_rfc6298_and_caps_the_probe_backoff() -> None:
     assert rtt.pto == pytest.approx(0.225)
     for _ in range(10):
         rtt.backoff()
-    assert rtt.pto == rtt.rto == 1.0  # probes back off to 1 s at most
+    assert rtt.rto == 1.0  # the RTO backs off to 1 s at most
+    assert rtt.pto == pytest.approx(0.25)  # probes to max(0.25 s, their own timeout)
     rtt.reset_backoff()
     assert rtt.pto == pytest.approx(0.225)
+
+
+@pytest.mark.parametrize(("srtt", "ceiling"), [(0.01, 0.25), (0.05, 0.25), (0.2, 0.4), (0.6, 1.0)])
+def test_probe_backoff_stops_where_an_outage_would_cost_a_second(
+    srtt: float, ceiling: float
+) -> None:
+    """After an outage the path comes back at any moment: unanswered probes back
+    off to max(0.25 s, the un-backed-off PTO), never past 1 s."""
+    rtt = RttEstimator()
+    rtt.on_sample(srtt)
+    pto = rtt.pto
+    seen = []
+    for _ in range(12):
+        rtt.backoff()
+        seen.append(rtt.pto)
+    assert seen == sorted(seen) and seen[0] == pytest.approx(min(2 * pto, ceiling))
+    assert seen[-1] == pytest.approx(ceiling)
 
 
 def test_rack_window_widens_on_spurious_losses_and_falls_back() -> None:

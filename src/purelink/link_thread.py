@@ -218,7 +218,7 @@ class LinkThread:
                     now = monotonic()
                     for fd, _ in ready:
                         if fd == self._sock_fd:
-                            self._receive(now)
+                            now = self._receive(now)
                         else:
                             wakeup.after_wake(has_next)
                     sender.handle_timer(now)
@@ -226,8 +226,7 @@ class LinkThread:
                 if not wakeup.prepare_sleep(has_next):
                     # more was queued meanwhile: no sleep, but answers and timers
                     # must not wait until the application pauses
-                    now = monotonic()
-                    self._receive(now)
+                    now = self._receive(monotonic())
                     sender.handle_timer(now)
                     continue
                 timer = sender.get_timer()
@@ -246,7 +245,7 @@ class LinkThread:
                 now = monotonic()
                 for fd, _ in ready:
                     if fd == self._sock_fd:
-                        self._receive(now)
+                        now = self._receive(now)
                 sender.handle_timer(now)
             if self._closing and sender.state == SenderState.OPEN:
                 sender.close()
@@ -358,24 +357,33 @@ class LinkThread:
     def _make_transport(self, scheme: str, host: str, port: int) -> Transport:
         return UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
 
-    def _receive(self, now: float) -> None:
+    def _receive(self, now: float) -> float:
+        """Hand every datagram waiting on the socket to the sender; returns the
+        time after the last.  Each datagram is stamped when it is read, not when
+        the drain began: a drain of a few hundred answers takes milliseconds on a
+        busy machine, and an answer stamped before it was read gave an RTT sample
+        that short (below the path's propagation delay: BBR's min_rtt and its
+        model with it)."""
         receive = self._sender.receive_datagram
         transport = self._transport
+        monotonic = time.monotonic
 
         def heard(data: bytes | memoryview) -> None:
-            self._heard = now
-            receive(data, now)
+            self._heard = t = monotonic()
+            receive(data, t)
 
         transport.receive(heard)
+        now = max(now, self._heard)
         if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
             # unreachable"): say so now, not after the handshake timeout
             self._error = ConnectError("connection refused")
             self._stop = True
             self._connected.set()
-            return
+            return now
         if transport.broken:
             self._sender.reset_session(now, "broken")
+        return now
 
     def _handle_events(self) -> None:
         sender = self._sender

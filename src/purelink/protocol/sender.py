@@ -69,6 +69,8 @@ __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
 
 # with nothing in flight, only the "stored" answer after a sync is awaited
 STORED_PROBE: Final = 0.1
+# datagrams a probe timeout sends (RFC 9002 section 6.2.4 allows two)
+PROBE_DATAGRAMS: Final = 2
 # below this min RTT (loopback, a LAN) the sender does not pace
 PACING_MIN_RTT: Final = 0.001
 
@@ -393,14 +395,17 @@ class Sender:
         if pacer.rate:
             allowed = pacer.allowance(now, self._window_held)
             if allowed > 0 or probe:
-                burst = min(burst, max(1, -(-int(allowed) // packer.size)))
+                burst = min(burst, max(PROBE_DATAGRAMS if probe else 1,
+                                       -(-int(allowed) // packer.size)))  # fmt: skip
             elif self._pmtu is None:
                 return out
             else:
                 burst = 0  # nothing but a path MTU probe, if one is due
         if probe:
             self._probe_due = False
-            window = max(window, self.flight.bytes + 1)  # a probe goes out whatever the window
+            # a probe goes out whatever the window: two datagrams (RFC 9002 6.2.4),
+            # so that one lost on a lossy path does not cost another probe interval
+            window = max(window, self.flight.bytes + (PROBE_DATAGRAMS - 1) * packer.size + 1)
         flight = self.flight
         stats = self.stats
         new: dict[int, Flight] = {}
@@ -484,7 +489,7 @@ class Sender:
 
     def _probe_datagrams(self, now: float) -> list[bytes]:
         """A tail-loss probe when no new data waits: the newest datagram in flight
-        again (its answer shows what else was lost), else a bare PROBE."""
+        again (its answer shows what else was lost), and a bare PROBE."""
         flight = self.flight
         f = next(reversed(flight.flights.values()), None)
         out: list[bytes] = []
@@ -492,11 +497,9 @@ class Sender:
             flight.remove(f)
             if f.last > self._received:
                 out = self._resend(f, now, False)
-                pmtu = self._pmtu
-                if out and (pmtu is None or max(map(len, out)) <= pmtu.base):
-                    return out
-                # and a bare PROBE, which passes a path that shrank: its answer
-                # shows the large ones lost, which path MTU discovery needs to see
+                # and a bare PROBE: a second chance on a lossy path (RFC 9002 6.2.4),
+                # and it passes a path that shrank: its answer shows the large ones
+                # lost, which path MTU discovery needs to see
         self._pn += 1
         flight.probes[self._pn] = now
         out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key))

@@ -2,10 +2,11 @@
 
 After trio's FakeNet: every datagram handed to `FakeNet.send` is, by a
 seeded RNG, dropped, duplicated, and delivered after a random delay (so
-datagrams overtake each other); a blackout drops everything for a while; a
-datagram larger than the path's MTU is dropped (DF is set: never fragmented).
-Given the same seed, a run is the same run, so a failing seed is a
-regression test.
+datagrams overtake each other; `symmetric` jitter spreads it both ways
+around the delay, as a real path and the TUN emulator do); a blackout drops
+everything for a while; a datagram larger than the path's MTU is dropped
+(DF is set: never fragmented).  Given the same seed, a run is the same run,
+so a failing seed is a regression test.
 
 Each direction may also have a **bottleneck**: a link of `rate` bytes per
 second with a drop-tail queue of `queue` bytes in front of it (a router's
@@ -54,6 +55,11 @@ class NetConfig:
     """Fixed one-way delay, seconds."""
     jitter: float = 0.0
     """Extra uniform random delay up to this, seconds (this is what reorders)."""
+    symmetric: bool = False
+    """Jitter both ways: a delay drawn uniformly from `delay` - `jitter` to `delay`
+    + `jitter` (at least 0), as netem and bench/pathemu.py draw it, so the
+    smallest round trip is well below the typical one; False: `delay` to
+    `delay` + `jitter`, so the smallest is the propagation delay."""
     rate: float = 0.0
     """Bottleneck rate, bytes per second (0: no bottleneck)."""
     queue: int = 256 << 10
@@ -114,7 +120,10 @@ class FakeNet:
                     self.overflowed += 1
                     continue
                 start = self._free_at[up] = free + len(data) / cfg.rate
-            due = start + cfg.delay + self.rng.random() * cfg.jitter
+            if cfg.symmetric:
+                due = start + max(0.0, cfg.delay + (2 * self.rng.random() - 1) * cfg.jitter)
+            else:
+                due = start + cfg.delay + self.rng.random() * cfg.jitter
             self._order += 1
             heapq.heappush(self._queue, _InFlight(due, self._order, dest, data, source))
 

@@ -12,7 +12,24 @@ The model, updated on every answer from its `RateSample`:
     btl_bw  = max of the delivery-rate samples over the last 10 round trips
               (an app-limited sample counts only if it raises the max)
     min_rtt = min of the RTT samples over the last 10 s
-    bdp     = btl_bw * min_rtt
+    jitter  = mean |rtt - previous rtt| of consecutive samples (RFC 3550's
+              interarrival jitter, gain 1/16): fast variation only; a queue
+              that grows or drains moves the RTT slowly and barely shows in it
+    typical = min_rtt + 2 * jitter: the mean RTT of a path without a queue
+              (for delays spread uniformly, the mean lies about 2.1 jitters
+              above the minimum)
+    rtt     = max(min_rtt, 5/8 * typical)
+    bdp     = btl_bw * rtt
+
+On a path whose delay varies both ways (jitter of +-20 ms on 25 ms each
+way), min_rtt is the luckiest round trip, far below what most datagrams
+take: by Little's law the bytes in flight at btl_bw are btl_bw * the mean
+RTT, so a cwnd of 2 * btl_bw * min_rtt would cap the rate below btl_bw, the
+next samples would be lower and the model would spiral down (measured on the
+TUN emulator: 250 KB/s on a 6,250 KB/s path).  5/8 of the typical RTT is
+what a cwnd of 2 bdp needs to carry the 1.25 probe's rate at that RTT; on a
+path where the typical RTT is under 1.6 min_rtt (steady, or jitter on top
+of the propagation delay) the model is BBR's own.
 
 What is sent follows from it:
 
@@ -43,9 +60,9 @@ States:
 Random loss does not move the model (a path that drops 1 % at random has
 not got slower).  Loss that comes with a queue does bound it, as BBR v2's
 inflight_hi does: when a round trip lost more than 2 % of its bytes (and at
-least 2 datagrams) while even its smallest RTT stood above 1.25 min_rtt (a
-standing queue, as CoDel judges one: the buffer overflowed, it was not noise
-or jitter on the line), then
+least 2 datagrams) while even its smallest RTT stood above 1.25 min_rtt and
+above min_rtt + 2 * jitter (a standing queue, as CoDel judges one: the
+buffer overflowed, it was not noise or jitter on the line), then
 
     inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd))
 
@@ -89,6 +106,9 @@ LOSS_EVENTS: Final = 2
 QUEUE_RTT: Final = 1.25
 BETA: Final = 0.7
 HEADROOM: Final = 0.15
+JITTER_GAIN: Final = 1 / 16
+JITTER_RTTS: Final = 2.0
+TYPICAL_SHARE: Final = 0.625
 
 
 class _MaxFilter:
@@ -157,6 +177,9 @@ class Bbr(CongestionControl):
         self._round_acked = 0
         self._round_inflight = 0
         self._round_rtt = 0.0
+        self.jitter = 0.0
+        """Mean |difference| of consecutive RTT samples, seconds (RFC 3550)."""
+        self._last_rtt = 0.0
 
     # ------------------------------------------------------------ model
     @property
@@ -166,8 +189,19 @@ class Bbr(CongestionControl):
 
     @property
     def bdp(self) -> float:
-        """Bandwidth-delay product, bytes (0 without a model)."""
-        return self._bw.value * self.min_rtt
+        """Bandwidth-delay product, bytes (0 without a model): at the typical RTT
+        of a jittery path, not its luckiest (see the module docstring)."""
+        return self._bw.value * self.rtt
+
+    @property
+    def typical_rtt(self) -> float:
+        """The mean RTT of the path without a queue (see the module docstring)."""
+        return self.min_rtt + JITTER_RTTS * self.jitter
+
+    @property
+    def rtt(self) -> float:
+        """The round trip the model sizes the pipe by (see the module docstring)."""
+        return max(self.min_rtt, TYPICAL_SHARE * self.typical_rtt)
 
     @property
     def state(self) -> str:
@@ -237,7 +271,8 @@ class Bbr(CongestionControl):
         self._round_lost = self._round_acked = self._round_inflight = 0
         if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
             return
-        queued = self._round_rtt > QUEUE_RTT * self.min_rtt
+        floor = max(QUEUE_RTT * self.min_rtt, self.typical_rtt)
+        queued = self._round_rtt > floor
         self._round_rtt = 0.0
         if (
             queued
@@ -258,6 +293,9 @@ class Bbr(CongestionControl):
         rtt = rs.rtt
         if rtt <= 0:
             return
+        if self._last_rtt:
+            self.jitter += (abs(rtt - self._last_rtt) - self.jitter) * JITTER_GAIN
+        self._last_rtt = rtt
         if not self.min_rtt or rtt <= self.min_rtt:
             self.min_rtt = rtt
             self._min_rtt_stamp = now
@@ -308,7 +346,7 @@ class Bbr(CongestionControl):
         self.pacing_gain = PROBE_BW_GAINS[self._cycle]
 
     def _advance_cycle(self, rs: RateSample, now: float) -> None:
-        elapsed = now - self._cycle_stamp > self.min_rtt
+        elapsed = now - self._cycle_stamp > self.typical_rtt
         gain = self.pacing_gain
         if gain > 1.0:
             done = elapsed and (rs.newly_lost > 0 or rs.prior_in_flight >= gain * self.bdp)

@@ -24,8 +24,10 @@ the sample:
     rate         = delivered / interval
 
 (taking the larger interval keeps an ACK compression from inflating the
-rate); a sample over less than min_rtt is dropped (draft section 3.3.4), and
-one whose P was app-limited is marked so.
+rate; `first_sent` only moves forward, as Linux's first_tx_mstamp does for
+a newer P, so reordered answers do not stretch send_elapsed); a sample
+over less than min_rtt is dropped (draft section 3.3.4), and one whose P
+was app-limited is marked so.
 """
 
 from __future__ import annotations
@@ -99,7 +101,10 @@ class DeliveryRate:
             self.app_limited = 0
         if f is None:
             return
-        self.first_sent = f.sent  # the next interval starts at P's send time
+        # the next interval starts at P's send time, never earlier than it did: an
+        # answer that covers only datagrams the network held back (reordering) has
+        # an old P, and moving back would stretch every later sample's send_elapsed
+        self.first_sent = max(self.first_sent, f.sent)
         rs.prior_delivered = f.delivered
         rs.is_app_limited = f.app_limited
         rs.last_sent = f.sent
