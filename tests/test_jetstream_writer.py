@@ -27,29 +27,32 @@ pytestmark = pytest.mark.skipif(
 
 
 class Recorder:
-    """A writer's callbacks, waited on."""
+    """A writer's callbacks, in the order they came, waited on."""
 
     def __init__(self) -> None:
-        self.stored: dict[str, set[int]] = {}
+        self.told: dict[str, int] = {}  # stream -> the last ticket told stored
         self.fenced: list[tuple[str, int, int]] = []
+        self.events: list[tuple[str, str, int]] = []
         self.cond = threading.Condition()
 
     def on_stored(self, stream: str, ticket: int) -> None:
         with self.cond:
-            self.stored.setdefault(stream, set()).add(ticket)
+            assert ticket > self.told.get(stream, 0), "a ticket told twice, or out of order"
+            self.told[stream] = ticket
+            self.events.append(("stored", stream, ticket))
             self.cond.notify_all()
 
     def on_fenced(self, stream: str, producer: int, seq: int) -> None:
         with self.cond:
             self.fenced.append((stream, producer, seq))
+            self.events.append(("fenced", stream, producer))
             self.cond.notify_all()
 
     def wait(self, stream: str, tickets: set[int], timeout: float = 60.0) -> None:
+        """Until every ticket of `tickets` is told (a ticket told covers those before)."""
         with self.cond:
-            ok = self.cond.wait_for(lambda: tickets <= self.stored.get(stream, set()), timeout)
-        assert ok, (
-            f"not stored in {timeout}s: {sorted(tickets - self.stored.get(stream, set()))[:5]}"
-        )
+            ok = self.cond.wait_for(lambda: max(tickets) <= self.told.get(stream, 0), timeout)
+        assert ok, f"not stored in {timeout}s: told {self.told.get(stream, 0)} of {max(tickets)}"
 
 
 def writer(cluster: NatsCluster, rec: Recorder, replicas: int = 3) -> JetStreamWriter:
@@ -156,7 +159,11 @@ def test_a_fenced_session_stores_nothing_more(cluster: NatsCluster) -> None:
     late = old.append("fence", batches(9, 1, 3, [b"old-3"]))
     with rec_old.cond:
         assert rec_old.cond.wait_for(lambda: rec_old.fenced, 30)
-    assert rec_old.fenced == [("fence", 9, 2)] and late not in rec_old.stored["fence"]
+    rec_old.wait("fence", {late})  # resolved: fenced, and said so before it was told
+    assert rec_old.fenced == [("fence", 9, 2)]
+    assert rec_old.events.index(("fenced", "fence", 9)) < rec_old.events.index(
+        ("stored", "fence", late)
+    )
     t2 = new.append("fence", batches(9, 2, 3, [b"new-3"]))
     rec_new.wait("fence", {t2})
     with JetStreamStore(cluster.urls) as store:

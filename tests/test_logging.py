@@ -6,7 +6,11 @@ lose them at exit -- is pinned here: the JSON shape (with `extra=` fields and
 exceptions), four threads at once, a listener that is down (drops counted,
 calls stay fast), one that comes up late, one that restarts (a real `purelink
 serve`), an interpreter that exits without closing the handler, dictConfig,
-structlog and loguru, and reading the records back.
+structlog and loguru, and reading the records back.  Then the hand-off from
+the calling thread to the handler's: each thread's order across records
+encoded on either side, close() storing exactly what was logged before it
+and counting what came after, the message and extra= values frozen at the
+call, a full hand-off counted in the call, flush, and no lock taken.
 """
 
 from __future__ import annotations
@@ -455,3 +459,279 @@ def test_a_forked_child_connects_on_its_own(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         messages = sorted(r["message"] for r in _records(tmp_path / "data", "fork"))
     assert messages == ["child", "parent after fork", "parent before fork"]
+
+
+# ------------------------------------------- the hand-off to the handler's thread
+def test_each_threads_order_holds_across_records_encoded_here_and_on_the_thread(
+    listener: purelink.Listener,
+) -> None:
+    """Plain records are encoded by the handler's thread, those with an exception
+    or a mutable extra= value in the caller's: both go through one FIFO."""
+    log = _logger()
+    handler = LinkHandler(_url(listener), "mixed")
+    log.addHandler(handler)
+    per_thread = 600
+    start = threading.Barrier(4)
+
+    def work(t: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            if i % 3 == 0:
+                log.info("%d %d", t, i, extra={"t": t})  # captured, encoded later
+            elif i % 3 == 1:
+                log.info("%d %d", t, i, extra={"t": t, "tags": [i]})  # encoded here
+            else:
+                try:
+                    raise ValueError(i)
+                except ValueError:
+                    log.exception("%d %d", t, i, extra={"t": t})  # encoded here
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert handler.wait_stored(30)
+    handler.close()
+    seen: dict[int, list[int]] = {t: [] for t in range(4)}
+    for record in _records(listener.path, "mixed"):
+        t, i = map(int, record["message"].split())
+        assert record["t"] == t
+        assert ("tags" in record) == (i % 3 == 1)
+        assert ("exception" in record) == (i % 3 == 2)
+        seen[t].append(i)
+    assert all(order == list(range(per_thread)) for order in seen.values())
+    assert handler.dropped == 0
+
+
+def test_close_right_after_logging_stores_exactly_what_was_logged(
+    listener: purelink.Listener,
+) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "closing", timeout=30)
+    log.addHandler(handler)
+    while handler.link is None:  # the calls below all go through the hand-off
+        assert handler.wait_stored(10)
+    for i in range(5_000):
+        log.info("record %d", i, extra={"i": i})
+    handler.close()  # no wait_stored: close() itself takes the hand-off to the store
+    records = _records(listener.path, "closing")
+    assert [(r["message"], r["i"]) for r in records] == [(f"record {i}", i) for i in range(5_000)]
+    assert handler.dropped == 0 and handler.pending == 0
+
+
+def test_records_logged_while_close_runs_are_stored_or_counted_never_lost(
+    listener: purelink.Listener,
+) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "racing", timeout=30)
+    log.addHandler(handler)
+    assert handler.wait_stored(10)
+    logged = [0, 0]
+    started = [threading.Event(), threading.Event()]
+    closed = threading.Event()
+
+    def work(t: int) -> None:
+        started[t].set()
+        i = after = 0
+        while after < 100 and i < 200_000:  # until 100 calls after close() returned
+            log.info("%d %d", t, i)
+            i += 1
+            after += closed.is_set()
+        logged[t] = i
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for thread in threads:
+        thread.start()
+    assert all(event.wait(10) for event in started)
+    for _ in range(200):
+        log.info("main")
+    handler.close()
+    closed.set()
+    for thread in threads:
+        thread.join()
+    stored = _records(listener.path, "racing")
+    assert len(stored) + handler.dropped == sum(logged) + 200
+    assert handler.dropped >= 200  # the calls after close() returned, at least
+    assert sum(r["message"] == "main" for r in stored) == 200  # all logged before close()
+    for t in range(2):  # what was stored of each thread is its first records, in order
+        mine = [int(r["message"].split()[1]) for r in stored if r["message"].startswith(f"{t} ")]
+        assert mine == list(range(len(mine)))
+
+
+def test_the_message_and_extra_values_are_those_of_the_call(tmp_path: Path) -> None:
+    """Encoded after the mutations below (nothing is taken from the hand-off until
+    the listener is up): the stored record still shows the call's values."""
+    port = _free_udp_port()
+    log = _logger()
+    handler = LinkHandler(f"udp://127.0.0.1:{port}", "frozen", timeout=20)
+    log.addHandler(handler)
+    items = ["a"]
+    user = {"id": 1}
+    seen_records: list[logging.LogRecord] = []
+
+    class Keep(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            seen_records.append(record)
+            return True
+
+    log.addFilter(Keep())
+    log.info("items %s", items, extra={"n": 1})
+    log.info("user %s", user["id"], extra={"user": user})
+    items.append("b")
+    user["id"] = 2
+    for record in seen_records:  # as a later handler or filter might
+        record.msg = "changed"
+        record.n = 99
+    assert handler.link is None
+    with purelink.Listener(tmp_path / "data", udp=f"127.0.0.1:{port}"):
+        assert handler.wait_stored(30)
+        handler.close()
+        first, second = _records(tmp_path / "data", "frozen")
+    assert (first["message"], first["n"]) == ("items ['a']", 1)
+    assert (second["message"], second["user"]) == ("user 1", {"id": 1})
+
+
+def test_a_full_hand_off_drops_and_counts_then_the_rest_is_stored(
+    listener: purelink.Listener, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "full", capacity=100, timeout=20)
+    log.addHandler(handler)
+    assert handler.wait_stored(10)
+    entered, release = threading.Event(), threading.Event()
+    send = handler._send
+
+    def held(link: purelink.Link, item: Any) -> None:
+        entered.set()
+        release.wait(20)  # the handler's thread stops here: the hand-off fills up
+        send(link, item)
+
+    monkeypatch.setattr(handler, "_send", held)
+    log.info("record 0")
+    assert entered.wait(10)
+    for i in range(1, 1_000):
+        log.info("record %d", i)
+    assert handler.pending == 100  # records 1-100; record 0 is in the thread's hands
+    assert handler.dropped == 899  # counted in the call, at once
+    release.set()
+    monkeypatch.setattr(handler, "_send", send)
+    handler.close()
+    messages = [r["message"] for r in _records(listener.path, "full")]
+    assert len(messages) + handler.dropped == 1_000
+    assert messages == [f"record {i}" for i in range(len(messages))]
+    assert len(messages) >= 100  # what the link itself can hold: at most 1 refused by it
+    assert capsys.readouterr().err.count("dropped a log record") == 1
+
+
+def test_flush_puts_everything_on_the_link(listener: purelink.Listener) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "flush")
+    log.addHandler(handler)
+    assert handler.wait_stored(10)
+    for i in range(2_000):
+        log.info("record %d", i)
+    handler.flush()
+    link = handler.link
+    assert link is not None
+    assert handler.pending == 0
+    assert link.queued == 2_000
+    handler.close()
+
+
+def test_a_log_call_takes_no_lock_of_the_handler(listener: purelink.Listener) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "unlocked")
+    log.addHandler(handler)
+    held, done = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with handler.lock or threading.Lock():  # what logging.shutdown() holds around close
+            held.set()
+            done.wait(20)
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert held.wait(10)
+    caller = threading.Thread(target=lambda: [log.info("record %d", i) for i in range(100)])
+    caller.start()
+    caller.join(10)
+    blocked = caller.is_alive()
+    done.set()
+    holder.join()
+    caller.join()
+    assert not blocked, "a log call waited for the handler's lock"
+    assert handler.wait_stored(10)
+    handler.close()
+    assert len(_records(listener.path, "unlocked")) == 100
+
+
+def test_import_star_does_not_shadow_the_standard_logging_module() -> None:
+    namespace: dict[str, Any] = {}
+    exec("import logging\nfrom purelink import *", namespace)
+    assert namespace["logging"] is logging
+    assert "logging" not in purelink.__all__ and "metrics" not in purelink.__all__
+    assert purelink.logging.LinkHandler is LinkHandler  # still reachable as an attribute
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from purelink import *\nimport logging\nlogging.getLogger('x')\n"
+            "import purelink.logging\nprint(purelink.logging.LinkHandler.__name__)",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env=_env(),
+    )
+    assert done.stdout.strip() == b"LinkHandler"
+
+
+def test_the_handlers_filters_still_run(listener: purelink.Listener) -> None:
+    log = _logger()
+    handler = LinkHandler(_url(listener), "filtered")
+    log.addHandler(handler)
+
+    def only_even(record: logging.LogRecord) -> bool:
+        record.checked = True  # a filter may add a field: it is an extra= field then
+        return int(record.getMessage().split()[1]) % 2 == 0
+
+    handler.addFilter(only_even)
+    for i in range(10):
+        log.info("record %d", i)
+    assert handler.wait_stored(10)
+    handler.close()
+    records = _records(listener.path, "filtered")
+    assert [r["message"] for r in records] == [f"record {i}" for i in range(0, 10, 2)]
+    assert all(r["checked"] is True for r in records)
+
+
+SLEEPING_AT_EXIT = """
+import logging, sys, time
+from purelink.logging import LinkHandler
+root = logging.getLogger()
+handler = LinkHandler(sys.argv[1], "asleep", timeout=10)
+root.addHandler(handler)
+root.setLevel(logging.INFO)
+logging.info("first")
+assert handler.wait_stored(10)
+time.sleep(0.1)  # the handler's thread is asleep now: the next call wakes it
+logging.info("second")
+"""
+
+
+def test_a_record_that_wakes_the_handlers_thread_at_exit_is_stored(tmp_path: Path) -> None:
+    """logging.shutdown() runs after weakref's exit hook: the thread's wakeup must
+    still be open then."""
+    with ServeProcess(tmp_path / "data") as serve:
+        done = subprocess.run(
+            [sys.executable, "-c", SLEEPING_AT_EXIT, serve.url],
+            capture_output=True,
+            check=False,
+            timeout=60,
+            env=_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        messages = [r["message"] for r in _records(tmp_path / "data", "asleep")]
+    assert messages == ["first", "second"]
+    assert b"Traceback" not in done.stderr

@@ -51,6 +51,7 @@ from purelink.protocol.wire import batch_records, encode_batch, position_bytes, 
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
 from purelink.subscribe import Subscription
+from purelink.tail_file import FileTailSource
 from purelink.tail_server import NOT_MINE, TailServer
 
 TIMEOUT = 20.0
@@ -233,7 +234,7 @@ class Pair:
     """A TailServer serving one subscriber through a socketpair."""
 
     def __init__(self, data: DataDir, sync: str = "batch") -> None:
-        self.server = TailServer(data, sync=sync)
+        self.server = TailServer(FileTailSource(data, sync=sync))
         self.client, theirs = socket.socketpair()
         self.theirs = theirs
         self.decoder: TailDecoder | None = None
@@ -349,7 +350,7 @@ def test_a_request_that_fails_gets_an_error_item(tmp_path: Path) -> None:
 
 def test_take_leaves_links_alone(tmp_path: Path) -> None:
     with DataDir(tmp_path) as data:
-        server = TailServer(data, sync="batch")
+        server = TailServer(FileTailSource(data, sync="batch"))
         a, b = socket.socketpair()
         try:
             assert server.take(a, memoryview(b"\xff\xff\xff\x7fjunk")) is NOT_MINE

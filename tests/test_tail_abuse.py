@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 import purelink.store.log as store_log
-from purelink import tail_server
+from purelink import tail_file, tail_server
 from purelink._crc32c import crc32c
 from purelink.errors import ProtocolError
 from purelink.protocol.handshake import Initiator
@@ -42,6 +42,7 @@ from purelink.protocol.tail_seal import encode_sealed_request
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store.log import StreamLog
 from purelink.store.store import DataDir
+from purelink.tail_file import FileTailSource
 from purelink.tail_server import TailServer
 
 DEADLINE = 10.0
@@ -105,7 +106,7 @@ class Server:
 
     def __init__(self, data: DataDir, **options: Any) -> None:
         self.data = data
-        self.tail = TailServer(data, sync="batch", **options)
+        self.tail = TailServer(FileTailSource(data, sync="batch"), **options)
         self.clients: list[socket.socket] = []
 
     def connect(self, head: bytes) -> tuple[socket.socket, object]:
@@ -401,7 +402,7 @@ def test_a_subscription_whose_key_a_reload_removed_while_it_opened_is_ended(
 
 
 def test_new_subscriptions_are_rate_limited_per_source_address(data: DataDir) -> None:
-    tail = TailServer(data, sync="batch", subscribe_rate=0.001, subscribe_burst=2)
+    tail = TailServer(FileTailSource(data, sync="batch"), subscribe_rate=0.001, subscribe_burst=2)
     lsock = socket.create_server(("127.0.0.1", 0))
     clients: list[socket.socket] = []
 
@@ -432,7 +433,7 @@ def test_new_subscriptions_are_rate_limited_per_source_address(data: DataDir) ->
 
 
 def pread_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the bytes tail_server.py and store/log.py read with os.pread: the
+    """Count the bytes tail_file.py and store/log.py read with os.pread: the
     header walks (sendfile moves the batches themselves)."""
     counted: list[int] = []
 
@@ -443,7 +444,7 @@ def pread_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     fake = SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")})
     fake.pread = pread
-    monkeypatch.setattr(tail_server, "os", fake)
+    monkeypatch.setattr(tail_file, "os", fake)
     monkeypatch.setattr(store_log, "os", fake)
     return counted
 

@@ -17,12 +17,15 @@ from .link import Link, LinkStats, connect
 from .subscribe import subscribe
 
 if TYPE_CHECKING:
-    from . import logging, metrics
+    from . import logging as logging  # re-exported as attributes, not in __all__
+    from . import metrics as metrics
     from .listener import Listener, ListenerStats
     from .store.store import Store
 
 _LAZY = {"Listener": ".listener", "ListenerStats": ".listener", "Store": ".store.store"}
-_MODULES = {"logging": ".logging", "metrics": ".metrics"}  # purelink.logging is not stdlib's
+# purelink.logging is not the standard library's: the modules are attributes, not in
+# __all__, so `from purelink import *` never binds `logging` over the stdlib module
+_MODULES = {"logging": ".logging", "metrics": ".metrics"}
 
 __all__ = [
     "Closed",
@@ -37,8 +40,6 @@ __all__ = [
     "ListenerStats",
     "Store",
     "connect",
-    "logging",
-    "metrics",
     "subscribe",
 ]
 

@@ -1,6 +1,7 @@
-"""Listener: sockets, the drain loop, the protocol core, the store, group commit.
+"""Listener: sockets, the drain loop, the protocol core, the store.
 
-One thread runs the loop; a second does the fdatasyncs.  The loop:
+One thread runs the loop (with a data directory and sync="batch", a second
+does the fdatasyncs: listener_file.py).  The loop:
 
 1. sleeps in epoll on the UDP socket and the sync thread's eventfd (no timer:
    an idle listener burns nothing);
@@ -9,22 +10,15 @@ One thread runs the loop; a second does the fdatasyncs.  The loop:
    receive into a buffer from an O(1) free list (mechanism 4); with UDP GRO
    one receive may hold many datagrams of one sender, split by the segment
    size the kernel reports;
-3. hands every datagram to the sans-IO `ListenerCore`, appends the batches
-   now in order to their streams (one writev per stream per drain), and
-   returns the buffers;
+3. hands every datagram to the sans-IO `ListenerCore`, and the batches now
+   in order to the store through the backend-neutral `StorageDriver`
+   (storage.py: one append per stream per drain), then returns the buffers;
 4. answers: one ACK per link per drain.
 
-Durability (docs/reliability.md, guarantee 2).  With sync="batch" the loop never calls
-fdatasync: it tells the sync thread which streams are dirty, and the sync
-thread syncs them (group commit: everything written while one sync ran is
-covered by the next) and reports the durable positions back through an
-eventfd, after which the loop answers "stored".  The dirty streams go over a
-deque (append and popleft are atomic, no lock), and the loop wakes the sync
-thread (an eventfd write) only when it sleeps, once, as a link's queue()
-wakes its thread (mechanism 1): the thread says it sleeps, then looks at the
-deque once more before it blocks, so no wakeup is lost.  With sync="always" the loop
-syncs after each drain's writes, before answering.  With sync="none"
-"stored" means written to the OS: a power cut can lose it.
+The store is a data directory (listener_file.py: fdatasync, group commit)
+or a JetStream cluster (listener_jetstream.py: a quorum's PubAck).  Either
+says what became durable as events on a deque and an eventfd write; the loop
+hands them to the core, and answers "stored" (docs/reliability.md, guarantee 2).
 """
 
 from __future__ import annotations
@@ -49,18 +43,21 @@ from . import _address
 from ._limits import HANDSHAKE_BURST, HANDSHAKE_RATE, check_integer, check_number, check_seconds
 from ._udp import SOL_UDP, UDP_GRO
 from .errors import Error
+from .listener_file import FileStorage
 from .listener_jetstream import JetStreamStorage
-from .listener_parts import ListenerStats, StoreOverDataDir, SyncTimes
+from .listener_parts import ListenerStats, SyncTimes
 from .listener_tcp import TCP_PREFIX, TcpServer
 from .primitives.pool import BufferPool
 from .protocol.core_parts import StoreView
 from .protocol.keys import KeyTable
 from .protocol.listener_core import CoreConfig, ListenerCore
+from .storage import StorageDriver
 from .store.jetstream.layout import parse_servers
-from .store.log import StreamLog
 from .store.retention import RetentionPolicy
 from .store.store import DataDir, validate_stream_name
+from .tail_file import FileTailSource
 from .tail_server import TailServer
+from .tail_source import TailSource
 
 __all__ = ["Listener", "ListenerStats"]
 
@@ -179,14 +176,11 @@ class Listener:
         self._core: ListenerCore | None = None
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
-        self._sync_thread: threading.Thread | None = None
+        self._files: FileStorage | None = None
+        self._driver: StorageDriver | None = None
         self._stop = False
         self._wake_fd = -1
-        self._synced_fd = -1
-        self._sync_fd = -1  # blocking eventfd: the sync thread sleeps in a read of it
-        self._sync_asleep = False  # the sync thread is about to sleep or sleeps
-        self._dirty: deque[str] = deque()  # streams written, not yet handed to a sync
-        self._synced: deque[tuple[str, int]] = deque()
+        self._synced_fd = -1  # the store's events are waiting (listener_file/_jetstream.py)
         self._pool = BufferPool(RECV_BUFFER, 1024)
         self._gro = False
         self._rcvbuf = 0
@@ -194,12 +188,6 @@ class Listener:
         self._drains = 0
         self._datagrams = 0
         self._bytes = 0
-        self._syncs = 0
-        self._sync_times = SyncTimes()  # for serve --metrics (purelink/metrics.py)
-        self._stream_records: dict[str, int] = {}  # stored since start, per stream
-        self._stream_bytes: dict[str, int] = {}
-        self._store_errors = 0  # batches received that the store failed to write
-        self._failed_streams: set[str] = set()
         self._failure_r = self._failure_w = -1  # readable once a thread of ours died
         self._started = False
         self._closed = False
@@ -218,35 +206,43 @@ class Listener:
         if self._started:
             raise Error("the listener was started already")
         self._started = True
-        if self._jetstream_url is not None:
-            self._start_jetstream()
-        else:
-            self._data = DataDir(
-                self.path,
-                segment_bytes=self._segment_bytes,
-                max_streams=self._max_streams,
-                retain_bytes=self._retain.max_bytes,
-                retain_age=self._retain.max_age,
-                retention=self._retention,
-            )
+        # the store's events (durable tickets, fenced producers) wake the loop here
+        self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        synced_fd = self._synced_fd
+
+        def wake() -> None:
+            with contextlib.suppress(OSError):  # closed at shutdown
+                os.eventfd_write(synced_fd, 1)
+
         try:
-            store: StoreView = (
-                StoreOverDataDir(self._data, self._failed_streams)
-                if self._data is not None
-                else self.jetstream
-            )
+            if self._jetstream_url is not None:
+                self._jetstream = JetStreamStorage(
+                    self._jetstream_url, replicas=self._replicas, max_streams=self._max_streams
+                )
+                self._jetstream.start(wake)
+            else:
+                self._data = DataDir(
+                    self.path,
+                    segment_bytes=self._segment_bytes,
+                    max_streams=self._max_streams,
+                    retain_bytes=self._retain.max_bytes,
+                    retain_age=self._retain.max_age,
+                    retention=self._retention,
+                )
+                self._files = FileStorage(self._data, self.sync)
+            store: StoreView = self._files.view if self._files is not None else self.jetstream
             if self._keys is None:
                 self._core = ListenerCore(store, self._core_config)
             else:  # cryptography is imported only here
                 from .protocol.secure_core import SecureCore  # noqa: PLC0415
 
                 self._core = SecureCore(store, self._core_config, self._keys, time.time)
+            self._driver = StorageDriver(
+                self._core, self._files if self._files is not None else self.jetstream
+            )
             if self._udp_bind is not None:
                 self._sock = self._bind_udp(*self._udp_bind)
             self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            if self._synced_fd < 0:
-                self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            self._sync_fd = os.eventfd(0, os.EFD_CLOEXEC)
             self._epoll = select.epoll()
             self._epoll.register(self._wake_fd, select.EPOLLIN)
             self._epoll.register(self._synced_fd, select.EPOLLIN)
@@ -260,44 +256,28 @@ class Listener:
                     read_timeout=self._read_timeout,
                 )
                 self.tcp_address = self._tcp.start()
-                if self._data is not None:  # JetStream streams are read from the cluster
-                    self._tail = TailServer(
-                        self._data,
-                        sync=self.sync,
-                        keys=self._keys,
-                        max_subscribers=self._max_subscriptions,
-                    )
-                    self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
+                self._tail = TailServer(
+                    self._tail_source(),
+                    keys=self._keys,
+                    max_subscribers=self._max_subscriptions,
+                )
+                self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
         except BaseException:
             self._release()
             raise
         self._thread = threading.Thread(target=self._run, name="purelink-listener", daemon=True)
         self._thread.start()
-        if self.sync == "batch" and self._data is not None:
-            self._sync_thread = threading.Thread(
-                target=self._sync_run, name="purelink-sync", daemon=True
-            )
-            self._sync_thread.start()
+        if self._files is not None:
+            self._files.start(wake, lambda exc: self._died(exc, "sync thread"))
 
-    def _start_jetstream(self) -> None:
-        """Connect to the cluster; its acknowledgements come back as the sync
-        thread's durable positions do (listener_jetstream.py)."""
+    def _tail_source(self) -> TailSource:
+        """Where subscriptions read from: the data directory, or the cluster."""
+        if self._data is not None:
+            return FileTailSource(self._data, sync=self.sync)
         assert self._jetstream_url is not None
-        self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        synced_fd = self._synced_fd
+        from .tail_jetstream import JetStreamTailSource  # noqa: PLC0415 -- nats-py, on use
 
-        def wake() -> None:
-            with contextlib.suppress(OSError):  # closed at shutdown
-                os.eventfd_write(synced_fd, 1)
-
-        self._jetstream = JetStreamStorage(
-            self._jetstream_url, replicas=self._replicas, max_streams=self._max_streams
-        )
-        try:
-            self._jetstream.start(self._synced, wake)
-        except BaseException:
-            self._release()
-            raise
+        return JetStreamTailSource(self._jetstream_url)
 
     @property
     def jetstream(self) -> JetStreamStorage:
@@ -318,26 +298,18 @@ class Listener:
                 self._thread.join()
             if self._jetstream is not None and not self._jetstream.drain(CLOSE_DRAIN):
                 log.error("purelink: JetStream did not acknowledge everything before close")
-            if self._sync_fd >= 0:
-                os.eventfd_write(self._sync_fd, 1)
-            if self._sync_thread is not None:
-                self._sync_thread.join()
-            if self._data is not None and self.sync != "none":
-                for name in self._data.streams():
-                    try:
-                        self._timed_sync(self._data.stream(name, create=False))
-                    except (OSError, Error) as exc:  # a failed log refuses: sync the others
-                        log.error("purelink: stream %s was not synced at close: %s", name, exc)
+            if self._files is not None:  # its sync thread stops, every stream is synced
+                self._files.close()
         finally:
             self._release()  # whatever happened, the files, sockets and lock are let go
 
     def _release(self) -> None:
         if self._jetstream is not None:  # first: its thread writes to the eventfd below
             self._jetstream.close()
-        for fd in (self._wake_fd, self._synced_fd, self._sync_fd, self._failure_r, self._failure_w):
+        for fd in (self._wake_fd, self._synced_fd, self._failure_r, self._failure_w):
             if fd >= 0:
                 os.close(fd)
-        self._wake_fd = self._synced_fd = self._sync_fd = -1
+        self._wake_fd = self._synced_fd = -1
         self._failure_r = self._failure_w = -1
         if self._sock is not None:
             self._sock.close()
@@ -373,14 +345,17 @@ class Listener:
         """A snapshot of the counters."""
         core = self._core
         c = core.stats if core is not None else None
+        files = self._files
+        sync_times = files.sync_times if files is not None else SyncTimes()
         pool = self._pool.statistics()
         tcp = self._tcp
         dropped = dict(c.dropped) if c else {}
         if tcp is not None:
             for reason, count in tcp.dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
-        if self._store_errors:
-            dropped["store_error"] = dropped.get("store_error", 0) + self._store_errors
+        driver = self._driver
+        if driver is not None and driver.store_errors:
+            dropped["store_error"] = dropped.get("store_error", 0) + driver.store_errors
         if self._tail is not None:  # subscriptions refused, by reason (all "tail_...")
             for reason, count in self._tail.statistics().dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
@@ -396,7 +371,7 @@ class Listener:
             links=core.links if core is not None else 0,
             batches_stored=c.batches if c else 0,
             records_stored=c.records if c else 0,
-            syncs=self._syncs,
+            syncs=files.syncs if files is not None else 0,
             duplicates=c.duplicates if c else 0,
             held=c.held if c else 0,
             mtu_probes=c.mtu_probes if c else 0,
@@ -411,10 +386,10 @@ class Listener:
             dropped=dropped,
             frames=tcp.frames if tcp else 0,
             subscribers=self._tail.statistics().subscribers if self._tail is not None else 0,
-            stream_records=dict(self._stream_records),
-            stream_bytes=dict(self._stream_bytes),
-            sync_seconds=tuple(self._sync_times.counts),
-            sync_seconds_sum=self._sync_times.sum,
+            stream_records=dict(driver.stream_records) if driver is not None else {},
+            stream_bytes=dict(driver.stream_bytes) if driver is not None else {},
+            sync_seconds=tuple(sync_times.counts),
+            sync_seconds_sum=sync_times.sum,
         )
 
     def stats_dict(self) -> dict[str, Any]:
@@ -452,12 +427,6 @@ class Listener:
         except BaseException as exc:  # a bug: log it loudly, and tell whoever waits
             self._died(exc, "loop")
 
-    def _sync_run(self) -> None:
-        try:
-            self._sync_loop()
-        except BaseException as exc:  # a bug, as above
-            self._died(exc, "sync thread")
-
     def _died(self, exc: BaseException, what: str) -> None:
         self.error = exc
         log.error("purelink listener %s crashed", what, exc_info=exc)
@@ -480,6 +449,8 @@ class Listener:
         ep = self._epoll
         handlers = self._handlers
         core = self._core
+        driver = self._driver
+        assert driver is not None
         tcp = self._tcp
         monotonic = time.monotonic
         try:
@@ -501,7 +472,7 @@ class Listener:
                     elif fd == self._synced_fd:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._synced_fd)
-                        self._take_synced()
+                        driver.take_events()
                     elif fd == self._wake_fd:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake_fd)
@@ -510,13 +481,14 @@ class Listener:
                     tcp.expire(now)
                 # the round's in-order batches go to the store, then the buffers
                 # they point into go back to the free list
-                self._write(core)
+                driver.write()
+                driver.take_events()  # sync="always"/"none": durable already
                 pool = self._pool
                 for buf in self._round_buffers:
                     pool.put(buf)
                 self._round_buffers.clear()
                 self._answer(monotonic())
-            self._take_synced()
+            driver.take_events()
         finally:
             self._epoll = None
             ep.close()
@@ -610,62 +582,6 @@ class Listener:
                 self._datagrams += 1
                 receive(view, addr, now)
 
-    def _write(self, core: ListenerCore) -> None:
-        if self._jetstream is not None:
-            self._publish(core, self._jetstream)
-            return
-        data = self._data
-        assert data is not None
-        dirty = False
-        for stream, writes in core.take_writes().items():
-            if not writes:
-                continue
-            if stream in self._failed_streams:  # see below: nothing more is written there
-                self._store_errors += len(writes)
-                core.write_failed(stream)
-                continue
-            try:
-                log_: StreamLog = data.stream(stream)
-                before = log_.last_position
-                last = log_.append(writes)
-                core.written(stream, last)
-                records = self._stream_records
-                records[stream] = records.get(stream, 0) + last - before
-                sizes = self._stream_bytes
-                sizes[stream] = sizes.get(stream, 0) + sum([h.length for _, h in writes])
-                if self.sync == "none":
-                    core.synced(stream, last)
-                elif self.sync == "always":
-                    core.synced(stream, self._timed_sync(log_))
-                else:
-                    self._dirty.append(stream)
-                    dirty = True
-            except (Error, OSError) as exc:
-                # A disk error.  These batches are never stored, so never answered
-                # "stored"; and nothing more is written to this stream until a
-                # restart: a later batch stored after this gap would make its
-                # producer's "stored" cover the records lost in it.  New sessions
-                # on the stream are refused (`store_error`); the loop goes on
-                # serving the other streams.  A restart recovers the log as it is
-                # on disk, and links resend from what it really holds.
-                self._store_errors += len(writes)
-                self._failed_streams.add(stream)
-                core.write_failed(stream)
-                log.error("purelink: stream %s cannot be written until a restart: %s", stream, exc)
-        if dirty and self._sync_asleep:  # wake the sync thread only if it sleeps, once
-            self._sync_asleep = False
-            os.eventfd_write(self._sync_fd, 1)
-
-    def _publish(self, core: ListenerCore, js: JetStreamStorage) -> None:
-        """_write for a JetStream store: each stream's batches go to its writer,
-        and the ticket stands where the file store's last position does."""
-        records, sizes = self._stream_records, self._stream_bytes
-        for stream, writes in core.take_writes().items():
-            if writes:
-                core.written(stream, js.append(stream, writes))
-                records[stream] = records.get(stream, 0) + sum([h.count for _, h in writes])
-                sizes[stream] = sizes.get(stream, 0) + sum([h.length for _, h in writes])
-
     def _answer(self, now: float) -> None:
         sock = self._sock
         core = self._core
@@ -682,52 +598,3 @@ class Listener:
                     core.stats.dropped["no_route"] = core.stats.dropped.get("no_route", 0) + 1
             except OSError:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
-
-    # ------------------------------------------------------- group commit
-    def _timed_sync(self, log_: StreamLog) -> int:
-        """log_.sync(), counted and timed (the histogram of serve --metrics)."""
-        started = time.perf_counter()
-        position = log_.sync()
-        self._sync_times.observe(time.perf_counter() - started)
-        self._syncs += 1
-        return position
-
-    def _take_synced(self) -> None:
-        core = self._core
-        assert core is not None
-        if self._jetstream is not None:
-            fenced = self._jetstream.fenced  # before "stored": never tell a fenced session
-            while fenced:
-                stream, pid, _ = fenced.popleft()
-                core.fence_producer(stream, pid)
-        synced = self._synced
-        while synced:
-            stream, position = synced.popleft()
-            core.synced(stream, position)
-
-    def _sync_loop(self) -> None:
-        data = self._data
-        assert data is not None
-        pending = self._dirty
-        wake_fd = self._sync_fd
-        while True:
-            if not pending:
-                if self._stop:
-                    return
-                self._sync_asleep = True
-                if not pending and not self._stop:  # looked again after saying so
-                    os.eventfd_read(wake_fd)  # blocks; a stale count only wakes it once more
-                self._sync_asleep = False
-                continue
-            dirty: set[str] = set()
-            while pending:
-                dirty.add(pending.popleft())
-            for stream in dirty:
-                try:
-                    position = self._timed_sync(data.stream(stream, create=False))
-                except Exception:  # pragma: no cover - a disk error: never answer "stored"
-                    log.exception("purelink: sync of stream %s failed", stream)
-                    continue
-                self._synced.append((stream, position))
-            with contextlib.suppress(OSError):
-                os.eventfd_write(self._synced_fd, 1)

@@ -1,14 +1,12 @@
 """The listener's storage on a NATS JetStream cluster (`Listener("nats://...")`).
 
-Why a module of its own: listener.py drives a data directory with group
-commit; with a JetStream cluster the same loop drives this instead.  It is
-the protocol core's `StoreView` (a producer's epoch and stored seq, new
-epochs) and the loop's `append`; durability comes back from the writer's
-thread as `(stream, ticket)` pairs through the same deque and eventfd the
-sync thread uses, and the loop hands them to `core.synced` exactly as it
-hands the file store's durable positions: the core only ever compares the
-numbers it was given in `written` with those in `synced`, so a ticket that
-grows per stream serves as well as a position.
+Why a module of its own: it is JetStream's side of the storage port
+(storage.py), as listener_file.py is the data directory's; the listener's
+loop drives either through the same `StorageDriver`.  It is the protocol
+core's `StoreView` (a producer's epoch and stored seq, new epochs) and the
+driver's `Storage`: `append` returns the writer's ticket, and the writer's
+thread puts ``(STORED, stream, ticket)`` and ``(FENCED, stream, producer)``
+on `events`, in the order it decided them, then wakes the loop.
 
 Nothing is kept on the listener's disk: every answer it gives comes from the
 cluster (store/jetstream/writer.py says how).  An anonymous producer's new
@@ -28,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 from .errors import Error
 from .protocol.batch import BatchHeader
+from .storage import FENCED, STORED, StorageEvent
 from .store.jetstream.client import NatsThread
 from .store.jetstream.writer import JetStreamWriter
 
@@ -58,19 +57,19 @@ class JetStreamStorage:
         self._streams: set[str] = set()
         self._nats: NatsThread | None = None
         self._writer: JetStreamWriter | None = None
-        self.fenced: deque[tuple[str, int, int]] = deque()
-        """(stream, producer, seq) of sessions a newer one elsewhere fenced: the loop
-        takes them after each wake."""
+        self.events: deque[StorageEvent] = deque()
+        """Tickets stored and producers fenced, in order (storage.py)."""
 
-    def start(self, synced: deque[tuple[str, int]], wake: Callable[[], None]) -> None:
-        """Connect and check the cluster; durable tickets go to `synced`, then `wake()`."""
+    def start(self, wake: Callable[[], None]) -> None:
+        """Connect and check the cluster; `wake()` after events are put."""
+        events = self.events
 
         def on_stored(stream: str, ticket: int) -> None:
-            synced.append((stream, ticket))
+            events.append((STORED, stream, ticket))
             wake()
 
         def on_fenced(stream: str, producer: int, seq: int) -> None:
-            self.fenced.append((stream, producer, seq))
+            events.append((FENCED, stream, producer))
             wake()
 
         self._nats = NatsThread(self.url, timeout=self.timeout)
@@ -108,6 +107,9 @@ class JetStreamStorage:
     # ------------------------------------------------------------ the loop's
     def append(self, stream: str, writes: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
         return self.writer.append(stream, writes)
+
+    def flush(self) -> None:
+        pass  # the writer publishes as messages come
 
     def streams(self) -> list[str]:
         return sorted(self._streams)

@@ -9,30 +9,54 @@ or counted in `dropped`.
 
 Theory of operation:
 
-* `emit` formats the record (a JSON object by default; a `logging.Formatter`
-  replaces that) and hands the bytes to `Link.queue`, which takes no lock and
-  makes no system call.  `handle` is overridden to skip `logging.Handler`'s
-  per-handler lock: nothing here needs it, and without it a thread that
-  logs is never held up by another thread's `flush`/`close`.
-* The first `emit` starts a daemon thread that connects (with backoff, for as
-  long as it takes), so the application's first log call never waits for a
-  handshake.  Until the link is up, records wait in a deque bounded by
-  `capacity` (and `capacity_bytes`); the thread moves them onto the link in
-  order, and from then on `emit` queues straight onto the link.  The switch is
-  made under `_gate`, a lock that only the records emitted before the switch
-  take: once `_link` is set no emit touches it.
-* The link itself keeps every unstored record through listener restarts and
-  outages (up to `capacity`); past that `queue` raises `Full`, and the record
-  is counted in `dropped`, with one warning on stderr (never through
-  `logging`, which would come back here).
-* `close()` -- which `logging.shutdown()` calls at interpreter exit -- waits
-  until everything emitted is stored, at most `timeout` seconds, then counts
-  what is left as dropped and says so on stderr.  `flush()` does not wait:
-  the link's thread sends records as they come, as a FileHandler's flush hands
+* A log call does only what must happen in the caller's thread: `emit`
+  freezes what could change after the call -- a tuple of the fields the JSON
+  needs, the message formatted (its arguments may be mutated later) and the
+  `extra=` values copied into a dict of their own -- and appends it to the
+  hand-off, a deque, which takes no lock (the GIL makes
+  `append` and `popleft` atomic).  The handler's own thread takes it from
+  there, encodes the JSON (`_log_json.encode_captured`) and queues it on the
+  link.  One consumer, one FIFO: the records of each thread keep their order.
+  Encoded in the caller instead, at the cost of a call through JSONFormatter:
+  a record with an exception (its traceback is formatted there anyway), one
+  with an `extra=` value that could change after the call (a dict, a list, an
+  object: anything but str, int, float, bool and None), and every record when
+  the user gave a formatter of their own (its `format` may read anything).
+* `handle` is overridden to skip `logging.Handler`'s per-handler lock (and
+  the call to `filter` when there are no filters): nothing here needs the
+  lock, and without it a thread that logs is never held up by another
+  thread's `flush`/`close`.  No lock is held across the link: only the
+  handler's thread calls `Link.queue`.
+* The handler's thread is woken only when it sleeps: it arms a Wakeup
+  (primitives/wakeup.py) before sleeping, and `emit` writes its eventfd only
+  when it sees it armed.  After taking records the thread looks again
+  `_LINGER` (2 ms) later before it arms: waking a sleeping thread costs the
+  call ~15 us, and an application that logs more often than every 2 ms
+  writes no fd at all; a burst of log calls writes it once.
+* The hand-off is bounded: past `capacity` records waiting for the thread a
+  record is dropped (counted in `dropped`, one warning on stderr, never
+  through `logging`, which would come back here).  The link keeps every
+  unstored record through listener restarts and outages (up to `capacity`);
+  past that `queue` raises `Full`, and the record is counted the same way.
+* The thread first connects (with backoff, for as long as it takes), so the
+  application's first log call never waits for a handshake.  Until the link
+  is up the thread does not take from the hand-off: records wait there, in
+  order, bounded by `capacity` and `capacity_bytes` (their text), counted
+  under `_gate`, a lock that only the records emitted before the connection
+  take.
+* `close()` -- which `logging.shutdown()` calls at interpreter exit -- appends
+  a mark to the hand-off and waits for the thread to reach it (everything
+  logged before close() is then on the link), then until all of it is stored,
+  at most `timeout` seconds in all; what is left is counted as dropped and
+  said on stderr.  Records logged after close() began are dropped and counted:
+  once the thread has ended (`_drained`), whoever sees the flag first --
+  `emit` itself checks it after appending -- takes them back, so nothing is
+  left in the hand-off uncounted.  `flush()` waits until everything logged so
+  far is on the link (a mark of its own), as a FileHandler's flush hands
   bytes to the OS without fsyncing them; `wait_stored()` is the checkpoint.
-* After `os.fork()` the child starts afresh (its parent's link thread does not
-  exist there): a new connection at once, in the child, the parent's
-  unconnected records left to the parent.  A named `producer` must then
+* After `os.fork()` the child starts afresh (its parent's thread does not
+  exist there): a new hand-off and a new connection at once, in the child,
+  the parent's held records left to the parent.  A named `producer` must then
   differ per process, or the child's session fences the parent's.
 """
 
@@ -41,9 +65,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import inspect
-import json
+import itertools
 import logging
 import os
+import select
 import sys
 import threading
 import time
@@ -53,90 +78,21 @@ from pathlib import Path
 from typing import Any
 
 from purelink import _address
+from purelink._log_json import BARE_SIZE, IMMUTABLE, JSONFormatter, decode, encode_captured
 from purelink.errors import ConnectError, Error
 from purelink.link import Link, connect
+from purelink.primitives.wakeup import Wakeup
 from purelink.protocol.names import validate_stream_name
 
 __all__ = ["JSONFormatter", "LinkHandler", "decode"]
 
-# LogRecord attributes that are not `extra=` fields
-_BARE = logging.LogRecord("", 0, "", 0, "", (), None).__dict__
-_BARE_SIZE = len(_BARE)  # a record with no more attributes than this has no extra= field
-_STANDARD = frozenset(_BARE) | {"message", "asctime", "taskName"}
-# one encoder for every record: json.dumps() with options builds a new one per call
-_json = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":")).encode
-_FIXED = ("time", "level", "logger", "message", "thread", "exception", "stack")
-_PLAIN = (str, int, float, bool, type(None))
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
 _CONNECT_FIRST = 0.5  # the first handshake's timeout, doubling up to _CONNECT_MAX
 _CONNECT_MAX = 5.0
-_DRAIN_OUTSIDE_GATE = 1024  # pending records moved before taking the gate for the rest
-
-
-def decode(payload: bytes | bytearray | memoryview | str) -> dict[str, Any]:
-    """One record written by LinkHandler's default format, as a dict.
-
-    Keys: `time` (Unix time, seconds), `level`, `logger`, `message`, `thread`,
-    `exception` and `stack` when the call had them, and every `extra=` field
-    (one named like a key above is stored as ``extra.<name>``).  Raises
-    ValueError for a payload that is not such a record.
-    """
-    text = payload if isinstance(payload, str) else bytes(payload).decode("utf-8")
-    value = json.loads(text)
-    if not isinstance(value, dict) or "message" not in value:
-        raise ValueError("not a purelink.logging record (a JSON object with a message)")
-    return value
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    """`value` with everything JSON cannot encode made a string (a cycle too, at depth 16)."""
-    if isinstance(value, _PLAIN):
-        return value
-    if depth < 16:
-        if isinstance(value, dict):
-            return {
-                k if isinstance(k, str) else str(k): _plain(v, depth + 1) for k, v in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return [_plain(v, depth + 1) for v in value]
-    return str(value)
-
-
-class JSONFormatter(logging.Formatter):
-    """LinkHandler's default format: one JSON object per record (see `decode`).
-
-    Usable with any handler (`logging.FileHandler` for JSON lines, say).
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self.encode(record).decode("utf-8")
-
-    def encode(self, record: logging.LogRecord) -> bytes:
-        """The record as UTF-8 JSON."""
-        doc: dict[str, Any] = {
-            "time": record.created,
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "thread": record.threadName,
-        }
-        # cached on the record, as logging.Formatter does; loguru hands over "\n"
-        if record.exc_info and not (record.exc_text and record.exc_text.strip()):
-            record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            doc["exception"] = record.exc_text
-        if record.stack_info:
-            doc["stack"] = record.stack_info
-        fields = record.__dict__
-        if len(fields) > _BARE_SIZE:
-            for key in sorted(fields.keys() - _STANDARD):
-                doc[f"extra.{key}" if key in _FIXED else key] = fields[key]
-        try:
-            text = _json(doc)
-        except (TypeError, ValueError):  # keys JSON cannot take, a cycle
-            text = _json(_plain(doc))
-        return text.encode("utf-8", "backslashreplace")
+_IDLE_MS = 1000  # the thread's sleep, at most: a backstop, a wakeup is never lost
+_LINGER = 0.002  # after taking records, the thread looks again this much later, unarmed
+_FIELDS_SIZE = 100  # what the JSON adds to a held record's text: keys, time, names
 
 
 class LinkHandler(logging.Handler):
@@ -146,8 +102,9 @@ class LinkHandler(logging.Handler):
     those of `purelink.connect`; `secret_file` reads the secret from a file (one
     trailing newline dropped), for `logging.config.dictConfig`; `key_id` is
     passed to connect.  `formatter` replaces the JSON format (JSONFormatter), as
-    `setFormatter` does, which `dictConfig`'s "formatter" key calls.
-    `timeout`: how long `close()` waits for everything to be stored.
+    `setFormatter` does, which `dictConfig`'s "formatter" key calls; such a
+    formatter runs in the thread that logs.  `timeout`: how long `close()` waits
+    for everything to be stored.
     """
 
     def __init__(
@@ -198,8 +155,8 @@ class LinkHandler(logging.Handler):
         # handler that has none, which would turn the JSON off
         self.setFormatter(formatter if formatter is not None else JSONFormatter())
         self.dropped = 0
-        """Records not stored: refused by a full link, emitted after close, or
-        still unstored when close() gave up."""
+        """Records not stored: refused by a full hand-off or link, emitted after
+        close, or still unstored when close() gave up."""
         self._drop_lock = threading.Lock()  # drops may race: the count stays exact
         self._warned = False
         self._closing = False
@@ -212,11 +169,26 @@ class LinkHandler(logging.Handler):
         """The state of a handler that has not connected yet."""
         self._link: Link | None = None
         self._gate = threading.Lock()
-        self._pending: collections.deque[bytes] = collections.deque()
-        self._pending_bytes = 0
+        # tuples (what emit captured, encoded by the thread), bytes (a formatter's
+        # text), threading.Events (a waiter's mark: everything before it is on the
+        # link) and None (close()'s mark: the thread ends there); appended by any
+        # thread, taken by the handler's thread only
+        self._handoff: collections.deque[Any] = collections.deque()
+        self._held_bytes = 0  # of the records held before the first connection
+        old = getattr(self, "_wakeup", None)
+        if old is not None:
+            old.close()  # a fork's child: the parent's fd, whose thread is not here
+        # written only while the handler's thread sleeps; its fd is closed with the
+        # handler, not by close(): a thread in emit may be about to write it
+        self._wakeup = Wakeup()
+        # not at exit: logging.shutdown() runs after the finalizers, and needs it
+        weakref.finalize(self, self._wakeup.close).atexit = False
+        self._abort = False  # close() ran out of time: end now
+        self._drained = False  # the thread has ended: what is appended now is dropped
+        self._refusal = "the handler is closed"  # why, once _drained
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()  # close() wakes the connecting thread's backoff
-        self._up = threading.Event()  # set once the pending records are on the link
+        self._up = threading.Event()  # set once connected (or given up)
         self._deadline = float("inf")  # the connecting thread gives up past this
         self._failure: str | None = None  # why the link could not be made, if it gave up
 
@@ -227,71 +199,107 @@ class LinkHandler(logging.Handler):
 
     @property
     def pending(self) -> int:
-        """Records waiting for the first connection."""
-        return len(self._pending)
+        """Records held by the handler, not on the link yet: waiting for the first
+        connection, or for the handler's thread to encode them."""
+        return len(self._handoff)
 
     # ------------------------------------------------------------ logging's side
     def handle(self, record: logging.LogRecord) -> Any:
         """Filter and emit, without logging.Handler's lock (see the module header)."""
-        rv = self.filter(record)
-        if isinstance(rv, logging.LogRecord):  # a filter may return a new record (3.12+)
-            record = rv
-        if rv:
-            self.emit(record)
-        return rv
+        if self.filters:
+            rv = self.filter(record)
+            if isinstance(rv, logging.LogRecord):  # a filter may return a new record (3.12+)
+                record = rv
+            if not rv:
+                return rv
+        self.emit(record)
+        return True
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Format the record and queue it; never blocks, never raises into the caller."""
+        """Capture the record and hand it to the handler's thread; never blocks,
+        never raises into the caller (see the module header)."""
         try:
-            payload = self._encode(record)
+            formatter = self.formatter
+            item: Any
+            if type(formatter) is not JSONFormatter:  # a subclass may read anything too
+                item = self.format(record).encode("utf-8", "backslashreplace")
+            elif record.exc_info:  # the traceback is formatted here anyway: all of it, then
+                item = formatter.encode(record)
+            else:
+                # what the JSON needs, frozen now: the message formatted, the extra=
+                # fields (makeRecord adds them last) copied -- or, if one of them
+                # could change later, or a record factory set some first, the JSON
+                fields = record.__dict__
+                extra = None
+                now = False
+                if len(fields) > BARE_SIZE:
+                    extra = dict(itertools.islice(fields.items(), BARE_SIZE, None))
+                    now = next(iter(fields)) != "name" or not IMMUTABLE.issuperset(
+                        map(type, extra.values())
+                    )
+                if now:
+                    item = formatter.encode(record)
+                else:
+                    item = (
+                        record.created,
+                        record.levelname,
+                        record.name,
+                        record.getMessage(),
+                        record.threadName,
+                        record.stack_info,
+                        extra,
+                    )
+            handoff = self._handoff
+            if self._link is None:
+                if not self._hold(item):
+                    return
+            elif len(handoff) >= self._capacity:
+                self._drop(f"{self._capacity:,} records wait for the handler's thread (capacity)")
+                return
+            else:
+                handoff.append(item)
+            if self._drained:
+                self._strand()
+            elif self._wakeup.armed:
+                self._wakeup.signal()
         except Exception:
             self.handleError(record)
-            return
-        link = self._link
-        if link is None:
-            link = self._hold(payload)
-            if link is None:
-                return
-        try:
-            link.queue(payload)
-        except Error as exc:  # Full; or Closed, Fenced, LinkError
-            self._drop(f"the link refused it ({type(exc).__name__}: {exc})")
 
-    def _encode(self, record: logging.LogRecord) -> bytes:
-        formatter = self.formatter
-        if formatter.__class__ is JSONFormatter:
-            return formatter.encode(record)
-        return self.format(record).encode("utf-8", "backslashreplace")
-
-    def _hold(self, payload: bytes) -> Link | None:
-        """Before the link is up: keep the record for it (or drop it).  Returns the
-        link instead if it came up meanwhile, for the caller to queue on."""
+    def _hold(self, item: Any) -> bool:
+        """Before the link is up: keep the record for it (or drop it), counting its
+        bytes against `capacity_bytes`.  False: dropped."""
         with self._gate:
-            link = self._link
-            if link is not None:
-                return link
-            if self._closing and self._up.is_set():
-                self._drop("the handler is closed")
-                return None
-            if self._failure is not None:
-                self._drop(self._failure)
-                return None
+            size = 0 if self._link is not None else _size(item)
             if (
-                len(self._pending) >= self._capacity
-                or self._pending_bytes + len(payload) > self._capacity_bytes
+                len(self._handoff) >= self._capacity
+                or self._held_bytes + size > self._capacity_bytes
             ):
                 self._drop(f"not connected to {self.url} yet and the capacity is used up")
-                return None
-            self._pending.append(payload)
-            self._pending_bytes += len(payload)
-            if self._thread is None:  # a fork's child: its parent's thread is not here
-                self._start()
-        return None
+                return False
+            self._held_bytes += size
+            self._handoff.append(item)
+        return True
+
+    def _strand(self) -> None:
+        """The thread has ended: drop what is in the hand-off (and free its waiters)."""
+        handoff = self._handoff
+        count = 0
+        while True:
+            try:
+                item = handoff.popleft()
+            except IndexError:
+                break
+            if item.__class__ is threading.Event:
+                item.set()
+            elif item is not None:  # None: close()'s mark
+                count += 1
+        if count:
+            self._drop(self._refusal, count)
 
     def _start(self) -> None:
-        """Start the connecting thread (under the gate, or before anyone logs)."""
+        """Start the handler's thread (before anyone logs, or in a fork's child)."""
         self._thread = threading.Thread(
-            target=self._connect_loop, name=f"purelink-log-{self.stream}", daemon=True
+            target=self._run, name=f"purelink-log-{self.stream}", daemon=True
         )
         self._thread.start()
 
@@ -305,8 +313,17 @@ class LinkHandler(logging.Handler):
                 "further drops are counted in handler.dropped, not reported"
             )
 
-    # ------------------------------------------------------- the connecting thread
-    def _connect_loop(self) -> None:
+    # ------------------------------------------------------- the handler's thread
+    def _run(self) -> None:
+        link = self._connect()
+        if link is not None:
+            try:
+                self._pump(link)
+            finally:
+                self._drained = True  # emit drops from now on (and so does close)
+                self._strand()
+
+    def _connect(self) -> Link | None:
         time.sleep(0)  # let the thread that started this one have the GIL back at once
         delay = _BACKOFF_FIRST
         patience = _CONNECT_FIRST
@@ -315,7 +332,7 @@ class LinkHandler(logging.Handler):
             left = self._deadline - time.monotonic()
             if left <= 0:
                 self._give_up(f"no connection to {self.url} before close() gave up")
-                return
+                return None
             try:
                 link = connect(
                     self.url,
@@ -334,66 +351,119 @@ class LinkHandler(logging.Handler):
             # will not get better; RuntimeError: no new thread at interpreter shutdown (3.12+)
             except (Error, ValueError, TypeError, OSError, RuntimeError) as exc:
                 self._give_up(f"cannot connect to {self.url}: {exc}")
-                return
+                return None
             self._wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
             delay = min(delay * 2, _BACKOFF_MAX)
             patience = min(patience * 2, _CONNECT_MAX)
-        pending = self._pending
-        while len(pending) > _DRAIN_OUTSIDE_GATE:  # emit only appends on the right
-            self._move(link, pending.popleft())
         with self._gate:
             late = self._failure is not None  # close() gave up while this connect ran
             if not late:
-                while pending:
-                    self._move(link, pending.popleft())
-                self._pending_bytes = 0
+                self._held_bytes = 0
                 self._link = link
+        self._up.set()
         if late:
             with contextlib.suppress(Error):  # Fenced: its records are counted below
                 link.close(timeout=0)
             if link.queued > link.stored:
                 self._drop(self._failure or "", link.queued - link.stored)
-        self._up.set()
+            return None
+        return link
 
-    def _move(self, link: Link, payload: bytes) -> None:
-        self._pending_bytes -= len(payload)
+    def _pump(self, link: Link) -> None:
+        """Encode what the hand-off brings and queue it on the link, in order, up to
+        close()'s mark; sleep (on the Wakeup) while there is nothing."""
+        handoff = self._handoff
+        wakeup = self._wakeup
+        poller = select.poll()
+        poller.register(wakeup.fileno(), select.POLLIN)
+
+        def ready() -> bool:
+            return bool(handoff)
+
+        while not self._abort:
+            wakeup.begin_look()
+            took = False
+            while handoff and not self._abort:
+                item = handoff.popleft()
+                if item is None:  # close()'s mark: what was handed off after it is dropped
+                    return
+                self._send(link, item)
+                took = True
+            if took:
+                # more may come soon: wait a little unarmed, so that the calls
+                # meanwhile write no fd (waking a thread costs the caller ~15 us)
+                time.sleep(_LINGER)
+                continue
+            if wakeup.prepare_sleep(ready):
+                poller.poll(_IDLE_MS)  # a finite backstop (primitives/wakeup.py)
+                wakeup.after_wake(ready)
+
+    def _send(self, link: Link, item: Any) -> None:
+        cls = item.__class__
+        if cls is tuple:
+            try:
+                payload = encode_captured(item)
+            except Exception as exc:  # counted, and the thread goes on
+                self._drop(f"it could not be encoded ({type(exc).__name__}: {exc})")
+                return
+        elif cls is bytes:
+            payload = item
+        else:  # a waiter's mark
+            item.set()
+            return
         try:
             link.queue(payload)
-        except Error as exc:
+        except Error as exc:  # Full; or Closed, Fenced, LinkError
             self._drop(f"the link refused it ({type(exc).__name__}: {exc})")
 
     def _give_up(self, why: str) -> None:
         with self._gate:
             self._failure = why
-            count = len(self._pending)
-            self._pending.clear()
-            self._pending_bytes = 0
-        if count:
-            self._drop(why, count)
+        self._refusal = why
+        self._drained = True
+        self._strand()
         self._up.set()
 
     # ----------------------------------------------------------------- waiting
+    def _reach(self, timeout: float | None) -> bool:
+        """Wait until everything handed off so far is on the link (or dropped)."""
+        if self._drained:
+            return True
+        mark = threading.Event()
+        self._handoff.append(mark)
+        if self._drained:
+            self._strand()
+        elif self._wakeup.armed:
+            self._wakeup.signal()
+        return mark.wait(timeout)
+
     def wait_stored(self, timeout: float | None = None) -> bool:
         """Wait until every record emitted so far is stored; False on timeout (or if
         the handler could not connect)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
         if self._link is None:
             if self._thread is None:
-                return not self._pending
+                return not self._handoff
             if not self._up.wait(timeout):
                 return False
         link = self._link
-        if link is None:
+        if link is None or not self._reach(left()):
             return False
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
-            return link.wait_stored(timeout=left)
+            return link.wait_stored(timeout=left())
         except Error:
             return False
 
     def flush(self) -> None:
-        """Nothing to do: the link's thread sends records as they are queued
-        (`wait_stored` waits for them to be stored)."""
+        """Wait (at most `timeout` seconds) until every record emitted so far is on
+        the link, whose thread sends it; not until it is stored (`wait_stored`).
+        Before the first connection, returns at once: records wait for it."""
+        if self._link is not None:
+            self._reach(self.timeout)
 
     def close(self) -> None:
         """Wait until everything emitted is stored (at most `timeout` seconds), then
@@ -403,14 +473,23 @@ class LinkHandler(logging.Handler):
             closing, self._closing = self._closing, True
         if not closing:
             self._deadline = time.monotonic() + self.timeout
-            if self._thread is not None:
+            thread = self._thread
+            if thread is not None:
                 if not self._up.wait(self.timeout):
                     self._wake.set()  # the connecting thread gives up at the deadline
                     self._up.wait(1.0)
                     if not self._up.is_set():  # still inside a connect: count for it
                         self._give_up(f"no connection to {self.url} before close() gave up")
-            else:
-                self._up.set()
+                if self._link is not None:  # connected: the thread takes records
+                    self._handoff.append(None)  # it ends there
+                    self._wakeup.mark_and_signal()
+                    thread.join(max(self._deadline - time.monotonic(), 0.0))
+                    if thread.is_alive():  # more records than the time left to encode
+                        self._abort = True
+                        self._wakeup.mark_and_signal()
+                        thread.join(1.0)
+            self._drained = True
+            self._strand()
             link = self._link
             if link is not None:
                 left = max(self._deadline - time.monotonic(), 0.0)
@@ -429,6 +508,14 @@ class LinkHandler(logging.Handler):
     def __repr__(self) -> str:
         level = logging.getLevelName(self.level)
         return f"<LinkHandler {self.url} stream={self.stream!r} ({level})>"
+
+
+def _size(item: Any) -> int:
+    """What a record held before the connection counts against `capacity_bytes`:
+    its bytes, or the text of fields not encoded yet."""
+    if item.__class__ is bytes:
+        return len(item)
+    return len(item[3]) + len(item[5] or "") + _FIELDS_SIZE
 
 
 def _warn(message: str) -> None:

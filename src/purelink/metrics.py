@@ -135,7 +135,7 @@ class LinkCollector:
         )
         pending = core.GaugeMetricFamily(
             "purelink_log_records_pending",
-            "Log records waiting for a LinkHandler's first connection.",
+            "Log records a LinkHandler holds, not on its link yet.",
             labels=labels,
         )
         handlers = False

@@ -1,12 +1,14 @@
 """How a subscription's reply leaves the listener: in plaintext or sealed.
 
-Why a module of its own: tail_server.py decides *what* a subscriber gets
-(which batches, when, the refusals); this is only how the bytes go out.
-Without keys, control items by `sendall` and stored batches by `sendfile`
-straight from the segment (the kernel moves page-cache pages, no copy in
-Python).  With keys, the same bytes sealed under the subscription's session
-(protocol/tail_seal.py): a sealed frame cannot be sendfile'd, so each range
-is read with `os.pread` and sealed 64 KiB at a time.
+Why a module of its own: tail_server.py and its sources (tail_source.py)
+decide *what* a subscriber gets (which batches, when, the refusals); this is
+only how the bytes go out.  Without keys, control items by `sendall`, stored
+batches by `sendfile` straight from a segment (`file`: the kernel moves
+page-cache pages, no copy in Python) or, from a store that hands them over
+in memory (JetStream), by `sendall` (`batches`).  With keys, the same bytes
+sealed under the subscription's session (protocol/tail_seal.py): a sealed
+frame cannot be sendfile'd, so each range is read with `os.pread` (or
+sliced) and sealed 64 KiB at a time.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ class Out:
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
+    def batches(self, data: bytes | memoryview) -> None:
+        """Send stored batches held in memory."""
+        server = self.server
+        if server._closing:
+            raise Gone
+        self.sock.sendall(data)
+        with server._lock:
+            server._bytes_sent += len(data)
+
     def file(self, fd: int, offset: int, count: int) -> None:
         server = self.server
         out = self.sock.fileno()
@@ -74,6 +85,20 @@ class SealedOut(Out):
         from .protocol.tail_seal import frame  # noqa: PLC0415
 
         self.sock.sendall(frame(self.channel.seal(data, time.monotonic())))
+
+    def batches(self, data: bytes | memoryview) -> None:
+        from .protocol.tail_seal import CHUNK, frame  # noqa: PLC0415
+
+        server = self.server
+        seal = self.channel.seal
+        view = memoryview(data)
+        for offset in range(0, len(view), CHUNK):
+            if server._closing:
+                raise Gone
+            sealed = frame(seal(view[offset : offset + CHUNK], time.monotonic()))
+            self.sock.sendall(sealed)
+            with server._lock:
+                server._bytes_sent += len(sealed)
 
     def file(self, fd: int, offset: int, count: int) -> None:
         from .protocol.tail_seal import CHUNK, frame  # noqa: PLC0415

@@ -1,10 +1,10 @@
-"""The listener's side of subscriptions: stored batches to subscribers, by sendfile.
+"""The listener's side of subscriptions: requests, slots, limits, hang-ups.
 
 Why it exists: `purelink.subscribe` / `purelink tail` read a stream from a
-listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  The
-reply is the store format itself, so the listener sends byte ranges of its
-segment files with `os.sendfile`: no record is decoded, copied or re-encoded
-on the way out, and the kernel moves page-cache pages to the socket.
+listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  This
+server does what every store needs alike; where the batches come from is
+its `TailSource` (tail_source.py): a data directory's segments by sendfile
+(tail_file.py) or a JetStream stream's messages (tail_jetstream.py).
 
 How a connection gets here: the listener's TCP server reads the first bytes
 of every connection as a link's frame; `PREAMBLE` read as a frame length is
@@ -21,24 +21,22 @@ blocks in turn on the socket (a subscriber that reads slowly) and on the
 stream (a follower waiting for more).  Neither ever touches the listener's
 threads:
 
-* **a slow subscriber never slows the writers**: sendfile blocks in this
+* **a slow subscriber never slows the writers**: the send blocks in this
   thread, with the GIL released, until the subscriber's socket takes more;
-  the only buffering is the kernel's socket buffer (bounded), and TCP flow
-  control pushes back to the subscriber's side;
-* **never a record before it is stored**: a batch is sent only when its last
-  record is at or below the stream's *stored* position -- `synced_position`
-  with sync="batch"/"always", what was written with sync="none" (where that
-  is what "stored" means) -- so a subscriber never sees what a link was not
-  told;
-* **waiting** is mechanism 2: the thread parks on the log's `synced_parker`
-  (or `parker` with sync="none"), which `sync` (`append`) unparks only while
-  someone is parked.  A parked follower learns at once that its subscriber
-  hung up (or sent a byte, a protocol error: a subscriber sends nothing
-  after its request): one thread watches every follower's socket
-  (tail_hangups.py) and unparks it, and its slot is free again at once.
-  The byte is read and refused -- never peeked, which would leave the socket
-  readable for ever.  Only where that watch cannot run does a parked
-  follower look at its socket every `HEARTBEAT` seconds instead.
+  the only buffering is the kernel's socket buffer (bounded) and what the
+  source holds for one send, and TCP flow control pushes back to the
+  subscriber's side;
+* **never a record before it is stored**: the source sends a batch only once
+  it is stored (tail_source.py), so a subscriber never sees what a link was
+  not told;
+* **waiting** is mechanism 2: the thread parks on its reader's parker, which
+  the store unparks only while someone is parked.  A parked follower learns
+  at once that its subscriber hung up (or sent a byte, a protocol error: a
+  subscriber sends nothing after its request): one thread watches every
+  follower's socket (tail_hangups.py) and unparks it, and its slot is free
+  again at once.  The byte is read and refused -- never peeked, which would
+  leave the socket readable for ever.  Only where that watch cannot run does
+  a parked follower look at its socket every `HEARTBEAT` seconds instead.
 
 Abuse is bounded and counted by reason (`TailStatistics.dropped`): a request
 must be whole within `request_timeout` seconds, overall; a connection still
@@ -46,18 +44,6 @@ sending its request holds no subscriber slot (at most `max_pending` of them
 at once, counted only when their first bytes did not already hold the whole
 request, as a real subscriber's do); new subscriptions are rate-limited per
 source address (token buckets, protocol/ratelimit.py).
-
-Segments are found in the log's published table and opened while registered
-(online) with the DataDir's grace domain, exactly as Store readers are, so
-retention never unlinks a segment a subscriber is about to open; one that
-retention overtakes gets an ERROR ("records retained start at N").
-
-Where a batch starts: closed segments are sent from the offset to their end
-without looking inside (they are whole and synced).  Anywhere else the
-cursor jumps to the nearest entry of the segment's sparse batch index
-(`StreamLog.batch_index`, kept by the writer) and walks the batch headers
-from there (u64 position, u32 length, u32 count), a few hundred KiB at
-most, only up to the stored position.  The subscriber checks every CRC.
 """
 
 from __future__ import annotations
@@ -65,19 +51,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import os
 import select
 import socket
 import threading
 import time
-from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 from .errors import Error, ProtocolError
-from .primitives.grace import GraceReader
 from .primitives.parker import Parker
 from .protocol.keys import KeyTable
 from .protocol.ratelimit import TokenBuckets
@@ -90,12 +71,12 @@ from .protocol.tail import (
     encode_control,
     request_size,
 )
-from .store.log import StreamLog, walk_batches
-from .store.store import DataDir
 from .tail_hangups import HangUps
 from .tail_out import Gone as _Gone
 from .tail_out import Out as _Out
 from .tail_out import SealedOut as _SealedOut
+from .tail_source import Refused as _Refused
+from .tail_source import TailReader, TailSource
 
 __all__ = [
     "HEARTBEAT",
@@ -114,6 +95,8 @@ HEARTBEAT: Final = 5.0
 (tail_hangups.py) cannot run (no thread or descriptor to be had)."""
 REQUEST_TIMEOUT: Final = 5.0
 """Seconds a connection has, from `take`, to send its whole request (overall)."""
+OPEN_GIVE_UP: Final = 30.0
+"""Seconds a follower waits for a store that fails to answer before it is refused."""
 REFUSE_TIMEOUT: Final = 1.0
 """Seconds an ERROR item may take to leave (a subscriber that does not read)."""
 SUBSCRIBE_RATE: Final = 100.0
@@ -183,19 +166,6 @@ class TailStatistics:
     """Refusals by reason (see the class docstring); a copy, safe to keep."""
 
 
-class _Cursor:
-    """Where a subscriber is in one segment: its own fd, the next batch's offset."""
-
-    __slots__ = ("base", "fd", "offset", "path", "position")
-
-    def __init__(self, fd: int, base: int, path: Path, offset: int, position: int) -> None:
-        self.fd = fd
-        self.base = base
-        self.path = path
-        self.offset = offset
-        self.position = position  # of the batch at `offset`
-
-
 class _Alarm:
     """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
 
@@ -212,23 +182,13 @@ class _Alarm:
         self.parker.unpark()
 
 
-class _Refused(Exception):
-    """Refuse the subscription: count `reason`, send an ERROR item saying `text`."""
-
-    def __init__(self, reason: str, text: str) -> None:
-        super().__init__(text)
-        self.reason = reason
-        self.text = text
-
-
 class TailServer:
     """Serves subscriptions for one listener (see the module docstring)."""
 
     def __init__(
         self,
-        data: DataDir,
+        source: TailSource,
         *,
-        sync: str,
         keys: KeyTable | None = None,
         max_subscribers: int = 64,
         max_pending: int = 64,
@@ -237,16 +197,10 @@ class TailServer:
         subscribe_burst: float = SUBSCRIBE_BURST,
     ) -> None:
         """`subscribe_rate` 0: no rate limit."""
-        self._data = data
+        self._source = source
         self.keys = keys
         """With keys, every subscription is encrypted (protocol/tail_seal.py) and
         a key reads only the streams it may; swapped whole by a reload."""
-        self._stored: Callable[[StreamLog], int]
-        self._parker: Callable[[StreamLog], Parker]
-        if sync == "none":  # "stored" means written to the OS
-            self._stored, self._parker = _last, _append_parker
-        else:
-            self._stored, self._parker = _synced, _sync_parker
         self.max_subscribers = max_subscribers
         """Subscribers served at once; more are refused (tail_too_many_subscribers)."""
         self.max_pending = max_pending
@@ -363,14 +317,11 @@ class TailServer:
         for sock in threads:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # unblocks a sendfile or a recv
-        for name in self._data.streams():
-            with contextlib.suppress(KeyError):
-                stream_log = self._data.stream(name, create=False)
-                stream_log.parker.unpark()
-                stream_log.synced_parker.unpark()
+        self._source.wake()
         for thread in threads.values():
             thread.join(5.0)
         self._hangups.close()
+        self._source.close()
 
     def statistics(self) -> TailStatistics:
         """A snapshot of the counters (any thread; `dropped` is a copy)."""
@@ -491,62 +442,53 @@ class TailServer:
 
     def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
         sock = out.sock
-        stream_log = self._wait_for_stream(sock, stream, follow)
-        if stream_log is None:  # an unknown stream is empty
+        reader = self._open(sock, stream, start, follow)
+        if reader is None:  # an unknown stream is empty
             out.send(encode_control(END))
             return
-        stored = self._stored
-        limit = None if follow else stored(stream_log)
-        parker = self._parker(stream_log)
-        position = start or stream_log.segments[0][0]  # 0: from the first retained
-        cursor: _Cursor | None = None
-        alarm = _Alarm(parker)
-        reader = self._data.grace.register("subscriber", online=False)
+        alarm = _Alarm(reader.parker)
         try:
-            while True:
-                upto = stored(stream_log) if limit is None else limit
-                while position <= upto:
-                    if cursor is None:
-                        cursor = self._open_at(stream_log, reader, position, stream)
-                    position = self._send(out, stream_log, cursor, upto)
-                    if cursor.fd < 0:
-                        cursor = None  # a closed segment sent to its end: on to the next
-                if limit is not None:
-                    out.send(encode_control(END))
-                    return
-                self._wait(sock, stream_log, alarm, position)
+            while not reader.send(out):
+                self._wait(sock, reader, alarm)
+            out.send(encode_control(END))
         finally:
             if alarm.watching:
                 self._hangups.unwatch(sock)
-            if cursor is not None and cursor.fd >= 0:
-                os.close(cursor.fd)
-            reader.unregister()
+            reader.close()
 
-    def _wait_for_stream(self, sock: socket.socket, stream: str, follow: bool) -> StreamLog | None:
-        """The stream's log; a follower of a stream not created yet waits for it
-        (polling its socket 10 ms doubling to 1 s: a rare case with nothing to park on)."""
+    def _open(
+        self, sock: socket.socket, stream: str, start: int, follow: bool
+    ) -> TailReader | None:
+        """The stream's reader; a follower of a stream not created yet waits for it
+        (polling its socket 10 ms doubling to 1 s: a rare case with nothing to park on),
+        and rides over a store that fails to answer for up to OPEN_GIVE_UP seconds
+        (a JetStream stream being created has no leader for a moment)."""
         delay = 0.01
+        failing = 0.0
         while True:
-            with contextlib.suppress(KeyError):
-                return self._data.stream(stream, create=False)
-            if not follow:
-                return None
+            try:
+                reader = self._source.open(stream, start, follow)
+            except Error:
+                now = time.monotonic()
+                failing = failing or now
+                if not follow or now - failing > OPEN_GIVE_UP:
+                    raise
+                reader = None
+            else:
+                failing = 0.0
+            if reader is not None or not follow:
+                return reader
             if self._closing or _hung_up(sock, delay):
                 raise _Gone
             delay = min(delay * 2, 1.0)
 
-    def _wait(
-        self, sock: socket.socket, stream_log: StreamLog, alarm: _Alarm, position: int
-    ) -> None:
-        """Park until `position` is stored (or closing), or until the hang-up
-        watch rings: then look at the socket (a subscriber gone frees its slot
-        now).  Looks first too: one that left at once never parks."""
-        stored = self._stored
+    def _wait(self, sock: socket.socket, reader: TailReader, alarm: _Alarm) -> None:
+        """Park until the reader has more to send (or closing), or until the
+        hang-up watch rings: then look at the socket (a subscriber gone frees
+        its slot now).  Looks first too: one that left at once never parks."""
 
         def ready() -> bool:
-            return (
-                alarm.rung or stored(stream_log) >= position or self._closing or stream_log.closed
-            )
+            return alarm.rung or reader.ready() or self._closing
 
         if _hung_up(sock, 0):
             raise _Gone
@@ -561,75 +503,10 @@ class TailServer:
                     raise _Gone
                 if alarm.watching:
                     self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
-            if stored(stream_log) >= position or self._closing or stream_log.closed:
+            if reader.ready() or self._closing:
                 break
-        if self._closing or (stream_log.closed and stored(stream_log) < position):
+        if self._closing or reader.ended():
             raise _Gone
-
-    def _open_at(
-        self, stream_log: StreamLog, reader: GraceReader, position: int, stream: str
-    ) -> _Cursor:
-        """An fd on the segment holding `position`, found and opened under the grace
-        domain, and the offset of the batch that holds it."""
-        reader.online()
-        try:
-            table = stream_log.segments
-            if position < table[0][0]:
-                raise _Refused(
-                    "tail_below_retained",
-                    f"stream {stream!r}: records retained start at {table[0][0]}, "
-                    f"cannot read from {position} (start 1 reads from the first retained)",
-                )
-            i = bisect_right([base for base, _ in table], position) - 1
-            base, path = table[i]
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        finally:
-            reader.offline()
-        cursor = _Cursor(fd, base, path, 0, base)
-        if position > base:
-            try:
-                _skip(stream_log, cursor, position - 1, os.fstat(fd).st_size)
-            except BaseException:
-                os.close(fd)
-                raise
-        return cursor
-
-    def _send(self, out: _Out, stream_log: StreamLog, cursor: _Cursor, upto: int) -> int:
-        """Send the batches of the cursor's segment up to position `upto`; return the
-        position that follows them.  Closes the cursor's fd once its (closed)
-        segment was sent to its end."""
-        table = stream_log.segments
-        closed = cursor.base != table[-1][0]  # only the last one is ever written to
-        i = bisect_right([base for base, _ in table], cursor.base) - 1
-        size = os.fstat(cursor.fd).st_size
-        start = cursor.offset
-        if closed and i >= 0 and table[i][0] == cursor.base and table[i + 1][0] - 1 <= upto:
-            cursor.offset, cursor.position = size, table[i + 1][0]  # whole and synced
-        else:  # the active segment, or a closed one retention has retired meanwhile
-            _skip(stream_log, cursor, upto, size)
-        if cursor.offset == start and not (closed and start >= size):
-            raise _Refused("tail_damaged", f"segment {cursor.path}: no whole batch at {start}")
-        out.file(cursor.fd, start, cursor.offset - start)
-        if closed and cursor.offset >= size:
-            os.close(cursor.fd)
-            cursor.fd = -1
-        return cursor.position
-
-
-def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
-    """Move the cursor past every whole batch whose records are all <= `upto`:
-    first to the segment's nearest indexed batch start at or below `upto + 1`
-    (every batch before it holds positions <= upto), then header by header."""
-    try:
-        index = stream_log.batch_index(cursor.base, cursor.fd)
-        position, offset = index.floor(upto + 1, cursor.fd)
-        if offset > cursor.offset:
-            cursor.offset, cursor.position = offset, position
-        cursor.offset, cursor.position = walk_batches(
-            cursor.fd, cursor.offset, cursor.position, upto, size
-        )
-    except Error as exc:
-        raise _Refused("tail_damaged", f"segment {cursor.path}: {exc}") from None
 
 
 def _hung_up(sock: socket.socket, timeout: float) -> bool:
@@ -682,19 +559,3 @@ _KEY_REASONS: Final = frozenset(
 def _bad_request(exc: ProtocolError) -> _Refused:
     bad = f"tail_{exc.reason}" if exc.reason in _KEY_REASONS else "tail_bad_request"
     return _Refused(bad, str(exc))
-
-
-def _last(stream_log: StreamLog) -> int:
-    return stream_log.last_position
-
-
-def _synced(stream_log: StreamLog) -> int:
-    return stream_log.synced_position
-
-
-def _append_parker(stream_log: StreamLog) -> Parker:
-    return stream_log.parker
-
-
-def _sync_parker(stream_log: StreamLog) -> Parker:
-    return stream_log.synced_parker

@@ -1,10 +1,14 @@
 """Senders and a listener core on virtual time, through a FakeNet.
 
 The loop jumps from event to event (a datagram arriving, a sender's timer,
-the listener's next group commit), so a run that covers minutes of virtual
+the store's next durability event), so a run that covers minutes of virtual
 time takes well under a second and never sleeps.  The listener side does
-what listener.py does: drain what arrived, append in-order batches to the
-store, answer once per drain, sync every `sync_interval` and answer again.
+what listener.py does, through the same backend-neutral `StorageDriver`
+(storage.py): drain what arrived, hand the in-order batches to the store,
+answer once per drain, and answer again when the store says what became
+durable -- at the next group commit, every `sync_interval` (MemoryStorage),
+or, given `replication=`, when a simulated replicated log's delayed, failing,
+sometimes lost acknowledgements come (ReplicatedStorage; testing/storages.py).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from ..protocol import events
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
+from ..storage import StorageDriver
 from .fakes import FakeClock, FakeNet, MemoryStore
+from .storages import MemoryStorage, ReplicatedStorage, Replication
 
 if TYPE_CHECKING:
     from ..protocol.channel import RekeyPolicy
@@ -61,6 +67,7 @@ class Simulation:
         clock: FakeClock | None = None,
         keys: KeyTable | None = None,
         rekey: RekeyPolicy | None = None,
+        replication: Replication | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.keys = keys
@@ -71,21 +78,33 @@ class Simulation:
         """When the encrypted sessions' keys are updated (None: the defaults)."""
         self.net = net
         self.store = MemoryStore()
+        self.storage: MemoryStorage | ReplicatedStorage = (
+            MemoryStorage(self.store, self.clock, sync_interval)
+            if replication is None
+            else ReplicatedStorage(self.store, self.clock, replication)
+        )
+        """The store behind the port: the core's StoreView is `store` itself."""
         self.core_config = core_config or CoreConfig()
-        self.core: ListenerCore | None = self._new_core()
+        self.core: ListenerCore | None = None
+        self.driver: StorageDriver | None = None
+        self._start_core()
         self.links: dict[tuple[str, int], SimLink] = {}
         self.sync_interval = sync_interval
-        self._next_sync: float | None = None
         self._port = 40000
         self.restarts = 0
         self.steps = 0
 
-    def _new_core(self) -> ListenerCore:
+    def _start_core(self) -> None:
+        core: ListenerCore
         if self.keys is None:
-            return ListenerCore(self.store, self.core_config)
-        from ..protocol.secure_core import SecureCore  # noqa: PLC0415 - needs cryptography
+            core = ListenerCore(self.store, self.core_config)
+        else:
+            from ..protocol.secure_core import SecureCore  # noqa: PLC0415 - needs cryptography
 
-        return SecureCore(self.store, self.core_config, self.keys, lambda: self.wall, self.rekey)
+            wall = lambda: self.wall  # noqa: E731 - the listener's Unix time, set by tests
+            core = SecureCore(self.store, self.core_config, self.keys, wall, self.rekey)
+        self.core = core
+        self.driver = StorageDriver(core, self.storage)
 
     def add_link(
         self,
@@ -127,16 +146,17 @@ class Simulation:
     def restart_listener(self, *, crash: bool = True) -> None:
         """Kill the listener (losing what was not synced when `crash`) and start a new one."""
         if crash:
-            self.store.crash()
-        self.core = self._new_core()
-        self._next_sync = None
+            self.storage.crash()
+        else:
+            self.storage.stop()  # a clean stop: everything handed over becomes durable
+        self._start_core()
         self.restarts += 1
 
     def stop_listener(self) -> None:
         """The listener is down: datagrams to it vanish until restart_listener()."""
-        self.store.crash()
+        self.storage.crash()
         self.core = None
-        self._next_sync = None  # a sync pending would stay due forever: time would stop
+        self.driver = None
 
     def _push(self, link: SimLink) -> None:
         s = link.sender
@@ -158,16 +178,11 @@ class Simulation:
                 link.told = ev.stored
 
     def _flush_listener(self, now: float) -> None:
-        core = self.core
-        if core is None:
+        core, driver = self.core, self.driver
+        if core is None or driver is None:
             return
-        for stream, writes in core.take_writes().items():
-            last = self.store.append(stream, writes)
-            core.written(stream, last)
-            if self.sync_interval <= 0:
-                core.synced(stream, self.store.sync(stream))
-            elif self._next_sync is None:
-                self._next_sync = now + self.sync_interval
+        driver.write()
+        driver.take_events()  # durable at once (sync_interval 0)
         # The core answers sessions in the order of a set of random conn ids; sort by
         # address so that the network's RNG meets the answers in the same order on
         # every run, and a seed is the same run each time (a failing seed reproduces).
@@ -181,7 +196,7 @@ class Simulation:
         for link in self.links.values():
             self._push(link)
             self._flush_link(link, now)
-        candidates = [t for t in (self.net.next_due(), self._next_sync) if t is not None]
+        candidates = [t for t in (self.net.next_due(), self.storage.next_due()) if t is not None]
         for link in self.links.values():
             t = link.sender.get_timer()
             if t is not None:
@@ -199,10 +214,9 @@ class Simulation:
                 target = self.links.get((host, int(port)))
                 if target is not None:
                     target.sender.receive_datagram(data, due)
-        if self._next_sync is not None and due >= self._next_sync and self.core is not None:
-            self._next_sync = None
-            for stream in list(self.store.batches):
-                self.core.synced(stream, self.store.sync(stream))
+        if self.driver is not None:
+            self.storage.advance(due)
+            self.driver.take_events()
         self._flush_listener(due)
         for link in self.links.values():
             link.sender.handle_timer(due)

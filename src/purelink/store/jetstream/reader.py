@@ -12,16 +12,21 @@ ahead, and each body is split into its batches, every one checked
 (`verify_batch`: magic, version, lengths, CRC-32C) and its position checked
 to follow the one before.  Nothing that fails is ever yielded: a message
 that does not check out raises `purelink.Error` naming its sequence.
-Epoch markers (no records) are skipped.  Following polls the stream's last
-sequence with a short sleep that doubles up to 50 ms while nothing is new.
+Epoch markers (no records) are skipped.  A follower that has read all that
+was stored reads on through a `Feed` (feed.py): a pull consumer of its own,
+which waits in the cluster until a quorum stored more -- no polling; a
+follower of a stream not created yet looks for it every 10 ms doubling to
+1 s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 from purelink.errors import Error
 from purelink.protocol.batch import batch_records, verify_batch
@@ -29,6 +34,7 @@ from purelink.protocol.names import validate_stream_name
 
 from ..store import StreamInfo
 from .client import NatsThread, say
+from .feed import GIVE_UP, WAIT, Feed
 from .layout import (
     METADATA_KEY,
     STREAM_PREFIX,
@@ -38,11 +44,18 @@ from .layout import (
     stream_name,
 )
 
-__all__ = ["JetStreamStore", "split_batches"]
+__all__ = ["BelowRetained", "JetStreamStore", "split_batches"]
 
+T = TypeVar("T")
 AHEAD = 16
 """Direct gets in flight while reading."""
-FOLLOW_POLL_MAX = 0.05
+STREAM_POLL_MIN = 0.01
+STREAM_POLL_MAX = 1.0
+"""A follower of a stream not created yet looks for it every 10 ms doubling to 1 s."""
+
+
+class BelowRetained(Error):
+    """A read from a position below the first record retained."""
 
 
 def split_batches(body: bytes, h: BatchHeaders, seq: int) -> Iterator[tuple[int, list[bytes]]]:
@@ -85,6 +98,15 @@ class JetStreamStore:
 
     def __repr__(self) -> str:
         return f"<Store {self.url!r}>"
+
+    @property
+    def js(self) -> Any:
+        """The connection's JetStream context (use it on the connection's loop)."""
+        return self._js
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run `coro` on the connection's loop; its future (tail_jetstream.py)."""
+        return self._nats.submit(coro)
 
     def close(self) -> None:
         self._nats.close()
@@ -158,6 +180,33 @@ class JetStreamStore:
         validate_stream_name(stream)
         return self._read(stream, start, stop, follow)
 
+    def locate(self, stream: str, start: int) -> tuple[int, int, int] | None:
+        """Where a read from position `start` (0 or 1: the first retained) begins:
+        (the JetStream sequence to read from, the start position, the stream's
+        last sequence now); None when the stream does not exist.  The start
+        position is 0 when the stream holds no batch yet and `start` is the
+        beginning: the first batch to come sets it.  Raises BelowRetained for a
+        later start below the first record retained."""
+        name = stream_name(stream)
+        info = self._info(stream)
+        if info is None:
+            return None
+        state = info.state
+        first = (
+            self._call(self._batch_at_or_after(name, state.first_seq)) if state.messages else None
+        )
+        if first is None:  # nothing yet, or epoch markers only
+            return state.last_seq + 1, 0 if start <= 1 else start, state.last_seq
+        retained = first[1].position
+        if start <= 1:
+            start = retained
+        elif start < retained:
+            raise BelowRetained(
+                f"stream {stream!r}: records retained start at {retained}, cannot read from {start}"
+            )
+        seq = self._call(self._seek(name, state.first_seq, state.last_seq, start))
+        return seq, start, state.last_seq
+
     def _read(
         self, stream: str, start: int, stop: int | None, follow: bool
     ) -> Iterator[tuple[int, bytes]]:
@@ -165,38 +214,69 @@ class JetStreamStore:
         limit = stop if stop is not None else 1 << 64
         if limit <= start:
             return
-        info = self._info(stream)
-        while info is None or not info.state.messages:  # nothing yet
-            if not follow:
-                return
-            time.sleep(FOLLOW_POLL_MAX)
-            info = self._info(stream)
-        start = max(start, 1)
-        first = self._call(self._batch_at_or_after(name, info.state.first_seq))
-        if first is not None and start <= 1:  # the beginning: the first record retained
-            start = first[1].position
-        if first is not None and start < first[1].position:
-            raise Error(
-                f"stream {stream!r}: records retained start at {first[1].position}, "
-                f"cannot read from {start}"
-            )
-        seq = self._call(self._seek(name, info.state.first_seq, info.state.last_seq, start))
-        end_seq = info.state.last_seq
-        position = start
-        pause = 0.001
+        found = self._locate_following(stream, start) if follow else self.locate(stream, start)
+        if found is None:
+            return
+        seq, start, end_seq = found
+        feeds: list[Feed] = []  # the one a follower makes once it caught up
+        try:
+            yield from self._records(stream, name, seq, start, end_seq, limit, follow, feeds)
+        finally:
+            for feed in feeds:  # best effort: the cluster drops it anyway
+                with contextlib.suppress(Exception):
+                    self._nats.submit(feed.close(wait=True))
+
+    def _locate_following(self, stream: str, start: int) -> tuple[int, int, int]:
+        """`locate` for a follower: waits for the stream to exist, and rides over a
+        cluster that fails to answer for up to GIVE_UP seconds (a stream being
+        created has no leader for a moment, a leader may be elected anew)."""
+        pause = STREAM_POLL_MIN
+        failing = 0.0
+        while True:
+            try:
+                found = self.locate(stream, start)
+            except BelowRetained:
+                raise
+            except Error:
+                now = time.monotonic()
+                failing = failing or now
+                if now - failing > GIVE_UP:
+                    raise
+                found = None
+            else:
+                failing = 0.0
+            if found is not None:
+                return found
+            time.sleep(pause)
+            pause = min(pause * 2, STREAM_POLL_MAX)
+
+    def _records(
+        self,
+        stream: str,
+        name: str,
+        seq: int,
+        position: int,
+        end_seq: int,
+        limit: int,
+        follow: bool,
+        feeds: list[Feed],
+    ) -> Iterator[tuple[int, bytes]]:
         parts: list[bytes] = []
         while position < limit:
-            if seq > end_seq:
-                if not follow:
-                    return
-                end_seq = self._call(self._last_seq(name))
-                if seq > end_seq:
-                    time.sleep(pause)
-                    pause = min(pause * 2, FOLLOW_POLL_MAX)
+            if seq <= end_seq:  # stored when the read began (or when it last looked)
+                msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+            elif not follow:
+                return
+            else:  # caught up: from here on the cluster tells when there is more
+                if not feeds:
+                    feeds.append(Feed(self._js, name, seq, AHEAD))
+                msgs = self._call(feeds[0].fetch(), timeout=WAIT + 3 * self._nats.timeout)
+                if not msgs:
                     continue
-                pause = 0.001
-            msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+                end_seq = max(end_seq, msgs[-1][0])
             for mseq, headers, part in msgs:
+                if mseq < seq:
+                    continue  # a feed made again may bring a message twice
                 seq = mseq + 1
                 if decode_marker(headers) is not None:
                     continue
@@ -217,6 +297,8 @@ class JetStreamStore:
                     parts = []
                 else:
                     body = part
+                if position == 0:  # from the beginning of a stream that was empty
+                    position = h.position
                 if h.end <= position:
                     continue
                 if h.position > position:
@@ -305,9 +387,9 @@ class JetStreamStore:
         except ValueError as exc:
             raise Error(f"JetStream message {seq}: {exc}") from None
 
-    def _call(self, coro: Any) -> Any:
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
         try:
-            return self._nats.call(coro)
+            return self._nats.call(coro, timeout)
         except Error:
             raise
         except Exception as exc:

@@ -6,35 +6,50 @@ JetStream's PubAck, which comes once a quorum of the stream's replicas has it
 (with the cluster's `sync_interval: always`, on their disks).
 
 Theory of operation.  The listener's loop calls `append(stream, writes)`,
-which copies the batches (they point into receive buffers), groups each
-producer's consecutive batches into messages of at most `MAX_BODY` bytes and
-returns a *ticket*: a number that grows per stream.  Everything else happens
-on the NATS thread.  Per stream, one *round* is in flight at a time: all the
-messages queued since the last round went out are published back to back
-(pipelined), each with two expectations that JetStream checks before it
-stores anything:
+which copies the batches into messages (batching.py) and returns a *ticket*:
+a number that grows per stream.  Everything else happens on the NATS thread.
+Per stream, one *round* is in flight at a time: the messages queued since
+the last one went out, those of one producer that continue each other merged
+into messages of up to 1 MB (batching.take), at most `ROUND_MESSAGES` of them
+or `ROUND_BYTES`.  A round of several messages is one JetStream *atomic
+batch* (`Nats-Batch-Id`, `-Sequence`, `-Commit`: the stream is created with
+`allow_atomic`): the leader stores all of it or none of it, in one proposal,
+and answers once.  JetStream checks two expectations before it stores
+anything:
 
-* ``Nats-Expected-Last-Sequence``: the JetStream stream's last sequence, so
-  positions, which the writer stamps into each batch, stay contiguous
-  whoever writes the stream: a second listener's message in between makes
-  ours fail instead of interleaving wrongly;
+* ``Nats-Expected-Last-Sequence`` on the round's first message: the
+  JetStream stream's last sequence, so positions, which the writer stamps
+  into each batch, stay contiguous whoever writes the stream: a second
+  listener's message in between makes the round fail instead of
+  interleaving wrongly;
 * ``Nats-Expected-Last-Subject-Sequence`` on the producer's subject, on the
   first message of each producer in the round: so a batch of a fenced
   session fails once a newer session's epoch marker stands on the subject
-  (layout.py).  Only the first: a clustered stream checks that expectation
-  against what it has applied, not against the messages still being
-  proposed, so a second one in the same round would always fail; and it is
-  not needed, since a marker between two of our messages would break the
-  stream-wide expectation of the second.
+  (layout.py).
 
-When every message of a round is acknowledged, its tickets are `on_stored`.
-When any fails (a conflict, a leader change, a timeout), the round stops and
-the writer looks again: it reads the stream's tail, and for each message not
-known stored asks the producer's subject what is there -- a batch reaching
-its last seq means it was stored (an acknowledgement was lost); an epoch
-marker newer than its session means it is fenced (`on_fenced`, never stored);
-otherwise it is stamped with new positions and published again.  So a batch
-is stored once, or never, and never told stored unless JetStream said so.
+Why rounds, and not messages pipelined one behind the other: JetStream checks
+an expected last sequence when the leader proposes a message, counting what
+is proposed but not yet stored; so when one message of a pipeline is refused
+because another listener's message got in first, the next one -- expecting
+the sequence the refused one would have taken, which the stranger's now
+holds -- passes, and lands with positions that assumed the refused one.
+(`Nats-Expected-Last-Msg-Id` would catch it, but the replicas check that one
+as they apply, and in a clustered stream a failed check there stops the
+stream.)  An atomic batch is the one way to have several messages in one
+answer that stand or fall together.  A stream made without `allow_atomic` (by
+another tool) gets rounds of one message.
+
+When a round is acknowledged, `on_stored(stream, t)` tells the last ticket
+all of whose messages are stored (a ticket told covers those before it; a
+fenced message counts as resolved, and `on_fenced` said so first).  When it
+fails (a refusal, a leader change, no PubAck within `ACK_TIMEOUT`), the
+writer looks again: it reads the stream's tail, and for each message of the
+round asks the producer's subject what is there -- a batch reaching its last
+seq means it was stored (the acknowledgement was lost); an epoch marker newer
+than its session means it is fenced (`on_fenced`, never stored); otherwise it
+goes back to the front of the queue, to be stamped with new positions and
+published again.  So a batch is stored once, or never, and never told stored
+unless JetStream said so.
 
 A producer's state (for a session's ACCEPT after a failover or a restart of
 a listener with no local state) is read from its subject's last message:
@@ -46,17 +61,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from purelink.errors import Error
-from purelink.protocol.batch import BatchHeader, position_bytes
+from purelink.protocol.batch import BatchHeader
 
+from .batching import Message, group, stamp, take
 from .client import NatsThread, say
 from .layout import (
-    MAX_BODY,
     METADATA_KEY,
     BatchHeaders,
     EpochMarker,
@@ -73,29 +89,17 @@ __all__ = ["JetStreamWriter"]
 
 log = logging.getLogger("purelink.jetstream")
 
-ACK_TIMEOUT = 5.0
-"""Seconds to wait for a round's PubAcks before looking again."""
+ACK_TIMEOUT = 2.0
+"""Seconds a round's PubAck may take before the writer looks again (a quorum's
+fsync takes milliseconds; a leader that died never answers)."""
+ROUND_MESSAGES = 256
+"""Most messages in one round (one atomic batch; JetStream takes up to 1,000)."""
+ROUND_BYTES = 4 << 20
+"""A round takes no more messages once its bodies reach this many bytes."""
 RETRY_PAUSE = 0.05
 RETRY_PAUSE_MAX = 1.0
-
-
-@dataclass
-class _Message:
-    """One message to publish: one producer's consecutive batches."""
-
-    ticket: int
-    producer: int
-    epoch: int
-    seq: int
-    count: int
-    batches: list[bytearray]
-    position: int = 0
-    part: int = 1
-    parts: int = 1
-
-    @property
-    def last_seq(self) -> int:
-        return self.seq + self.count - 1
+LOOK_PAUSE = 0.2
+"""Seconds between looks at a stream that does not answer (no leader yet)."""
 
 
 @dataclass
@@ -103,13 +107,19 @@ class _Stream:
     name: str
     js_name: str
     ready: bool = False
-    last_seq: int = -1  # the JetStream stream's last sequence (-1: not read yet)
+    atomic: bool = False  # the stream takes atomic batches (allow_atomic)
+    last_seq: int = -1  # the JetStream stream's last sequence (-1: read the tail)
     end: int = 1  # the position the next record takes
     subjects: dict[int, int] = field(default_factory=dict)  # producer -> seq of its last message
     bases: dict[int, tuple[int, int]] = field(default_factory=dict)  # producer -> (epoch, base)
     owners: dict[int, int] = field(default_factory=dict)  # producer -> its epoch's link instance
-    queue: deque[_Message] = field(default_factory=deque)
-    busy: bool = False
+    queue: deque[Message] = field(default_factory=deque)  # not yet published
+    inflight: list[Message] = field(default_factory=list)  # the round in flight
+    busy: bool = False  # the pump runs
+    hold: int = 0  # epoch markers waiting for the round in flight to end
+    enqueued: int = 0  # the last ticket whose messages are queued (NATS thread)
+    told: int = 0  # the last ticket told stored
+    pause: float = RETRY_PAUSE
     tickets: int = 0  # the last ticket handed out (listener thread)
 
 
@@ -127,13 +137,21 @@ class JetStreamWriter:
         self.nats = nats
         self.js: Any = nats.js
         self.replicas = replicas
-        self.on_stored = on_stored  # (stream, ticket): every message of that ticket is stored
+        self.on_stored = on_stored  # (stream, ticket): every message up to that ticket is stored
         self.on_fenced = on_fenced  # (stream, producer, last seq stored): a newer session owns it
         self._streams: dict[str, _Stream] = {}
         self.messages = 0
+        """Messages acknowledged."""
         self.retries = 0
+        """Times a publish failed and the writer looked again."""
+        self.rounds = 0
+        """Rounds published (a round published again counts again)."""
+        self.round_messages = 0
+        """Messages of those rounds."""
         self._inbox: str | None = None
         self._token = 0
+        self._ids = 0
+        self._id = secrets.token_hex(8)
         self._waiting: dict[str, asyncio.Future[int]] = {}
 
     # ------------------------------------------------------------ listener thread
@@ -148,13 +166,13 @@ class JetStreamWriter:
         s = self._stream(stream)
         s.tickets += 1
         ticket = s.tickets
-        msgs = _group(ticket, writes)
-        self.nats.loop.call_soon_threadsafe(self._enqueue, s, msgs)
+        msgs = group(ticket, writes)
+        self.nats.loop.call_soon_threadsafe(self._enqueue, s, ticket, msgs)
         return ticket
 
     def idle(self) -> bool:
         """Nothing queued and no round in flight, on any stream."""
-        return not any(s.busy or s.queue for s in list(self._streams.values()))
+        return not any(s.busy or s.queue or s.inflight for s in list(self._streams.values()))
 
     def producer_state(self, stream: str, producer: int) -> tuple[int, int, int]:
         """(epoch, last stored seq, owner) of a producer, from its subject."""
@@ -172,6 +190,10 @@ class JetStreamWriter:
         return s
 
     # ------------------------------------------------------------ NATS thread
+    def _next_id(self) -> str:
+        self._ids += 1
+        return f"{self._id}.{self._ids}"
+
     async def _publish(
         self, subject: str, body: bytes, headers: dict[str, str]
     ) -> asyncio.Future[int]:
@@ -243,32 +265,35 @@ class JetStreamWriter:
             num_replicas=self.replicas,
             storage=StorageType.FILE,
             allow_direct=True,
+            allow_atomic=True,
             metadata={METADATA_KEY: s.name},
             description=f"purelink stream {s.name}",
         )
         try:
-            await self.js.add_stream(config)
+            info = await self.js.add_stream(config)
         except BadRequestError:  # made by another listener, with settings of its own
-            await self.js.stream_info(s.js_name)
+            info = await self.js.stream_info(s.js_name)
+        s.atomic = bool(info.config.allow_atomic)
         s.ready = True
 
     async def _tail(self, s: _Stream) -> None:
         """Read the stream's last sequence and the position after its last record."""
         await self._ensure(s)
+        s.last_seq = -1
         info = await self.js.stream_info(s.js_name)
-        s.last_seq = info.state.last_seq
-        s.end = 1
-        seq = s.last_seq
+        last_seq, end = info.state.last_seq, 1
+        seq = last_seq
         while seq >= max(info.state.first_seq, 1):
             m = await self._get(s, seq)
             if m is not None:
                 h = m.headers or {}
                 if decode_marker(h) is None:
-                    s.end = decode_headers(h).end
+                    end = decode_headers(h).end
                     break
             seq -= 1
         s.subjects.clear()
         s.bases.clear()
+        s.last_seq, s.end = last_seq, end
 
     async def _get(self, s: _Stream, seq: int) -> Any:
         from nats.js.errors import NotFoundError  # noqa: PLC0415
@@ -310,10 +335,10 @@ class JetStreamWriter:
         return h.epoch, h.last_seq, h.base
 
     async def _new_epoch(self, s: _Stream, producer: int, owner: int) -> int:
-        while s.busy:  # markers go between rounds: the writer's view of the tail stays exact
-            await asyncio.sleep(0.001)
-        s.busy = True
+        s.hold += 1  # markers go between rounds: the writer's view of the tail stays exact
         try:
+            while s.busy:
+                await asyncio.sleep(0.001)
             for _ in range(20):
                 epoch, stored, _ = await self._producer_state(s, producer)
                 headers = encode_marker(EpochMarker(epoch + 1, owner, stored))
@@ -334,98 +359,146 @@ class JetStreamWriter:
                 return epoch + 1
             raise Error(f"stream {s.name!r}: could not take a new epoch in JetStream")
         finally:
-            s.busy = False
-            if s.queue:
+            s.hold -= 1
+            if s.queue and not s.busy:
                 asyncio.get_running_loop().create_task(self._pump(s))
 
-    def _enqueue(self, s: _Stream, msgs: list[_Message]) -> None:
+    def _enqueue(self, s: _Stream, ticket: int, msgs: list[Message]) -> None:
         s.queue.extend(msgs)
+        s.enqueued = ticket
         if not s.busy:
             asyncio.get_running_loop().create_task(self._pump(s))
 
     async def _pump(self, s: _Stream) -> None:
+        """Publish `s`'s queue, one round at a time, until it is empty."""
         if s.busy:
             return
         s.busy = True
         try:
-            while s.queue:
-                round_ = list(s.queue)
-                s.queue.clear()
-                await self._round(s, round_)
+            while s.queue and not s.hold:
+                if s.last_seq < 0:
+                    await self._look(s)
+                    continue
+                round_ = self._next_round(s)
+                self.rounds += 1
+                self.round_messages += len(round_)
+                failure = await self._send(s, round_)
+                if failure is None:
+                    self.messages += len(round_)
+                    s.pause = RETRY_PAUSE
+                    self._tell(s)
+                else:
+                    await self._recover(s, round_, failure)
         except Exception:  # never silent: a bug here would leave links waiting for ever
             log.exception("purelink: JetStream writer of stream %s stopped", s.name)
             raise
         finally:
             s.busy = False
 
-    async def _round(self, s: _Stream, msgs: list[_Message]) -> None:
-        """Publish `msgs` in order until each is stored or fenced."""
-        pause = RETRY_PAUSE
-        while msgs:
-            try:
-                done, failure = await self._send(s, msgs)
-            except Exception as exc:  # the cluster did not answer a look-up in time
-                done, failure = 0, exc
-            self.messages += done
-            s.last_seq += done
-            self._tell(s, msgs[:done], msgs[done:])
-            if failure is None:
-                return
-            log.info(
-                "purelink: JetStream stream %s: a publish failed (%s); looking again",
-                s.name,
-                say(failure),
-            )
-            self.retries += 1
-            s.last_seq = -1  # read again: what went in is found out below
-            msgs = await self._recheck(s, msgs[done:])
-            await asyncio.sleep(0 if msgs and isinstance(failure, _Refused) else pause)
-            pause = min(pause * 2, RETRY_PAUSE_MAX)
+    def _next_round(self, s: _Stream) -> list[Message]:
+        """The messages of the next round: everything queued (merged), within
+        the round's limits; one message on a stream without atomic batches."""
+        round_ = [take(s.queue)]
+        size = round_[0].size
+        if s.atomic:
+            while s.queue and len(round_) < ROUND_MESSAGES and size < ROUND_BYTES:
+                m = take(s.queue)
+                round_.append(m)
+                size += m.size
+        s.inflight.extend(round_)  # seen by idle() and _tell() until resolved
+        return round_
 
-    async def _send(self, s: _Stream, msgs: list[_Message]) -> tuple[int, BaseException | None]:
-        """Publish `msgs` back to back; how many in front were stored, and the
-        first failure (None when all were)."""
-        if s.last_seq < 0:
+    async def _look(self, s: _Stream) -> None:
+        """Read the stream's tail (after a pause, if that fails)."""
+        try:
             await self._tail(s)
-        futures = []
-        checked: set[int] = set()
-        for i, m in enumerate(msgs):
-            if m.producer not in s.subjects:
-                await self._producer_state(s, m.producer)
-            expected = s.last_seq + i
-            m.position = s.end
-            _stamp(m)
-            epoch, base = s.bases.get(m.producer, (m.epoch, 0))
-            headers = encode_headers(
-                BatchHeaders(
-                    m.position,
-                    m.count,
-                    m.producer,
-                    m.seq,
-                    m.epoch,
-                    m.part,
-                    m.parts,
-                    base=base if epoch == m.epoch else 0,
-                    owner=s.owners.get(m.producer, 0) if epoch == m.epoch else 0,
-                )
-            )
-            headers["Nats-Expected-Last-Sequence"] = str(expected)
-            if m.producer not in checked:  # see the module header: the first only
-                checked.add(m.producer)
-                headers["Nats-Expected-Last-Subject-Sequence"] = str(s.subjects[m.producer])
-            s.subjects[m.producer] = expected + 1
-            if m.part == m.parts:
-                s.end += m.count
-            futures.append(
-                await self._publish(batch_subject(s.name, m.producer), b"".join(m.batches), headers)
-            )
-        results = await _settle(futures, ACK_TIMEOUT)
-        for done, r in enumerate(results):
-            if isinstance(r, BaseException):
-                return done, r
-        return len(results), None
+        except Exception as exc:  # the cluster did not answer in time
+            log.warning("purelink: JetStream stream %s: %s; again", s.name, say(exc))
+            s.last_seq = -1
+            await asyncio.sleep(LOOK_PAUSE)
 
-    async def _recheck(self, s: _Stream, msgs: list[_Message]) -> list[_Message]:
+    async def _send(self, s: _Stream, msgs: list[Message]) -> BaseException | None:
+        """Publish one round (one atomic batch when it has several messages) and
+        wait for its PubAck; the failure, or None when every message is stored."""
+        batch = self._next_id() if len(msgs) > 1 else ""
+        expected = s.last_seq
+        end = s.end
+        seen: set[int] = set()
+        future: asyncio.Future[int] | None = None
+        try:
+            for i, m in enumerate(msgs):
+                if m.producer not in s.subjects:
+                    await self._producer_state(s, m.producer)
+                m.js_seq = expected + 1 + i
+                m.position = end
+                stamp(m)
+                if m.part == m.parts:
+                    end += m.count
+                headers = self._headers(s, m)
+                if i == 0:  # in a batch, only the first may say it (the server's rule)
+                    headers["Nats-Expected-Last-Sequence"] = str(expected)
+                if m.producer not in seen:  # only the first of each producer: see the header
+                    seen.add(m.producer)
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(s.subjects[m.producer])
+                if batch:
+                    headers["Nats-Batch-Id"] = batch
+                    headers["Nats-Batch-Sequence"] = str(i + 1)
+                    if i == len(msgs) - 1:
+                        headers["Nats-Batch-Commit"] = "1"
+                body = b"".join(m.batches)
+                subject = batch_subject(s.name, m.producer)
+                if i == len(msgs) - 1:  # the round's one answer: the commit's, or the message's
+                    future = await self._publish(subject, body, headers)
+                else:
+                    await self.nats.nc.publish(subject, body, headers=headers)
+            assert future is not None
+            seq = await asyncio.wait_for(future, ACK_TIMEOUT)
+        except TimeoutError:
+            return TimeoutError("no PubAck in time")
+        except Exception as exc:  # a refusal, or the connection is closing
+            return exc
+        if seq != msgs[-1].js_seq:  # never so: JetStream checked our expectation
+            return Error(f"JetStream stored the round at {seq}, not {msgs[-1].js_seq}")
+        for m in msgs:
+            s.subjects[m.producer] = m.js_seq
+        s.last_seq, s.end = seq, end
+        return None
+
+    def _headers(self, s: _Stream, m: Message) -> dict[str, str]:
+        epoch, base = s.bases.get(m.producer, (m.epoch, 0))
+        return encode_headers(
+            BatchHeaders(
+                m.position,
+                m.count,
+                m.producer,
+                m.seq,
+                m.epoch,
+                m.part,
+                m.parts,
+                base=base if epoch == m.epoch else 0,
+                owner=s.owners.get(m.producer, 0) if epoch == m.epoch else 0,
+            )
+        )
+
+    async def _recover(self, s: _Stream, msgs: list[Message], failure: BaseException) -> None:
+        """A round failed: look at the stream for what went in after all, and
+        queue again what did not."""
+        log.info(
+            "purelink: JetStream stream %s: a publish failed (%s); looking again",
+            s.name,
+            say(failure),
+        )
+        self.retries += 1
+        s.last_seq = -1  # read again below: what went in is found out there
+        again = await self._recheck(s, msgs)
+        s.inflight.clear()
+        s.queue.extendleft(reversed(again))
+        self._tell(s)
+        if again and not isinstance(failure, _Refused):
+            await asyncio.sleep(s.pause)  # the cluster is changing: do not hammer it
+            s.pause = min(s.pause * 2, RETRY_PAUSE_MAX)
+
+    async def _recheck(self, s: _Stream, msgs: list[Message]) -> list[Message]:
         """After a failure: which of `msgs` are stored after all, fenced, or to send again."""
         while True:
             try:
@@ -435,43 +508,27 @@ class JetStreamWriter:
             except Exception as exc:
                 log.warning("purelink: JetStream stream %s: %s; again", s.name, say(exc))
                 s.last_seq = -1
-                await asyncio.sleep(RETRY_PAUSE_MAX)
-        again: list[_Message] = []
-        stored: list[_Message] = []
+                await asyncio.sleep(LOOK_PAUSE)
+        again: list[Message] = []
         for m, (epoch, last_seq, base) in zip(msgs, places, strict=True):
             if (epoch == m.epoch and last_seq >= m.last_seq) or (
                 epoch > m.epoch and base >= m.last_seq
             ):
-                stored.append(m)  # it went in; its acknowledgement did not come back
+                self.messages += 1  # it went in; its acknowledgement did not come back
             elif epoch > m.epoch:
                 self.on_fenced(s.name, m.producer, base)
             else:
                 again.append(m)
-        self._tell(s, stored, again)
         return again
 
-    def _tell(self, s: _Stream, stored: list[_Message], rest: list[_Message]) -> None:
-        """Tell the tickets all of whose messages are now stored."""
-        waiting = {m.ticket for m in rest} | {m.ticket for m in s.queue}
-        for ticket in sorted({m.ticket for m in stored} - waiting):
-            self.on_stored(s.name, ticket)
-
-
-async def _settle(futures: list[Any], timeout: float) -> list[Any]:
-    """Each future's result or exception; TimeoutError for those still open
-    after `timeout` (the client's own futures never time out)."""
-    _, pending = await asyncio.wait(futures, timeout=timeout)
-    for f in pending:
-        f.cancel()
-    out: list[Any] = []
-    for f in futures:
-        if f in pending:
-            out.append(TimeoutError("no PubAck in time"))
-        elif f.exception() is not None:
-            out.append(f.exception())
-        else:
-            out.append(f.result())
-    return out
+    def _tell(self, s: _Stream) -> None:
+        """Tell the last ticket all of whose messages (and those before) are resolved."""
+        s.inflight.clear()
+        first = s.queue[0] if s.queue else None
+        done = first.ticket - 1 if first is not None else s.enqueued
+        if done > s.told:
+            s.told = done
+            self.on_stored(s.name, done)
 
 
 class _Refused(Error):
@@ -480,53 +537,3 @@ class _Refused(Error):
     def __init__(self, code: int, text: str) -> None:
         super().__init__(f"{text} (err_code {code})")
         self.code = code
-
-
-def _stamp(m: _Message) -> None:
-    if m.part > 1:  # a later part of a cut batch: its header is in part 1
-        return
-    position = m.position
-    for b in m.batches:
-        b[0:8] = position_bytes(position)
-        position += int.from_bytes(b[20:24], "little")
-
-
-def _group(ticket: int, writes: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> list[_Message]:
-    """One producer's consecutive batches of one epoch per message, each body at
-    most MAX_BODY bytes; a larger batch alone, cut into parts."""
-    out: list[_Message] = []
-    cur: _Message | None = None
-    size = 0
-    for data, h in writes:
-        if h.length > MAX_BODY:
-            cur = None
-            whole = bytes(data)
-            parts = [whole[i : i + MAX_BODY] for i in range(0, len(whole), MAX_BODY)]
-            for k, piece in enumerate(parts, 1):
-                out.append(
-                    _Message(
-                        ticket,
-                        h.producer,
-                        h.epoch,
-                        h.first_seq,
-                        h.count,
-                        [bytearray(piece)],
-                        part=k,
-                        parts=len(parts),
-                    )
-                )
-            continue
-        if (
-            cur is None
-            or cur.producer != h.producer
-            or cur.epoch != h.epoch
-            or cur.seq + cur.count != h.first_seq
-            or size + h.length > MAX_BODY
-        ):
-            cur = _Message(ticket, h.producer, h.epoch, h.first_seq, 0, [])
-            out.append(cur)
-            size = 0
-        cur.batches.append(bytearray(data))
-        cur.count += h.count
-        size += h.length
-    return out
