@@ -71,8 +71,10 @@ __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
 STORED_PROBE: Final = 0.1
 # datagrams a probe timeout sends (RFC 9002 section 6.2.4 allows two)
 PROBE_DATAGRAMS: Final = 2
-# below this min RTT (loopback, a LAN) the sender does not pace
-PACING_MIN_RTT: Final = 0.001
+# below this min RTT (loopback, a LAN) the sender does not pace: twice the
+# thread's timer granularity, since on a loaded machine a loopback answer that
+# waits for the scheduler and the GIL measures 0.7-1 ms
+PACING_MIN_RTT: Final = 0.002
 
 
 class SenderState:
@@ -257,6 +259,13 @@ class Sender:
         detection resends its bytes, cut smaller if the path size dropped.)"""
         if self._pmtu is not None:
             self._pmtu.on_send_error(size, now)
+            self._sync_size()
+
+    def on_path_too_big(self, now: float) -> None:
+        """A router said a datagram was too big for the path (an ICMP report the
+        kernel passed on, without its size): the path MTU probe in flight failed."""
+        if self._pmtu is not None and self.state == SenderState.OPEN:
+            self._pmtu.on_too_big(now)
             self._sync_size()
 
     @property
