@@ -19,8 +19,12 @@ concern and share one set of fields:
                      held a moment for a sync in flight
   core_parts.py      configuration, counters, the StoreView, the cookies
 
-This file holds the entry point, `receive_datagram`, which sends each
-datagram to the fast path or the part that handles its kind.
+Each part is a class over `CoreState` (the handshake, intake and answers over
+`CoreSessions`, since all three find or end sessions), and `ListenerCore`
+inherits them all: still one object, so the per-datagram path pays plain
+attribute lookups, no hop between objects.  This file holds the entry point,
+`receive_datagram`, which sends each datagram to a fast path or to the part
+that handles its kind.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ __all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
 class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
     """Protocol state of a listener across all of its links."""
 
-    # ------------------------------------------------------------ inputs
     def receive_datagram(
         self, data: bytes | memoryview, addr: Address, now: float, proven: bool = False
     ) -> None:
