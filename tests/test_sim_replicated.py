@@ -118,3 +118,27 @@ def test_a_lost_answer_holds_back_the_tickets_behind_it() -> None:
     first_told = next(t for t, n in told_at if n > 0)
     assert first_told >= Replication().look_again
     assert link.told == 50
+
+
+def test_a_store_that_cannot_write_stops_the_stream_and_tells_nothing_more() -> None:
+    """The driver's write failure (storage.py): the stream is written no more, its
+    later batches are counted, and no link is told a record the store lacks."""
+    sim = Simulation(FakeNet(2), replication=Replication(seed=2, fail=0.0, lose_ack=0.0))
+    link = sim.add_link("s", [b"r%d" % i for i in range(400)], push_every=20)
+    real_append = sim.storage.append
+    appends = 0
+
+    def failing_append(stream: str, writes):  # the fourth append on meets a dead disk
+        nonlocal appends
+        appends += 1
+        if appends >= 4:
+            raise OSError("disk gone")
+        return real_append(stream, writes)
+
+    sim.storage.append = failing_append  # type: ignore[method-assign]
+    sim.run(lambda: False, max_time=5)
+    assert "s" in sim.storage.failed
+    assert sim.driver is not None and sim.driver.store_errors > 0
+    stored = stored_prefix(sim, link)
+    assert 0 < stored < 400
+    assert link.sender.stored == stored  # told everything stored before the failure, no more
