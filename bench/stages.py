@@ -62,6 +62,7 @@ class _ListTransport:
     send_calls = 0
     send_errors = 0
     broken = False
+    path_too_big = 0
 
     def __init__(self) -> None:
         self.out: list[bytes] = []

@@ -52,23 +52,29 @@ def ship(
     congestion: str = "bbr",
     seed: int = 1,
     queue: int = 256 << 10,
+    stagger: float = 0.0,
 ) -> Run:
+    """`links` links through one path; each starts `stagger` s after the one
+    before it, and the seed also picks their ids (so BBR's own seeded phases)."""
     rate = mbit * 1e6 / 8
     up = NetConfig(loss=loss, delay=rtt / 2, jitter=jitter, rate=rate, queue=queue)
     down = NetConfig(loss=loss, delay=rtt / 2, jitter=jitter)
     net = FakeNet(seed, up, down)
     sim = Simulation(net, sync_interval=0.002)
     count = int(rate * (seconds + 1) / RECORD)
-    made = [
-        sim.add_link(
+    start = sim.clock.now
+    made = []
+    for i in range(links):
+        if i and stagger:
+            due = sim.clock.now + stagger
+            sim.run(lambda due=due: sim.clock.now >= due, max_time=stagger + 1)  # type: ignore[misc]
+        link = sim.add_link(
             "s",
             [bytes([i]) * RECORD] * count,
-            anonymous_id=(1 << 63) | (i + 1),
+            anonymous_id=(1 << 63) | (seed << 8) | (i + 1),
             congestion=congestion,
         )
-        for i in range(links)
-    ]
-    start = sim.clock.now
+        made.append(link)
     sim.run(lambda: sim.clock.now >= start + warm, max_time=seconds + 1)
     before = [arrived(sim, link) for link in made]
     sim.run(lambda: sim.clock.now >= start + seconds, max_time=seconds + 1)
@@ -131,6 +137,28 @@ def test_one_percent_loss_keeps_most_of_the_rate(mbit: float, rtt: float) -> Non
     assert run.total >= 0.75, run.util
 
 
+LOSSY = [(50, 0.05, 32 << 10, 0.05), (50, 0.05, 64 << 10, 0.05), (50, 0.05, 64 << 10, 0.02)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(
+    ("mbit", "rtt", "queue", "loss"),
+    LOSSY,
+    ids=[f"{m}mbit-{int(r * 1e3)}ms-{q >> 10}k-{p:.0%}" for m, r, q, p in LOSSY],
+)
+def test_random_loss_up_to_5_percent_keeps_the_rate(
+    mbit: float, rtt: float, queue: int, loss: float, seed: int
+) -> None:
+    """Random loss of 2-5 % in both directions, behind a buffer of a tenth to a
+    fifth of the bdp: every round trip loses more than BBR's 2 % threshold,
+    and a shallow buffer makes a standing queue of the probes.  The link
+    tells the path's own loss rate from an overflow and keeps the rate (a
+    first transmission can use at most 1 - loss of the bottleneck)."""
+    run = ship(mbit, rtt, loss=loss, queue=queue, seed=seed, seconds=4.0, warm=1.5)
+    figures("test_random_loss_up_to_5_percent", run, mbit=mbit, rtt=rtt, loss=loss, seed=seed)
+    assert run.total >= 0.92 * (1 - loss), run.util
+
+
 def test_newreno_is_selectable_and_halves_on_random_loss() -> None:
     """The before variant: the same path with NewReno gets a fraction of BBR's."""
     bbr = ship(20, 0.05, loss=0.01, seconds=2.0, warm=0.5)
@@ -187,6 +215,38 @@ def test_two_links_share_a_bottleneck() -> None:
     a, b = run.util
     assert run.total >= 0.85
     assert min(a, b) >= 0.75 * max(a, b), run.util
+
+
+def share_one_bdp(mbit: float, rtt: float, seed: int) -> None:
+    """Two links through a drop-tail buffer of one bdp, the second starting up
+    to 1.5 s after the first: within 25 % of each other from 10 s to 28 s."""
+    run = ship(
+        mbit, rtt, links=2, seconds=28.0, warm=10.0, seed=seed,
+        queue=int(mbit * 1e6 / 8 * rtt), stagger=0.5 * seed,
+    )  # fmt: skip
+    figures("test_two_links_share_a_one_bdp_buffer", run, mbit=mbit, rtt=rtt, seed=seed)
+    a, b = run.util
+    assert run.total >= 0.9
+    assert min(a, b) >= 0.75 * max(a, b), run.util
+
+
+@pytest.mark.parametrize(
+    ("mbit", "rtt", "seed"), [(20, 0.05, 0), (20, 0.05, 1), (20, 0.05, 2)], ids=str
+)
+def test_two_links_share_a_one_bdp_buffer(mbit: float, rtt: float, seed: int) -> None:
+    """When the buffer overflows, the loss bound cuts each link by 30 % of its
+    own flight, and while it holds a link back it rises by the same bytes for
+    every link (AIMD's rule, as BBR v2 bounds its flight): the links converge
+    instead of keeping the shares they started with."""
+    share_one_bdp(mbit, rtt, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("mbit", "rtt"), [(20, 0.05), (50, 0.05)], ids=["20mbit", "50mbit"])
+def test_two_links_share_a_one_bdp_buffer_slow(mbit: float, rtt: float, seed: int) -> None:
+    """(At 100 ms of RTT the same holds at some seeds only: docs/performance.md.)"""
+    share_one_bdp(mbit, rtt, seed)
 
 
 @pytest.mark.slow

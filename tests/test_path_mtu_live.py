@@ -187,6 +187,70 @@ def test_emsgsize_makes_the_link_settle_under_the_interface_mtu(
     assert [p for _, p in Store(tmp_path / "d").read("s")] == records
 
 
+def test_a_routers_too_big_report_on_the_next_call_costs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A router on a path of 1,252 bytes drops larger datagrams and answers with
+    an ICMP "too big", which a connected socket reports as EMSGSIZE on its
+    next call, whatever that call sends or receives (simulated below the
+    socket).  The datagrams of that call are not lost for it, GSO stays on,
+    each report fails the probe in flight at once, and the link settles
+    under 1,252 with every record stored."""
+    limit = 1252
+    pending = [False]
+    reports = [0]
+    send, send_gso, recv = (
+        _nogil.NoGilSocket.send,
+        _nogil.NoGilSocket.send_gso,
+        _nogil.NoGilSocket.recv,
+    )
+
+    def report() -> None:
+        if pending[0]:
+            pending[0] = False
+            reports[0] += 1
+            raise OSError(errno.EMSGSIZE, "Message too long")
+
+    def routed_send(self: _nogil.NoGilSocket, data: bytes) -> int:
+        report()
+        if len(data) > limit:
+            pending[0] = True  # the router drops it and reports
+            return len(data)
+        return send(self, data)
+
+    def routed_gso(self: _nogil.NoGilSocket, data: bytes, segment: int) -> int:
+        report()
+        return send_gso(self, data, segment)
+
+    def routed_recv(self: _nogil.NoGilSocket) -> bytes:
+        report()
+        return recv(self)
+
+    monkeypatch.setattr(_nogil.NoGilSocket, "send", routed_send)
+    monkeypatch.setattr(_nogil.NoGilSocket, "send_gso", routed_gso)
+    monkeypatch.setattr(_nogil.NoGilSocket, "recv", routed_recv)
+    records = [b"%d:" % i + bytes(1000) for i in range(20000)]
+    with (
+        purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", sync="none") as lst,
+        purelink.connect(url_of(lst), stream="s", timeout=20) as link,
+    ):
+        for r in records:
+            link.queue(r)
+        assert link.wait_stored(timeout=60)
+        deadline = time.monotonic() + 20
+        pm = link._sender._pmtu
+        assert pm is not None
+        while pm.state != pmtu.PmtuState.COMPLETE:
+            assert time.monotonic() < deadline, vars(pm)
+            time.sleep(0.01)
+        stats = link.stats()
+    assert limit - pmtu.STEP < stats.datagram_size <= limit
+    assert reports[0] >= 1 and pm.too_big >= 1
+    assert stats.gso  # a report is not a GSO refusal
+    assert stats.send_errors == 0  # nor a datagram that could not be sent
+    assert [p for _, p in Store(tmp_path / "d").read("s")] == records
+
+
 # ------------------------------------------------- a real small interface
 
 NETNS = shutil.which("ip") is not None and hasattr(os, "geteuid") and os.geteuid() == 0

@@ -15,7 +15,9 @@ import pytest
 
 from purelink.protocol import pmtu, wire
 from purelink.protocol.pmtu import BASE, PathMtu, PmtuState
+from purelink.protocol.sender import Sender, SenderState
 from purelink.testing import FakeNet, NetConfig, Simulation
+from shipping import report
 from test_protocol_sim import assert_exactly_once, records_for
 
 RTT = 0.05
@@ -346,3 +348,88 @@ def test_mtu_seeds(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(30, 330))
 def test_mtu_seeds_slow(seed: int) -> None:
     run_mtu_seed(seed)
+
+
+class IcmpNet(CheckedNet):
+    """A CheckedNet whose router answers a datagram too big for the path with an
+    ICMP "too big", as a real router does: the kernel reports it on the link's
+    socket (without the size) a round trip after it was sent (`reports`,
+    handed to the links by `ship_through_mtu`); `icmp=False`: filtered."""
+
+    def __init__(self, seed: int, up: NetConfig, down: NetConfig, icmp: bool) -> None:
+        super().__init__(seed, up, down)
+        self.icmp = icmp
+        self.reports: list[float] = []
+
+    def send(self, data: bytes, source: tuple[str, int], dest: str, now: float, up: bool) -> None:
+        mtu = (self.up if up else self.down).mtu
+        if self.icmp and up and mtu is not None and len(data) > mtu:
+            self.reports.append(now + 2 * self.up.delay)
+        super().send(data, source, dest, now, up)
+
+
+@dataclass
+class MtuRun:
+    took: float
+    """Seconds from the session's start until every record was stored."""
+    settled: float
+    """Seconds from the session's start until the search was complete."""
+    sender: Sender
+
+
+def ship_through_mtu(mtu: int | None, seed: int, *, icmp: bool, loss: float = 0.0) -> MtuRun:
+    """8 MB of 1,000-B records through 50 Mbit/s, 50 ms, a 256 KB queue and MTU `mtu`."""
+    up = NetConfig(loss=loss, delay=0.025, rate=50e6 / 8, mtu=mtu)
+    net = IcmpNet(seed, up, NetConfig(loss=loss, delay=0.025, mtu=mtu), icmp)
+    sim = Simulation(net)
+    recs = [i.to_bytes(4, "little") + bytes(996) for i in range(8000)]
+    link = sim.add_link("s", recs, pmtu=True, anonymous_id=(1 << 63) | (seed + 1))
+    sender = link.sender
+    assert sim.run(lambda: sender.state == SenderState.OPEN, max_time=10)
+    start = sim.clock.now
+    settled = -1.0
+
+    def done() -> bool:
+        nonlocal settled
+        now = sim.clock.now
+        while net.reports and net.reports[0] <= now:
+            net.reports.pop(0)
+            sender.on_path_too_big(now)
+        pm = sender._pmtu
+        if settled < 0 and pm is not None and pm.state == PmtuState.COMPLETE:
+            settled = now - start
+        return sim.all_done() and settled >= 0
+
+    assert sim.run(done, max_time=60)
+    assert_exactly_once(sim, "s", [(link, recs)])
+    assert net.too_big_data == 0  # probes only
+    return MtuRun(sim.clock.now - start, settled, sender)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_ipv4_path_of_mtu_1280_costs_no_rate_and_settles_fast(seed: int) -> None:
+    """An IPv4 path of MTU 1,280 (1,252 B of UDP payload) at 50 Mbit/s and 50 ms,
+    clean or at 0.1 % loss: the router's "too big" reports fail each probe at
+    once, so the search ends within a few round trips (7 probes); probes are
+    never flights, so none of them is taken for a congestion loss; and the
+    transfer takes no longer than on a path that carries 1,400 B (5 % more at
+    most: its datagrams are 11 % smaller, with the same 40 B of header).
+    With the reports filtered the search waits out its probes' timeouts,
+    and the transfer still goes at the rate (data goes at 1,200 B meanwhile)."""
+    loss = 0.001 * (seed % 2)
+    free = ship_through_mtu(None, seed, icmp=True, loss=loss)
+    small = ship_through_mtu(1252, seed, icmp=True, loss=loss)
+    silent = ship_through_mtu(1252, seed, icmp=False, loss=loss)
+    report(
+        "test_an_ipv4_path_of_mtu_1280",
+        {"seed": seed, "loss": loss, "free": free.took, "small": small.took,
+         "silent": silent.took, "settled": small.settled, "settled_silent": silent.settled},
+    )  # fmt: skip
+    for run in (small, silent):
+        sender = run.sender
+        assert 1252 - pmtu.STEP < sender.datagram_size <= 1252
+        assert sender.cc.losses == sender.stats.lost  # data flights only, never a probe
+        assert run.took <= 1.05 * free.took, (run.took, free.took)
+    pm = small.sender._pmtu
+    assert pm is not None and pm.too_big >= 4  # 1,400, 1,300, 1,275, ... failed at once
+    assert small.settled <= 10 * 0.05, small.settled

@@ -155,6 +155,7 @@ class _Transport:
         self.clock = clock
         self.broken = False
         self.refused = False
+        self.path_too_big = 0
 
     def receive(self, handle: object) -> None:
         for i in range(3):

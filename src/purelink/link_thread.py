@@ -313,6 +313,14 @@ class LinkThread:
             for size in transport.too_large:  # as sent, sealed: the sender's own size
                 self._sender.on_send_error(size - self._sealing, now)
             transport.too_large.clear()
+        self._path_too_big()
+
+    def _path_too_big(self) -> None:
+        """Hand the sender the ICMP "too big" reports the transport saw."""
+        transport = self._transport
+        if transport.path_too_big:
+            transport.path_too_big = 0
+            self._sender.on_path_too_big(time.monotonic())
 
     def _should_fail_over(self, now: float) -> bool:
         """Whether the listener tried now looks dead: no handshake answered for
@@ -374,6 +382,7 @@ class LinkThread:
 
         transport.receive(heard)
         now = max(now, self._heard)
+        self._path_too_big()
         if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
             # unreachable"): say so now, not after the handshake timeout

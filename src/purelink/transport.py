@@ -18,7 +18,13 @@ and the link finds the path's size itself (protocol/pmtu.py).  PROBE, not
 DO: the kernel then neither caps datagrams at a path MTU it learned from
 ICMP (which anyone on the path can forge) nor refuses the link's probes;
 only a datagram over the local interface's MTU is refused (EMSGSIZE), and
-its size is handed to the sender (`too_large`) as a failed size.
+its size is handed to the sender (`too_large`) as a failed size.  An ICMP
+"fragmentation needed" that a router sends back for a probe is reported on
+the connected socket's next call as EMSGSIZE too, whatever that call sends;
+a send that fails so is made once more, and if it passes then, the error was
+that report (`path_too_big`, a hint for the probe in flight), not these
+datagrams, which are neither dropped nor taken for too large (nor is GSO
+given up for them).
 
 `reset()` is called when the sender starts a new handshake after losing its
 session; a connection-oriented transport reconnects there.  `broken` tells
@@ -150,6 +156,10 @@ class Transport(Protocol):
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
+    path_too_big: int
+    """ICMP "too big" reports the kernel passed on for earlier datagrams (an
+    EMSGSIZE that a retry of the same call, or a receive, shows was not about
+    the datagrams at hand), since the link last zeroed it."""
 
     def fileno(self) -> int:
         """The fd to poll for readability."""
@@ -189,13 +199,12 @@ class UdpTransport:
         self.send_errors = 0
         self.broken = False
         self.refused = False  # set by an ICMP "port unreachable" (ECONNREFUSED)
+        self.path_too_big = 0
 
     def fileno(self) -> int:
         return self._sock.fileno()
 
     def send(self, datagrams: list[bytes]) -> None:
-        sock = self._sock
-        fast = self._fast
         i = 0
         n = len(datagrams)
         while i < n:
@@ -208,18 +217,17 @@ class UdpTransport:
                 if j < n and j - i < limit and len(datagrams[j]) < size:
                     j += 1  # a shorter last segment is allowed
             try:
-                if j - i > 1:
-                    if fast is not None:
-                        fast.send_gso(b"".join(datagrams[i:j]), size)
-                    else:
-                        sock.sendmsg(
-                            [b"".join(datagrams[i:j])],
-                            [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))],
-                        )
-                elif fast is not None:
-                    fast.send(datagrams[i])
-                else:
-                    sock.send(datagrams[i])
+                try:
+                    self._send_run(datagrams, i, j, size)
+                except OSError as exc:
+                    if exc.errno != errno.EMSGSIZE:
+                        raise
+                    # An ICMP "too big" for an earlier datagram (a path MTU probe)
+                    # is reported on the connected socket's next call, whatever
+                    # that call sends: if the same call passes now, it was that
+                    # report, not these datagrams
+                    self._send_run(datagrams, i, j, size)
+                    self.path_too_big += 1
                 self.send_calls += 1
             except OSError as exc:
                 if j - i > 1 and exc.errno in _GSO_REFUSED:
@@ -238,6 +246,22 @@ class UdpTransport:
                     if exc.errno == errno.ECONNREFUSED:
                         self.refused = True
             i = j
+
+    def _send_run(self, datagrams: list[bytes], i: int, j: int, size: int) -> None:
+        """datagrams[i:j] in one system call (GSO when more than one)."""
+        fast = self._fast
+        if j - i > 1:
+            if fast is not None:
+                fast.send_gso(b"".join(datagrams[i:j]), size)
+            else:
+                self._sock.sendmsg(
+                    [b"".join(datagrams[i:j])],
+                    [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))],
+                )
+        elif fast is not None:
+            fast.send(datagrams[i])
+        else:
+            self._sock.send(datagrams[i])
 
     def _send_each(self, datagrams: list[bytes]) -> bool:
         """Send one datagram per call; True if one was too large for the path."""
@@ -268,7 +292,11 @@ class UdpTransport:
             except ConnectionRefusedError:  # an ICMP "port unreachable": nobody
                 self.refused = True  # listens there right now (the link may say so)
                 continue
-            except OSError:
+            except OSError as exc:
+                # another ICMP error reported on the socket: EMSGSIZE, a datagram
+                # was too big for the path (a path MTU probe)
+                if exc.errno == errno.EMSGSIZE:
+                    self.path_too_big += 1
                 continue
             handle(data)
 
@@ -300,6 +328,7 @@ class TcpTransport:
         self.broken = False
         self.refused = False
         self.too_large: list[int] = []  # TCP has no MTU: always empty
+        self.path_too_big = 0
         self.connects = 0
         """Connections opened."""
         self.dropped = 0

@@ -36,10 +36,20 @@ a lost probe costs nothing to resend):
 * **EMSGSIZE** from the kernel (a datagram over the local interface's MTU)
   fails that size at once: the size in use drops below it, and the search
   goes on below it.
+* **A router's "too big"** (ICMP, which the kernel reports on the socket
+  without the datagram's size, transport.py) fails the probe in flight at
+  once (RFC 8899 section 4.6.2): on a path that answers so, the search takes
+  a round trip or less per size, instead of `MAX_PROBES` timeouts for each
+  size that does not pass.  Only probes are larger than the size in
+  use, so a report can only be about one; a forged one can only end the
+  search lower, at a size the path carried.
+* Probes are never flights: a lost probe is not a congestion signal
+  (RFC 8899 section 4.4) and costs the data nothing.
 
 The caller tells it what happened (`probe_sent`, `on_probe_acked`,
 `on_acked`, `on_lost`, `on_send_error`), asks what to do (`next_probe`), and
-runs `handle_timer` at `get_timer()`.  Time is always passed in.
+runs `handle_timer` at `get_timer()`; `on_too_big` takes a router's report.
+Time is always passed in.
 """
 
 from __future__ import annotations
@@ -108,6 +118,8 @@ class PathMtu:
         """Probes sent."""
         self.black_holes = 0
         """Black holes detected."""
+        self.too_big = 0
+        """Probes failed at once by a router's report (on_too_big)."""
 
     # ------------------------------------------------------------ outputs
     def start(self, now: float) -> None:
@@ -161,6 +173,19 @@ class PathMtu:
         if probe is not None and probe[1] >= size:
             self._probe = None
         self._fail(size - 1, now)
+
+    def on_too_big(self, now: float) -> None:
+        """A router reported a datagram too big for the path (ICMP, RFC 8899
+        section 4.6), its size unknown.  Only probes are larger than the size
+        in use, so it is about the probe in flight: that size fails at once,
+        without waiting for its timeouts.  (A forged report can only end the
+        search lower, at a size the path carried; the raise timer probes again.)"""
+        probe = self._probe
+        if probe is None or probe[1] <= self.size:
+            return
+        self._probe = None
+        self.too_big += 1
+        self._fail(probe[1] - 1, now)
 
     def on_acked(self, flights: Sequence[_Sent], now: float) -> None:
         """An answer came at `now`, saying `flights` were delivered (in the order

@@ -45,6 +45,7 @@ Write = tuple[bytes | memoryview, wire.BatchHeader]
 MAX_ACK_RANGES: Final = 32
 ACK_RANGES_LOW: Final = 8
 MAX_ACK_FRAGMENTS: Final = 16
+FRAGMENTS_LOW: Final = 4
 MAX_FRAGMENT_SPANS: Final = 16
 MAX_ACK_DUPLICATES: Final = 8
 FRAGMENT_ROOM: Final = 535
@@ -282,20 +283,29 @@ class Producer:
         return tuple(out)
 
     def fragment_spans(self) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
-        """Byte ranges held of the lowest partial batches: at most
-        MAX_ACK_FRAGMENTS of them, MAX_FRAGMENT_SPANS spans each, and
-        FRAGMENT_ROOM bytes in all (9 per entry, 8 per span)."""
+        """Byte ranges held of partial batches: at most MAX_ACK_FRAGMENTS of them,
+        MAX_FRAGMENT_SPANS spans each, and FRAGMENT_ROOM bytes in all (9 per
+        entry, 8 per span), lowest seq first.  When they do not all fit: the
+        lowest FRAGMENTS_LOW (they hold `received` back) and then the highest
+        (what just arrived: the link's loss detection needs it now; the middle
+        was said before), as ranges() does."""
         if not self.partials:
             return ()
+        seqs = sorted(self.partials)
+        if len(seqs) > FRAGMENTS_LOW:
+            seqs = seqs[:FRAGMENTS_LOW] + seqs[: FRAGMENTS_LOW - 1 : -1]
         room = FRAGMENT_ROOM
         out = []
-        for seq in sorted(self.partials)[:MAX_ACK_FRAGMENTS]:
+        for seq in seqs[:MAX_ACK_FRAGMENTS]:
             fit = min(MAX_FRAGMENT_SPANS, (room - 9) // 8)
             spans = self.partials[seq].spans
-            if fit < 1 or not spans:
+            if fit < 1:
                 break
+            if not spans:
+                continue
             out.append((seq, tuple(spans[:fit])))
             room -= 9 + 8 * min(fit, len(spans))
+        out.sort()
         return tuple(out)
 
     def reset_partials(self) -> None:

@@ -154,6 +154,13 @@ class Sender(SenderAnswers):
             self._pmtu.on_send_error(size, now)
             self._sync_size()
 
+    def on_path_too_big(self, now: float) -> None:
+        """A router said a datagram was too big for the path (an ICMP report the
+        kernel passed on, without its size): the path MTU probe in flight failed."""
+        if self._pmtu is not None and self.state == SenderState.OPEN:
+            self._pmtu.on_too_big(now)
+            self._sync_size()
+
     @property
     def datagram_size(self) -> int:
         """The largest datagram sent now (the path MTU's, at most datagram_size)."""

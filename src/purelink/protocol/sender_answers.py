@@ -34,8 +34,10 @@ __all__ = ["PACING_MIN_RTT", "STORED_PROBE", "SenderAnswers"]
 
 # with nothing in flight, only the "stored" answer after a sync is awaited
 STORED_PROBE: Final = 0.1
-# below this min RTT (loopback, a LAN) the sender does not pace
-PACING_MIN_RTT: Final = 0.001
+# below this min RTT (loopback, a LAN) the sender does not pace: twice the
+# thread's timer granularity, since on a loaded machine a loopback answer that
+# waits for the scheduler and the GIL measures 0.7-1 ms
+PACING_MIN_RTT: Final = 0.002
 
 
 class SenderAnswers(SenderSession):

@@ -15,8 +15,9 @@ thread hands the kernel in one GSO call:
 `next_time()` is the sender's pacing deadline (its `get_timer()`), so the
 link thread sleeps in poll until then, as it sleeps for any timer; there is
 no pacing loop of its own.  A rate of 0 means no pacing (NewReno, or a path
-whose min RTT is below 1 ms, the timer's own granularity: loopback, a LAN,
-where there is no router queue to spare and pacing would only cost wake-ups):
+whose min RTT is below 2 ms, twice the timer's own granularity: loopback, a
+LAN, where there is no router queue to spare, a window of two bdps is small
+next to any router's buffer, and pacing would only cost wake-ups):
 the window alone clocks the sender.
 """
 

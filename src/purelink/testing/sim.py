@@ -193,7 +193,12 @@ class Simulation:
         """Run the next thing due; False when nothing is left to do."""
         self.steps += 1
         now = self.clock.now
-        for link in self.links.values():
+        # links take turns at going first: at a full bottleneck queue the first
+        # to send at an instant gets the slot that just freed, and a fixed order
+        # would hand it to the same link every time (a real path has no such order)
+        links = list(self.links.values())
+        turn = self.steps % len(links) if links else 0
+        for link in links[turn:] + links[:turn]:
             self._push(link)
             self._flush_link(link, now)
         candidates = [t for t in (self.net.next_due(), self.storage.next_due()) if t is not None]

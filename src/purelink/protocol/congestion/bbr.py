@@ -57,19 +57,35 @@ States:
                bdp / 2) for 200 ms and one round trip, so the queue empties and
                the true propagation delay is measured; then back.
 
-Random loss does not move the model (a path that drops 1 % at random has
-not got slower).  Loss that comes with a queue does bound it, as BBR v2's
-inflight_hi does: when a round trip lost more than 2 % of its bytes (and at
-least 2 datagrams) while even its smallest RTT stood above 1.25 min_rtt and
-above min_rtt + 2 * jitter (a standing queue, as CoDel judges one: the
-buffer overflowed, it was not noise or jitter on the line), then
+Random loss does not move the model (a path that drops 1 % or 5 % at random
+has not got slower).  Loss that comes with a queue does bound it, as BBR
+v2's inflight_hi does: when a round trip lost more than 2 % of its bytes
+beyond the path's own loss rate (and at least 2 datagrams) while even its
+smallest RTT stood above 1.25 min_rtt and above min_rtt + 2 * jitter (a
+standing queue, as CoDel judges one: the buffer overflowed, it was not
+noise or jitter on the line), then
 
-    inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd))
+    inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd),
+                      bdp / 0.85)
 
 and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
 the 1.25 phase, leaving room for other flows' probes, so flows sharing a
-shallow buffer converge instead of overflowing it for ever); each later
-round without such loss raises inflight_hi by an eighth.
+shallow buffer converge instead of overflowing it for ever).  Each later
+round without such loss in which the bound held the flight back raises it
+by 2 datagrams per 25 ms of min_rtt: the same bytes for every flow, so that
+flows sharing a buffer converge as AIMD's do (an overflow cuts the larger
+flight by more; both regain alike).
+
+* The path's own loss rate is the share of bytes lost in the round trips
+  without a standing queue (decayed, about the last ten of them): on a path
+  that drops 5 % at random, a round that loses 6 % is not an overflow.
+* The bound never goes below bdp / 0.85 (at a cut, and as probing raises
+  btl_bw), so the cwnd it leaves carries the model's own bandwidth: a bound
+  under it would cap the delivery rate, which lowers btl_bw, which lowers
+  the bound again, down to the minimum.
+* A loss proven spurious (the original arrived) no longer counts toward
+  its round, and a bound it helped set in the last two rounds is undone
+  once that round's remaining losses are under the threshold.
 
 A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
@@ -106,6 +122,9 @@ LOSS_EVENTS: Final = 2
 QUEUE_RTT: Final = 1.25
 BETA: Final = 0.7
 HEADROOM: Final = 0.15
+BASE_DECAY: Final = 0.9
+GROWTH_DATAGRAMS: Final = 2
+GROWTH_TIME: Final = 0.025
 JITTER_GAIN: Final = 1 / 16
 JITTER_RTTS: Final = 2.0
 TYPICAL_SHARE: Final = 0.625
@@ -177,6 +196,9 @@ class Bbr(CongestionControl):
         self._round_acked = 0
         self._round_inflight = 0
         self._round_rtt = 0.0
+        self._base_lost = 0.0
+        self._base_total = 0.0
+        self._undo: tuple[int, int, int, int] | None = None  # the last bound set, to undo
         self.jitter = 0.0
         """Mean |difference| of consecutive RTT samples, seconds (RFC 3550)."""
         self._last_rtt = 0.0
@@ -202,6 +224,12 @@ class Bbr(CongestionControl):
     def rtt(self) -> float:
         """The round trip the model sizes the pipe by (see the module docstring)."""
         return max(self.min_rtt, TYPICAL_SHARE * self.typical_rtt)
+
+    @property
+    def base_loss(self) -> float:
+        """The path's own loss rate: the share of bytes lost in round trips
+        without a standing queue (decayed over about ten of them)."""
+        return self._base_lost / self._base_total if self._base_total else 0.0
 
     @property
     def state(self) -> str:
@@ -246,7 +274,25 @@ class Bbr(CongestionControl):
         self._round_lost += size
 
     def on_spurious(self, sent_time: float, now: float) -> None:
-        """Nothing was reduced for a loss, so nothing to undo."""
+        """A loss that was not one: it no longer counts toward the round's loss
+        rate, and a bound it helped set in the last two rounds is undone once
+        that round's real losses fall under the threshold."""
+        size = self.datagram_size
+        self._round_lost = max(self._round_lost - size, 0)
+        undo = self._undo
+        if undo is None:
+            return
+        prior, lost, total, round_count = undo
+        if self.round_count - round_count > 2:
+            self._undo = None
+            return
+        lost -= size
+        if lost > (LOSS_THRESH + self.base_loss) * total and lost >= LOSS_EVENTS * size:
+            self._undo = (prior, lost, total, round_count)
+            return
+        self._undo = None
+        self.inflight_hi = prior
+        self.undos += 1
 
     def on_timeout(self, now: float) -> None:
         """The path may be gone: keep the model, send the minimum until answered."""
@@ -269,20 +315,42 @@ class Bbr(CongestionControl):
         that probed for more without such loss raises the bound."""
         lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
         self._round_lost = self._round_acked = self._round_inflight = 0
+        round_rtt, self._round_rtt = self._round_rtt, 0.0
         if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
             return
+        total = lost + acked
         floor = max(QUEUE_RTT * self.min_rtt, self.typical_rtt)
-        queued = self._round_rtt > floor
-        self._round_rtt = 0.0
+        queued = round_rtt > floor
+        if not queued and total:
+            # the path's own loss rate, measured where no queue of ours stood
+            self._base_lost = BASE_DECAY * self._base_lost + lost
+            self._base_total = BASE_DECAY * self._base_total + total
         if (
             queued
-            and lost > LOSS_THRESH * (lost + acked)
+            and lost > (LOSS_THRESH + self.base_loss) * total
             and lost >= LOSS_EVENTS * self.datagram_size
         ):
             target = min(self.bdp, self.cwnd) if self.bdp else self.cwnd
-            self.inflight_hi = max(int(BETA * inflight), int(BETA * target), self.minimum)
-        elif self.inflight_hi and self.pacing_gain >= 1.0:
-            self.inflight_hi += max(self.datagram_size, self.inflight_hi // 8)
+            prior = self.inflight_hi
+            cut = max(int(BETA * inflight), int(BETA * target), self.minimum)
+            # never below what carries the model's own bdp at the cruise headroom:
+            # a bound under it would cap the delivery rate, which lowers btl_bw,
+            # which lowers the bound again (a spiral to the minimum)
+            self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
+            self._undo = (prior, lost, total, self.round_count)
+        elif (
+            self.inflight_hi
+            and self.pacing_gain >= 1.0
+            and inflight + 2 * self.datagram_size >= self.inflight_hi * (1.0 - HEADROOM)
+        ):
+            # the bound held the round back: raise it, by the same bytes for every
+            # flow (additive: flows that share a buffer converge, as AIMD's do),
+            # as many per round trip as GROWTH_TIME intervals it lasts
+            per = max(1.0, self.min_rtt / GROWTH_TIME)
+            self.inflight_hi += int(GROWTH_DATAGRAMS * self.datagram_size * per)
+        if self.inflight_hi:
+            # and never under the model's own bdp, which probing raises
+            self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
     def _update_bw(self, rs: RateSample) -> None:
         rate = rs.delivery_rate
