@@ -1,4 +1,4 @@
-"""What configures a sender and what it counts (split from sender.py, which is
+"""What configures a sender and what it counts (apart from sender.py, which is
 the state machine itself; one configuration dataclass with a
 docstring under every field)."""
 

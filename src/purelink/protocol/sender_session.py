@@ -1,0 +1,232 @@
+"""The sender's session: its states, the handshake, and what starts and ends
+a session (docs/wire.md, the handshake; docs/reliability.md, 2.4 Resume).
+
+Why it exists: what a session is (HELLO, RETRY, ACCEPT, REFUSE, reconnect,
+fencing, failure) reads on its own, apart from what the sender does within
+one (sender.py, sender_answers.py).  `SenderSession` is a base of `Sender`:
+its methods work on the sender's own state, so nothing on the send path
+goes through another object.
+
+States (the only legal moves are in `_MOVES`; `_move` refuses the rest):
+
+    CONNECTING --ACCEPT--> OPEN --REFUSE(unknown) or silence--> CONNECTING
+        |                   |--REFUSE(fenced)--> FENCED
+        |--REFUSE-->FAILED  |--stored went backwards--> FAILED
+    OPEN --close()--> CLOSED
+
+A HELLO goes out at once and again after `handshake_rto`, doubled on each
+retry up to `max_handshake_rto`; a RETRY's cookie sends the next HELLO at
+once.  An ACCEPT opens the session: a fresh link starts where its producer
+left off, a reconnecting one re-packs everything above the listener's
+`received` seq (the listener deduplicates by producer and seq).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Final
+
+from . import wire
+from .events import Connected, Event, Failed, Fenced, Reconnecting
+from .packing import Packer
+from .pmtu import PathMtu
+from .recovery import InFlight, RttEstimator
+from .sender_config import SenderConfig, SenderStats
+from .sender_records import SenderRecords
+
+__all__ = ["SenderSession", "SenderState"]
+
+
+class SenderState:
+    """The sender's states."""
+
+    CONNECTING = "connecting"
+    OPEN = "open"
+    FENCED = "fenced"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+_MOVES: Final = {
+    (SenderState.CONNECTING, SenderState.OPEN),
+    (SenderState.CONNECTING, SenderState.FAILED),
+    (SenderState.CONNECTING, SenderState.FENCED),
+    (SenderState.CONNECTING, SenderState.CLOSED),
+    (SenderState.OPEN, SenderState.CONNECTING),
+    (SenderState.OPEN, SenderState.FENCED),
+    (SenderState.OPEN, SenderState.FAILED),
+    (SenderState.OPEN, SenderState.CLOSED),
+    (SenderState.FENCED, SenderState.CLOSED),
+    (SenderState.FAILED, SenderState.CLOSED),
+}
+
+
+class SenderSession(SenderRecords):
+    """The handshake and the session's life (a base of Sender)."""
+
+    # the sender's parts, made by Sender.__init__
+    config: SenderConfig
+    stats: SenderStats
+    rtt: RttEstimator
+    flight: InFlight
+    _key: bytes | None
+    _pmtu: PathMtu | None
+    _packer: Packer
+    _events: deque[Event]
+    # the answers' state (sender_answers.py)
+    _timer: float | None
+    _unanswered: int
+    _last_answer: float
+    _received: int
+    _peer_window: int
+    _max_record: int
+
+    def __init__(self, config: SenderConfig) -> None:
+        super().__init__()
+        self.state = SenderState.CONNECTING
+        anon = config.anonymous_id
+        if not anon:
+            anon = int.from_bytes(os.urandom(8), "little") | (1 << 63)
+        # sent in every HELLO: an anonymous producer's id, or (named) this link's
+        # instance id, which lets the listener tell our own lost-ACCEPT retry from
+        # an older, fenced instance of the same producer
+        self._anon_id = anon
+        self.conn_id = 0
+        self.producer_id = 0
+        self.epoch = 0
+        self._nonce = 0
+        self._cookie = b""
+        self._hello_due: float | None = 0.0
+        self._hello_rto = config.handshake_rto
+        self._connected_once = False
+        self._close_due = False
+
+    def _arm(self, now: float) -> None:
+        """Arm the loss or probe timer (sender_answers.py)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ inputs
+    def connect(self, now: float) -> None:
+        """Start (or restart) the handshake at `now`."""
+        self._nonce = int.from_bytes(os.urandom(8), "little") or 1
+        self._cookie = b""
+        self._hello_due = now
+        self.stats.handshakes += 1
+
+    def close(self) -> None:
+        """Say goodbye (one CLOSE datagram) and stop."""
+        if self.state == SenderState.OPEN:
+            self._close_due = True
+        self._move(SenderState.CLOSED)
+
+    def reset_session(self, now: float, reason: str) -> None:
+        """The driver knows the session is gone (e.g. its TCP connection broke):
+        start a new handshake now, keeping every record."""
+        if self.state == SenderState.OPEN:
+            self._reconnect(now, reason)
+
+    # ---------------------------------------------------------- internals
+    def _move(self, state: str) -> None:
+        if state == self.state:
+            return
+        if (self.state, state) not in _MOVES:
+            raise AssertionError(f"sender: illegal move {self.state} -> {state}")
+        self.state = state
+
+    def _hello_datagrams(self, now: float, out: list[bytes]) -> list[bytes]:
+        """`out` with the HELLO if one is due (then the retry is scheduled)."""
+        if self._hello_due is not None and now >= self._hello_due:
+            out.append(self._hello())
+            self._hello_due = now + self._hello_rto
+            self._hello_rto = min(self._hello_rto * 2, self.config.max_handshake_rto)
+        return out
+
+    def _hello(self) -> bytes:
+        msg = wire.Hello(
+            self._nonce,
+            self.config.stream,
+            self.config.producer,
+            self._anon_id,
+            self.config.datagram_size,
+            self._cookie,
+            self.epoch,
+        )
+        return wire.encode_hello(msg, self._key)
+
+    def _on_accept(self, msg: wire.Accept, now: float) -> None:
+        if msg.stored < self.stored:
+            self._fail("lost", f"the listener has seq {msg.stored} stored but told {self.stored}")
+            return
+        if self._connected_once and msg.stored > self.pushed:
+            self._fail(
+                "conflict",
+                f"another session of producer {self.config.producer!r} stored up to seq "
+                f"{msg.stored}, past this link's {self.pushed}",
+            )
+            return
+        self.conn_id = msg.conn_id
+        self.producer_id = msg.producer
+        self.epoch = msg.epoch
+        self._max_record = msg.max_record
+        self._peer_window = max(msg.window, self.config.datagram_size)
+        if not self._connected_once:
+            self._restart_at(msg.stored)
+        self._connected_once = True
+        self._release(msg.stored)
+        self._received = max(msg.received, self.stored)
+        self._packer.start(msg.conn_id, msg.producer, msg.epoch, self._received + 1)
+        self.flight.clear()
+        self.rtt.reset_backoff()
+        self._unanswered = 0
+        self._last_answer = now
+        self._timer = None
+        self._hello_due = None
+        self._hello_rto = self.config.handshake_rto
+        self._move(SenderState.OPEN)
+        if self._pmtu is not None:
+            self._pmtu.start(now)
+        self._events.append(Connected(msg.producer, msg.epoch, msg.stored, msg.max_record))
+        self._arm(now)
+
+    def _on_refuse(self, msg: wire.Refuse, now: float) -> None:
+        reason = msg.reason
+        if self.state == SenderState.CONNECTING:
+            if msg.nonce != self._nonce:
+                self.stats.dropped += 1
+                return
+            if reason == wire.RefuseReason.FENCED:
+                self._move(SenderState.FENCED)
+                self._events.append(Fenced(self.epoch))
+            else:
+                name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
+                self._fail("refused", f"the listener refused the link: {name}")
+            return
+        if self.state != SenderState.OPEN or msg.conn_id != self.conn_id:
+            self.stats.dropped += 1
+            return
+        if msg.epoch != self.epoch:
+            self.stats.dropped += 1
+            return
+        if reason == wire.RefuseReason.FENCED:
+            self._move(SenderState.FENCED)
+            self._events.append(Fenced(self.epoch))
+        elif reason == wire.RefuseReason.UNKNOWN:
+            self._reconnect(now, "unknown")
+        else:
+            name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
+            self._fail("refused", f"the listener refused the link: {name}")
+
+    def _fail(self, kind: str, message: str) -> None:
+        self._move(SenderState.FAILED)
+        self._events.append(Failed(kind, message))
+        self._timer = None
+
+    def _reconnect(self, now: float, reason: str) -> None:
+        self._move(SenderState.CONNECTING)
+        self.stats.reconnects += 1
+        self._events.append(Reconnecting(reason))
+        self._timer = None
+        self.flight.clear()
+        self._hello_rto = min(self.rtt.rto, self.config.max_handshake_rto)
+        self.connect(now)
