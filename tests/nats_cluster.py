@@ -15,7 +15,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from purelink.errors import Error
+from purelink.store.jetstream.client import NatsThread
+from purelink.store.jetstream.writer import JetStreamWriter
 
 __all__ = ["NatsCluster", "nats_server_binary"]
 
@@ -115,3 +120,25 @@ class NatsCluster:
                     os.kill(p.pid, signal.SIGKILL)
                     p.wait(5)
             self.procs[i] = None
+
+
+def ready_writer(
+    cluster: NatsCluster,
+    on_stored: Callable[[str, int], None],
+    on_fenced: Callable[[str, int, int], None],
+    replicas: int = 3,
+) -> JetStreamWriter:
+    """A JetStreamWriter on `cluster`, once the cluster answers it (a fresh
+    cluster elects its meta leader first; up to 30 s)."""
+    w = JetStreamWriter(
+        NatsThread(cluster.urls), replicas=replicas, on_stored=on_stored, on_fenced=on_fenced
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            w.check()
+            return w
+        except Error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

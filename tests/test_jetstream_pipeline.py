@@ -18,8 +18,7 @@ import time
 import pytest
 
 import purelink
-from nats_cluster import NatsCluster, nats_server_binary
-from purelink.errors import Error
+from nats_cluster import NatsCluster, nats_server_binary, ready_writer
 from purelink.protocol.batch import decode_batch_header, encode_batch
 from purelink.store.jetstream.client import NatsThread
 from purelink.store.jetstream.layout import stream_name
@@ -56,18 +55,7 @@ class Told:
 
 
 def writer(cluster: NatsCluster, told: Told) -> JetStreamWriter:
-    w = JetStreamWriter(
-        NatsThread(cluster.urls), replicas=3, on_stored=told.on_stored, on_fenced=told.on_fenced
-    )
-    deadline = time.monotonic() + 30
-    while True:  # a fresh cluster elects its meta leader first
-        try:
-            w.check()
-            return w
-        except Error:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return ready_writer(cluster, told.on_stored, told.on_fenced)
 
 
 def batch(producer: int, first: int, records: list[bytes]) -> tuple[memoryview, object]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nats_cluster import NatsCluster, nats_server_binary
+from nats_cluster import NatsCluster, nats_server_binary, ready_writer
 from purelink.errors import ConnectError, Error
 from purelink.protocol.batch import decode_batch_header, encode_batch, encode_large_batch
 from purelink.store.jetstream.client import NatsThread
@@ -56,21 +56,7 @@ class Recorder:
 
 
 def writer(cluster: NatsCluster, rec: Recorder, replicas: int = 3) -> JetStreamWriter:
-    w = JetStreamWriter(
-        NatsThread(cluster.urls),
-        replicas=replicas,
-        on_stored=rec.on_stored,
-        on_fenced=rec.on_fenced,
-    )
-    deadline = time.monotonic() + 30
-    while True:  # a fresh cluster elects its meta leader first
-        try:
-            w.check()
-            return w
-        except Error:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return ready_writer(cluster, rec.on_stored, rec.on_fenced, replicas)
 
 
 def batches(producer: int, epoch: int, first: int, records: list[bytes], per: int = 10) -> list:

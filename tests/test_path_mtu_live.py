@@ -50,6 +50,27 @@ def url_of(lst: purelink.Listener) -> str:
     return "udp://%s:%d" % lst.udp_address
 
 
+def ship_until_searched(
+    data: Path, records: list[bytes]
+) -> tuple[purelink.LinkStats, pmtu.PathMtu]:
+    """Ship `records` to a listener on `data`, then wait until the link's path MTU
+    search is complete: its stats then and its search."""
+    with (
+        purelink.Listener(data, udp="127.0.0.1:0", sync="none") as lst,
+        purelink.connect(url_of(lst), stream="s", timeout=20) as link,
+    ):
+        for r in records:
+            link.queue(r)
+        assert link.wait_stored(timeout=60)
+        deadline = time.monotonic() + 20
+        pm = link._sender._pmtu
+        assert pm is not None
+        while pm.state != pmtu.PmtuState.COMPLETE:
+            assert time.monotonic() < deadline, vars(pm)
+            time.sleep(0.01)
+        return link.stats(), pm
+
+
 def test_option_numbers_come_from_socket_or_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     linux = {
         "IP_MTU_DISCOVER": 10,
@@ -172,20 +193,7 @@ def test_emsgsize_makes_the_link_settle_under_the_interface_mtu(
     monkeypatch.setattr(_nogil.NoGilSocket, "send", fussy_send)
     monkeypatch.setattr(_nogil.NoGilSocket, "send_gso", fussy_gso)
     records = [b"%d:" % i + bytes(i % 3000) for i in range(6000)]
-    with (
-        purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", sync="none") as lst,
-        purelink.connect(url_of(lst), stream="s", timeout=20) as link,
-    ):
-        for r in records:
-            link.queue(r)
-        assert link.wait_stored(timeout=60)
-        deadline = time.monotonic() + 20
-        pm = link._sender._pmtu
-        assert pm is not None
-        while pm.state != pmtu.PmtuState.COMPLETE:
-            assert time.monotonic() < deadline, vars(pm)
-            time.sleep(0.01)
-        stats = link.stats()
+    stats, _ = ship_until_searched(tmp_path / "d", records)
     assert limit - pmtu.STEP < stats.datagram_size <= limit
     assert stats.gso  # an MTU refusal is not a GSO refusal
     assert refused and max(refused) <= 1400  # the probe of 1,400 was refused
@@ -235,20 +243,7 @@ def test_a_routers_too_big_report_on_the_next_call_costs_nothing(
     monkeypatch.setattr(_nogil.NoGilSocket, "send_gso", routed_gso)
     monkeypatch.setattr(_nogil.NoGilSocket, "recv", routed_recv)
     records = [b"%d:" % i + bytes(1000) for i in range(20000)]
-    with (
-        purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", sync="none") as lst,
-        purelink.connect(url_of(lst), stream="s", timeout=20) as link,
-    ):
-        for r in records:
-            link.queue(r)
-        assert link.wait_stored(timeout=60)
-        deadline = time.monotonic() + 20
-        pm = link._sender._pmtu
-        assert pm is not None
-        while pm.state != pmtu.PmtuState.COMPLETE:
-            assert time.monotonic() < deadline, vars(pm)
-            time.sleep(0.01)
-        stats = link.stats()
+    stats, pm = ship_until_searched(tmp_path / "d", records)
     assert limit - pmtu.STEP < stats.datagram_size <= limit
     assert reports[0] >= 1 and pm.too_big >= 1
     assert stats.gso  # a report is not a GSO refusal
