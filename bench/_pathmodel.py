@@ -1,50 +1,41 @@
-"""The path emulator's decisions, sans-IO: what happens to each IP packet.
+"""The path emulator's side of the path model: IP packets, ICMP, two directions.
 
 Why it exists: `bench/pathemu.py` moves IP packets between two TUN devices
 (two network namespaces) and must decide, for every packet, whether it is
 lost, duplicated, queued or dropped at the bottleneck, too big for the MTU,
-caught in a blackout, and when it comes out.  Those decisions live here,
-with the clock passed in and the randomness seeded, so unit tests drive them
-with a fake clock and no devices (tests/test_pathemu_model.py), and the
-router loop stays a thin driver: read, `arrive`, sleep until `next_release`,
-write what `due` hands back.
+caught in a blackout, and when it comes out.  Those decisions are
+`purelink.testing.PathModel`'s, the one model FakeNet and the loopback
+proxy of the tests drive too (its docstring gives the order: blackout, MTU,
+loss, duplication, bottleneck, delay and jitter).  What is the router's own
+lives here, sans-IO, tested on a fake clock in tests/test_pathemu_model.py:
 
-Model of one direction (what netem does, in this order):
+* `Impairment`, a direction in the emulator's units (rate in bit/s of IP
+  packets, as tc states it; 0 for "off" everywhere, so it travels as JSON
+  on the router's control pipe), turned into the model's `NetConfig` with
+  jitter spread both ways, as netem draws it;
+* what a router does with a packet over the MTU (the model's `oversize`
+  hook): an IPv4 packet with DF set is dropped and an ICMP "fragmentation
+  needed" (type 3 code 4, RFC 1191) carrying the MTU goes back to its sender
+  at once; one without DF is fragmented; anything else is dropped;
+* `Path`: both directions and one heap of release times (ordered by time,
+  then arrival), handing out (side, packet) pairs when they are due.
 
-1. **blackout**: every `blackout_every` s, starting `blackout_first` s after
-   the epoch (`reset`), the path is dark for `blackout_for` s; every packet
-   that arrives then is dropped;
-2. **MTU**: an IPv4 packet longer than `mtu` with DF set is dropped and an
-   ICMP "fragmentation needed" (type 3 code 4, RFC 1191) carrying the MTU
-   goes back to its sender at once; one without DF is fragmented, as a router
-   does; anything else too long is dropped;
-3. **loss**: dropped with probability `loss` (independent draws);
-4. **duplication**: with probability `duplicate` a second copy follows it;
-5. **bottleneck**: a link of `rate` bit/s behind a drop-tail FIFO of
-   `queue_bytes`: the backlog is (busy_until - now) * rate; a packet that
-   does not fit is dropped, else it leaves the link at busy_until + its
-   serialisation time;
-6. **delay and jitter**: it is delivered `delay` + uniform(-jitter, +jitter)
-   seconds (at least 0) after it left the bottleneck; packets with different
-   draws overtake each other, so jitter reorders, as on a real path with
-   parallel links.
-
-A `Path` holds two directions and one heap of release times (ordered by
-time, then arrival), and hands out (side, packet) pairs when they are due.
+The router loop stays a thin driver: read, `arrive`, sleep until
+`next_release`, write what `due` hands back.
 """
 
 from __future__ import annotations
 
 import heapq
-import random
 import struct
 from dataclasses import dataclass, fields
+from typing import Any
+
+from purelink.testing.pathmodel import NetConfig, PathModel, seeded_rng
 
 __all__ = [
     "A_TO_B",
     "B_TO_A",
-    "Direction",
-    "DirectionStats",
     "Impairment",
     "Path",
     "checksum",
@@ -59,11 +50,13 @@ B_TO_A = 1
 
 ICMP_QUOTE = 548
 """Bytes of the offending packet an ICMP error quotes (576 - 20 - 8, RFC 1812)."""
+IPV4_MIN_MTU = 68
+"""The smallest MTU an IPv4 path may have (RFC 791)."""
 
 
 @dataclass(frozen=True)
 class Impairment:
-    """What one direction of the path does to packets (0 = off)."""
+    """What one direction of the emulated path does to packets (0 = off)."""
 
     delay: float = 0.0
     """One-way propagation delay, s."""
@@ -87,16 +80,27 @@ class Impairment:
     """When the first blackout starts, s after the epoch."""
 
     def __post_init__(self) -> None:
-        for name in ("loss", "duplicate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
-        for f in fields(self):
-            if getattr(self, f.name) < 0:
-                raise ValueError(f"{f.name} must not be negative")
-        if self.mtu and self.mtu < 68:
-            raise ValueError(f"mtu {self.mtu} is below IPv4's minimum of 68")
-        if self.blackout_every and self.blackout_for >= self.blackout_every:
-            raise ValueError("blackout_for must be shorter than blackout_every")
+        if self.mtu and self.mtu < IPV4_MIN_MTU:
+            raise ValueError(f"mtu {self.mtu} is below IPv4's minimum of {IPV4_MIN_MTU}")
+        if self.queue_bytes < 0 or self.mtu < 0:
+            raise ValueError("queue_bytes and mtu must not be negative (0 is off)")
+        self.model()  # the model's own checks: probabilities, negative times, blackouts
+
+    def model(self) -> NetConfig:
+        """The path model's configuration of this direction."""
+        return NetConfig(
+            loss=self.loss,
+            duplicate=self.duplicate,
+            delay=self.delay,
+            jitter=self.jitter,
+            symmetric=True,
+            rate=self.rate / 8,
+            queue=self.queue_bytes or None,
+            mtu=self.mtu or None,
+            blackout_every=self.blackout_every,
+            blackout_for=self.blackout_for,
+            blackout_first=self.blackout_first,
+        )
 
     def to_json(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -108,37 +112,6 @@ class Impairment:
         if unknown:
             raise ValueError(f"unknown impairment fields: {', '.join(sorted(unknown))}")
         return cls(**data)  # type: ignore[arg-type]
-
-
-@dataclass
-class DirectionStats:
-    """Counters of one direction since the last reset."""
-
-    packets: int = 0
-    """Packets that arrived."""
-    bytes: int = 0
-    """Bytes that arrived."""
-    delivered: int = 0
-    """Packets handed out by `Path.due` (duplicates and fragments included)."""
-    lost: int = 0
-    """Dropped by the random loss."""
-    duplicated: int = 0
-    """Extra copies made."""
-    queue_drops: int = 0
-    """Dropped because the bottleneck's queue was full."""
-    blackout_drops: int = 0
-    """Dropped during a blackout."""
-    mtu_drops: int = 0
-    """Dropped for being over the MTU."""
-    icmp_sent: int = 0
-    """ICMP "fragmentation needed" messages sent back."""
-    fragmented: int = 0
-    """Packets without DF split into fragments."""
-    max_backlog: int = 0
-    """Largest bottleneck backlog seen, bytes."""
-
-    def to_json(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
@@ -213,106 +186,13 @@ def fragment_ipv4(packet: bytes, mtu: int) -> list[bytes] | None:
     return out
 
 
-class Direction:
-    """One direction of the path: `arrive` says what happens to a packet.
-
-    It returns the (release time, packet) pairs to deliver, and appends
-    packets for the opposite side (ICMP errors) to `replies`.
-    """
-
-    def __init__(self, imp: Impairment, rng: random.Random, router: bytes, now: float) -> None:
-        self.imp = imp
-        self.rng = rng
-        self.router = router
-        """The IPv4 address ICMP errors come from (4 bytes)."""
-        self.epoch = now
-        self.busy_until = now
-        self.stats = DirectionStats()
-
-    def reset(self, now: float) -> None:
-        """Start the blackout schedule at `now` and clear the counters."""
-        self.epoch = now
-        self.busy_until = now
-        self.stats = DirectionStats()
-
-    def dark(self, now: float) -> bool:
-        """Whether `now` falls in a blackout."""
-        imp = self.imp
-        if not imp.blackout_every:
-            return False
-        t = now - self.epoch - imp.blackout_first
-        return t >= 0 and t % imp.blackout_every < imp.blackout_for
-
-    def arrive(self, packet: bytes, now: float, replies: list[bytes]) -> list[tuple[float, bytes]]:
-        """What becomes of `packet` arriving at `now`: the copies to deliver and when."""
-        imp, st = self.imp, self.stats
-        st.packets += 1
-        st.bytes += len(packet)
-        if imp.blackout_every and self.dark(now):
-            st.blackout_drops += 1
-            return []
-        pieces = [packet]
-        if imp.mtu and len(packet) > imp.mtu:
-            pieces = self._too_big(packet, replies) or []
-            if not pieces:
-                return []
-        rng = self.rng
-        if imp.loss and rng.random() < imp.loss:
-            st.lost += 1
-            return []
-        copies = 1
-        if imp.duplicate and rng.random() < imp.duplicate:
-            st.duplicated += 1
-            copies = 2
-        out = []
-        for _ in range(copies):
-            for piece in pieces:
-                left = self._bottleneck(len(piece), now)
-                if left is None:
-                    st.queue_drops += 1
-                    continue
-                delay = imp.delay
-                if imp.jitter:
-                    delay = max(0.0, delay + rng.uniform(-imp.jitter, imp.jitter))
-                out.append((left + delay, piece))
-        return out
-
-    def _too_big(self, packet: bytes, replies: list[bytes]) -> list[bytes] | None:
-        st, mtu = self.stats, self.imp.mtu
-        is_v4 = len(packet) >= 20 and packet[0] >> 4 == 4
-        if is_v4 and not packet[6] & 0x40:  # DF clear: fragment, as a router does
-            pieces = fragment_ipv4(packet, mtu)
-            if pieces:
-                st.fragmented += 1
-                return pieces
-        st.mtu_drops += 1
-        if is_v4:
-            icmp = frag_needed_ipv4(packet, mtu, self.router)
-            if icmp is not None:
-                st.icmp_sent += 1
-                replies.append(icmp)
-        return None
-
-    def _bottleneck(self, size: int, now: float) -> float | None:
-        """When a packet of `size` bytes leaves the bottleneck; None if its queue is full."""
-        imp = self.imp
-        if not imp.rate:
-            return now
-        start = max(now, self.busy_until)
-        backlog = int((start - now) * imp.rate / 8)
-        if imp.queue_bytes and backlog + size > imp.queue_bytes:
-            return None
-        self.stats.max_backlog = max(self.stats.max_backlog, backlog + size)
-        self.busy_until = start + size * 8 / imp.rate
-        return self.busy_until
-
-
 class Path:
     """Both directions of the emulated path and the packets in flight.
 
     `arrive(side, packet, now)` takes a packet read from `side`'s device;
     `next_release()` is when the next one is due; `due(now)` pops every
     packet due by `now` as (side to write it to, packet, when it was due).
+    `directions[side]` is the model of the packets read from `side`.
     """
 
     def __init__(
@@ -323,11 +203,17 @@ class Path:
         seed: int = 1,
         router: bytes = bytes([10, 77, 255, 254]),
     ) -> None:
-        rng = random.Random(seed)
+        self.router = router
+        """The IPv4 address ICMP errors come from (4 bytes)."""
         self.directions = (
-            Direction(forward, random.Random(rng.getrandbits(64)), router, now),
-            Direction(reverse, random.Random(rng.getrandbits(64)), router, now),
+            PathModel(forward.model(), seeded_rng(seed, "forward"), now, self._too_big),
+            PathModel(reverse.model(), seeded_rng(seed, "reverse"), now, self._too_big),
         )
+        self.delivered = [0, 0]
+        """Per direction: packets handed out by `due` (duplicates and fragments included)."""
+        self.icmp_sent = [0, 0]
+        """Per direction: ICMP "fragmentation needed" messages sent back."""
+        self._replies: list[bytes] = []
         self._heap: list[tuple[float, int, int, bytes]] = []
         self._order = 0
 
@@ -335,6 +221,16 @@ class Path:
         """Restart the blackout schedule at `now`, clear counters; packets in flight stay."""
         for d in self.directions:
             d.reset(now)
+        self.delivered = [0, 0]
+        self.icmp_sent = [0, 0]
+
+    def stats(self, side: int) -> dict[str, Any]:
+        """The counters of the direction of packets read from `side`."""
+        return {
+            **self.directions[side].stats.to_json(),
+            "delivered": self.delivered[side],
+            "icmp_sent": self.icmp_sent[side],
+        }
 
     def flush(self) -> int:
         """Forget every packet in flight; how many there were."""
@@ -343,15 +239,33 @@ class Path:
         return n
 
     def arrive(self, side: int, packet: bytes, now: float) -> None:
-        replies: list[bytes] = []
         heap, push = self._heap, heapq.heappush
         out = 1 - side
-        for at, piece in self.directions[side].arrive(packet, now, replies):
-            self._order += 1
-            push(heap, (at, self._order, out, piece))
-        for reply in replies:  # an ICMP error goes straight back to the sender
-            self._order += 1
-            push(heap, (now, self._order, side, reply))
+        order = self._order
+        for at, piece in self.directions[side].arrive(packet, now):
+            order += 1
+            push(heap, (at, order, out, piece))
+        replies = self._replies
+        if replies:  # an ICMP error goes straight back to the sender
+            self.icmp_sent[side] += len(replies)
+            for reply in replies:
+                order += 1
+                push(heap, (now, order, side, reply))
+            replies.clear()
+        self._order = order
+
+    def _too_big(self, packet: bytes, mtu: int) -> list[bytes]:
+        """The model's `oversize` hook: fragments to go on, or [] (and maybe an ICMP error)."""
+        is_v4 = len(packet) >= 20 and packet[0] >> 4 == 4
+        if is_v4 and not packet[6] & 0x40:  # DF clear: fragment, as a router does
+            pieces = fragment_ipv4(packet, mtu)
+            if pieces:
+                return pieces
+        if is_v4:
+            icmp = frag_needed_ipv4(packet, mtu, self.router)
+            if icmp is not None:
+                self._replies.append(icmp)
+        return []
 
     def next_release(self) -> float | None:
         return self._heap[0][0] if self._heap else None
@@ -361,10 +275,11 @@ class Path:
 
     def due(self, now: float) -> list[tuple[int, bytes, float]]:
         heap, pop = self._heap, heapq.heappop
+        delivered = self.delivered
         out = []
         while heap and heap[0][0] <= now:
             at, _, side, packet = pop(heap)
             out.append((side, packet, at))
             # counted on the direction the packet travels (ICMP replies on theirs)
-            self.directions[1 - side].stats.delivered += 1
+            delivered[1 - side] += 1
         return out

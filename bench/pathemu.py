@@ -9,7 +9,7 @@ impaired path:
 
     netns plk-PID-a             root netns                netns plk-PID-b
     10.77.0.1 dev plkPIDa  <->  router process  <->  10.77.1.1 dev plkPIDb
-                                (bench/_pathmodel.py decides, per direction)
+                                (purelink.testing.PathModel decides, per direction)
 
 Set-up (`Emulator.start`): two namespaces (`ip netns add`), two TUN devices
 opened here (/dev/net/tun, TUNSETIFF with IFF_TUN | IFF_NO_PI) and moved
@@ -280,10 +280,9 @@ class _Router:
 
         wall = max(now - self.wall0, 1e-9)
         cpu = time.process_time() - self.cpu0
-        forward, reverse = self.path.directions
         return {
-            "forward": forward.stats.to_json(),
-            "reverse": reverse.stats.to_json(),
+            "forward": self.path.stats(A_TO_B),
+            "reverse": self.path.stats(B_TO_A),
             "late_us": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0), "n": len(late)},
             "cpu_s": cpu,
             "wall_s": wall,

@@ -3,25 +3,27 @@
 Why it exists: the simulation (purelink.testing) proves the protocol on
 virtual time, but only real sockets, a real `purelink serve` process and
 real time prove the drivers, the kernel buffers and the store together.
-`NetProxy` sits between links and a listener and, per direction, drops,
-duplicates, delays (and so reorders) and blacks out datagrams, with a
-seeded RNG and counters of every fault it injected.  `Garbage` fires junk at
-a listener from sockets of its own while the real traffic flows.
+`NetProxy` sits between links and a listener and, per direction, puts each
+datagram through the same path model as the simulation's FakeNet and the
+TUN emulator (`purelink.testing.PathModel`: blackout, MTU, loss,
+duplication, bottleneck, delay and jitter, one seeded RNG per direction),
+with counters of every fault it injected.  `Garbage` fires junk at a
+listener from sockets of its own while the real traffic flows.
 
 Shape (after trio's FakeNet, on real sockets): one thread owns every socket.
 Links send to the proxy's front socket; the listener answers the source
 address it sees, so the proxy keeps one upstream socket per client address,
-as a NAT does, and relays what comes back on it to that client.  Delayed
-datagrams wait in a heap ordered by due time, so a later datagram with a
-shorter delay overtakes an earlier one (reordering).  Fault decisions come
-from one RNG per direction, drawn once per datagram in arrival order: the
-same seed and the same traffic give the same faults.
+as a NAT does, and relays what comes back on it to that client.  A datagram
+the model delays waits in a heap ordered by release time, so a later
+datagram with a shorter delay overtakes an earlier one (reordering).  The
+model is given each datagram in arrival order with the time it was read:
+the same seed and the same traffic give the same faults.
 
-Bounded in time and memory: delays are at most `delay + jitter`, blackouts
-last what they were asked for, at most `max_queued` datagrams wait in the
-heap (beyond that they are dropped and counted as `overflow`), and the
-thread stops by itself after `lifetime` seconds even if a test forgets to
-close it.
+Bounded in time and memory: delays are at most what the model's bottleneck
+queue, `delay` and `jitter` add, blackouts last what they were asked for, at
+most `max_queued` datagrams wait in the heap (beyond that they are dropped
+and counted as `overflow`), and the thread stops by itself after `lifetime`
+seconds even if a test forgets to close it.
 """
 
 from __future__ import annotations
@@ -38,23 +40,20 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
+from purelink.testing import NetConfig, PathModel, seeded_rng
+
 Address = tuple[str, int]
 _RECV = 65536
 _SOCKET_BUFFER = 8 << 20
 
 
 @dataclass(frozen=True)
-class Faults:
-    """What one direction of the network does to each datagram."""
+class Faults(NetConfig):
+    """What one direction of the network does to each datagram: a NetConfig
+    with no delay unless asked (loopback adds none of its own)."""
 
-    loss: float = 0.0
-    """Probability that a datagram is dropped."""
-    duplicate: float = 0.0
-    """Probability that a datagram is delivered twice (each copy delayed on its own)."""
     delay: float = 0.0
     """Fixed delay, seconds."""
-    jitter: float = 0.0
-    """Extra uniform random delay up to this, seconds: this is what reorders."""
 
 
 @dataclass
@@ -71,6 +70,10 @@ class DirectionStats:
     """Dropped because they arrived during a blackout."""
     duplicated: int = 0
     """Extra copies sent."""
+    too_big: int = 0
+    """Dropped for being over the path's MTU."""
+    queue_drops: int = 0
+    """Dropped because the bottleneck's queue was full."""
     delayed: int = 0
     """Datagrams (copies included) held back by a delay."""
     reordered: int = 0
@@ -94,7 +97,7 @@ class ProxyStats:
 
     def faults(self) -> dict[str, int]:
         """Faults injected, by kind, both directions together."""
-        kinds = ("lost", "blackout", "duplicated", "delayed", "reordered")
+        kinds = ("lost", "blackout", "duplicated", "too_big", "queue_drops", "delayed", "reordered")
         return {k: getattr(self.up, k) + getattr(self.down, k) for k in kinds}
 
 
@@ -109,12 +112,26 @@ class _Waiting:
 
 
 class _Direction:
-    def __init__(self, faults: Faults, rng: random.Random) -> None:
-        self.faults = faults
-        self.rng = rng
+    """The model of one direction and what only the proxy counts."""
+
+    def __init__(self, config: NetConfig, rng: random.Random) -> None:
+        self.model = PathModel(config, rng)
         self.stats = DirectionStats()
+        """The proxy's own counters (the model's are merged in by `snapshot`)."""
         self.arrivals = 0
         self.highest_sent = 0
+
+    def snapshot(self) -> DirectionStats:
+        m = self.model.stats
+        return replace(
+            self.stats,
+            received=m.packets,
+            lost=m.lost,
+            blackout=m.blackout_drops,
+            duplicated=m.duplicated,
+            too_big=m.mtu_drops,
+            queue_drops=m.queue_drops,
+        )
 
 
 class NetProxy:
@@ -139,9 +156,18 @@ class NetProxy:
         if blackout_every is not None and not 0 < blackout_every[1] < blackout_every[0]:
             raise ValueError("blackout_every needs 0 < duration < period")
         self.upstream = upstream
-        self._up = _Direction(up or Faults(), random.Random(f"{seed}/up"))
-        self._down = _Direction(down or up or Faults(), random.Random(f"{seed}/down"))
-        self._blackout_every = blackout_every
+        up = up or Faults()
+        down = down or up
+        if blackout_every is not None:
+            period, duration = blackout_every
+            schedule = {
+                "blackout_every": period,
+                "blackout_for": duration,
+                "blackout_first": period - duration,
+            }
+            up, down = replace(up, **schedule), replace(down, **schedule)
+        self._up = _Direction(up, seeded_rng(seed, "up"))
+        self._down = _Direction(down, seeded_rng(seed, "down"))
         self._lifetime = lifetime
         self._max_queued = max_queued
         self._max_clients = max_clients
@@ -155,9 +181,7 @@ class NetProxy:
         self._order = itertools.count()
         self._captured: deque[tuple[bool, bytes]] = deque(maxlen=capture)
         self._lock = threading.Lock()
-        self._dark_until = 0.0
         self._blackouts = 0
-        self._last_cycle = -1
         self._started = 0.0
         self._stop = False
         self._wake_r, self._wake_w = socket.socketpair()
@@ -168,6 +192,8 @@ class NetProxy:
     # ------------------------------------------------------------ control
     def start(self) -> NetProxy:
         self._started = time.monotonic()
+        for d in (self._up, self._down):
+            d.model.reset(self._started)  # the blackout schedule counts from here
         self._thread.start()
         return self
 
@@ -192,16 +218,17 @@ class NetProxy:
     def blackout(self, seconds: float) -> None:
         """Drop everything, both ways, for `seconds` from now."""
         with self._lock:
-            self._dark_until = max(self._dark_until, time.monotonic() + seconds)
+            for d in (self._up, self._down):
+                d.model.dark_until = max(d.model.dark_until, time.monotonic() + seconds)
             self._blackouts += 1
 
     def stats(self) -> ProxyStats:
         """A snapshot of the counters."""
         with self._lock:
             return ProxyStats(
-                up=replace(self._up.stats),
-                down=replace(self._down.stats),
-                blackouts=self._blackouts,
+                up=self._up.snapshot(),
+                down=self._down.snapshot(),
+                blackouts=self._blackouts + self._up.model.blackouts(time.monotonic()),
                 clients=len(self._nat),
             )
 
@@ -269,51 +296,22 @@ class NetProxy:
         self._sel.register(sock, selectors.EVENT_READ, None)
         return True
 
-    def _dark(self, now: float) -> bool:
-        if now < self._dark_until:
-            return True
-        every = self._blackout_every
-        if every is None:
-            return False
-        period, duration = every
-        elapsed = now - self._started
-        cycle = int(elapsed // period)
-        if elapsed - cycle * period < period - duration:
-            return False
-        if cycle != self._last_cycle:
-            self._last_cycle = cycle
-            self._blackouts += 1
-        return True
-
     def _arrive(self, data: bytes, client: Address, *, up: bool) -> None:
         d = self._up if up else self._down
-        stats = d.stats
         now = time.monotonic()
-        f = d.faults
-        rng = d.rng
-        # three draws per datagram whatever happens, so one fault never shifts the others
-        lose, dup, delays = rng.random(), rng.random(), (rng.random(), rng.random())
         with self._lock:
-            stats.received += 1
             d.arrivals += 1
             self._captured.append((up, data))
-            if self._dark(now):
-                stats.blackout += 1
-                return
-        if lose < f.loss:
-            stats.lost += 1
-            return
-        copies = 2 if dup < f.duplicate else 1
-        stats.duplicated += copies - 1
-        for k in range(copies):
-            wait = f.delay + delays[k] * f.jitter
-            if wait <= 0:
-                self._send(up, d.arrivals, data, client)
+            copies = d.model.arrive(data, now)
+        stats = d.stats
+        for due, copy in copies:
+            if due <= now:
+                self._send(up, d.arrivals, copy, client)
             elif len(self._waiting) >= self._max_queued:
                 stats.overflow += 1
             else:
                 stats.delayed += 1
-                item = _Waiting(now + wait, next(self._order), up, d.arrivals, data, client)
+                item = _Waiting(due, next(self._order), up, d.arrivals, copy, client)
                 heapq.heappush(self._waiting, item)
 
     def _release(self, now: float) -> None:

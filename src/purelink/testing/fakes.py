@@ -1,30 +1,24 @@
 """A hand-stepped clock, a seeded terrible network and an in-memory store.
 
-After trio's FakeNet: every datagram handed to `FakeNet.send` is, by a
-seeded RNG, dropped, duplicated, and delivered after a random delay (so
-datagrams overtake each other; `symmetric` jitter spreads it both ways
-around the delay, as a real path and the TUN emulator do); a blackout drops
-everything for a while; a datagram larger than the path's MTU is dropped
-(DF is set: never fragmented).  Given the same seed, a run is the same run,
-so a failing seed is a regression test.
-
-Each direction may also have a **bottleneck**: a link of `rate` bytes per
-second with a drop-tail queue of `queue` bytes in front of it (a router's
-buffer).  A datagram waits for the ones queued before it, then takes
-len / rate to go through, then the path's `delay` plus its random `jitter`;
-one that finds the queue full is dropped (counted in `overflowed`).  All
-senders share a direction's bottleneck, so links compete for it as they
-would on a real path.
+After trio's FakeNet: every datagram handed to `FakeNet.send` goes through
+the path model of its direction (testing/pathmodel.py: blackout, MTU, loss,
+duplication, a bottleneck with a drop-tail queue, delay and jitter, in that
+order, each direction with its own seeded RNG) and comes out of `deliver`
+when virtual time reaches its release time, so datagrams overtake each
+other.  Given the same seed, a run is the same run, so a failing seed is a
+regression test.  All senders share a direction's bottleneck, so links
+compete for it as they would on a real path.
 """
 
 from __future__ import annotations
 
 import heapq
-import random
 from dataclasses import dataclass, field
+from typing import overload
 
 from ..protocol import wire
 from ..protocol.names import validate_stream_name
+from .pathmodel import NetConfig, PathModel, PathStats, seeded_rng
 
 __all__ = ["FakeClock", "FakeNet", "MemoryStore", "NetConfig"]
 
@@ -43,32 +37,6 @@ class FakeClock:
         self.now += seconds
 
 
-@dataclass(frozen=True)
-class NetConfig:
-    """How bad the network is, per direction."""
-
-    loss: float = 0.0
-    """Probability that a datagram is dropped."""
-    duplicate: float = 0.0
-    """Probability that a datagram is delivered twice."""
-    delay: float = 0.0005
-    """Fixed one-way delay, seconds."""
-    jitter: float = 0.0
-    """Extra uniform random delay up to this, seconds (this is what reorders)."""
-    symmetric: bool = False
-    """Jitter both ways: a delay drawn uniformly from `delay` - `jitter` to `delay`
-    + `jitter` (at least 0), as netem and bench/pathemu.py draw it, so the
-    smallest round trip is well below the typical one; False: `delay` to
-    `delay` + `jitter`, so the smallest is the propagation delay."""
-    rate: float = 0.0
-    """Bottleneck rate, bytes per second (0: no bottleneck)."""
-    queue: int = 256 << 10
-    """Bytes the bottleneck's drop-tail queue holds (with a rate)."""
-    mtu: int | None = None
-    """Largest datagram (UDP payload bytes) the path carries; larger ones are
-    dropped and counted in `FakeNet.too_big`.  None: no limit."""
-
-
 @dataclass(order=True)
 class _InFlight:
     due: float
@@ -78,54 +46,111 @@ class _InFlight:
     source: tuple[str, int] = field(compare=False)
 
 
-class FakeNet:
-    """Datagrams between named endpoints, through a seeded bad network."""
+class _Total:
+    """A FakeNet counter: the sum of some of both directions' PathStats, plus
+    what a subclass added to it (`self.dropped += 1` works as on a plain int)."""
 
-    def __init__(self, seed: int, up: NetConfig | None = None, down: NetConfig | None = None):
-        self.rng = random.Random(seed)
-        self.up = up or NetConfig()
-        """Link -> listener."""
-        self.down = down or self.up
-        """Listener -> link."""
+    def __init__(self, *names: str) -> None:
+        self.names = names
+        self.key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name
+
+    @overload
+    def __get__(self, net: None, owner: type) -> _Total: ...
+    @overload
+    def __get__(self, net: FakeNet, owner: type | None = None) -> int: ...
+    def __get__(self, net: FakeNet | None, owner: type | None = None) -> int | _Total:
+        if net is None:
+            return self
+        total = net._added.get(self.key, 0)
+        for model in (net.up_path, net.down_path):
+            st: PathStats = model.stats
+            total += sum(getattr(st, name) for name in self.names)
+        return total
+
+    def __set__(self, net: FakeNet, value: int) -> None:
+        net._added[self.key] = net._added.get(self.key, 0) + value - self.__get__(net)
+
+
+class FakeNet:
+    """Datagrams between named endpoints, through a seeded bad network.
+
+    `up` (link -> listener) and `down` (listener -> link, default: as up)
+    may be replaced at any time (a path that changes mid-run).  Blackout
+    schedules count from `epoch`, or, when it is None, from the first
+    datagram sent; `blackout_until` darkens both directions at once.
+    """
+
+    sent = _Total("packets")
+    """Datagrams put on the network."""
+    dropped = _Total("blackout_drops", "lost", "queue_drops")
+    """Dropped by a blackout, the random loss or a full bottleneck queue."""
+    duplicated = _Total("duplicated")
+    """Extra copies made."""
+    overflowed = _Total("queue_drops")
+    """Datagrams dropped because a bottleneck's queue was full (also in `dropped`)."""
+    too_big = _Total("mtu_drops")
+    """Datagrams dropped for being larger than the path's MTU."""
+
+    def __init__(
+        self,
+        seed: int,
+        up: NetConfig | None = None,
+        down: NetConfig | None = None,
+        *,
+        epoch: float | None = None,
+    ) -> None:
+        up = up or NetConfig()
+        self._added: dict[str, int] = {}
+        self.up_path = PathModel(up, seeded_rng(seed, "up"))
+        """The model of the link -> listener direction."""
+        self.down_path = PathModel(down or up, seeded_rng(seed, "down"))
+        """The model of the listener -> link direction."""
+        self._epoch = epoch
+        if epoch is not None:
+            self.up_path.reset(epoch)
+            self.down_path.reset(epoch)
         self._queue: list[_InFlight] = []
         self._order = 0
-        self.blackout_until = 0.0
-        self.sent = 0
-        self.dropped = 0
-        self.duplicated = 0
-        self.overflowed = 0
-        """Datagrams dropped because a bottleneck's queue was full (also in `dropped`)."""
-        self._free_at = {True: 0.0, False: 0.0}  # when each direction's bottleneck is idle
-        self.too_big = 0
-        """Datagrams dropped for being larger than the path's MTU."""
+
+    @property
+    def up(self) -> NetConfig:
+        """Link -> listener."""
+        return self.up_path.config
+
+    @up.setter
+    def up(self, config: NetConfig) -> None:
+        self.up_path.config = config
+
+    @property
+    def down(self) -> NetConfig:
+        """Listener -> link."""
+        return self.down_path.config
+
+    @down.setter
+    def down(self, config: NetConfig) -> None:
+        self.down_path.config = config
+
+    @property
+    def blackout_until(self) -> float:
+        """Both directions are dark until this time (a one-off outage)."""
+        return max(self.up_path.dark_until, self.down_path.dark_until, 0.0)
+
+    @blackout_until.setter
+    def blackout_until(self, when: float) -> None:
+        self.up_path.dark_until = self.down_path.dark_until = when
 
     def send(self, data: bytes, source: tuple[str, int], dest: str, now: float, up: bool) -> None:
         """Put a datagram on the network at `now`."""
-        cfg = self.up if up else self.down
-        self.sent += 1
-        if cfg.mtu is not None and len(data) > cfg.mtu:
-            self.too_big += 1
-            return
-        if now < self.blackout_until or self.rng.random() < cfg.loss:
-            self.dropped += 1
-            return
-        copies = 2 if self.rng.random() < cfg.duplicate else 1
-        self.duplicated += copies - 1
-        for _ in range(copies):
-            start = now
-            if cfg.rate:
-                free = max(self._free_at[up], now)
-                if (free - now) * cfg.rate + len(data) > cfg.queue:
-                    self.dropped += 1
-                    self.overflowed += 1
-                    continue
-                start = self._free_at[up] = free + len(data) / cfg.rate
-            if cfg.symmetric:
-                due = start + max(0.0, cfg.delay + (2 * self.rng.random() - 1) * cfg.jitter)
-            else:
-                due = start + cfg.delay + self.rng.random() * cfg.jitter
+        if self._epoch is None:
+            self._epoch = now
+            self.up_path.epoch = self.down_path.epoch = now
+        model = self.up_path if up else self.down_path
+        for due, copy in model.arrive(data, now):
             self._order += 1
-            heapq.heappush(self._queue, _InFlight(due, self._order, dest, data, source))
+            heapq.heappush(self._queue, _InFlight(due, self._order, dest, copy, source))
 
     def next_due(self) -> float | None:
         """When the next datagram arrives, or None."""
