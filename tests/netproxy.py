@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
-from purelink.testing import NetConfig, PathModel, seeded_rng
+from purelink.testing import NetConfig, PathModel, PathStats, seeded_rng
 
 Address = tuple[str, int]
 _RECV = 65536
@@ -57,23 +57,13 @@ class Faults(NetConfig):
 
 
 @dataclass
-class DirectionStats:
-    """Counters of one direction (up: links to listener; down: the answers)."""
+class DirectionStats(PathStats):
+    """Counters of one direction (up: links to listener; down: the answers):
+    the path model's (`packets` that reached the proxy, `lost`,
+    `blackout_drops`, ...) and the proxy's own."""
 
-    received: int = 0
-    """Datagrams that reached the proxy."""
     forwarded: int = 0
     """Datagrams sent on (copies included)."""
-    lost: int = 0
-    """Dropped by the loss probability."""
-    blackout: int = 0
-    """Dropped because they arrived during a blackout."""
-    duplicated: int = 0
-    """Extra copies sent."""
-    too_big: int = 0
-    """Dropped for being over the path's MTU."""
-    queue_drops: int = 0
-    """Dropped because the bottleneck's queue was full."""
     delayed: int = 0
     """Datagrams (copies included) held back by a delay."""
     reordered: int = 0
@@ -97,8 +87,16 @@ class ProxyStats:
 
     def faults(self) -> dict[str, int]:
         """Faults injected, by kind, both directions together."""
-        kinds = ("lost", "blackout", "duplicated", "too_big", "queue_drops", "delayed", "reordered")
-        return {k: getattr(self.up, k) + getattr(self.down, k) for k in kinds}
+        kinds = {
+            "lost": "lost",
+            "blackout": "blackout_drops",
+            "duplicated": "duplicated",
+            "too_big": "mtu_drops",
+            "queue_drops": "queue_drops",
+            "delayed": "delayed",
+            "reordered": "reordered",
+        }
+        return {k: getattr(self.up, f) + getattr(self.down, f) for k, f in kinds.items()}
 
 
 @dataclass(order=True)
@@ -122,16 +120,7 @@ class _Direction:
         self.highest_sent = 0
 
     def snapshot(self) -> DirectionStats:
-        m = self.model.stats
-        return replace(
-            self.stats,
-            received=m.packets,
-            lost=m.lost,
-            blackout=m.blackout_drops,
-            duplicated=m.duplicated,
-            too_big=m.mtu_drops,
-            queue_drops=m.queue_drops,
-        )
+        return replace(self.stats, **self.model.stats.to_json())
 
 
 class NetProxy:
