@@ -190,8 +190,27 @@ def test_rack_window_widens_on_spurious_losses_and_falls_back() -> None:
     assert rack.mult == 4 and rack.reo_wnd(rtt) == pytest.approx(0.04)
     rack.on_spurious(1.3, rtt)
     assert rack.reo_wnd(rtt) == pytest.approx(0.04)  # never above srtt
-    for _ in range(REORDER_RESET):
-        rack.on_recovery()
+    for i in range(REORDER_RESET - 1):
+        rack.on_recovery(1.3 + i, 1.4 + i)
+    assert rack.mult == 4
+    rack.on_recovery(1.3 + REORDER_RESET, 1.4 + REORDER_RESET)
+    assert rack.mult == 1
+
+
+def test_rack_counts_one_recovery_per_episode_not_per_answer() -> None:
+    """Many answers of one round trip that each declare losses are one
+    recovery: on a lossy path the widened window must not fall back within
+    a round trip (RFC 8985's 16 recoveries are episodes, as TCP's)."""
+    rtt = RttEstimator()
+    rtt.on_sample(0.04)
+    rack = Rack()
+    rack.on_spurious(1.0, rtt)
+    assert rack.mult == 2
+    for i in range(4 * REORDER_RESET):  # losses of datagrams sent before the episode began
+        rack.on_recovery(1.0 + i * 0.0001, 1.05 + i * 0.0001)
+    assert rack.mult == 2
+    for i in range(REORDER_RESET):  # each a loss of a datagram sent after the last began
+        rack.on_recovery(1.1 + i * 0.1, 1.15 + i * 0.1)
     assert rack.mult == 1
 
 

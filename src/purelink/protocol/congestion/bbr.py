@@ -190,15 +190,15 @@ class Bbr(CongestionControl):
         self._extra = _MaxFilter(EXTRA_ACKED_ROUNDS)
         self._epoch_start = 0.0
         self._epoch_acked = 0
-        self.inflight_hi = 0
-        """Bytes in flight past which the path dropped more than 2 % (0: none seen)."""
+        self.inflight_hi: int | None = None
+        """Bytes in flight past which the path dropped more than 2 % (None: no bound)."""
         self._round_lost = 0
         self._round_acked = 0
         self._round_inflight = 0
         self._round_rtt = 0.0
         self._base_lost = 0.0
         self._base_total = 0.0
-        self._undo: tuple[int, int, int, int] | None = None  # the last bound set, to undo
+        self._undo: tuple[int | None, int, int, int] | None = None  # the last bound set, to undo
         self.jitter = 0.0
         """Mean |difference| of consecutive RTT samples, seconds (RFC 3550)."""
         self._last_rtt = 0.0
@@ -339,7 +339,7 @@ class Bbr(CongestionControl):
             self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
             self._undo = (prior, lost, total, self.round_count)
         elif (
-            self.inflight_hi
+            self.inflight_hi is not None
             and self.pacing_gain >= 1.0
             and inflight + 2 * self.datagram_size >= self.inflight_hi * (1.0 - HEADROOM)
         ):
@@ -348,7 +348,7 @@ class Bbr(CongestionControl):
             # as many per round trip as GROWTH_TIME intervals it lasts
             per = max(1.0, self.min_rtt / GROWTH_TIME)
             self.inflight_hi += int(GROWTH_DATAGRAMS * self.datagram_size * per)
-        if self.inflight_hi:
+        if self.inflight_hi is not None:
             # and never under the model's own bdp, which probing raises
             self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
@@ -483,7 +483,7 @@ class Bbr(CongestionControl):
             cwnd = self.cwnd + acked
         else:
             cwnd = self.cwnd
-        if self.inflight_hi and self.mode == Bbr.PROBE_BW:
+        if self.inflight_hi is not None and self.mode == Bbr.PROBE_BW:
             # leave some room for others' probes except while probing (BBR v2's headroom)
             room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
             cwnd = min(cwnd, int(self.inflight_hi * room))
