@@ -175,6 +175,7 @@ class Bbr(CongestionControl):
         self._min_rtt_stamp = 0.0
         self.round_count = 0
         self._next_round_delivered = 0
+        self._round_stamp = 0.0
         self._round_start = False
         self.filled = False
         """Startup found the pipe full."""
@@ -202,6 +203,7 @@ class Bbr(CongestionControl):
         self.jitter = 0.0
         """Mean |difference| of consecutive RTT samples, seconds (RFC 3550)."""
         self._last_rtt = 0.0
+        self._jitter_samples = 0
 
     # ------------------------------------------------------------ model
     @property
@@ -250,7 +252,7 @@ class Bbr(CongestionControl):
         self._round_inflight = max(self._round_inflight, sample.prior_in_flight)
         if sample.rtt > 0 and (not self._round_rtt or sample.rtt < self._round_rtt):
             self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
-        self._update_round(sample)
+        self._update_round(sample, now)
         if self._round_start:
             self._check_loss_rate(sample)
         self._update_bw(sample)
@@ -302,10 +304,15 @@ class Bbr(CongestionControl):
         self.cwnd = self.minimum
 
     # -------------------------------------------------------- internals
-    def _update_round(self, rs: RateSample) -> None:
+    def _update_round(self, rs: RateSample, now: float) -> None:
         self._round_start = False
-        if rs.newly_acked and rs.prior_delivered >= self._next_round_delivered:
+        if (
+            rs.newly_acked
+            and rs.prior_delivered >= self._next_round_delivered
+            and now - self._round_stamp >= self.typical_rtt
+        ):
             self._next_round_delivered = rs.total_delivered
+            self._round_stamp = now
             self.round_count += 1
             self._round_start = True
 
@@ -362,7 +369,12 @@ class Bbr(CongestionControl):
         if rtt <= 0:
             return
         if self._last_rtt:
-            self.jitter += (abs(rtt - self._last_rtt) - self.jitter) * JITTER_GAIN
+            # the mean of the first differences, then RFC 3550's 1/16 (from 0 it
+            # took some 30 samples to learn the jitter, and until then a round's
+            # RTTs on a jittery path looked like a standing queue)
+            self._jitter_samples += 1
+            gain = max(JITTER_GAIN, 1 / self._jitter_samples)
+            self.jitter += (abs(rtt - self._last_rtt) - self.jitter) * gain
         self._last_rtt = rtt
         if not self.min_rtt or rtt <= self.min_rtt:
             self.min_rtt = rtt
