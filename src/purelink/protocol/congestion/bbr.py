@@ -328,8 +328,11 @@ class Bbr(CongestionControl):
         total = lost + acked
         floor = max(QUEUE_RTT * self.min_rtt, self.typical_rtt)
         queued = round_rtt > floor
-        if not queued and total:
-            # the path's own loss rate, measured where no queue of ours stood
+        if not queued and total and self.mode == Bbr.PROBE_BW and self.pacing_gain <= 1.0:
+            # the path's own loss rate, measured where no queue of ours stood and
+            # none was being built (startup's and the probes' overflows are ours:
+            # a shallow buffer's overflow in startup, counted here, read as 40 %
+            # of random loss and hid every overflow for seconds after it)
             self._base_lost = BASE_DECAY * self._base_lost + lost
             self._base_total = BASE_DECAY * self._base_total + total
         if (
