@@ -112,7 +112,7 @@ class Outcome:
     def score(self) -> float:
         """The figure held against the cell's target."""
         if len(self.util) > 1:
-            return min(self.util) / max(max(self.util), 1e-9)
+            return min(self.util) / max(*self.util, 1e-9)
         return self.util[0]
 
 
@@ -301,7 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         results = list(pool.map(_run, jobs))
     report = Report(
-        "ccsweep", "BBR in virtual time: each path's worst seed against its target",
+        "ccsweep",
+        "BBR in virtual time: each path's worst seed against its target",
         {k: v for k, v in vars(args).items() if k != "json"},
     )
     rows = []

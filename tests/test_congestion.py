@@ -352,3 +352,31 @@ def test_the_listener_reports_a_retransmission_it_got_twice_as_spurious() -> Non
     assert isinstance(decoded, wire.Ack) and decoded.duplicates == (2,)
     sender.receive_datagram(answer, now + 0.51)
     assert sender.stats.spurious == 1 and sender.stats.retransmits == 1
+
+
+def test_repairs_are_bounded_by_the_cwnd_not_the_listeners_window() -> None:
+    """A listener whose reorder buffer is full behind two holes says its window
+    is one datagram: both repairs go out at once (each fills a hole, so it
+    frees the buffer), and no new data does."""
+    sender = Sender(SenderConfig(stream="s"), cc=Bbr(1400, initial_datagrams=64))
+    core = ListenerCore(MemoryStore())
+    now = 100.0
+    sender.connect(now)
+    for _ in range(2):
+        for data in sender.datagrams_to_send(now):
+            core.receive_datagram(data, ADDR, now)
+        for data, _ in core.datagrams_to_send(now):
+            sender.receive_datagram(data, now)
+    sender.push([bytes(1000)] * 200)
+    now += 0.01
+    for i, data in enumerate(sender.datagrams_to_send(now)):
+        if i not in (0, 3):
+            core.receive_datagram(data, ADDR, now + 0.025)
+    core.take_writes()
+    for data, _ in core.datagrams_to_send(now + 0.025):
+        sender.receive_datagram(data, now + 0.05)
+    sender.handle_timer(now + 0.2)
+    assert len(sender.flight.lost) == 2 and sender.in_flight == 0
+    sender._peer_window = sender.config.datagram_size  # the listener's buffer is full
+    sent = sender.datagrams_to_send(now + 0.2)
+    assert len(sent) == 2 and sender.stats.retransmits == 2 and not sender.flight.lost

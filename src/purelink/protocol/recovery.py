@@ -29,7 +29,8 @@ transmission has its own packet number, so every sample is unambiguous
   brought nothing new (the original arrived after all), the loss was
   spurious: `mult` grows by one, at most once per round trip, so the window
   widens to the reordering the path really has; after 16 loss recoveries
-  with no spurious one it falls back to 1.
+  (episodes: at most one per round trip) with no spurious one it falls
+  back to 1.
 * **Tail-loss probe.**  While datagrams are in flight and no answer comes,
   a probe is due PTO = max(2 * srtt, min_pto) after the last transmission
   (before any sample: the initial RTO), backed off by doubling while probes

@@ -38,7 +38,14 @@ What is sent follows from it:
                   reached by growing with every byte acknowledged, never below 4 datagrams
 
 A round trip ends when a datagram sent after the previous round's end is
-acknowledged (`prior_delivered` passes the count noted at the round's start).
+acknowledged (`prior_delivered` passes the count noted at the round's start)
+and at least the typical RTT after it began: where delay varies both ways,
+the first datagram of a round to be answered is the luckiest of many, so
+without the second condition rounds lasted a third of a real round trip,
+startup gave up after one, and the 10-round bandwidth filter forgot a probe
+before the next (on a steady path the second condition always holds).
+The jitter starts as the mean of the first differences, then follows RFC
+3550's 1/16.
 
 States:
 
@@ -68,7 +75,8 @@ noise or jitter on the line), then
     inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd),
                       bdp / 0.85)
 
-and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
+(inflight_hi is None until then: no bound), and in PROBE_BW the cwnd
+stays under inflight_hi (under 0.85 of it outside
 the 1.25 phase, leaving room for other flows' probes, so flows sharing a
 shallow buffer converge instead of overflowing it for ever).  Each later
 round without such loss in which the bound held the flight back raises it
@@ -76,9 +84,11 @@ by 2 datagrams per 25 ms of min_rtt: the same bytes for every flow, so that
 flows sharing a buffer converge as AIMD's do (an overflow cuts the larger
 flight by more; both regain alike).
 
-* The path's own loss rate is the share of bytes lost in the round trips
-  without a standing queue (decayed, about the last ten of them): on a path
-  that drops 5 % at random, a round that loses 6 % is not an overflow.
+* The path's own loss rate is the share of bytes lost in the cruising round
+  trips of PROBE_BW without a standing queue (decayed, about the last ten
+  of them): on a path that drops 5 % at random, a round that loses 6 % is
+  not an overflow.  Startup's and the probes' rounds do not count: their
+  overflows are this flow's own.
 * The bound never goes below bdp / 0.85 (at a cut, and as probing raises
   btl_bw), so the cwnd it leaves carries the model's own bandwidth: a bound
   under it would cap the delivery rate, which lowers btl_bw, which lowers
