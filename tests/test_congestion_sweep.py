@@ -11,7 +11,6 @@ around it, records from 0 B to 20 KB), run as the sweep runs them
 from __future__ import annotations
 
 import pytest
-
 from bench.ccsweep import Cell, failures, run_cell
 
 CORNERS = [
