@@ -42,7 +42,7 @@ from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
 
 from ._common import Report
 
-__all__ = ["Cell", "Outcome", "draw_cells", "main", "run_cell"]
+__all__ = ["Cell", "Outcome", "arrived", "draw_cells", "failures", "main", "run_cell"]
 
 DATAGRAM = 1400
 MIXES = ("1000 B", "61 B", "uniform 0-20 KB", "log-uniform 1 B-20 KB")
@@ -136,8 +136,10 @@ def records(mix: str, total: int, rng: random.Random) -> list[bytes]:
     return out
 
 
-def _arrived(sim: Simulation, link: SimLink) -> int:
-    """Payload bytes of a link that reached the listener (written, or held out of order)."""
+def arrived(sim: Simulation, link: SimLink) -> int:
+    """Payload bytes of a link that reached the listener: written, or held out of
+    order (the link's own "stored" lags by an answer, and a gap holds back
+    everything behind it until its repair arrives)."""
     pid = link.sender.producer_id
     assert sim.core is not None
     held = sum(
@@ -207,14 +209,14 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
         sent.append(recs)
         links.append(sim.add_link("s", recs, anonymous_id=(1 << 63) | (seed << 8) | (i + 1)))
     sim.run(lambda: sim.clock.now >= start + warm, max_time=warm + stagger + 1)
-    before = [_arrived(sim, link) for link in links]
+    before = [arrived(sim, link) for link in links]
     t0 = sim.clock.now
     sim.run(lambda: sim.clock.now >= t0 + measured, max_time=measured + 1)
     util = []
     for link, b0 in zip(links, before, strict=True):
         s = link.sender
         first = (s.stats.bytes - s.stats.retransmit_bytes) / max(s.payload_bytes, 1)
-        util.append((_arrived(sim, link) - b0) * first / (rate * measured))
+        util.append((arrived(sim, link) - b0) * first / (rate * measured))
     s = links[0].sender
     return Outcome(
         seed=seed,

@@ -289,8 +289,8 @@ def test_rack_counts_one_recovery_per_episode_not_per_answer() -> None:
 ADDR = ("10.0.0.1", 4000)
 
 
-def open_pair(congestion: str = "bbr") -> tuple[Sender, ListenerCore, float]:
-    sender = Sender(SenderConfig(stream="s", congestion=congestion))
+def open_pair(congestion: str = "bbr", cc: Bbr | None = None) -> tuple[Sender, ListenerCore, float]:
+    sender = Sender(SenderConfig(stream="s", congestion=congestion), cc=cc)
     core = ListenerCore(MemoryStore())
     now = 100.0
     sender.connect(now)
@@ -358,15 +358,7 @@ def test_repairs_are_bounded_by_the_cwnd_not_the_listeners_window() -> None:
     """A listener whose reorder buffer is full behind two holes says its window
     is one datagram: both repairs go out at once (each fills a hole, so it
     frees the buffer), and no new data does."""
-    sender = Sender(SenderConfig(stream="s"), cc=Bbr(1400, initial_datagrams=64))
-    core = ListenerCore(MemoryStore())
-    now = 100.0
-    sender.connect(now)
-    for _ in range(2):
-        for data in sender.datagrams_to_send(now):
-            core.receive_datagram(data, ADDR, now)
-        for data, _ in core.datagrams_to_send(now):
-            sender.receive_datagram(data, now)
+    sender, core, now = open_pair(cc=Bbr(1400, initial_datagrams=64))
     sender.push([bytes(1000)] * 200)
     now += 0.01
     for i, data in enumerate(sender.datagrams_to_send(now)):

@@ -16,13 +16,19 @@ more of them and more seeds.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from purelink.protocol import wire
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
 from shipping import report
+
+# bench/ is a package of the checkout, not of the installed distribution
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ccsweep import arrived
 
 RECORD = 1000
 
@@ -88,21 +94,6 @@ def ship(
         first = (s.stats.bytes - s.stats.retransmit_bytes) / max((s._next - 1) * RECORD, 1)
         util.append((arrived(sim, link) - b0) * first / (rate * (seconds - warm)))
     return Run(made, net, sim, util)
-
-
-def arrived(sim: Simulation, link: SimLink) -> int:
-    """Payload bytes of a link that reached the listener: written, or held out of
-    order (the link's own "stored" lags by an answer, and a gap holds back
-    everything behind it until its repair arrives)."""
-    pid = link.sender.producer_id
-    assert sim.core is not None
-    held = sum(
-        h.length - wire.BATCH_HEADER - 2 * h.count
-        for p in sim.core.producers()
-        if p.pid == pid
-        for _, h in p.held.values()
-    )
-    return sim.store.written.get(pid, 0) + held
 
 
 def figures(name: str, run: Run, **path: float | str) -> dict[str, float | str]:

@@ -10,7 +10,14 @@ around it, records from 0 B to 20 KB), run as the sweep runs them
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# bench/ is a package of the checkout, not of the installed distribution
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.ccsweep import Cell, failures, run_cell
 
 CORNERS = [
