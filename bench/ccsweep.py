@@ -70,6 +70,8 @@ class Cell:
     """Record sizes (MIXES)."""
     links: int = 1
     """Links through the path (2: the sharing target; the second starts later)."""
+    reorder: int = 0
+    """The listener's reorder buffer, bytes (0: at least 4 bdp; see run_cell)."""
 
     @property
     def kind(self) -> str:
@@ -192,7 +194,7 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
     # the listener's reorder buffer (its flow-control window) at least 4 bdp, so
     # that what is measured is the congestion control (4 MiB, the default,
     # caps a flow near 4 MiB / (2 x RTT): the bytes held behind a loss's repair)
-    core = CoreConfig(max_reorder=max(4 << 20, int(4 * bdp)))
+    core = CoreConfig(max_reorder=cell.reorder or max(4 << 20, int(4 * bdp)))
     sim = Simulation(net, sync_interval=0.002, core_config=core)
     warm, measured = timing(cell)
     stagger = 1.5 * (seed % 4) / 3 if cell.links > 1 else 0.0
@@ -268,7 +270,8 @@ def draw_cells(count: int, seed: int, share: bool = False) -> list[Cell]:
 
 
 def parse_path(text: str) -> Cell:
-    """`mbit=10,rtt=0.1,queue=1,loss=0.01,both=0,jitter=0.25,mix=61 B,links=2`."""
+    """A Cell from `name=value,...` of its fields, e.g.
+    `mbit=10,rtt=0.1,queue=1,loss=0.01,both=0,jitter=0.25,symmetric=1,mix=61 B`."""
     fields: dict[str, Any] = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
@@ -277,7 +280,7 @@ def parse_path(text: str) -> Cell:
             fields[key] = value
         elif key in ("both", "symmetric"):
             fields[key] = value not in ("0", "false", "no")
-        elif key == "links":
+        elif key in ("links", "reorder"):
             fields[key] = int(value)
         else:
             fields[key] = float(value)
