@@ -298,13 +298,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--draw", type=int, default=0, help="seed of the paths' draw")
     parser.add_argument("--path", action="append", default=[], help="a path of its own (repeat)")
     parser.add_argument("--share", action="store_true", help="two links on one-bdp buffers")
-    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2; 1: this one)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cells = [parse_path(p) for p in args.path] or draw_cells(args.cells, args.draw, args.share)
     jobs = [(cell, seed) for cell in cells for seed in range(args.seeds)]
-    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        results = list(pool.map(_run, jobs))
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(_run, jobs))
+    else:  # in this process
+        results = list(map(_run, jobs))
     report = Report(
         "ccsweep",
         "BBR in virtual time: each path's worst seed against its target",

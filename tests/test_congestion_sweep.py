@@ -10,6 +10,7 @@ around it, records from 0 B to 20 KB), run as the sweep runs them
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 # bench/ is a package of the checkout, not of the installed distribution
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ccsweep import Cell, failures, run_cell
+from bench.ccsweep import Cell, failures, main, run_cell
 
 CORNERS = [
     Cell(2, 0.3, queue=1.0),
@@ -37,3 +38,16 @@ CORNERS = [
 def test_targets_hold_at_the_corners(cell: Cell, seed: int) -> None:
     out = run_cell(cell, seed)
     assert not failures(cell, out), (out.util, out.spurious, out.datagrams, out.exact)
+
+
+def test_the_sweep_prints_one_row_per_path_worst_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """The program itself, on two tiny paths: one JSON object, a row per path
+    with its worst seed, the worst against its target first."""
+    paths = ["mbit=2,rtt=0.01,queue=1", "mbit=2,rtt=0.01,queue=1,loss=0.05,mix=61 B"]
+    argv = [a for p in paths for a in ("--path", p)]
+    assert main([*argv, "--seeds", "2", "--jobs", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = report["rows"]
+    assert [r["path"] for r in rows] == ["2Mb 10ms q1 1000B", "2Mb 10ms q1 loss5.0% 61B"]
+    assert all(r["missed"] == "0/2" and r["fails"] == "-" for r in rows), rows
+    assert rows[0]["worst"] - rows[0]["target"] <= rows[1]["worst"] - rows[1]["target"]
