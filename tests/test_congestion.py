@@ -137,6 +137,77 @@ def test_bbr_probes_rtt_when_min_rtt_is_stale() -> None:
     assert cc.mode == Bbr.PROBE_BW
 
 
+def test_bbr_has_no_inflight_bound_until_a_queue_overflows_and_none_after_its_undo() -> None:
+    """inflight_hi is None ("no bound"), not a huge number, until a round
+    trip with a standing queue loses more than 2 %; a spurious loss that
+    takes the round under the threshold undoes it back to None."""
+    cc = Bbr(D, seed=1)
+    assert cc.inflight_hi is None
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    assert cc.mode == Bbr.PROBE_BW and cc.inflight_hi is None
+    for _ in range(10):  # 10 KB of 62 KB in one round with a standing queue (RTT 1.6x)
+        cc.on_lost(now - 0.08, D, now)
+    now = feed_bbr(cc, 5e6, 0.08, 2, now)
+    assert cc.inflight_hi is not None and cc.inflight_hi >= cc.bdp
+    for _ in range(10):
+        cc.on_spurious(now - 0.08, now)
+    assert cc.inflight_hi is None and cc.undos == 1
+
+
+def answer(cc: Bbr, now: float, rtt: float, delivered: int) -> None:
+    """One answer for D bytes of a datagram sent after every earlier answer."""
+    cc.on_ack(
+        RateSample(
+            delivery_rate=1e6, delivered=D, interval=0.05, rtt=rtt, prior_delivered=delivered,
+            newly_acked=D, last_sent=now - rtt, prior_in_flight=20 * D, in_flight=20 * D,
+            total_delivered=delivered + D,
+        ),
+        now,
+    )  # fmt: skip
+
+
+def test_bbr_learns_the_jitter_from_its_first_samples() -> None:
+    """RTTs of 10 and 50 ms in turn: the mean difference is 40 ms after three
+    differences already (from 0 with RFC 3550's 1/16 it would be 7 ms)."""
+    cc = Bbr(D)
+    for i in range(4):
+        answer(cc, 1.0 + i * 0.005, 0.01 if i % 2 else 0.05, i * D)
+    assert cc.jitter == pytest.approx(0.04)
+
+
+def test_bbr_round_trip_lasts_at_least_the_typical_rtt() -> None:
+    """Delay that varies both ways: every answer is for a datagram sent after
+    the one before (as the luckiest of many is), yet a round trip of the
+    model lasts at least min_rtt + 2 x jitter, the RTT most datagrams take."""
+    cc = Bbr(D)
+    delivered, now = 0, 1.0
+    for i in range(200):  # 1 s of answers every 5 ms, RTTs 10 and 50 ms in turn
+        now += 0.005
+        answer(cc, now, 0.01 if i % 2 else 0.05, delivered)
+        delivered += D
+    assert cc.typical_rtt == pytest.approx(0.09, rel=0.1)
+    assert 8 <= cc.round_count <= 1.0 / 0.08
+
+
+def test_bbr_learns_the_path_loss_rate_only_where_it_builds_no_queue() -> None:
+    """Startup's own overflow is not the path's loss rate (counted, it hid
+    every later overflow from the loss bound for seconds)."""
+    cc = Bbr(D)
+    now = 100.0
+    for r in range(3):
+        for _ in range(5):
+            cc.on_lost(now - 0.05, D, now)
+        now = feed_bbr(cc, 2e5 * 2**r, 0.05, 1, now)
+    assert cc.mode == Bbr.STARTUP and cc.base_loss == 0.0
+    now = feed_bbr(cc, 5e6, 0.05, 12, now)
+    assert cc.mode == Bbr.PROBE_BW
+    for _ in range(8):  # a whole probing cycle: its cruise rounds count
+        for _ in range(5):
+            cc.on_lost(now - 0.05, D, now)
+        now = feed_bbr(cc, 5e6, 0.05, 1, now, in_flight=int(1.3 * cc.bdp))
+    assert 0.01 < cc.base_loss < 0.1
+
+
 def test_create_by_name() -> None:
     assert isinstance(create("bbr", D), Bbr)
     assert isinstance(create("newreno", D), NewReno)
@@ -190,8 +261,27 @@ def test_rack_window_widens_on_spurious_losses_and_falls_back() -> None:
     assert rack.mult == 4 and rack.reo_wnd(rtt) == pytest.approx(0.04)
     rack.on_spurious(1.3, rtt)
     assert rack.reo_wnd(rtt) == pytest.approx(0.04)  # never above srtt
-    for _ in range(REORDER_RESET):
-        rack.on_recovery()
+    for i in range(REORDER_RESET - 1):
+        rack.on_recovery(1.3 + i, 1.4 + i)
+    assert rack.mult == 4
+    rack.on_recovery(1.3 + REORDER_RESET, 1.4 + REORDER_RESET)
+    assert rack.mult == 1
+
+
+def test_rack_counts_one_recovery_per_episode_not_per_answer() -> None:
+    """Many answers of one round trip that each declare losses are one
+    recovery: on a lossy path the widened window must not fall back within
+    a round trip (RFC 8985's 16 recoveries are episodes, as TCP's)."""
+    rtt = RttEstimator()
+    rtt.on_sample(0.04)
+    rack = Rack()
+    rack.on_spurious(1.0, rtt)
+    assert rack.mult == 2
+    for i in range(4 * REORDER_RESET):  # losses of datagrams sent before the episode began
+        rack.on_recovery(1.0 + i * 0.0001, 1.05 + i * 0.0001)
+    assert rack.mult == 2
+    for i in range(REORDER_RESET):  # each a loss of a datagram sent after the last began
+        rack.on_recovery(1.1 + i * 0.1, 1.15 + i * 0.1)
     assert rack.mult == 1
 
 
@@ -199,8 +289,8 @@ def test_rack_window_widens_on_spurious_losses_and_falls_back() -> None:
 ADDR = ("10.0.0.1", 4000)
 
 
-def open_pair(congestion: str = "bbr") -> tuple[Sender, ListenerCore, float]:
-    sender = Sender(SenderConfig(stream="s", congestion=congestion))
+def open_pair(congestion: str = "bbr", cc: Bbr | None = None) -> tuple[Sender, ListenerCore, float]:
+    sender = Sender(SenderConfig(stream="s", congestion=congestion), cc=cc)
     core = ListenerCore(MemoryStore())
     now = 100.0
     sender.connect(now)
@@ -262,3 +352,23 @@ def test_the_listener_reports_a_retransmission_it_got_twice_as_spurious() -> Non
     assert isinstance(decoded, wire.Ack) and decoded.duplicates == (2,)
     sender.receive_datagram(answer, now + 0.51)
     assert sender.stats.spurious == 1 and sender.stats.retransmits == 1
+
+
+def test_repairs_are_bounded_by_the_cwnd_not_the_listeners_window() -> None:
+    """A listener whose reorder buffer is full behind two holes says its window
+    is one datagram: both repairs go out at once (each fills a hole, so it
+    frees the buffer), and no new data does."""
+    sender, core, now = open_pair(cc=Bbr(1400, initial_datagrams=64))
+    sender.push([bytes(1000)] * 200)
+    now += 0.01
+    for i, data in enumerate(sender.datagrams_to_send(now)):
+        if i not in (0, 3):
+            core.receive_datagram(data, ADDR, now + 0.025)
+    core.take_writes()
+    for data, _ in core.datagrams_to_send(now + 0.025):
+        sender.receive_datagram(data, now + 0.05)
+    sender.handle_timer(now + 0.2)
+    assert len(sender.flight.lost) == 2 and sender.in_flight == 0
+    sender._peer_window = sender.config.datagram_size  # the listener's buffer is full
+    sent = sender.datagrams_to_send(now + 0.2)
+    assert len(sent) == 2 and sender.stats.retransmits == 2 and not sender.flight.lost

@@ -29,7 +29,8 @@ transmission has its own packet number, so every sample is unambiguous
   brought nothing new (the original arrived after all), the loss was
   spurious: `mult` grows by one, at most once per round trip, so the window
   widens to the reordering the path really has; after 16 loss recoveries
-  with no spurious one it falls back to 1.
+  (episodes: at most one per round trip) with no spurious one it falls
+  back to 1.
 * **Tail-loss probe.**  While datagrams are in flight and no answer comes,
   a probe is due PTO = max(2 * srtt, min_pto) after the last transmission
   (before any sample: the initial RTO), backed off by doubling while probes
@@ -157,13 +158,20 @@ class RttEstimator:
 
 REORDER_RESET: int = 16
 """Loss recoveries without a spurious one after which reo_wnd falls back to
-min_rtt / 4 (RFC 8985 section 6.2.1)."""
+min_rtt / 4 (RFC 8985 section 6.2.1).  A recovery is an episode, as TCP's
+fast recovery is: it begins with the loss of a datagram sent after the
+previous one began, so at most one per round trip however many losses an
+answer reveals (counting every answer that declared a loss, a path with 10 %
+loss reset the window within one round trip, and under jitter of a quarter
+RTT each way one datagram in ten was resent for nothing)."""
 
 
 class Rack:
     """RACK-TLP's state: the most recent delivery and the reordering window."""
 
-    __slots__ = ("_last_widen", "_recoveries", "mult", "pn", "rtt", "sent", "spurious")
+    __slots__ = (
+        "_episode", "_last_widen", "_recoveries", "mult", "pn", "rtt", "sent", "spurious",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.sent = -1.0
@@ -178,6 +186,7 @@ class Rack:
         self.spurious = 0
         """Losses proven spurious."""
         self._recoveries = 0
+        self._episode = -1.0  # when the current recovery episode began
         self._last_widen = -1.0
 
     def on_delivered(self, pn: int, sent: float, now: float) -> None:
@@ -195,8 +204,12 @@ class Rack:
         """How long after its send time an overtaken datagram counts as lost."""
         return max(self.rtt, rtt.granularity) + self.reo_wnd(rtt)
 
-    def on_recovery(self) -> None:
-        """A loss recovery episode started (a window reduction, or its like)."""
+    def on_recovery(self, lost_sent: float, now: float) -> None:
+        """Datagrams were declared lost, the newest sent at `lost_sent`: a new
+        recovery episode if it was sent after the current one began."""
+        if lost_sent <= self._episode:
+            return
+        self._episode = now
         self._recoveries += 1
         if self._recoveries >= REORDER_RESET:
             self._recoveries = 0
@@ -384,7 +397,7 @@ class InFlight:
             if self.path is not None:
                 self.path.on_lost(f.size, f.sent, now, self.rtt.rto)
         if cc.losses > before:
-            rack.on_recovery()
+            rack.on_recovery(lost[-1].sent, now)
 
     def _spurious(self, lost_sent: float, now: float) -> None:
         self.stats.spurious += 1

@@ -220,13 +220,18 @@ class Sender(SenderAnswers):
         flight = self.flight
         stats = self.stats
         new: dict[int, Flight] = {}
-        while len(out) < burst and flight.bytes < window:
-            if flight.lost:
+        # a repair fills a hole in what the listener holds, so only the cwnd
+        # bounds it; the listener's window bounds new data (bounded by it too,
+        # repairs crawled through a reorder buffer full of what waited behind
+        # them: a window of 2 % of the bdp, 1.5 s to repair one overflow)
+        repairs = max(flight.cc.cwnd, window)
+        while len(out) < burst:
+            if flight.lost and flight.bytes < repairs:
                 f = flight.lost.popleft()
                 if f.last <= self._received:
                     continue
                 out.extend(self._resend(f, now, True))
-            elif self._waiting:
+            elif self._waiting and flight.bytes < window:
                 self._pn, _ = packer.fill(
                     self._recs, self._lens, self._base, self.pushed, self._pn, now,
                     burst - len(out), window - flight.bytes, out, new,

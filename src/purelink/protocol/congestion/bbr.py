@@ -38,7 +38,14 @@ What is sent follows from it:
                   reached by growing with every byte acknowledged, never below 4 datagrams
 
 A round trip ends when a datagram sent after the previous round's end is
-acknowledged (`prior_delivered` passes the count noted at the round's start).
+acknowledged (`prior_delivered` passes the count noted at the round's start)
+and at least the typical RTT after it began: where delay varies both ways,
+the first datagram of a round to be answered is the luckiest of many, so
+without the second condition rounds lasted a third of a real round trip,
+startup gave up after one, and the 10-round bandwidth filter forgot a probe
+before the next (on a steady path the second condition always holds).
+The jitter starts as the mean of the first differences, then follows RFC
+3550's 1/16.
 
 States:
 
@@ -68,7 +75,8 @@ noise or jitter on the line), then
     inflight_hi = max(0.7 * the most in flight that round, 0.7 * min(bdp, cwnd),
                       bdp / 0.85)
 
-and in PROBE_BW the cwnd stays under inflight_hi (under 0.85 of it outside
+(inflight_hi is None until then: no bound), and in PROBE_BW the cwnd
+stays under inflight_hi (under 0.85 of it outside
 the 1.25 phase, leaving room for other flows' probes, so flows sharing a
 shallow buffer converge instead of overflowing it for ever).  Each later
 round without such loss in which the bound held the flight back raises it
@@ -76,9 +84,11 @@ by 2 datagrams per 25 ms of min_rtt: the same bytes for every flow, so that
 flows sharing a buffer converge as AIMD's do (an overflow cuts the larger
 flight by more; both regain alike).
 
-* The path's own loss rate is the share of bytes lost in the round trips
-  without a standing queue (decayed, about the last ten of them): on a path
-  that drops 5 % at random, a round that loses 6 % is not an overflow.
+* The path's own loss rate is the share of bytes lost in the cruising round
+  trips of PROBE_BW without a standing queue (decayed, about the last ten
+  of them): on a path that drops 5 % at random, a round that loses 6 % is
+  not an overflow.  Startup's and the probes' rounds do not count: their
+  overflows are this flow's own.
 * The bound never goes below bdp / 0.85 (at a cut, and as probing raises
   btl_bw), so the cwnd it leaves carries the model's own bandwidth: a bound
   under it would cap the delivery rate, which lowers btl_bw, which lowers
@@ -175,6 +185,7 @@ class Bbr(CongestionControl):
         self._min_rtt_stamp = 0.0
         self.round_count = 0
         self._next_round_delivered = 0
+        self._round_stamp = 0.0
         self._round_start = False
         self.filled = False
         """Startup found the pipe full."""
@@ -190,18 +201,19 @@ class Bbr(CongestionControl):
         self._extra = _MaxFilter(EXTRA_ACKED_ROUNDS)
         self._epoch_start = 0.0
         self._epoch_acked = 0
-        self.inflight_hi = 0
-        """Bytes in flight past which the path dropped more than 2 % (0: none seen)."""
+        self.inflight_hi: int | None = None
+        """Bytes in flight past which the path dropped more than 2 % (None: no bound)."""
         self._round_lost = 0
         self._round_acked = 0
         self._round_inflight = 0
         self._round_rtt = 0.0
         self._base_lost = 0.0
         self._base_total = 0.0
-        self._undo: tuple[int, int, int, int] | None = None  # the last bound set, to undo
+        self._undo: tuple[int | None, int, int, int] | None = None  # the last bound set, to undo
         self.jitter = 0.0
         """Mean |difference| of consecutive RTT samples, seconds (RFC 3550)."""
         self._last_rtt = 0.0
+        self._jitter_samples = 0
 
     # ------------------------------------------------------------ model
     @property
@@ -250,7 +262,7 @@ class Bbr(CongestionControl):
         self._round_inflight = max(self._round_inflight, sample.prior_in_flight)
         if sample.rtt > 0 and (not self._round_rtt or sample.rtt < self._round_rtt):
             self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
-        self._update_round(sample)
+        self._update_round(sample, now)
         if self._round_start:
             self._check_loss_rate(sample)
         self._update_bw(sample)
@@ -302,10 +314,15 @@ class Bbr(CongestionControl):
         self.cwnd = self.minimum
 
     # -------------------------------------------------------- internals
-    def _update_round(self, rs: RateSample) -> None:
+    def _update_round(self, rs: RateSample, now: float) -> None:
         self._round_start = False
-        if rs.newly_acked and rs.prior_delivered >= self._next_round_delivered:
+        if (
+            rs.newly_acked
+            and rs.prior_delivered >= self._next_round_delivered
+            and now - self._round_stamp >= self.typical_rtt
+        ):
             self._next_round_delivered = rs.total_delivered
+            self._round_stamp = now
             self.round_count += 1
             self._round_start = True
 
@@ -321,8 +338,11 @@ class Bbr(CongestionControl):
         total = lost + acked
         floor = max(QUEUE_RTT * self.min_rtt, self.typical_rtt)
         queued = round_rtt > floor
-        if not queued and total:
-            # the path's own loss rate, measured where no queue of ours stood
+        if not queued and total and self.mode == Bbr.PROBE_BW and self.pacing_gain <= 1.0:
+            # the path's own loss rate, measured where no queue of ours stood and
+            # none was being built (startup's and the probes' overflows are ours:
+            # a shallow buffer's overflow in startup, counted here, read as 40 %
+            # of random loss and hid every overflow for seconds after it)
             self._base_lost = BASE_DECAY * self._base_lost + lost
             self._base_total = BASE_DECAY * self._base_total + total
         if (
@@ -339,7 +359,7 @@ class Bbr(CongestionControl):
             self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
             self._undo = (prior, lost, total, self.round_count)
         elif (
-            self.inflight_hi
+            self.inflight_hi is not None
             and self.pacing_gain >= 1.0
             and inflight + 2 * self.datagram_size >= self.inflight_hi * (1.0 - HEADROOM)
         ):
@@ -348,7 +368,7 @@ class Bbr(CongestionControl):
             # as many per round trip as GROWTH_TIME intervals it lasts
             per = max(1.0, self.min_rtt / GROWTH_TIME)
             self.inflight_hi += int(GROWTH_DATAGRAMS * self.datagram_size * per)
-        if self.inflight_hi:
+        if self.inflight_hi is not None:
             # and never under the model's own bdp, which probing raises
             self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
@@ -362,7 +382,12 @@ class Bbr(CongestionControl):
         if rtt <= 0:
             return
         if self._last_rtt:
-            self.jitter += (abs(rtt - self._last_rtt) - self.jitter) * JITTER_GAIN
+            # the mean of the first differences, then RFC 3550's 1/16 (from 0 it
+            # took some 30 samples to learn the jitter, and until then a round's
+            # RTTs on a jittery path looked like a standing queue)
+            self._jitter_samples += 1
+            gain = max(JITTER_GAIN, 1 / self._jitter_samples)
+            self.jitter += (abs(rtt - self._last_rtt) - self.jitter) * gain
         self._last_rtt = rtt
         if not self.min_rtt or rtt <= self.min_rtt:
             self.min_rtt = rtt
@@ -483,7 +508,7 @@ class Bbr(CongestionControl):
             cwnd = self.cwnd + acked
         else:
             cwnd = self.cwnd
-        if self.inflight_hi and self.mode == Bbr.PROBE_BW:
+        if self.inflight_hi is not None and self.mode == Bbr.PROBE_BW:
             # leave some room for others' probes except while probing (BBR v2's headroom)
             room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
             cwnd = min(cwnd, int(self.inflight_hi * room))
