@@ -50,8 +50,8 @@ States:
                not grow it and lost more than 2 % beyond the path's own loss rate
                (and at least 2 datagrams): each further round at these gains
                overflows the buffer again, as BBR v2's startup exit on loss says
-               (on a 3 MB transfer through 50 Mbit/s, 50 ms and a 256 KB queue,
-               half the resends) -> DRAIN.
+               (a 3 MB transfer through 50 Mbit/s, 50 ms and a 256 KB queue
+               resends a third to a half less) -> DRAIN.
     DRAIN      pacing_gain 0.35: the queue Startup built drains; once bytes in
                flight are at most one bdp -> PROBE_BW.
     PROBE_BW   pacing_gain cycles 1.25, 0.75, 1, 1, 1, 1, 1, 1, each phase about
