@@ -128,3 +128,15 @@ def test_a_lost_tail_is_probed_for_within_little_more_than_a_round_trip(
     )  # fmt: skip
     assert waited <= 2 * srtt
     assert done <= 3.2 * srtt
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_random_loss_does_not_end_startup_before_the_pipe_is_full(seed: int) -> None:
+    """5 % random loss is above the 2 % of the exit on loss, but it comes with
+    a growing bandwidth estimate (and is the path's own loss rate, measured in
+    the rounds before): STARTUP still leaves with the bottleneck's rate."""
+    sim = path(50, 0.05, 256 << 10, loss=0.05, seed=seed)
+    s = start(sim, 10, seed).sender
+    sim.run(lambda: s.cc.state != Bbr.STARTUP, max_time=20)
+    assert s.cc.state != Bbr.STARTUP
+    assert s.cc.btl_bw >= 0.9 * 50e6 / 8
