@@ -32,7 +32,11 @@ blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
 
     purelink bench paths                       # the whole matrix, ~10 minutes
     purelink bench paths --paths clean,loss-1% --size 2 --repeat 1
+    purelink bench paths --path rate=20mbit,rtt=100ms,loss=0.1%,queue=128k --transports bbr,udp
     purelink bench paths --torture
+
+`--path SPEC` (repeatable) runs a path of its own besides the named ones
+(only those given, unless `--paths` names some too): bench/_pathspec.py.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import Any
 from ._common import Report, base_parser, summarize
 from ._pathmodel import Impairment
 from ._pathpeers import fixed_records, mixed_records
+from ._pathspec import parse_path
 from .pathemu import CHECKOUT, Emulator, EmulatorError, available, terminate_as_exit
 
 __all__ = ["PATHS", "TRANSPORTS", "main"]
@@ -320,7 +325,7 @@ def run_matrix(args: Any, report: Report, transports: list[str]) -> None:
         report.parameters["tcp_default_cc"] = _netns_default_cc(emu)
         for rep in range(args.repeat):
             for path in args.paths:
-                emu.set(PATHS[path], seed=rep + 1)
+                emu.set(args.impairments[path], seed=rep + 1)
                 serve = _Serve(emu, args.sync) if {"tcp", "udp"} & set(transports) else None
                 try:
                     for transport in transports:
@@ -460,8 +465,17 @@ def _parse(argv: Sequence[str]) -> Any:
     parser = base_parser("paths", "goodput through emulated paths (TUN + netns; root)", repeat=1)
     parser.add_argument(
         "--paths",
-        default=",".join(PATHS),
+        default=None,
         help=f"comma-separated paths (default all: {', '.join(PATHS)})".replace("%", "%%"),
+    )
+    parser.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a path of its own, KEY=VALUE items over the base of 50 mbit, 50 ms rtt, 256k "
+        "queue: rate=20mbit,rtt=100ms,loss=0.5%%,jitter=3ms,queue=128k,mtu=1400,dup=1%%,"
+        "blackout=6s/1.5s,name=NAME (repeatable; only these unless --paths is given too)",
     )
     parser.add_argument(
         "--transports",
@@ -498,10 +512,21 @@ def _parse(argv: Sequence[str]) -> Any:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(list(argv))
-    args.paths = [p for p in args.paths.split(",") if p]
+    named = args.paths if args.paths is not None else ("" if args.path else ",".join(PATHS))
+    args.paths = [p for p in named.split(",") if p]
     unknown = [p for p in args.paths if p not in PATHS]
     if unknown:
         parser.error(f"unknown path {unknown[0]!r} (choose from {', '.join(PATHS)})")
+    args.impairments = {p: PATHS[p] for p in args.paths}
+    for spec in args.path:
+        try:
+            name, imp = parse_path(spec, BASE)
+        except ValueError as exc:
+            parser.error(f"--path: {exc}")
+        if name in args.impairments:
+            parser.error(f"--path: the name {name!r} is taken (name=...)")
+        args.impairments[name] = imp
+        args.paths.append(name)
     default_t = "udp,tcp" if args.torture else ",".join(TRANSPORTS)
     args.transports = [t for t in (args.transports or default_t).split(",") if t]
     bad = [t for t in args.transports if t not in TRANSPORTS]
@@ -565,6 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = (
         "exactly once through 10 % loss, 5 % duplicates, 20 ms jitter, blackouts"
         if args.torture
+        else "payload KB/s through emulated paths"
+        if args.path
         else "payload KB/s through emulated 50 Mbit/s, 50 ms RTT paths"
     )
     report = Report("paths", title)
@@ -577,6 +604,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         congestion=args.congestion or "default",
         left_out=",".join(missing) or "-",
     )
+    for spec in args.path:
+        name, imp = parse_path(spec, BASE)
+        report.parameters[f"path {name}"] = " ".join(
+            f"{k}={v:g}" for k, v in imp.to_json().items() if v
+        )
     try:
         with terminate_as_exit():
             if args.torture:

@@ -36,7 +36,13 @@ transmission has its own packet number, so every sample is unambiguous
   (before any sample: the initial RTO), backed off by doubling while probes
   go unanswered, capped at max(0.25 s, the PTO before backoff) and at
   most `max_pto` (1 s), so that after an outage the link finds the path
-  open again within a quarter of a second on most paths.  The sender's probe
+  open again within a quarter of a second on most paths.  When nothing more
+  waits to be sent (the tail of a transfer, or a pause of the application),
+  the probe is due sooner: srtt + max(4 rttvar, G) + the listener's answer
+  delay after the last send (RFC 9002 6.2.1's PTO; `tail_pto`), since no
+  later datagram's answer will show the last ones lost: on a steady path
+  about 1.1 srtt after the last send instead of 2 srtt after the last answer
+  (which itself came about a round trip after it).  The sender's probe
   carries data (new records if it has any, else the newest datagram again),
   so a lost tail is repaired by the probe itself, and its answer lets the
   time-based rule find every earlier loss at once.
@@ -68,6 +74,9 @@ from .sender_config import SenderStats
 
 __all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
 
+ANSWER_DELAY: Final = 0.005
+"""What the listener may take to answer a datagram, on top of the RTT: one
+drain, or its thread waiting for the GIL (the switch interval, 5 ms)."""
 MEMORY: Final = 1024
 """Transmissions remembered by packet number after they were sent again."""
 
@@ -141,6 +150,18 @@ class RttEstimator:
             return min(base, self.max_rto)
         cap = min(max(self.outage_pto, base), self.max_rto)
         return min(base * (1 << self._backoff), cap)
+
+    @property
+    def tail_pto(self) -> float:
+        """The probe timeout after the last datagram of a flight with nothing more
+        to send (RFC 9002 6.2.1: srtt + max(4 rttvar, G) + the peer's answer
+        delay, counted from that send), backed off as `pto` is and never later
+        than it.  Only a probe can find such a datagram lost: nothing sent after
+        it will be acknowledged and overtake it."""
+        if not self.samples:
+            return self.pto
+        base = max(self.srtt + max(4 * self.rttvar, self.granularity) + ANSWER_DELAY, self.min_rto)
+        return min(base * (1 << self._backoff), self.pto)
 
     @property
     def backoffs(self) -> int:

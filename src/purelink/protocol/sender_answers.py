@@ -11,7 +11,9 @@ no call between.
 
 One timer, while OPEN (`_timer`, `_arm`): the loss deadline of RACK when a
 datagram waits for its reordering window, else the probe timeout counted
-from the last send or answer; with nothing in flight but records unstored,
+from the last send or answer (with nothing more waiting to go out, the
+shorter tail probe timeout from the last send: recovery.py); with nothing
+in flight but records unstored,
 the wait for the "stored" answer that a sync completes (longer than a round
 trip).  An idle link arms nothing.  A probe timeout sends up to two
 datagrams (sender.py) whatever the window, and the second timeout in a row
@@ -171,7 +173,10 @@ class SenderAnswers(SenderSession):
         disarm.  With nothing in flight the listener has everything and owes only
         the answer that a sync completes, which takes longer than a round trip."""
         if self.flight.flights:
-            timer = max(self._last_sent, self._last_answer) + self.rtt.pto
+            if self._waiting or self.flight.lost:
+                timer = max(self._last_sent, self._last_answer) + self.rtt.pto
+            else:  # the tail: only a probe can find the last datagrams lost
+                timer = self._last_sent + self.rtt.tail_pto
             if self.flight.loss_time is not None and self.flight.loss_time < timer:
                 timer = self.flight.loss_time
             self._timer = timer

@@ -50,8 +50,15 @@ The jitter starts as the mean of the first differences, then follows RFC
 States:
 
     STARTUP    pacing_gain 2.77, cwnd_gain 2: the sending rate doubles every round
-               trip.  The pipe is full when btl_bw has not grown by 25 % for 3
-               rounds in a row (app-limited rounds do not count) -> DRAIN.
+               trip, paced at no less than 2.77 initial windows per min_rtt (the
+               first samples measure a datagram or two, not the path).  The pipe
+               is full when btl_bw has not grown by 25 % for 3 rounds in a row
+               (app-limited rounds do not count), or at once in a round that did
+               not grow it and lost more than 2 % beyond the path's own loss rate
+               (and at least 2 datagrams): each further round at these gains
+               overflows the buffer again, as BBR v2's startup exit on loss says
+               (a 3 MB transfer through 50 Mbit/s, 50 ms and a 256 KB queue
+               resends a third to a half less) -> DRAIN.
     DRAIN      pacing_gain 0.35: the queue Startup built drains; once bytes in
                flight are at most one bdp -> PROBE_BW.
     PROBE_BW   pacing_gain cycles 1.25, 0.75, 1, 1, 1, 1, 1, 1, each phase about
@@ -191,6 +198,7 @@ class Bbr(CongestionControl):
         """Startup found the pipe full."""
         self._full_bw = 0.0
         self._full_bw_rounds = 0
+        self._lossy_round = False  # the round that just ended lost too much (STARTUP's exit)
         self._rng = random.Random(seed)
         self._cycle = 0
         self._cycle_stamp = 0.0
@@ -264,6 +272,7 @@ class Bbr(CongestionControl):
             self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
         self._update_round(sample, now)
         if self._round_start:
+            self._lossy_round = self._round_overflowed()
             self._check_loss_rate(sample)
         self._update_bw(sample)
         self._update_min_rtt(sample, now)
@@ -409,6 +418,15 @@ class Bbr(CongestionControl):
         extra = min(self._epoch_acked - expected, self.cwnd)
         self._extra.update(extra, self.round_count)
 
+    def _round_overflowed(self) -> bool:
+        """The round that just ended lost more than 2 % of its bytes beyond the
+        path's own loss rate, and at least LOSS_EVENTS datagrams."""
+        lost, total = self._round_lost, self._round_lost + self._round_acked
+        return (
+            lost > (LOSS_THRESH + self.base_loss) * total
+            and lost >= LOSS_EVENTS * self.datagram_size
+        )
+
     def _check_full_pipe(self, rs: RateSample) -> None:
         if self.filled or not self._round_start or rs.is_app_limited:
             return
@@ -418,7 +436,7 @@ class Bbr(CongestionControl):
             self._full_bw_rounds = 0
             return
         self._full_bw_rounds += 1
-        if self._full_bw_rounds >= FULL_BW_ROUNDS:
+        if self._full_bw_rounds >= FULL_BW_ROUNDS or self._lossy_round:
             self.filled = True
 
     def _enter(self, mode: str, now: float) -> None:
@@ -489,6 +507,10 @@ class Bbr(CongestionControl):
                 )
             return
         rate = self.pacing_gain * bw * (1 - PACING_MARGIN)
+        if not self.filled and self.min_rtt:
+            # never under the initial window per round trip before the pipe is
+            # full: the first samples measure a datagram or two, not the path
+            rate = max(rate, self.pacing_gain * self.initial_cwnd / self.min_rtt)
         if self.filled or rate > self.pacing_rate:
             self.pacing_rate = rate
 

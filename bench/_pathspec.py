@@ -1,0 +1,86 @@
+"""A path of `purelink bench paths --path SPEC`, written on the command line.
+
+Why it exists: the named matrix (bench/paths.py) is one bottleneck and one
+RTT; a transport tuned to it could lose elsewhere.  A spec describes any
+other path the emulator can make, as comma-separated KEY=VALUE items over
+the matrix's base (50 Mbit/s, 50 ms RTT, 256 KB queue, nothing else):
+
+    rate=20mbit   bottleneck, bit/s of IP packets (suffix kbit, mbit, gbit; 0: none)
+    rtt=100ms     round trip: half of it each way (or delay=, one way; suffix ms, us, s)
+    loss=0.5%     independent loss per packet (or a fraction: 0.005)
+    jitter=3ms    each packet's delay +- up to this (reorders)
+    queue=128k    drop-tail queue, bytes (suffix k = KiB, m = MiB)
+    mtu=1400      largest IP packet
+    dup=1%        duplicates
+    blackout=6s/1.5s  dark for 1.5 s every 6 s (the first 1 s into the run)
+    name=wan      what the table calls it (default: the spec itself)
+
+Both directions get the same, as on the named paths.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from ._pathmodel import Impairment
+
+__all__ = ["parse_path"]
+
+_NUMBER = re.compile(r"^([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*([a-z%]*)$")
+_TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+_RATE = {"": 1.0, "bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+_SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20}
+_SHARE = {"": 1.0, "%": 0.01}
+
+
+def _value(key: str, text: str, units: dict[str, Any]) -> float:
+    m = _NUMBER.match(text.strip().lower())
+    if m is None or m.group(2) not in units:
+        raise ValueError(f"{key}={text!r}: a number with one of {', '.join(u for u in units if u)}")
+    return float(m.group(1)) * units[m.group(2)]
+
+
+def parse_path(spec: str, base: Impairment) -> tuple[str, Impairment]:
+    """(name, impairment) of `spec` over `base`; ValueError saying what is wrong."""
+    imp = base
+    name = spec
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        key, sep, text = item.partition("=")
+        key = key.strip().lower()
+        if not sep:
+            raise ValueError(f"{item!r}: expected KEY=VALUE")
+        if key == "name":
+            name = text.strip()
+        elif key == "rate":
+            imp = replace(imp, rate=_value(key, text, _RATE))
+        elif key == "rtt":
+            imp = replace(imp, delay=_value(key, text, _TIME) / 2)
+        elif key == "delay":
+            imp = replace(imp, delay=_value(key, text, _TIME))
+        elif key == "jitter":
+            imp = replace(imp, jitter=_value(key, text, _TIME))
+        elif key == "loss":
+            imp = replace(imp, loss=_value(key, text, _SHARE))
+        elif key in ("dup", "duplicate"):
+            imp = replace(imp, duplicate=_value(key, text, _SHARE))
+        elif key == "queue":
+            imp = replace(imp, queue_bytes=int(_value(key, text, _SIZE)))
+        elif key == "mtu":
+            imp = replace(imp, mtu=int(_value(key, text, {"": 1})))
+        elif key == "blackout":
+            every, _, length = text.partition("/")
+            imp = replace(
+                imp,
+                blackout_every=_value(key, every, _TIME),
+                blackout_for=_value(key, length or "0", _TIME),
+                blackout_first=1.0,
+            )
+        else:
+            raise ValueError(f"unknown key {key!r} in {spec!r}")
+    if not name.strip():
+        raise ValueError("name=: the path needs a name")
+    return name, imp
