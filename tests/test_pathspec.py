@@ -41,7 +41,7 @@ def test_an_empty_spec_is_the_clean_path_and_name_names_it() -> None:
         ("speed=1", "unknown key 'speed'"),
         ("loss", "KEY=VALUE"),
         ("loss=150%", "probability"),
-        ("blackout=1s/2s", "shorter"),
+        ("blackout=1s/2s", "below blackout_every"),
     ],
 )
 def test_a_bad_spec_says_what_is_wrong(spec: str, says: str) -> None:
