@@ -53,12 +53,11 @@ States:
                trip, paced at no less than 2.77 initial windows per min_rtt (the
                first samples measure a datagram or two, not the path).  The pipe
                is full when btl_bw has not grown by 25 % for 3 rounds in a row
-               (app-limited rounds do not count), or at once in a round that did
-               not grow it and lost more than 2 % beyond the path's own loss rate
-               (and at least 2 datagrams): each further round at these gains
-               overflows the buffer again, as BBR v2's startup exit on loss says
-               (a 3 MB transfer through 50 Mbit/s, 50 ms and a 256 KB queue
-               resends a third to a half less) -> DRAIN.
+               (app-limited rounds do not count) -> DRAIN.  Loss does not end
+               it: with BBR v2's exit at a lossy round, of two links that start
+               together into a buffer below the bdp one left startup at a
+               fraction of the other's rate, and they did not come within 25 %
+               of each other in 10 s.
     DRAIN      pacing_gain 0.35: the queue Startup built drains; once bytes in
                flight are at most one bdp -> PROBE_BW.
     PROBE_BW   pacing_gain cycles 1.25, 0.75, 1, 1, 1, 1, 1, 1, each phase about
@@ -198,7 +197,6 @@ class Bbr(CongestionControl):
         """Startup found the pipe full."""
         self._full_bw = 0.0
         self._full_bw_rounds = 0
-        self._lossy_round = False  # the round that just ended lost too much (STARTUP's exit)
         self._rng = random.Random(seed)
         self._cycle = 0
         self._cycle_stamp = 0.0
@@ -272,7 +270,6 @@ class Bbr(CongestionControl):
             self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
         self._update_round(sample, now)
         if self._round_start:
-            self._lossy_round = self._round_overflowed()
             self._check_loss_rate(sample)
         self._update_bw(sample)
         self._update_min_rtt(sample, now)
@@ -418,15 +415,6 @@ class Bbr(CongestionControl):
         extra = min(self._epoch_acked - expected, self.cwnd)
         self._extra.update(extra, self.round_count)
 
-    def _round_overflowed(self) -> bool:
-        """The round that just ended lost more than 2 % of its bytes beyond the
-        path's own loss rate, and at least LOSS_EVENTS datagrams."""
-        lost, total = self._round_lost, self._round_lost + self._round_acked
-        return (
-            lost > (LOSS_THRESH + self.base_loss) * total
-            and lost >= LOSS_EVENTS * self.datagram_size
-        )
-
     def _check_full_pipe(self, rs: RateSample) -> None:
         if self.filled or not self._round_start or rs.is_app_limited:
             return
@@ -436,7 +424,7 @@ class Bbr(CongestionControl):
             self._full_bw_rounds = 0
             return
         self._full_bw_rounds += 1
-        if self._full_bw_rounds >= FULL_BW_ROUNDS or self._lossy_round:
+        if self._full_bw_rounds >= FULL_BW_ROUNDS:
             self.filled = True
 
     def _enter(self, mode: str, now: float) -> None:
