@@ -170,8 +170,14 @@ def test_logging_and_metrics_are_modules_with_their_names() -> None:
     assert issubclass(purelink.logging.LinkHandler, logging.Handler)
     _check(
         purelink.logging.LinkHandler,
-        positional=2,  # url, stream
-        named={"producer": None, "secret": None, "key_id": None, "formatter": None},
+        positional=1,  # url
+        named={
+            "stream": "app-logs",
+            "producer": None,
+            "secret": None,
+            "key_id": None,
+            "formatter": None,
+        },
         required=("capacity",),
     )
     assert callable(purelink.logging.decode)
