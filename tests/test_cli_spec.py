@@ -1,0 +1,283 @@
+"""The command line's public promises that scripts depend on, each checked as written.
+
+Why it exists: scripts and tests outside the project call the verbs, flags
+and defaults of the README's command line exactly so, parse the ready line,
+and count on an exit code and one error line for every mistake a new user
+makes on the first day (a wrong address, a port in use, a directory that
+cannot be written, a key file that is not there, a listener that goes away,
+Ctrl-C).  The parser's names and defaults are checked in this process; every
+behaviour runs the real command (test_cli.py's helpers), against a real
+`purelink serve` on loopback where it needs one.  Waits are bounded reads.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import purelink
+from purelink import cli
+from purelink._cli_bench import _bench_suite
+from serve_process import unused_port
+from test_cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
+
+# --- names and defaults ---------------------------------------------------------------------
+
+EVERY_FLAG = [
+    # serve, with every option of the command table
+    [
+        "serve", "--data", "d", "--replicas", "3", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0",
+        "--sync", "always", "--secret-file", "f", "--keys-file", "f", "--metrics", "127.0.0.1:0",
+    ],
+    ["serve", "--data", "nats://h1:4222,h2:4222,h3:4222", "--sync", "none"],
+    [
+        "send", "udp://127.0.0.1:7400,udp://[::1]:7400", "--stream", "s", "--producer", "p",
+        "--file", "f", "--secret-file", "f", "--key-id", "k",
+    ],
+    ["send", "tcp://127.0.0.1:7400", "--stream", "s"],
+    [
+        "read", "--data", "d", "--stream", "s", "--from", "2", "--to", "3", "--follow",
+        "--format", "json",
+    ],
+    ["read", "--data", "nats://h:4222", "--stream", "s", "--format", "lines"],
+    ["streams", "--data", "d"],
+    ["streams", "--data", "nats://h:4222"],
+    [
+        "tail", "tcp://127.0.0.1:7400", "--stream", "s", "--from", "1", "--follow",
+        "--format", "json", "--secret-file", "f", "--key-id", "k",
+    ],
+    ["demo", "--records", "10", "--size", "8"],
+    ["bench", "queue", "drain", "--json"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", EVERY_FLAG, ids=lambda a: " ".join(a[:2]))
+def test_every_verb_and_flag_of_the_command_table_parses(argv: list[str]) -> None:
+    args = cli.build_parser().parse_args(argv)
+    assert args.command == argv[0]
+
+
+def test_the_documented_defaults() -> None:
+    parse = cli.build_parser().parse_args
+    serve = parse(["serve", "--data", "d"])
+    assert (serve.udp, serve.tcp, serve.sync) == ("127.0.0.1:7400", None, "batch")
+    assert serve.replicas == 3
+    demo = parse(["demo"])
+    assert (demo.records, demo.size) == (1_000_000, 61)
+    for verb in (["send", "udp://127.0.0.1:7400"], ["tail", "tcp://127.0.0.1:7400"]):
+        assert parse([*verb, "--stream", "s"]).timeout == 10.0
+    read = parse(["read", "--data", "d", "--stream", "s"])
+    assert (read.format, read.follow, read.start, read.to) == ("lines", False, None, None)
+
+
+def test_help_lists_every_verb() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    listed = result.stdout.decode()
+    for verb in ("serve", "send", "read", "tail", "streams", "demo", "bench"):
+        assert re.search(rf"^\s+{verb}\s", listed, re.MULTILINE), verb
+
+
+def test_bench_knows_every_benchmark_of_the_suite_table() -> None:
+    names = {"queue", "drain", "wakeups", "latency", "connections", "pool", "grace", "paths"}
+    assert names | {"jetstream"} <= set(_bench_suite().BENCHMARKS)
+
+
+# --- serve: the ready line and nothing else --------------------------------------------------
+
+
+def test_the_ready_line_is_all_that_serve_prints_on_stdout(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serving(data, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        assert re.fullmatch(
+            rf"purelink listening udp=127\.0\.0\.1:[1-9]\d* tcp=127\.0\.0\.1:[1-9]\d* data={data}",
+            srv.line,
+        )
+        assert run("send", srv.url, "--stream", "s", stdin=b"one\ntwo\n").returncode == 0
+        srv.proc.send_signal(signal.SIGTERM)
+        rest, err = srv.proc.communicate(timeout=TIMEOUT)
+    assert srv.proc.returncode == 0, err
+    assert rest == b"", "serve prints one line to stdout, the ready line"
+
+
+# --- send: several listeners, a terminal ----------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["udp", "tcp"])
+def test_send_moves_on_to_the_next_listener_when_the_first_cannot_be_reached(
+    tmp_path: Path, scheme: str
+) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        live = re.search(rf"{scheme}=(\S+)", srv.line)
+        assert live
+        urls = f"{scheme}://127.0.0.1:{unused_port()},{scheme}://{live.group(1)}"
+        sent = run("send", urls, "--stream", "many", stdin=b"a\nb\nc\n")
+        assert sent.returncode == 0, sent.stderr
+        out = run("read", "--data", str(srv.data), "--stream", "many")
+    assert out.stdout == b"a\nb\nc\n"
+
+
+def test_send_where_no_listener_of_several_answers_is_one_line_exit_1() -> None:
+    urls = f"tcp://127.0.0.1:{unused_port()},tcp://127.0.0.1:{unused_port()}"
+    line = assert_one_line_error(run("send", urls, "--stream", "s", stdin=b"x\n"), 1)
+    assert "refused" in line.lower()
+
+
+def test_send_draws_a_progress_bar_when_stderr_is_a_terminal(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0") as srv:
+        controller, terminal = pty.openpty()
+        try:
+            proc = subprocess.Popen(
+                [*PURELINK, "send", srv.url, "--stream", "tty"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=terminal,
+            )
+            os.close(terminal)
+            terminal = -1
+            out, _ = proc.communicate(b"".join(b"%d\n" % i for i in range(5000)), TIMEOUT)
+            shown = _read_all(controller)
+        finally:
+            os.close(controller)
+            if terminal >= 0:
+                os.close(terminal)
+    assert proc.returncode == 0, shown
+    assert out == b""
+    assert b"\r" in shown, shown  # drawn in place
+    assert b"5,000 records" in shown, shown
+    assert b"5000 records (" in shown.replace(b",", b""), shown  # and the summary
+
+
+def _read_all(controller: int) -> bytes:
+    """What the child wrote to the terminal, once it has exited (EIO: no writer left)."""
+    seen = b""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([controller], [], [], 0.5)
+        if not ready:
+            break
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO on Linux once the terminal's last writer closed it
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+# --- the first day: each mistake is one line, a non-zero exit, no traceback ------------------
+
+
+def test_a_data_directory_that_cannot_be_created_is_one_line_exit_1(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    line = assert_one_line_error(
+        run("serve", "--data", str(blocker / "data"), "--udp", "127.0.0.1:0"), 1
+    )
+    assert "data directory" in line
+
+
+def test_a_missing_keys_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "keys"
+    serve = ["serve", "--data", str(tmp_path / "d"), "--udp", "127.0.0.1:0"]
+    line = assert_one_line_error(run(*serve, "--keys-file", str(missing)), 2)
+    assert str(missing) in line
+    assert not (tmp_path / "d").exists(), "nothing is created before refusing"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["send", "udp://no-such-host.invalid:7400", "--stream", "s"],
+        ["send", "tcp://no-such-host.invalid:7400", "--stream", "s"],
+        ["tail", "tcp://no-such-host.invalid:7400", "--stream", "s"],
+        ["tail", "tcp://127.0.0.1:{port}", "--stream", "s"],
+    ],
+    ids=["send-udp-unknown-host", "send-tcp-unknown-host", "tail-unknown-host", "tail-closed"],
+)
+def test_a_wrong_address_is_one_line_exit_1(argv: list[str]) -> None:
+    port = str(unused_port())
+    result = run(*(a.replace("{port}", port) for a in argv), stdin=b"x\n")
+    assert assert_one_line_error(result, 1).startswith("purelink: error: cannot ")
+
+
+def test_what_another_listener_holds_is_one_line_exit_1(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serving(data, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        udp = srv.udp
+        tcp = re.search(r"tcp=(\S+)", srv.line)
+        assert tcp
+        other = ["--data", str(tmp_path / "other"), "--udp", "127.0.0.1:0"]
+        cases = {
+            "in use by another listener": ["--data", str(data), "--udp", "127.0.0.1:0"],
+            "cannot bind udp": [*other[:2], "--udp", udp],
+            "cannot bind tcp": [*other, "--tcp", tcp.group(1)],
+            "cannot serve --metrics": [*other, "--metrics", tcp.group(1)],
+        }
+        for said, argv in cases.items():
+            assert said in assert_one_line_error(run("serve", *argv), 1), argv
+        assert srv.proc.poll() is None, "the first listener is not disturbed"
+
+
+def test_tail_of_a_listener_that_goes_away_is_one_line_exit_1(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        tcp = re.search(r"tcp=(\S+)", srv.line)
+        assert tcp
+        assert run("send", srv.url, "--stream", "s", stdin=b"one\n").returncode == 0
+        tail = subprocess.Popen(
+            [*PURELINK, "tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--follow"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert tail.stdout is not None
+            assert read_line(tail.stdout.fileno(), TIMEOUT) == b"one\n"
+            assert srv.stop()[0] == 0
+            _, err = tail.communicate(timeout=TIMEOUT)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.communicate()
+    text = err.decode()
+    assert tail.returncode == 1, text
+    assert "Traceback" not in text
+    lines = text.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("purelink: error: "), text
+    assert "next position 2" in lines[0], "it says where to resume"
+
+
+def test_ctrl_c_stops_tail_follow_quietly_with_130(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        tcp = re.search(r"tcp=(\S+)", srv.line)
+        assert tcp
+        assert run("send", srv.url, "--stream", "s", stdin=b"one\n").returncode == 0
+        tail = subprocess.Popen(
+            [*PURELINK, "tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--follow"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert tail.stdout is not None
+            assert read_line(tail.stdout.fileno(), TIMEOUT) == b"one\n"  # running, waiting
+            tail.send_signal(signal.SIGINT)
+            _, err = tail.communicate(timeout=TIMEOUT)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.communicate()
+    assert (tail.returncode, err) == (130, b"")
+
+
+def test_the_python_api_says_the_same_of_several_unreachable_listeners() -> None:
+    urls = f"tcp://127.0.0.1:{unused_port()},tcp://127.0.0.1:{unused_port()}"
+    with pytest.raises(purelink.ConnectError, match="refused"):
+        purelink.connect(urls, stream="s", timeout=5)
