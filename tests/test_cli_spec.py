@@ -12,13 +12,17 @@ behaviour runs the real command (test_cli.py's helpers), against a real
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
 import select
 import signal
+import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -281,3 +285,69 @@ def test_the_python_api_says_the_same_of_several_unreachable_listeners() -> None
     urls = f"tcp://127.0.0.1:{unused_port()},tcp://127.0.0.1:{unused_port()}"
     with pytest.raises(purelink.ConnectError, match="refused"):
         purelink.connect(urls, stream="s", timeout=5)
+
+
+# --- tail of what is not a listener's TCP port -----------------------------------------------
+
+
+@contextlib.contextmanager
+def foreign_server(answer: bytes | None) -> Iterator[str]:
+    """A TCP port on loopback that is not a listener's: with `answer`, it answers
+    each connection that (an HTTP server's error, say) and closes; with None it
+    accepts nothing and says nothing (the kernel completes the handshakes)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(TIMEOUT)
+        done = threading.Event()
+
+        def serve() -> None:
+            with contextlib.suppress(OSError):
+                while not done.is_set():
+                    conn, _ = server.accept()
+                    with conn:
+                        conn.recv(1024)
+                        conn.sendall(answer or b"")
+
+        thread = threading.Thread(target=serve, daemon=True)
+        if answer is not None:
+            thread.start()
+        try:
+            yield "tcp://127.0.0.1:%d" % server.getsockname()[1]
+        finally:
+            done.set()
+            with contextlib.suppress(OSError):
+                server.shutdown(socket.SHUT_RDWR)  # wakes the accept above (EINVAL)
+            if thread.is_alive():
+                thread.join(TIMEOUT)
+
+
+HTTP_400 = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow"]], ids=["once", "follow"])
+def test_tail_of_another_services_port_says_so(follow: list[str]) -> None:
+    with foreign_server(HTTP_400) as url:
+        line = assert_one_line_error(run("tail", url, "--stream", "s", *follow), 1)
+    assert line.startswith(f"purelink: error: cannot subscribe at {url}: "), line
+    assert "TCP port" in line
+
+
+def test_tail_of_a_silent_port_gives_up_after_its_timeout() -> None:
+    with foreign_server(None) as url:
+        started = time.monotonic()
+        line = assert_one_line_error(run("tail", url, "--stream", "s", "--timeout", "1"), 1)
+        took = time.monotonic() - started
+    assert "no answer within 1 s" in line, line
+    assert took < TIMEOUT / 2, f"took {took:.1f} s"
+
+
+def test_tail_with_a_secret_of_a_listener_without_one_says_so(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 32)
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        tcp = re.search(r"tcp=(\S+)", srv.line)
+        assert tcp
+        argv = ["tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--secret-file", str(secret)]
+        line = assert_one_line_error(run(*argv), 1)
+    assert "this listener has no secret" in line, line
