@@ -13,7 +13,9 @@ behaviour runs the real command (test_cli.py's helpers), against a real
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import platform
 import pty
 import re
 import select
@@ -110,6 +112,42 @@ def test_the_ready_line_is_all_that_serve_prints_on_stdout(tmp_path: Path) -> No
         rest, err = srv.proc.communicate(timeout=TIMEOUT)
     assert srv.proc.returncode == 0, err
     assert rest == b"", "serve prints one line to stdout, the ready line"
+
+
+TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+"""The tgkill system call's number: a signal to one thread of another process."""
+
+
+def _signal_thread(pid: int, tid: int, sig: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(TGKILL, pid, tid, sig) == 0, os.strerror(ctypes.get_errno())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_on_any_thread_of_serve_does_what_it_says(tmp_path: Path, sig: int) -> None:
+    """The kernel may hand a process's signal to any thread that does not block
+    it, and the listener's threads wait in system calls as the main thread does:
+    a SIGHUP on each of them in turn is heard (and changes nothing), and a stop
+    signal on one of them stops serve cleanly."""
+    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
+        pid = srv.proc.pid
+        assert srv.proc.stderr is not None
+        err = srv.proc.stderr.fileno()
+        others = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
+        assert others, "the listener has threads of its own"
+        for tid in others:
+            _signal_thread(pid, tid, signal.SIGHUP)
+            while b"SIGHUP ignored" not in read_line(err, TIMEOUT):
+                pass
+        assert srv.proc.poll() is None, "a SIGHUP did not stop it"
+        _signal_thread(pid, others[-1], sig)
+        try:
+            code = srv.proc.wait(timeout=TIMEOUT / 2)
+        except subprocess.TimeoutExpired:
+            code = None
+        rest = srv.proc.communicate(timeout=TIMEOUT)[1].decode() if code is not None else ""
+    assert code == 0, f"serve did not stop cleanly on a signal to another thread: {rest}"
+    assert "Traceback" not in rest
 
 
 # --- send: several listeners, a terminal ----------------------------------------------------

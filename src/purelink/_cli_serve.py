@@ -11,7 +11,6 @@ listener (flush, sync) and prints its counters as one JSON line on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import logging
@@ -173,21 +172,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
 
-    # Signals are turned into a byte on a pipe that the main thread blocks on.
-    # Why not `threading.Event.set()` in the handler: a Python signal handler
-    # runs in the main thread between bytecodes, possibly while that thread
-    # holds the Event's (non-reentrant) lock inside `wait()` -- a deadlock.
-    # A pipe write takes no lock, and a signal that arrives before the read
+    # Signals are turned into a byte on a pipe that the main thread blocks on,
+    # written by the interpreter's C-level handler (`signal.set_wakeup_fd`):
+    # the kernel may deliver a signal to any of the listener's threads, and a
+    # Python handler runs only in the main thread, between bytecodes -- never
+    # while it sleeps in poll() unless the signal happened to land on it (a
+    # SIGTERM then went unseen: serve did not stop).  Why not an Event: a
+    # Python handler may run while the main thread holds the Event's lock.  A
+    # pipe write takes no lock, and a signal that arrives before the read
     # leaves its byte waiting, so no stop request is ever lost.
-    wake_r, wake_w = os.pipe()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the C handler never blocks
     crashed: BaseException | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        with contextlib.suppress(OSError):  # full pipe: a stop is already pending
-            os.write(wake_w, bytes([signum & 0xFF]))
+        """Nothing: the wakeup fd has the signal's number (a Python handler must be
+        set, else the default action runs, and the wakeup fd is not written)."""
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # full: one pending
     exporter = None
     try:
         listener.start()
@@ -226,6 +229,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if exporter is not None:
             exporter.close()
         listener.close()
+        signal.set_wakeup_fd(previous_fd)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.close(wake_r)
