@@ -34,6 +34,7 @@ from purelink import cli
 from purelink._cli_bench import _bench_suite
 from serve_process import unused_port
 from test_cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
+from test_cli_keys import keys_file, line
 
 # --- names and defaults ---------------------------------------------------------------------
 
@@ -148,6 +149,15 @@ def test_a_signal_on_any_thread_of_serve_does_what_it_says(tmp_path: Path, sig: 
         rest = srv.proc.communicate(timeout=TIMEOUT)[1].decode() if code is not None else ""
     assert code == 0, f"serve did not stop cleanly on a signal to another thread: {rest}"
     assert "Traceback" not in rest
+
+
+def test_a_keys_file_is_a_secret_enough_for_a_public_address(tmp_path: Path) -> None:
+    keys = keys_file(tmp_path, line("ops", b"k" * 32, "*"))
+    with serving(
+        tmp_path / "data", "--no-udp", "--tcp", "0.0.0.0:0", "--keys-file", str(keys)
+    ) as srv:
+        assert re.fullmatch(r"purelink listening tcp=0\.0\.0\.0:[1-9]\d* data=.*", srv.line)
+        assert srv.stop()[0] == 0
 
 
 # --- send: several listeners, a terminal ----------------------------------------------------
