@@ -335,7 +335,7 @@ def test_the_python_api_says_the_same_of_several_unreachable_listeners() -> None
         purelink.connect(urls, stream="s", timeout=5)
 
 
-# --- tail of what is not a listener's TCP port -----------------------------------------------
+# --- tail and send to what is not a listener's TCP port ------------------------------------
 
 
 @contextlib.contextmanager
@@ -399,3 +399,13 @@ def test_tail_with_a_secret_of_a_listener_without_one_says_so(tmp_path: Path) ->
         argv = ["tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--secret-file", str(secret)]
         line = assert_one_line_error(run(*argv), 1)
     assert "this listener has no secret" in line, line
+
+
+def test_send_to_another_services_tcp_port_says_so_at_once() -> None:
+    with foreign_server(HTTP_400) as url:
+        started = time.monotonic()
+        sent = run("send", url, "--stream", "s", "--timeout", "30", stdin=b"x\n")
+        took = time.monotonic() - started
+    line = assert_one_line_error(sent, 1)
+    assert "no purelink listener sends" in line, line
+    assert took < 15, f"took {took:.1f} s: it waited for the handshake timeout"

@@ -383,10 +383,20 @@ class LinkThread:
         transport.receive(heard)
         now = max(now, self._heard)
         self._path_too_big()
-        if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
+        if (
+            (transport.refused or transport.foreign)
+            and not self._connected.is_set()
+            and len(self._targets) == 1
+        ):
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
-            # unreachable"): say so now, not after the handshake timeout
-            self._error = ConnectError("connection refused")
+            # unreachable"), or another service does: say so now, not after the
+            # handshake timeout
+            self._error = ConnectError(
+                "connection refused"
+                if transport.refused
+                else "it answered what no purelink listener sends "
+                "(is it a purelink listener's port?)"
+            )
             self._stop = True
             self._connected.set()
             return now
