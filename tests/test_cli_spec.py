@@ -33,7 +33,7 @@ import purelink
 from purelink import cli
 from purelink._cli_bench import _bench_suite
 from serve_process import unused_port
-from test_cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
+from test_cli import PURELINK, TIMEOUT, Server, assert_one_line_error, read_line, run, serving
 from test_cli_keys import keys_file, line
 
 # --- names and defaults ---------------------------------------------------------------------
@@ -96,6 +96,13 @@ def test_help_lists_every_verb() -> None:
 def test_bench_knows_every_benchmark_of_the_suite_table() -> None:
     names = {"queue", "drain", "wakeups", "latency", "connections", "pool", "grace", "paths"}
     assert names | {"jetstream"} <= set(_bench_suite().BENCHMARKS)
+
+
+def tcp_of(srv: Server) -> str:
+    """The TCP address of a listener's ready line."""
+    found = re.search(r"tcp=(\S+)", srv.line)
+    assert found, srv.line
+    return found.group(1)
 
 
 # --- serve: the ready line and nothing else --------------------------------------------------
@@ -265,40 +272,44 @@ def test_a_wrong_address_is_one_line_exit_1(argv: list[str]) -> None:
 def test_what_another_listener_holds_is_one_line_exit_1(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with serving(data, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
-        udp = srv.udp
-        tcp = re.search(r"tcp=(\S+)", srv.line)
-        assert tcp
+        tcp = tcp_of(srv)
         other = ["--data", str(tmp_path / "other"), "--udp", "127.0.0.1:0"]
         cases = {
             "in use by another listener": ["--data", str(data), "--udp", "127.0.0.1:0"],
-            "cannot bind udp": [*other[:2], "--udp", udp],
-            "cannot bind tcp": [*other, "--tcp", tcp.group(1)],
-            "cannot serve --metrics": [*other, "--metrics", tcp.group(1)],
+            "cannot bind udp": [*other[:2], "--udp", srv.udp],
+            "cannot bind tcp": [*other, "--tcp", tcp],
+            "cannot serve --metrics": [*other, "--metrics", tcp],
         }
         for said, argv in cases.items():
             assert said in assert_one_line_error(run("serve", *argv), 1), argv
         assert srv.proc.poll() is None, "the first listener is not disturbed"
 
 
-def test_tail_of_a_listener_that_goes_away_is_one_line_exit_1(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def following(tmp_path: Path) -> Iterator[tuple[Server, subprocess.Popen[bytes]]]:
+    """A listener with one record on stream "s", and `tail --follow` of it that
+    has printed it (and waits for more)."""
     with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
-        tcp = re.search(r"tcp=(\S+)", srv.line)
-        assert tcp
         assert run("send", srv.url, "--stream", "s", stdin=b"one\n").returncode == 0
         tail = subprocess.Popen(
-            [*PURELINK, "tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--follow"],
+            [*PURELINK, "tail", f"tcp://{tcp_of(srv)}", "--stream", "s", "--follow"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         try:
             assert tail.stdout is not None
             assert read_line(tail.stdout.fileno(), TIMEOUT) == b"one\n"
-            assert srv.stop()[0] == 0
-            _, err = tail.communicate(timeout=TIMEOUT)
+            yield srv, tail
         finally:
             if tail.poll() is None:
                 tail.kill()
-                tail.communicate()
+            tail.communicate()
+
+
+def test_tail_of_a_listener_that_goes_away_is_one_line_exit_1(tmp_path: Path) -> None:
+    with following(tmp_path) as (srv, tail):
+        assert srv.stop()[0] == 0
+        _, err = tail.communicate(timeout=TIMEOUT)
     text = err.decode()
     assert tail.returncode == 1, text
     assert "Traceback" not in text
@@ -308,24 +319,9 @@ def test_tail_of_a_listener_that_goes_away_is_one_line_exit_1(tmp_path: Path) ->
 
 
 def test_ctrl_c_stops_tail_follow_quietly_with_130(tmp_path: Path) -> None:
-    with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
-        tcp = re.search(r"tcp=(\S+)", srv.line)
-        assert tcp
-        assert run("send", srv.url, "--stream", "s", stdin=b"one\n").returncode == 0
-        tail = subprocess.Popen(
-            [*PURELINK, "tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--follow"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            assert tail.stdout is not None
-            assert read_line(tail.stdout.fileno(), TIMEOUT) == b"one\n"  # running, waiting
-            tail.send_signal(signal.SIGINT)
-            _, err = tail.communicate(timeout=TIMEOUT)
-        finally:
-            if tail.poll() is None:
-                tail.kill()
-                tail.communicate()
+    with following(tmp_path) as (_, tail):
+        tail.send_signal(signal.SIGINT)
+        _, err = tail.communicate(timeout=TIMEOUT)
     assert (tail.returncode, err) == (130, b"")
 
 
@@ -394,9 +390,7 @@ def test_tail_with_a_secret_of_a_listener_without_one_says_so(tmp_path: Path) ->
     secret = tmp_path / "secret"
     secret.write_bytes(b"s" * 32)
     with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
-        tcp = re.search(r"tcp=(\S+)", srv.line)
-        assert tcp
-        argv = ["tail", f"tcp://{tcp.group(1)}", "--stream", "s", "--secret-file", str(secret)]
+        argv = ["tail", f"tcp://{tcp_of(srv)}", "--stream", "s", "--secret-file", str(secret)]
         line = assert_one_line_error(run(*argv), 1)
     assert "this listener has no secret" in line, line
 
