@@ -383,19 +383,14 @@ class LinkThread:
         transport.receive(heard)
         now = max(now, self._heard)
         self._path_too_big()
-        if (
-            (transport.refused or transport.foreign)
-            and not self._connected.is_set()
-            and len(self._targets) == 1
-        ):
+        if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
             # unreachable"), or another service does: say so now, not after the
             # handshake timeout
             self._error = ConnectError(
-                "connection refused"
-                if transport.refused
-                else "it answered what no purelink listener sends "
-                "(is it a purelink listener's port?)"
+                "it answered what no purelink listener sends (is it a purelink listener's port?)"
+                if transport.foreign
+                else "connection refused"
             )
             self._stop = True
             self._connected.set()

@@ -152,10 +152,10 @@ class Transport(Protocol):
     """The transport saw the session die; cleared by reset()."""
     refused: bool
     """The listener's host refused the last connection, or (UDP) answered with an
-    ICMP "port unreachable": ECONNREFUSED, nothing listens there."""
+    ICMP "port unreachable": ECONNREFUSED, nothing listens there; or `foreign`."""
     foreign: bool
     """(TCP) The peer's first bytes were no frame, and no frame ever came from
-    it: another service's port, not a listener's."""
+    it: another service's port, not a listener's (`refused` is set too)."""
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
@@ -425,7 +425,8 @@ class TcpTransport:
                 frames = feed(data)
             except ProtocolError:
                 self.dropped += 1
-                self.foreign = not self._framed
+                if not self._framed:  # another service: as good as a refusal
+                    self.refused = self.foreign = True
                 self._drop()
                 return
             if frames:
