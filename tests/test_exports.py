@@ -101,6 +101,7 @@ def test_connect_signature() -> None:
             "key_id": None,
             "on_stored": None,
             "congestion": "bbr",
+            "close_timeout": 30.0,
         },
         required=("stream",),
     )
@@ -110,7 +111,14 @@ def test_listener_signature() -> None:
     _check(
         purelink.Listener,
         positional=1,  # the store directory
-        named={"udp": "127.0.0.1:7400", "tcp": None, "sync": "batch", "secret": None},
+        named={
+            "udp": "127.0.0.1:7400",
+            "tcp": None,
+            "sync": "batch",
+            "secret": None,
+            "replicas": 3,  # for a nats:// cluster
+            "insecure": False,
+        },
     )
 
 
@@ -158,7 +166,14 @@ def test_subscribe_signature() -> None:  # docs/store.md
     _check(
         purelink.subscribe,
         positional=2,
-        named={"start": 1, "follow": True, "secret": None, "key_id": None},
+        named={
+            "start": 1,
+            "follow": True,
+            "secret": None,
+            "key_id": None,
+            "timeout": 10.0,
+            "reconnect": 0.0,
+        },
     )
 
 
@@ -170,8 +185,15 @@ def test_logging_and_metrics_are_modules_with_their_names() -> None:
     assert issubclass(purelink.logging.LinkHandler, logging.Handler)
     _check(
         purelink.logging.LinkHandler,
-        positional=2,  # url, stream
-        named={"producer": None, "secret": None, "key_id": None, "formatter": None},
+        positional=1,  # url
+        named={
+            "stream": "app-logs",
+            "producer": None,
+            "secret": None,
+            "key_id": None,
+            "formatter": None,
+            "timeout": 5.0,
+        },
         required=("capacity",),
     )
     assert callable(purelink.logging.decode)

@@ -9,9 +9,13 @@ for a bad argument (`UsageError`), never a traceback (the README's command line)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 __all__ = [
     "PROG",
@@ -20,6 +24,7 @@ __all__ = [
     "fail",
     "format_address",
     "read_secret",
+    "signals_to_pipe",
     "silence_stdout",
 ]
 
@@ -71,3 +76,35 @@ def silence_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+@contextlib.contextmanager
+def signals_to_pipe(*signums: int) -> Iterator[int]:
+    """While inside, each of `signums` becomes its number as a byte on a pipe;
+    yields the pipe's read end, for the main thread to sleep on (poll).
+
+    The byte is written by the interpreter's C-level handler
+    (`signal.set_wakeup_fd`), on whichever thread the kernel hands the signal
+    to: a Python handler runs only in the main thread, between bytecodes, so a
+    signal that landed on one of a listener's threads went unseen while the
+    main thread slept (`serve` did not stop).  Why not an Event set by a
+    handler: it may run while the main thread holds the Event's lock.  A pipe
+    write takes no lock, and a signal that arrives before the read leaves its
+    byte waiting, so none is lost.  A full pipe drops bytes: one is pending.
+    """
+
+    def ignore(signum: int, frame: FrameType | None) -> None:
+        """Nothing: the pipe has the number (a Python handler must be set, or the
+        default action runs and the wakeup fd is not written)."""
+
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the C handler never blocks
+    previous = {signum: signal.signal(signum, ignore) for signum in signums}
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    try:
+        yield read_end
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(read_end)
+        os.close(write_end)

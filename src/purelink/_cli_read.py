@@ -60,7 +60,11 @@ def add_tail_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
     p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
     p.add_argument(
-        "--timeout", type=seconds, default=10.0, metavar="SECONDS", help="connect timeout"
+        "--timeout",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="bounds each connect, and without --follow the wait for the first answer (10)",
     )
     p.add_argument(
         "--reconnect",

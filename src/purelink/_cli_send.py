@@ -204,7 +204,13 @@ def _open_input(path: str | None) -> IO[bytes]:
 
 
 def add_send_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", type=url_type, metavar="URL", help="udp://HOST:PORT or tcp://HOST:PORT")
+    p.add_argument(
+        "url",
+        type=url_type,
+        metavar="URL[,URL...]",
+        help="udp://HOST:PORT or tcp://HOST:PORT; several listeners, comma-separated, "
+        "are tried in order (failover)",
+    )
     p.add_argument("--stream", required=True, type=stream_type, metavar="S")
     p.add_argument(
         "--producer",

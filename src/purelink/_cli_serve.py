@@ -11,7 +11,6 @@ listener (flush, sync) and prints its counters as one JSON line on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import logging
@@ -19,12 +18,19 @@ import os
 import select
 import signal
 import sys
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import _address
 from ._cli_args import bind_address, data_dir, int_at_least, seconds
-from ._cli_common import PROG, UsageError, fail, format_address, read_secret, silence_stdout
+from ._cli_common import (
+    PROG,
+    UsageError,
+    fail,
+    format_address,
+    read_secret,
+    signals_to_pipe,
+    silence_stdout,
+)
 from ._limits import INTEGER_LIMITS
 
 if TYPE_CHECKING:
@@ -173,63 +179,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
 
-    # Signals are turned into a byte on a pipe that the main thread blocks on.
-    # Why not `threading.Event.set()` in the handler: a Python signal handler
-    # runs in the main thread between bytecodes, possibly while that thread
-    # holds the Event's (non-reentrant) lock inside `wait()` -- a deadlock.
-    # A pipe write takes no lock, and a signal that arrives before the read
-    # leaves its byte waiting, so no stop request is ever lost.
-    wake_r, wake_w = os.pipe()
     crashed: BaseException | None = None
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        with contextlib.suppress(OSError):  # full pipe: a stop is already pending
-            os.write(wake_w, bytes([signum & 0xFF]))
-
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
-    exporter = None
-    try:
-        listener.start()
-        if args.metrics is not None:  # up before the ready line, so it means both
-            exporter = metrics.MetricsServer(listener, args.metrics)
-            shown = format_address(exporter.address)
-            logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
+    # a signal becomes a byte on a pipe, whichever thread it lands on (_cli_common.py);
+    # signals during close are swallowed: close flushes and syncs, SIGKILL remains
+    # for the impatient, and the store recovers
+    with signals_to_pipe(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as wake_r:
+        exporter = None
         try:
-            parts = [f"{PROG} listening"]
-            if listener.udp_address is not None:
-                parts.append(f"udp={format_address(listener.udp_address)}")
-            if listener.tcp_address is not None:
-                parts.append(f"tcp={format_address(listener.tcp_address)}")
-            parts.append(f"data={args.data}")
-            print(" ".join(parts), flush=True)
-        except BrokenPipeError:
-            silence_stdout()  # nobody reads the ready line; keep serving
-        # blocks until SIGINT or SIGTERM, or until a thread of the listener died
-        # (a bug; it is logged): then stop, and exit 1 rather than stay up deaf
-        failure = listener._failure_fd()
-        waiting = select.poll()  # not select(): with many streams open, fds pass 1023
-        waiting.register(wake_r, select.POLLIN)
-        waiting.register(failure, select.POLLIN)
-        while True:
-            ready = waiting.poll()  # PEP 475 retries it on EINTR
-            if any(fd == failure for fd, _ in ready):
-                crashed = listener.error
-                break
-            signums = os.read(wake_r, 64)
-            if any(n != signal.SIGHUP for n in signums):
-                break
-            _reload(listener, args, keys is not None)
-    finally:
-        # Signals during close are swallowed by on_signal: close flushes and
-        # syncs; SIGKILL remains for the impatient, and the store recovers.
-        if exporter is not None:
-            exporter.close()
-        listener.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        os.close(wake_r)
-        os.close(wake_w)
+            listener.start()
+            if args.metrics is not None:  # up before the ready line, so it means both
+                exporter = metrics.MetricsServer(listener, args.metrics)
+                shown = format_address(exporter.address)
+                logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
+            try:
+                parts = [f"{PROG} listening"]
+                if listener.udp_address is not None:
+                    parts.append(f"udp={format_address(listener.udp_address)}")
+                if listener.tcp_address is not None:
+                    parts.append(f"tcp={format_address(listener.tcp_address)}")
+                parts.append(f"data={args.data}")
+                print(" ".join(parts), flush=True)
+            except BrokenPipeError:
+                silence_stdout()  # nobody reads the ready line; keep serving
+            # blocks until SIGINT or SIGTERM, or until a thread of the listener died
+            # (a bug; it is logged): then stop, and exit 1 rather than stay up deaf
+            failure = listener._failure_fd()
+            waiting = select.poll()  # not select(): with many streams open, fds pass 1023
+            waiting.register(wake_r, select.POLLIN)
+            waiting.register(failure, select.POLLIN)
+            while True:
+                ready = waiting.poll()  # PEP 475 retries it on EINTR
+                if any(fd == failure for fd, _ in ready):
+                    crashed = listener.error
+                    break
+                signums = os.read(wake_r, 64)
+                if any(n != signal.SIGHUP for n in signums):
+                    break
+                _reload(listener, args, keys is not None)
+        finally:
+            if exporter is not None:
+                exporter.close()
+            listener.close()
     stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
     sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
     if crashed is not None:

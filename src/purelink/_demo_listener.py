@@ -26,7 +26,6 @@ pipe in order.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -36,7 +35,8 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
+
+from ._cli_common import signals_to_pipe
 
 __all__ = ["main"]
 
@@ -49,16 +49,10 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr
     )
-    wake_r, wake_w = os.pipe()  # a signal becomes a byte here (see cli.py's serve)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        with contextlib.suppress(OSError):  # a full pipe: a stop is pending already
-            os.write(wake_w, b"!")
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    # a signal becomes a byte here, whichever thread it lands on (_cli_common.py)
     try:
-        return _serve(workdir, wake_r)
+        with signals_to_pipe(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as wake_r:
+            return _serve(workdir, wake_r)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -85,7 +85,7 @@ class Link(LinkThread):
         self._trying_since = 0.0
         self._sending_since = 0.0  # since when datagrams are in flight (0: none)
         self._heard = 0.0  # when the listener last sent anything
-        scheme, host, port = self._targets[0]
+        scheme = self._targets[0][0]  # the sender is configured for the first
         if congestion not in CONGESTION:
             raise ValueError(f"congestion must be one of {', '.join(CONGESTION)}")
         check_arguments(
@@ -117,10 +117,7 @@ class Link(LinkThread):
         # bytes sealing adds to each datagram (0 without a secret): the sender
         # inside sees, counts and sizes datagrams that much smaller
         self._sealing = datagram_size - self._sender.config.datagram_size
-        try:
-            self._transport: Transport = self._make_transport(scheme, host, port)
-        except OSError as exc:
-            raise ConnectError(f"cannot reach {url}: {exc}") from None
+        self._transport: Transport = self._first_transport(url)
         self._wakeup = Wakeup()
         self._parker = Parker()
         # the hand-off ring (_ring.py): its generations, and the newest's (slots, mask)
@@ -151,6 +148,23 @@ class Link(LinkThread):
         self._thread = threading.Thread(
             target=self._run, name=f"purelink-link-{stream}", daemon=True
         )
+
+    def _first_transport(self, url: str) -> Transport:
+        """The transport to the first of the URL's listeners that can be reached,
+        tried in order, as a failover later moves on (a TCP connection refused,
+        no route to a host: the next one); ConnectError if none can be."""
+        error: OSError | None = None
+        for at, (scheme, host, port) in enumerate(self._targets):
+            try:
+                transport = self._make_transport(scheme, host, port)
+            except OSError as exc:
+                if len(self._targets) > 1:
+                    log.info("link %s: cannot reach %s://%s:%d: %s", url, scheme, host, port, exc)
+                error = exc
+                continue
+            self._at = at
+            return transport
+        raise ConnectError(f"cannot reach {url}: {error}")
 
     # ------------------------------------------------------------ the API
     def queue(self, record: bytes, seq: int | None = None) -> int:

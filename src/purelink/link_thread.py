@@ -385,8 +385,13 @@ class LinkThread:
         self._path_too_big()
         if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
-            # unreachable"): say so now, not after the handshake timeout
-            self._error = ConnectError("connection refused")
+            # unreachable"), or another service does: say so now, not after the
+            # handshake timeout
+            self._error = ConnectError(
+                "it answered what no purelink listener sends (is it a purelink listener's port?)"
+                if transport.foreign
+                else "connection refused"
+            )
             self._stop = True
             self._connected.set()
             return now

@@ -141,7 +141,11 @@ class FileStorage:
                     return
                 self._asleep = True
                 if not pending and not self._stop:  # looked again after saying so
-                    os.eventfd_read(wake_fd)  # blocks; a stale count only wakes it once more
+                    # blocks; a stale count only wakes it once more.  A signal that
+                    # lands on this thread ends it with EINTR, which os.eventfd_read
+                    # does not retry (PEP 475 passed it by): look again, as after a wake
+                    with contextlib.suppress(InterruptedError):
+                        os.eventfd_read(wake_fd)
                 self._asleep = False
                 continue
             dirty: set[str] = set()

@@ -98,19 +98,20 @@ _FIELDS_SIZE = 100  # what the JSON adds to a held record's text: keys, time, na
 class LinkHandler(logging.Handler):
     """Ships each log record as one record on stream `stream` of the listener at `url`.
 
-    `url`, `stream`, `producer`, `secret`, `capacity` and `capacity_bytes` are
-    those of `purelink.connect`; `secret_file` reads the secret from a file (one
-    trailing newline dropped), for `logging.config.dictConfig`; `key_id` is
-    passed to connect.  `formatter` replaces the JSON format (JSONFormatter), as
-    `setFormatter` does, which `dictConfig`'s "formatter" key calls; such a
-    formatter runs in the thread that logs.  `timeout`: how long `close()` waits
+    `url`, `stream` ("app-logs" unless named), `producer`, `secret`, `capacity`
+    and `capacity_bytes` are those of `purelink.connect`; `secret_file` reads
+    the secret from a file (one trailing newline dropped), for
+    `logging.config.dictConfig`; `key_id` is passed to connect.  `formatter`
+    replaces the JSON format (JSONFormatter), as `setFormatter` does, which
+    `dictConfig`'s "formatter" key calls; such a formatter runs in the thread
+    that logs.  `timeout`: how long `close()` waits
     for everything to be stored.
     """
 
     def __init__(
         self,
         url: str,
-        stream: str,
+        stream: str = "app-logs",
         *,
         producer: str | None = None,
         secret: bytes | str | None = None,

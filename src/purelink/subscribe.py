@@ -10,7 +10,10 @@ protocol/tail.py; the listener's side is tail_server.py.
             ...
 
 `subscribe` connects and sends the request before it returns (so an
-unreachable listener raises `ConnectError` there); iterating receives.  With
+unreachable listener raises `ConnectError` there); iterating receives.  A
+peer that answers what no listener sends, or (with `follow=False`, which a
+listener answers at once) nothing within `timeout`, raises `ConnectError`
+there: another service's port, not a hang or a cryptic protocol error.  With
 `follow=True` (the default) the iteration waits for new records for ever;
 with `follow=False` it ends after the records stored when the listener got
 the request.  Errors while iterating are `purelink.Error`: the listener
@@ -64,6 +67,10 @@ RECEIVE_SIZE: Final = 256 << 10
 """Bytes asked for per receive: the only buffer a subscriber holds (plus one partial batch)."""
 BACKOFF_FIRST: Final = 0.05
 BACKOFF_MAX: Final = 2.0
+FOREIGN: Final = " (is it a purelink listener's TCP port?)"
+"""What an error says when the peer is silent to a request that does not
+follow (a listener answers it at once), or answers what no listener sends:
+most likely another service's port, or a listener's UDP port number."""
 OUTAGE_OVER: Final = 5.0
 """Seconds a resumed connection must live (if it delivers nothing) for its
 next break to count as a new outage, with the whole `reconnect` again (or
@@ -94,7 +101,8 @@ def subscribe(
 
     Raises ValueError for a bad URL, stream name, start or reconnect, and
     ConnectError if the listener cannot be reached within `timeout` seconds
-    (within `reconnect` seconds, if that is given).
+    (within `reconnect` seconds, if that is given); iterating raises it if the
+    peer is not a listener (the module header).
     """
     scheme, _, _ = _address.parse_url(url)
     if scheme != "tcp":
@@ -139,6 +147,7 @@ class Subscription:
         self._timeout = timeout
         self._reconnect = reconnect
         self._sock: socket.socket | None = None
+        self._fresh = False  # the connection has received nothing yet
         self._closed = threading.Event()
         # one outage, however many connections it takes: its deadline and backoff
         # last until a resumed connection delivers a record or lives OUTAGE_OVER
@@ -175,11 +184,14 @@ class Subscription:
             sock.settimeout(self._timeout)
             sock.connect(sockaddr)
             sock.sendall(request)
-            sock.settimeout(None)
+            # a listener answers a request that does not follow at once (records
+            # or END): only a follower's reply may be silent for long (FOREIGN)
+            sock.settimeout(None if self._follow else self._timeout)
         except OSError as exc:
             sock.close()
             raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
         self._sock = sock
+        self._fresh = True
         if self._closed.is_set():  # closed meanwhile, from another thread: its
             self.close()  # close() may have run before the store above; run it again
 
@@ -259,6 +271,7 @@ class Subscription:
         try:
             while (sock := self._sock) is not None:
                 decoder = self._decoder
+                first = self._fresh  # nothing received on this connection yet
                 try:
                     data = sock.recv(RECEIVE_SIZE)
                 except OSError as exc:
@@ -268,7 +281,16 @@ class Subscription:
                         continue
                     if self._closed.is_set():
                         return
+                    if isinstance(exc, TimeoutError):
+                        raise ConnectError(
+                            f"cannot subscribe at {self.url}: no answer within "
+                            f"{self._timeout:g} s{FOREIGN}"
+                        ) from None
                     raise Error(f"subscription to {self.stream!r} broke: {exc}") from None
+                if first:
+                    self._fresh = False
+                    if not self._follow:
+                        sock.settimeout(None)
                 if not data:
                     if decoder.ended or self._closed.is_set():
                         return
@@ -287,6 +309,11 @@ class Subscription:
                 except ProtocolError as exc:
                     if exc.reason == "refused":
                         raise Error(str(exc).removeprefix("refused: ")) from None
+                    if first and self._sealed is None and exc.reason != "bad_checksum":
+                        raise ConnectError(  # its first bytes: neither a batch nor a word
+                            f"cannot subscribe at {self.url}: it answered what no "
+                            f"purelink listener sends{FOREIGN}"
+                        ) from None
                     raise Error(f"subscription to {self.stream!r}: {exc}") from None
                 if records:
                     self._outage_deadline = 0.0  # delivering again: any outage is over

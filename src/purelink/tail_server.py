@@ -65,6 +65,7 @@ from .protocol.ratelimit import TokenBuckets
 from .protocol.tail import (
     END,
     ERROR,
+    FLAG_SEALED,
     PREAMBLE,
     Request,
     decode_request,
@@ -351,6 +352,11 @@ class TailServer:
         """The request, and with keys the exchange it opened (ProtocolError if bad)."""
         keys = self.keys
         if keys is None:
+            flags = len(PREAMBLE) + 8  # after the preamble and the start (protocol/tail.py)
+            if len(raw) > flags and raw[flags] & FLAG_SEALED:  # else: "bad_checksum"
+                raise ProtocolError(
+                    "unexpected_secret", "this listener has no secret: subscribe without one"
+                )
             return decode_request(raw), None
         from .protocol.tail_seal import open_sealed_request  # noqa: PLC0415 - with keys only
 

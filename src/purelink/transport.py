@@ -152,7 +152,10 @@ class Transport(Protocol):
     """The transport saw the session die; cleared by reset()."""
     refused: bool
     """The listener's host refused the last connection, or (UDP) answered with an
-    ICMP "port unreachable": ECONNREFUSED, nothing listens there."""
+    ICMP "port unreachable": ECONNREFUSED, nothing listens there; or `foreign`."""
+    foreign: bool
+    """(TCP) The peer's first bytes were no frame, and no frame ever came from
+    it: another service's port, not a listener's (`refused` is set too)."""
     too_large: list[int]
     """Sizes of datagrams the kernel refused as larger than the path (EMSGSIZE),
     since the link last emptied the list."""
@@ -199,6 +202,7 @@ class UdpTransport:
         self.send_errors = 0
         self.broken = False
         self.refused = False  # set by an ICMP "port unreachable" (ECONNREFUSED)
+        self.foreign = False  # datagrams that are not a listener's are dropped: no word
         self.path_too_big = 0
 
     def fileno(self) -> int:
@@ -327,6 +331,8 @@ class TcpTransport:
         self.send_errors = 0
         self.broken = False
         self.refused = False
+        self.foreign = False
+        self._framed = False  # a frame came, on any connection: a listener is there
         self.too_large: list[int] = []  # TCP has no MTU: always empty
         self.path_too_big = 0
         self.connects = 0
@@ -419,8 +425,12 @@ class TcpTransport:
                 frames = feed(data)
             except ProtocolError:
                 self.dropped += 1
+                if not self._framed:  # another service: as good as a refusal
+                    self.refused = self.foreign = True
                 self._drop()
                 return
+            if frames:
+                self._framed = True
             for frame in frames:
                 handle(frame)
             if len(data) < TCP_READ:
