@@ -141,7 +141,6 @@ def test_the_stream_leader_killed_under_a_link(cluster: NatsCluster) -> None:
     the stream holds; and the link's stall measured."""
     stream = "leader-killed"
     records = [b"L%06d" % i for i in range(25_000)]
-    writer(cluster, Told()).nats.close()  # a fresh cluster has its meta leader first
     with purelink.Listener(cluster.urls, udp="127.0.0.1:0", replicas=3) as lst:
         host, port = lst.udp_address  # type: ignore[misc]
         with purelink.connect(f"udp://{host}:{port}", stream=stream) as link:
