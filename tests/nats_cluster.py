@@ -19,6 +19,7 @@ would buy little.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -175,6 +176,16 @@ class NatsCluster:
             return str(exc)
         finally:
             w.nats.close()
+
+    def connections(self) -> set[tuple[int, int]]:
+        """The client connections open on the cluster: (node, connection id) each."""
+        found = set()
+        for k, p in enumerate(self.procs):
+            if p is not None:
+                url = f"http://127.0.0.1:{self.http_ports[k]}/connz?limit=100000"
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    found |= {(k, int(c["cid"])) for c in json.load(reply)["connections"]}
+        return found
 
     def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
         p = self.procs[i]

@@ -111,6 +111,17 @@ def test_after_the_last_and_unknown_streams_are_empty(
     assert subscribed(tcp(lst), "no-such-stream") == []
 
 
+def test_a_listener_serves_subscriptions_on_its_one_nats_connection(cluster: NatsCluster) -> None:
+    """The writer and the subscriptions share the listener's connection to the cluster."""
+    before = cluster.connections()
+    with listener(cluster.urls) as lst:
+        opened = cluster.connections() - before
+        ship(lst, "one-connection", [b"x"])
+        assert subscribed(tcp(lst), "one-connection") == [(1, b"x")]
+        assert len(opened) == 1, opened
+        assert opened <= cluster.connections()  # still that one, open
+
+
 def test_a_reader_on_listener_b_reads_what_listener_a_wrote(cluster: NatsCluster) -> None:
     records = records_of(3000, "ab")
     with listener(cluster.urls) as a, listener(cluster.urls) as b:
