@@ -62,6 +62,22 @@ def subscribed(url: str, stream: str, start: int = 1) -> list[tuple[int, bytes]]
         return list(sub)
 
 
+def reading(
+    sub: Iterator[tuple[int, bytes]], got: list[tuple[int, bytes]], n: int
+) -> threading.Thread:
+    """A thread, started, that appends what `sub` yields to `got` until it holds `n`."""
+
+    def read() -> None:
+        for item in sub:
+            got.append(item)
+            if len(got) == n:
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return reader
+
+
 def no_subscribers(lst: purelink.Listener, within: float = 5.0) -> bool:
     """Whether the listener serves no subscriber, within `within` seconds (a slot is
     freed just after the subscriber got its last byte)."""
@@ -139,14 +155,7 @@ def test_a_follower_gets_each_record_once_in_order_while_a_link_ships(cluster: N
     with listener(cluster.urls) as a, listener(cluster.urls) as b:
         sub = purelink.subscribe(tcp(b), "follow", follow=True)
 
-        def read() -> None:
-            for item in sub:
-                got.append(item)
-                if len(got) == n:
-                    return
-
-        reader = threading.Thread(target=read)
-        reader.start()
+        reader = reading(sub, got, n)
         with purelink.connect(udp(a), stream="follow") as link:
             for r in records:
                 link.queue(r)
@@ -388,15 +397,7 @@ def test_a_follower_rides_through_the_death_of_its_consumers_server(cluster: Nat
         victim = int(node.removeprefix("n")) - 1
         cluster.kill(victim)
         try:
-
-            def read() -> None:
-                for item in sub:
-                    got.append(item)
-                    if len(got) == n:
-                        return
-
-            reader = threading.Thread(target=read)
-            reader.start()
+            reader = reading(sub, got, n)
             for r in records[1000:]:
                 link.queue(r)
             assert link.wait_stored(timeout=TIMEOUT)
