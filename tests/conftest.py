@@ -37,10 +37,20 @@ def _purelink_threads_raise_nothing(request: pytest.FixtureRequest) -> Iterator[
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A 3-node JetStream cluster of real nats-server processes, one per test module
-    that asks for it (tests/nats_cluster.py)."""
+    that asks for it (tests/nats_cluster.py), ready when it is handed out."""
     c = NatsCluster(tmp_path_factory.mktemp("nats"))
-    c.start()
     try:
+        c.start()
+        c.wait_ready()
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(autouse=True)
+def _cluster_ready_before_each_test(request: pytest.FixtureRequest) -> None:
+    """A test that killed, paused or restarted nodes leaves the cluster catching
+    up; the next test of the module starts once it is whole again, whatever
+    ran before it (at once when nothing did)."""
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").wait_ready()

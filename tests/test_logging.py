@@ -28,7 +28,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,57 @@ def _logger() -> logging.Logger:
     return log
 
 
+def _logged_to(url: str, stream: str, **handler: Any) -> tuple[logging.Logger, LinkHandler]:
+    """A fresh logger (_logger) whose one handler is LinkHandler(url, stream, **handler)."""
+    log = _logger()
+    link_handler = LinkHandler(url, stream, **handler)
+    log.addHandler(link_handler)
+    return log, link_handler
+
+
 def _records(data: Path, stream: str) -> list[dict[str, Any]]:
     return [decode(payload) for _, payload in purelink.Store(data).read(stream)]
+
+
+def _stored(handler: LinkHandler, timeout: float, data: Path, stream: str) -> list[dict[str, Any]]:
+    """Once the handler says all it took is stored (within `timeout` seconds): the
+    handler closed, and the records of `stream` in `data`."""
+    assert handler.wait_stored(timeout)
+    handler.close()
+    return _records(data, stream)
+
+
+def _in_threads(n: int, work: Callable[[int], None]) -> None:
+    """work(0) ... work(n - 1), each on a thread of its own, let go at once; joined."""
+    start = threading.Barrier(n)
+
+    def run(t: int) -> None:
+        start.wait()
+        work(t)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _each_threads_numbers(records: list[dict[str, Any]], n: int) -> list[list[int]]:
+    """Of records logged as "T I" with extra t=T by threads 0 ... n - 1: each
+    thread's numbers I, in the order stored."""
+    seen: list[list[int]] = [[] for _ in range(n)]
+    for record in records:
+        t, i = map(int, record["message"].split())
+        assert record["t"] == t
+        seen[t].append(i)
+    return seen
+
+
+def _python(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """`python -c SCRIPT ARGS...` with this interpreter and this sys.path, output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", *args], capture_output=True, check=False, timeout=60, env=_env()
+    )
 
 
 def _free_udp_port() -> int:
@@ -79,18 +128,14 @@ def _env() -> dict[str, str]:
 def test_a_record_is_a_json_object_with_extra_fields_and_the_exception(
     listener: purelink.Listener,
 ) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "app-logs")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "app-logs")
     log.info("paid %s", "order-7", extra={"order": 7, "user": {"id": 3}, "when": object()})
     try:
         raise KeyError("missing")
     except KeyError:
         log.exception("lookup failed", extra={"time": "an extra named like a fixed key"})
     log.warning("with a stack", stack_info=True)
-    assert handler.wait_stored(10)
-    handler.close()
-    first, second, third = _records(listener.path, "app-logs")
+    first, second, third = _stored(handler, 10, listener.path, "app-logs")
     assert first["message"] == "paid order-7"
     assert first["level"] == "INFO"
     assert first["logger"] == log.name
@@ -127,41 +172,26 @@ def test_values_json_cannot_take_are_made_strings(listener: purelink.Listener) -
 def test_four_threads_lose_nothing_and_keep_each_threads_order(
     listener: purelink.Listener,
 ) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "threads")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "threads")
     per_thread = 2_000
-    start = threading.Barrier(4)
 
     def work(t: int) -> None:
-        start.wait()
         for i in range(per_thread):
             log.info("%d %d", t, i, extra={"t": t})
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert handler.wait_stored(30)
-    handler.close()
-    records = _records(listener.path, "threads")
+    _in_threads(4, work)
+    records = _stored(handler, 30, listener.path, "threads")
     assert len(records) == 4 * per_thread
-    seen: dict[int, list[int]] = {t: [] for t in range(4)}
-    for record in records:
-        t, i = map(int, record["message"].split())
-        assert record["t"] == t
-        seen[t].append(i)
-    assert all(order == list(range(per_thread)) for order in seen.values())
+    assert _each_threads_numbers(records, 4) == [list(range(per_thread))] * 4
     assert handler.dropped == 0
 
 
 def test_with_the_listener_down_calls_stay_fast_and_drops_are_counted(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    log = _logger()
-    handler = LinkHandler(f"udp://127.0.0.1:{_free_udp_port()}", "down", capacity=100, timeout=0.5)
-    log.addHandler(handler)
+    log, handler = _logged_to(
+        f"udp://127.0.0.1:{_free_udp_port()}", "down", capacity=100, timeout=0.5
+    )
     started = time.perf_counter()
     for i in range(1_000):
         log.info("record %d", i)
@@ -181,18 +211,14 @@ def test_with_the_listener_down_calls_stay_fast_and_drops_are_counted(
 
 def test_records_logged_before_the_listener_is_up_are_stored_in_order(tmp_path: Path) -> None:
     port = _free_udp_port()
-    log = _logger()
-    handler = LinkHandler(f"udp://127.0.0.1:{port}", "late", timeout=20)
-    log.addHandler(handler)
+    log, handler = _logged_to(f"udp://127.0.0.1:{port}", "late", timeout=20)
     for i in range(300):
         log.info("early %d", i)
     assert handler.link is None
     with ServeProcess(tmp_path / "data", port=port):
         for i in range(300):
             log.info("later %d", i)
-        assert handler.wait_stored(30)
-        handler.close()
-        messages = [r["message"] for r in _records(tmp_path / "data", "late")]
+        messages = [r["message"] for r in _stored(handler, 30, tmp_path / "data", "late")]
     expected = [f"early {i}" for i in range(300)] + [f"later {i}" for i in range(300)]
     assert messages == expected
     assert handler.dropped == 0
@@ -201,9 +227,7 @@ def test_records_logged_before_the_listener_is_up_are_stored_in_order(tmp_path: 
 def test_nothing_is_lost_across_a_listener_restart(tmp_path: Path) -> None:
     serve = ServeProcess(tmp_path / "data").start()
     try:
-        log = _logger()
-        handler = LinkHandler(serve.url, "restart", timeout=20)
-        log.addHandler(handler)
+        log, handler = _logged_to(serve.url, "restart", timeout=20)
         for i in range(500):
             log.info("before %d", i)
         assert handler.wait_stored(20)
@@ -214,9 +238,7 @@ def test_nothing_is_lost_across_a_listener_restart(tmp_path: Path) -> None:
         serve.restart()
         for i in range(500):
             log.info("after %d", i)
-        assert handler.wait_stored(30)
-        handler.close()
-        messages = [r["message"] for r in _records(tmp_path / "data", "restart")]
+        messages = [r["message"] for r in _stored(handler, 30, tmp_path / "data", "restart")]
     finally:
         if serve.proc is not None:
             serve.stop()
@@ -239,13 +261,7 @@ for i in range(2000):
 
 def test_records_are_stored_at_interpreter_exit_without_close(tmp_path: Path) -> None:
     with ServeProcess(tmp_path / "data") as serve:
-        done = subprocess.run(
-            [sys.executable, "-c", EXITING, serve.url, "20"],
-            capture_output=True,
-            check=False,
-            timeout=60,
-            env=_env(),
-        )
+        done = _python(EXITING, serve.url, "20")
         assert done.returncode == 0, done.stderr
         messages = [r["message"] for r in _records(tmp_path / "data", "exit")]
     assert messages == [f"record {i}" for i in range(2000)]
@@ -254,13 +270,7 @@ def test_records_are_stored_at_interpreter_exit_without_close(tmp_path: Path) ->
 
 def test_exit_with_the_listener_down_waits_only_the_timeout() -> None:
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", EXITING, f"udp://127.0.0.1:{_free_udp_port()}", "1"],
-        capture_output=True,
-        check=False,
-        timeout=60,
-        env=_env(),
-    )
+    done = _python(EXITING, f"udp://127.0.0.1:{_free_udp_port()}", "1")
     assert done.returncode == 0
     assert time.monotonic() - started < 15
     err = done.stderr.decode()
@@ -327,9 +337,7 @@ def test_json_formatter_works_on_any_handler() -> None:
 
 
 def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "cli")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "cli")
     log.info("one", extra={"n": 1})
     log.info("two", extra={"n": 2})
     assert handler.wait_stored(10)
@@ -349,9 +357,7 @@ def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) 
 
 
 def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "structlog")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "structlog")
     structlog.configure(
         processors=[structlog.stdlib.add_log_level, structlog.stdlib.render_to_log_kwargs],
         logger_factory=lambda *args: log,
@@ -362,9 +368,7 @@ def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
         structlog.get_logger().bind(request="r-1").info("paid", order=7)
     finally:
         structlog.reset_defaults()
-    assert handler.wait_stored(10)
-    handler.close()
-    (record,) = _records(listener.path, "structlog")
+    (record,) = _stored(handler, 10, listener.path, "structlog")
     assert record["message"] == "paid"
     assert (record["order"], record["request"], record["level"]) == (7, "r-1", "INFO")
 
@@ -411,13 +415,9 @@ def test_secret_file(tmp_path: Path) -> None:
     secret = b"s" * 32
     (tmp_path / "secret").write_bytes(secret + b"\n")
     with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0", secret=secret) as lst:
-        log = _logger()
-        handler = LinkHandler(_url(lst), "secret", secret_file=tmp_path / "secret")
-        log.addHandler(handler)
+        log, handler = _logged_to(_url(lst), "secret", secret_file=tmp_path / "secret")
         log.info("authenticated")
-        assert handler.wait_stored(10)
-        handler.close()
-        assert [r["message"] for r in _records(lst.path, "secret")] == ["authenticated"]
+        assert [r["message"] for r in _stored(handler, 10, lst.path, "secret")] == ["authenticated"]
 
 
 def test_decode_refuses_what_is_not_a_record() -> None:
@@ -449,13 +449,7 @@ if pid:
 )
 def test_a_forked_child_connects_on_its_own(tmp_path: Path) -> None:
     with ServeProcess(tmp_path / "data") as serve:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(FORKING), serve.url],
-            capture_output=True,
-            check=False,
-            timeout=60,
-            env=_env(),
-        )
+        done = _python(textwrap.dedent(FORKING), serve.url)
         assert done.returncode == 0, done.stderr
         messages = sorted(r["message"] for r in _records(tmp_path / "data", "fork"))
     assert messages == ["child", "parent after fork", "parent before fork"]
@@ -467,14 +461,10 @@ def test_each_threads_order_holds_across_records_encoded_here_and_on_the_thread(
 ) -> None:
     """Plain records are encoded by the handler's thread, those with an exception
     or a mutable extra= value in the caller's: both go through one FIFO."""
-    log = _logger()
-    handler = LinkHandler(_url(listener), "mixed")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "mixed")
     per_thread = 600
-    start = threading.Barrier(4)
 
     def work(t: int) -> None:
-        start.wait()
         for i in range(per_thread):
             if i % 3 == 0:
                 log.info("%d %d", t, i, extra={"t": t})  # captured, encoded later
@@ -486,30 +476,20 @@ def test_each_threads_order_holds_across_records_encoded_here_and_on_the_thread(
                 except ValueError:
                     log.exception("%d %d", t, i, extra={"t": t})  # encoded here
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert handler.wait_stored(30)
-    handler.close()
-    seen: dict[int, list[int]] = {t: [] for t in range(4)}
-    for record in _records(listener.path, "mixed"):
-        t, i = map(int, record["message"].split())
-        assert record["t"] == t
+    _in_threads(4, work)
+    records = _stored(handler, 30, listener.path, "mixed")
+    assert _each_threads_numbers(records, 4) == [list(range(per_thread))] * 4
+    for record in records:
+        i = int(record["message"].split()[1])
         assert ("tags" in record) == (i % 3 == 1)
         assert ("exception" in record) == (i % 3 == 2)
-        seen[t].append(i)
-    assert all(order == list(range(per_thread)) for order in seen.values())
     assert handler.dropped == 0
 
 
 def test_close_right_after_logging_stores_exactly_what_was_logged(
     listener: purelink.Listener,
 ) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "closing", timeout=30)
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "closing", timeout=30)
     while handler.link is None:  # the calls below all go through the hand-off
         assert handler.wait_stored(10)
     for i in range(5_000):
@@ -523,9 +503,7 @@ def test_close_right_after_logging_stores_exactly_what_was_logged(
 def test_records_logged_while_close_runs_are_stored_or_counted_never_lost(
     listener: purelink.Listener,
 ) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "racing", timeout=30)
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "racing", timeout=30)
     assert handler.wait_stored(10)
     logged = [0, 0]
     started = [threading.Event(), threading.Event()]
@@ -563,9 +541,7 @@ def test_the_message_and_extra_values_are_those_of_the_call(tmp_path: Path) -> N
     """Encoded after the mutations below (nothing is taken from the hand-off until
     the listener is up): the stored record still shows the call's values."""
     port = _free_udp_port()
-    log = _logger()
-    handler = LinkHandler(f"udp://127.0.0.1:{port}", "frozen", timeout=20)
-    log.addHandler(handler)
+    log, handler = _logged_to(f"udp://127.0.0.1:{port}", "frozen", timeout=20)
     items = ["a"]
     user = {"id": 1}
     seen_records: list[logging.LogRecord] = []
@@ -585,9 +561,7 @@ def test_the_message_and_extra_values_are_those_of_the_call(tmp_path: Path) -> N
         record.n = 99
     assert handler.link is None
     with purelink.Listener(tmp_path / "data", udp=f"127.0.0.1:{port}"):
-        assert handler.wait_stored(30)
-        handler.close()
-        first, second = _records(tmp_path / "data", "frozen")
+        first, second = _stored(handler, 30, tmp_path / "data", "frozen")
     assert (first["message"], first["n"]) == ("items ['a']", 1)
     assert (second["message"], second["user"]) == ("user 1", {"id": 1})
 
@@ -595,9 +569,7 @@ def test_the_message_and_extra_values_are_those_of_the_call(tmp_path: Path) -> N
 def test_a_full_hand_off_drops_and_counts_then_the_rest_is_stored(
     listener: purelink.Listener, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "full", capacity=100, timeout=20)
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "full", capacity=100, timeout=20)
     assert handler.wait_stored(10)
     entered, release = threading.Event(), threading.Event()
     send = handler._send
@@ -625,9 +597,7 @@ def test_a_full_hand_off_drops_and_counts_then_the_rest_is_stored(
 
 
 def test_flush_puts_everything_on_the_link(listener: purelink.Listener) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "flush")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "flush")
     assert handler.wait_stored(10)
     for i in range(2_000):
         log.info("record %d", i)
@@ -640,9 +610,7 @@ def test_flush_puts_everything_on_the_link(listener: purelink.Listener) -> None:
 
 
 def test_a_log_call_takes_no_lock_of_the_handler(listener: purelink.Listener) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "unlocked")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "unlocked")
     held, done = threading.Event(), threading.Event()
 
     def hold_lock() -> None:
@@ -661,9 +629,7 @@ def test_a_log_call_takes_no_lock_of_the_handler(listener: purelink.Listener) ->
     holder.join()
     caller.join()
     assert not blocked, "a log call waited for the handler's lock"
-    assert handler.wait_stored(10)
-    handler.close()
-    assert len(_records(listener.path, "unlocked")) == 100
+    assert len(_stored(handler, 10, listener.path, "unlocked")) == 100
 
 
 def test_import_star_does_not_shadow_the_standard_logging_module() -> None:
@@ -688,9 +654,7 @@ def test_import_star_does_not_shadow_the_standard_logging_module() -> None:
 
 
 def test_the_handlers_filters_still_run(listener: purelink.Listener) -> None:
-    log = _logger()
-    handler = LinkHandler(_url(listener), "filtered")
-    log.addHandler(handler)
+    log, handler = _logged_to(_url(listener), "filtered")
 
     def only_even(record: logging.LogRecord) -> bool:
         record.checked = True  # a filter may add a field: it is an extra= field then
@@ -699,9 +663,7 @@ def test_the_handlers_filters_still_run(listener: purelink.Listener) -> None:
     handler.addFilter(only_even)
     for i in range(10):
         log.info("record %d", i)
-    assert handler.wait_stored(10)
-    handler.close()
-    records = _records(listener.path, "filtered")
+    records = _stored(handler, 10, listener.path, "filtered")
     assert [r["message"] for r in records] == [f"record {i}" for i in range(0, 10, 2)]
     assert all(r["checked"] is True for r in records)
 
@@ -724,13 +686,7 @@ def test_a_record_that_wakes_the_handlers_thread_at_exit_is_stored(tmp_path: Pat
     """logging.shutdown() runs after weakref's exit hook: the thread's wakeup must
     still be open then."""
     with ServeProcess(tmp_path / "data") as serve:
-        done = subprocess.run(
-            [sys.executable, "-c", SLEEPING_AT_EXIT, serve.url],
-            capture_output=True,
-            check=False,
-            timeout=60,
-            env=_env(),
-        )
+        done = _python(SLEEPING_AT_EXIT, serve.url)
         assert done.returncode == 0, done.stderr
         messages = [r["message"] for r in _records(tmp_path / "data", "asleep")]
     assert messages == ["first", "second"]

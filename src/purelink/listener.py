@@ -277,7 +277,7 @@ class Listener:
         assert self._jetstream_url is not None
         from .tail_jetstream import JetStreamTailSource  # noqa: PLC0415 -- nats-py, on use
 
-        return JetStreamTailSource(self._jetstream_url)
+        return JetStreamTailSource(self.jetstream.nats)  # one connection serves both
 
     @property
     def jetstream(self) -> JetStreamStorage:
@@ -304,6 +304,8 @@ class Listener:
             self._release()  # whatever happened, the files, sockets and lock are let go
 
     def _release(self) -> None:
+        if self._tail is not None:  # before the JetStream connection its subscribers read on
+            self._tail.close()
         if self._jetstream is not None:  # first: its thread writes to the eventfd below
             self._jetstream.close()
         for fd in (self._wake_fd, self._synced_fd, self._failure_r, self._failure_w):
@@ -316,8 +318,6 @@ class Listener:
             self._sock = None
         if self._tcp is not None:
             self._tcp.close()
-        if self._tail is not None:
-            self._tail.close()
         if self._data is not None:
             self._data.close()
             self._data = None

@@ -83,6 +83,13 @@ class JetStreamStorage:
             raise
 
     @property
+    def nats(self) -> NatsThread:
+        """The listener's one connection to the cluster: the writer publishes on it and
+        subscriptions (tail_jetstream.py) read through it."""
+        assert self._nats is not None, "not started"
+        return self._nats
+
+    @property
     def writer(self) -> JetStreamWriter:
         assert self._writer is not None, "not started"
         return self._writer

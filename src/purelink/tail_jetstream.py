@@ -20,7 +20,8 @@ subscriber therefore never sees a record before it is stored.
 cluster for more and is made again should its server die), starting at the
 message that holds the start position (found by binary search,
 store/jetstream/reader.py).  One fetch of at most `BATCH` messages is in
-flight at a time, on the source's own NATS connection; its completion
+flight at a time, on the listener's NATS connection (the one its writer
+publishes on: one connection a listener); its completion
 unparks the subscriber's thread, which asks for the next ones and sends
 what came meanwhile.  A slow subscriber holds at most two fetches: 2 x
 `BATCH` messages of at most 1 MiB.  Positions are checked to follow on: a
@@ -36,7 +37,7 @@ from typing import Final
 
 from .errors import Error
 from .primitives.parker import Parker
-from .store.jetstream.client import say
+from .store.jetstream.client import NatsThread, say
 from .store.jetstream.feed import Feed, Message
 from .store.jetstream.layout import (
     BatchHeaders,
@@ -55,10 +56,12 @@ BATCH: Final = 4
 
 
 class JetStreamTailSource:
-    """The purelink streams of the JetStream cluster at `url`, as subscriptions read them."""
+    """The purelink streams of the JetStream cluster that `nats` is connected to, as
+    subscriptions read them.  The connection is the listener's: it closes it,
+    after this source."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
-        self.store = JetStreamStore(url, timeout=timeout)
+    def __init__(self, nats: NatsThread) -> None:
+        self.store = JetStreamStore(nats.url, nats=nats)
         self._lock = threading.Lock()
         self._readers: set[_JetStreamReader] = set()
 

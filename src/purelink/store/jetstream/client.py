@@ -7,12 +7,17 @@ URL, reconnecting for ever after a server dies), and lets other threads run
 coroutines on it: `call` waits for the answer with a bound, `submit` hands
 back a future.  Errors become `purelink.Error` with one line of text, never
 a traceback from the client's own logger.
+
+Connecting fails at once when every server of the URL refuses the
+connection (nothing listens on any of those ports), as a `tcp://` link does;
+only servers that answer nothing at all are waited for, up to `timeout`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Coroutine
@@ -52,11 +57,16 @@ class NatsThread:
         self._thread.start()
         self.disconnected = 0
         self.reconnected = 0
+        first_try = _FirstTry(len(self.servers))
+        client = nats.NATS()
 
         async def error_cb(exc: Exception) -> None:
+            first_try.failed(exc)
             log.debug("nats: %s: %s", type(exc).__name__, exc)
 
         async def disconnected_cb() -> None:
+            if not first_try.connected:
+                return  # the first connect given up, closed: nothing was connected
             self.disconnected += 1
             log.info("nats: disconnected from %s", url)
 
@@ -65,10 +75,25 @@ class NatsThread:
             log.info("nats: reconnected to %s", url)
 
         async def connect() -> Any:
-            return await asyncio.wait_for(connect_once(), timeout)
+            connecting = asyncio.ensure_future(connect_once())
+            refused = asyncio.ensure_future(first_try.all_refused.wait())
+            await asyncio.wait(
+                {connecting, refused}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            refused.cancel()
+            if connecting.done():
+                first_try.over()
+                return connecting.result()
+            connecting.cancel()
+            await asyncio.gather(connecting, refused, return_exceptions=True)
+            with contextlib.suppress(Exception):  # a socket to a silent server, opened
+                await asyncio.wait_for(client.close(), 1.0)
+            if first_try.all_refused.is_set():
+                raise ConnectionRefusedError
+            raise TimeoutError
 
         async def connect_once() -> Any:
-            return await nats.connect(
+            await client.connect(
                 servers=self.servers,
                 connect_timeout=min(timeout, 2.0),
                 allow_reconnect=True,
@@ -79,6 +104,7 @@ class NatsThread:
                 reconnected_cb=reconnected_cb,
                 pending_size=64 << 20,
             )
+            return client
 
         try:
             self.nc = self.call(connect(), timeout=timeout + 5.0)
@@ -86,6 +112,11 @@ class NatsThread:
             self._stop_loop()
             raise ConnectError(
                 f"cannot reach NATS at {url}: no server answered within {timeout:g} s"
+            ) from None
+        except ConnectionRefusedError:
+            self._stop_loop()
+            raise ConnectError(
+                f"cannot reach NATS at {url}: connection refused by every server"
             ) from None
         except Exception as exc:
             self._stop_loop()
@@ -134,6 +165,38 @@ class NatsThread:
         self._thread.join(5)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+class _FirstTry:
+    """Whether the first connect found nothing listening on any server.
+
+    The client tries the servers of its pool in turn (each once before any
+    again) and reports each failure to `error_cb`; `all_refused` is set once
+    the first `servers` failures were all refusals.  Any other failure (no
+    answer, a server that hung up) leaves the wait to the timeout."""
+
+    def __init__(self, servers: int) -> None:
+        self.servers = servers
+        self.refusals = 0
+        self.deciding = True
+        self.connected = False
+        self.all_refused = asyncio.Event()
+
+    def failed(self, exc: Exception) -> None:
+        if not self.deciding:
+            return
+        if not isinstance(exc, ConnectionRefusedError):
+            self.deciding = False
+            return
+        self.refusals += 1
+        if self.refusals >= self.servers:
+            self.deciding = False
+            self.all_refused.set()
+
+    def over(self) -> None:
+        """Connected: later failures are the reconnects' own."""
+        self.deciding = False
+        self.connected = True
 
 
 def _say(exc: BaseException) -> str:

@@ -91,9 +91,12 @@ def _length_at(view: memoryview, offset: int) -> int:
 class JetStreamStore:
     """Streams kept in the JetStream cluster at `url` (`nats://h1:4222,...`)."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 5.0, nats: NatsThread | None = None) -> None:
+        """Connects to `url`, or reads over `nats`, a connection someone else
+        owns and closes (a listener's, whose subscriptions read through it)."""
         self.url = url
-        self._nats = NatsThread(url, timeout=timeout)
+        self._owned = nats is None
+        self._nats = NatsThread(url, timeout=timeout) if nats is None else nats
         self._js: Any = self._nats.js
 
     def __repr__(self) -> str:
@@ -109,7 +112,8 @@ class JetStreamStore:
         return self._nats.submit(coro)
 
     def close(self) -> None:
-        self._nats.close()
+        if self._owned:
+            self._nats.close()
 
     def __enter__(self) -> JetStreamStore:
         return self
