@@ -219,6 +219,24 @@ async def _until_ready(urls: str, replicas: int, timeout: float) -> None:
         await nc.close()
 
 
+async def _warm_up(js: Any, subject: str, timeout: float = 20.0) -> None:
+    """Publish WARM_UP until the new stream answers: its Raft group may not have
+    elected a leader yet when add_stream returns, and then a publish gets "no
+    response from stream" at once, and nothing is stored (not timed: the run
+    starts after it)."""
+    from nats.js.errors import NoStreamResponseError  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await js.publish(subject, WARM_UP)
+            return
+        except NoStreamResponseError:  # nothing stored: no stream leader answered
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
 async def _direct(urls: str, replicas: int, records: list[bytes], run: int, wait: bool) -> float:
     """Publish every record into a fresh R`replicas` stream; seconds from the
     first publish to the last PubAck.  `wait`: each publish awaited in turn."""
@@ -234,7 +252,7 @@ async def _direct(urls: str, replicas: int, records: list[bytes], run: int, wait
         )
         await js.add_stream(config)
         try:
-            await js.publish(subject, WARM_UP)  # the stream's Raft group has a leader
+            await _warm_up(js, subject)  # the stream's Raft group has a leader
             started = time.perf_counter()
             if wait:
                 publish = js.publish

@@ -7,6 +7,8 @@ no clock but the numbers given.
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 
 from purelink.protocol import wire
@@ -72,7 +74,9 @@ def test_newreno_undoes_a_reduction_once_all_its_losses_prove_spurious() -> None
 
 
 # ------------------------------------------------------------------- BBR
-DELIVERED: dict[int, int] = {}  # bytes fed to each controller so far
+# bytes fed to each controller so far (weak: an id() would be reused by a
+# later test's controller once this one is freed, and start it mid-stream)
+DELIVERED: weakref.WeakKeyDictionary[Bbr, int] = weakref.WeakKeyDictionary()
 
 
 def feed_bbr(
@@ -81,7 +85,7 @@ def feed_bbr(
     """Answers of a path that delivers `rate` B/s with `rtt`, one round per rtt
     (with `in_flight` bytes in flight; default one bdp)."""
     in_flight = in_flight or int(rate * rtt)
-    delivered = DELIVERED.get(id(cc), 0)
+    delivered = DELIVERED.get(cc, 0)
     for _ in range(rounds):
         for _ in range(4):
             now += rtt / 4
@@ -97,7 +101,7 @@ def feed_bbr(
                 ),
                 now,
             )  # fmt: skip
-    DELIVERED[id(cc)] = delivered
+    DELIVERED[cc] = delivered
     return now
 
 
