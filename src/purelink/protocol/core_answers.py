@@ -27,13 +27,18 @@ sessions that waited for their producer's records to be durable.
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
 from . import wire
 from .core_parts import Address
 from .core_sessions import CoreSessions
 from .core_state import _Conn
 
-__all__ = ["CoreAnswers"]
+__all__ = ["QUICK_ANSWERS", "CoreAnswers"]
+
+QUICK_ANSWERS: Final = 16
+"""The first answers of a datagram session are never held: while the link's
+window opens, each answer lets it grow (as TCP's quick-ack mode does)."""
 
 
 class CoreAnswers(CoreSessions):
@@ -61,7 +66,7 @@ class CoreAnswers(CoreSessions):
                     producer.stored = last_seq
                     conn = producer.conn
                     if isinstance(conn, _Conn) and conn.accepted:
-                        self._want_ack(conn)
+                        self._want_ack(conn, True)
                     elif producer in self._closed_unsynced:
                         self._forget_closed(producer)
         waiting = self._accept_waiting.get(stream)
@@ -84,7 +89,10 @@ class CoreAnswers(CoreSessions):
         self._hold_until = 0.0
         if self._ack_due:
             key = self._key
-            hold = self.config.ack_hold
+            config = self.config
+            hold = config.ack_hold
+            every = config.ack_every
+            delay = config.max_ack_delay
             held: set[int] = set()
             hold_until = 0.0
             sent = 0
@@ -93,9 +101,15 @@ class CoreAnswers(CoreSessions):
                 if conn is None or not conn.accepted:
                     continue
                 p = conn.producer
-                if conn.proven and p.stored < p.received and hold > 0:
-                    until = conn.hold_until or now + hold
-                    if now < until:  # the sync's ACK will say "received" and "stored"
+                if conn.proven:
+                    wait = hold if p.stored < p.received else 0.0
+                elif conn.urgent or conn.unanswered >= every or conn.answers < QUICK_ANSWERS:
+                    wait = 0.0
+                else:  # the next datagram's answer will say this one's news too
+                    wait = delay
+                if wait > 0:
+                    until = conn.hold_until or now + wait
+                    if now < until:
                         conn.hold_until = until
                         held.add(conn_id)
                         if not hold_until or until < hold_until:
@@ -103,8 +117,11 @@ class CoreAnswers(CoreSessions):
                         continue
                 conn.hold_until = 0.0
                 conn.ack_due = False
+                conn.urgent = False
+                conn.unanswered = 0
+                conn.answers += 1
                 sent += 1
-                delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
+                held_us = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
                 ack = wire.Ack(
                     conn.conn_id,
                     conn.epoch,
@@ -112,7 +129,7 @@ class CoreAnswers(CoreSessions):
                     p.received,
                     p.window,
                     conn.largest_pn,
-                    max(delay, 0),
+                    max(held_us, 0),
                     p.ranges(),
                     p.fragment_spans(),
                     tuple(conn.duplicates),
