@@ -1,13 +1,21 @@
 """The listener core's answers: what became durable, and the ACKs that say so.
 
-Why it exists: when to answer -- once per session per drain, once more when a
-sync lands, held a moment for a sync in flight -- is a pacing policy of its
-own, fed by the durability reports of the driver (`written`, `synced`).
+Why it exists: when to answer -- at most once per session per drain, once
+more when a sync lands, held a moment for the next datagram or for a sync in
+flight -- is a pacing policy of its own, fed by the durability reports of the
+driver (`written`, `synced`).
 
-Answers.  One ACK per session per drain (the driver calls
+Answers.  At most one ACK per session per drain (the driver calls
 `datagrams_to_send` once per drain), not one per datagram, and one more when
-a sync makes records durable.  A PROBE is answered at the next call too.
-To a proven peer (a TCP connection: nothing is lost on the way, so an ACK
+a sync makes records durable.  Each answer costs CPU twice (building it here,
+taking it on the link), and a paced flow arrives one datagram per drain, so
+over UDP the answers follow QUIC's ACK frequency (RFC 9000 13.2.1-13.2.2):
+after every `ack_every` (2) datagrams with data, at once when something asks
+for it (`_Conn.urgent`: a packet number out of order, a duplicate, a refused
+datagram, a gap in the seqs open or just filled, a PROBE, a sync that made
+records durable; core_intake.py sets it) and for a session's first
+`QUICK_ANSWERS`, otherwise held for at most `max_ack_delay` (2 ms; `timeout()`
+tells the driver when).  To a proven peer (a TCP connection: nothing is lost on the way, so an ACK
 there only tells progress) an ACK that would say "received" ahead of
 "stored" is held while the sync in flight catches up, for at most
 `ack_hold` seconds (`timeout()` tells the driver when): the sync's ACK then
@@ -83,8 +91,9 @@ class CoreAnswers(CoreSessions):
                 del self._accept_waiting[stream]
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
-        """Answers to send now: at most one ACK per session with news (one to a
-        proven peer may be held for a sync in flight: see the module header)."""
+        """Answers to send now: at most one ACK per session with news (one may
+        be held for the next datagram, or to a proven peer for a sync in flight:
+        see the module header)."""
         out, self._out = self._out, []
         self._hold_until = 0.0
         if self._ack_due:
