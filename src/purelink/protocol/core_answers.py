@@ -15,14 +15,15 @@ for it (`_Conn.urgent`: a packet number out of order, a duplicate, a refused
 datagram, a gap in the seqs open or just filled, a PROBE, a sync that made
 records durable; core_intake.py sets it) and for a session's first
 `QUICK_ANSWERS`, otherwise held for at most `max_ack_delay` (2 ms; `timeout()`
-tells the driver when).  To a proven peer (a TCP connection: nothing is lost on the way, so an ACK
-there only tells progress) an ACK that would say "received" ahead of
-"stored" is held while the sync in flight catches up, for at most
-`ack_hold` seconds (`timeout()` tells the driver when): the sync's ACK then
-says both, and a short link gets one answer to its data instead of two.  The
-held time goes out as `ack_delay`, as QUIC's delayed ACKs do, so the link's
-RTT samples leave it out; `ack_hold` stays well under the link's smallest
-RTO, so no probe is ever sent for it.
+tells the driver when).  To a proven peer (a TCP connection: nothing is lost
+on the way, so an ACK there only tells progress) an ACK that would say
+"received" ahead of "stored" is held while the sync in flight catches up,
+for at most `ack_hold` seconds: the sync's ACK then says both, and a short
+link gets one answer to its data instead of two.  Either hold goes out as
+`ack_delay`, as QUIC's delayed ACKs do, so the link's RTT samples leave it
+out, and stays under what the link's probe timeouts allow for (recovery.py
+`ANSWER_DELAY`; `ack_hold` well under its smallest RTO), so no probe is
+ever sent for it.
 
 Durability.  The batches the driver takes (`take_writes`) are remembered per
 stream with the producer and last seq of each (`_write_owners`); `written`

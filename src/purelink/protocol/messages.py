@@ -35,7 +35,7 @@ __all__ = [
 
 ACK_EVERY: Final = 2
 """A listener answers a datagram session at the latest after this many
-datagrams that carried data (docs/wire.md, "When answers go out")."""
+datagrams that carried data (docs/wire.md section 8, "When")."""
 MAX_ACK_DELAY: Final = 0.002
 """Seconds a listener may hold an answer to a datagram session that nothing
 made urgent.  The link's tail probe timeout leaves room for it (recovery.py);
