@@ -45,12 +45,9 @@ from .core_state import _Conn
 
 __all__ = ["QUICK_ANSWERS", "CoreAnswers"]
 
-QUICK_ANSWERS: Final = 100
+QUICK_ANSWERS: Final = 16
 """The first answers of a datagram session are never held: while the link's
-window opens (its start-up, a few round trips), each answer grows it and
-carries a delivery-rate sample, and under reordering the start-up's exit
-reads the losses of those rounds.  At 1,400-B datagrams that is about the
-first 140 KB of a session's data; a 10 MB transfer is 7,500 datagrams."""
+window opens, each answer lets it grow (as TCP's quick-ack mode does)."""
 
 
 class CoreAnswers(CoreSessions):
