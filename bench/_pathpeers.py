@@ -17,9 +17,7 @@ exec`), so each is a small verb of this module that prints one JSON line
   on stdin, so the starter can restart the path's clock right then);
 * `purelink-send --url URL --records N --size B | --mixed SEED`: connect,
   queue every record, wait until all are stored; time from the first queue
-  to the last told stored, with the link's counters and the CPU seconds
-  of the sending process over that time (`cpu_s`: application and link
-  threads);
+  to the last told stored, with the link's counters;
 * `echo --bind H:P` / `ping --to H:P --count N`: a UDP echo and a pinger
   that measures round trips (the emulator's self-test);
 * `pmtu --to H:P --size B`: DF datagrams until the kernel learns a smaller
@@ -187,17 +185,15 @@ def _purelink_send(args: argparse.Namespace) -> int:
     queue = link.queue
     _connected_then_wait()
     start = time.perf_counter()
-    cpu = time.process_time()
     for record in records:
         queue(record)
     ok = link.wait_stored(timeout=args.timeout)
     elapsed = time.perf_counter() - start
-    cpu = time.process_time() - cpu
     stats = dataclasses.asdict(link.stats())
     with contextlib.suppress(purelink.Error):
         link.close(timeout=1.0)
-    _say({"ok": ok, "elapsed": elapsed, "cpu_s": cpu, "stored": link.stored,
-          "queued": len(records), "bytes": sum(map(len, records)), "stats": stats})  # fmt: skip
+    _say({"ok": ok, "elapsed": elapsed, "stored": link.stored, "queued": len(records),
+          "bytes": sum(map(len, records)), "stats": stats})  # fmt: skip
     return 0
 
 

@@ -24,11 +24,7 @@ Reported: payload KB/s (1 KB = 1,000 B) per transport per path, median of
 `--repeat` runs, and udp / BBR.  Every run is bounded by `--run-timeout`; a
 run that does not finish is reported as stalled with what it moved by then.
 The router's own figures (how late it released packets, its CPU) are in the
-JSON, and so is the CPU of each purelink run: `cpu_s`, the sending process
-from the first queue to the last told stored, and `serve_cpu_s`, the
-`purelink serve` process over the whole run (handshake included); a note
-gives their medians per 10 MB and the ACKs per datagram.  A full default
-run also draws docs/paths.png (`--plot` elsewhere).
+JSON.  A full default run also draws docs/paths.png (`--plot` elsewhere).
 
 `--torture` runs the target "10 % loss, 5 % duplicates, 20 ms jitter, 1.5 s
 blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
@@ -57,7 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ._common import Report, base_parser, process_cpu_ns, summarize
+from ._common import Report, base_parser, summarize
 from ._pathmodel import Impairment
 from ._pathpeers import fixed_records, mixed_records
 from ._pathspec import parse_path
@@ -288,9 +284,7 @@ def run_purelink(
         *sender_args,
     )
     emu.forget()  # each transport learns the path (its MTU) for itself
-    serve_cpu = process_cpu_ns(serve.proc.pid)
     result = _run_sender(emu, argv, limit)
-    result["serve_cpu_s"] = (process_cpu_ns(serve.proc.pid) - serve_cpu) / 1e9
     result["router"] = emu.stats()
     stored = serve.read(stream)
     result["exactly_once"] = stored == records
@@ -408,18 +402,6 @@ def _tabulate(
     report.extra["runs"] = [
         {"path": p, "transport": t, **r} for (p, t), rs in runs.items() for r in rs
     ]
-    for (path, transport), results in runs.items():
-        done = [r for r in results if r.get("ok") and "cpu_s" in r]
-        if transport in ("tcp", "udp") and done:
-            per = 10e6 / total
-            stats = [r.get("stats", {}) for r in done]
-            acks = [s.get("acks", 0) / max(s.get("datagrams", 0), 1) for s in stats]
-            report.notes.append(
-                f"{path} {TRANSPORTS[transport]}: CPU per 10 MB, link process "
-                f"{summarize(per * r['cpu_s'] for r in done)} s, serve "
-                f"{summarize(per * r.get('serve_cpu_s', 0.0) for r in done)} s; "
-                f"ACKs per datagram {summarize(acks)}"
-            )
     if lates:
         report.notes.append(
             f"router: release lateness p99 per run, median {sorted(lates)[len(lates) // 2]:,.0f} us"

@@ -1,29 +1,20 @@
 """The listener core's answers: what became durable, and the ACKs that say so.
 
-Why it exists: when to answer -- at most once per session per drain, once
-more when a sync lands, held a moment for the next datagram or for a sync in
-flight -- is a pacing policy of its own, fed by the durability reports of the
-driver (`written`, `synced`).
+Why it exists: when to answer -- once per session per drain, once more when a
+sync lands, held a moment for a sync in flight -- is a pacing policy of its
+own, fed by the durability reports of the driver (`written`, `synced`).
 
-Answers.  At most one ACK per session per drain (the driver calls
+Answers.  One ACK per session per drain (the driver calls
 `datagrams_to_send` once per drain), not one per datagram, and one more when
-a sync makes records durable.  Each answer costs CPU twice (building it here,
-taking it on the link), and a paced flow arrives one datagram per drain, so
-over UDP the answers follow QUIC's ACK frequency (RFC 9000 13.2.1-13.2.2):
-after every `ack_every` (2) datagrams with data, at once when something asks
-for it (`_Conn.urgent`: a packet number out of order, a duplicate, a refused
-datagram, a gap in the seqs open or just filled, a PROBE, a sync that made
-records durable; core_intake.py sets it) and for a session's first
-`QUICK_ANSWERS`, otherwise held for at most `max_ack_delay` (2 ms; `timeout()`
-tells the driver when).  To a proven peer (a TCP connection: nothing is lost
-on the way, so an ACK there only tells progress) an ACK that would say
-"received" ahead of "stored" is held while the sync in flight catches up,
-for at most `ack_hold` seconds: the sync's ACK then says both, and a short
-link gets one answer to its data instead of two.  Either hold goes out as
-`ack_delay`, as QUIC's delayed ACKs do, so the link's RTT samples leave it
-out, and stays under what the link's probe timeouts allow for (recovery.py
-`ANSWER_DELAY`; `ack_hold` well under its smallest RTO), so no probe is
-ever sent for it.
+a sync makes records durable.  A PROBE is answered at the next call too.
+To a proven peer (a TCP connection: nothing is lost on the way, so an ACK
+there only tells progress) an ACK that would say "received" ahead of
+"stored" is held while the sync in flight catches up, for at most
+`ack_hold` seconds (`timeout()` tells the driver when): the sync's ACK then
+says both, and a short link gets one answer to its data instead of two.  The
+held time goes out as `ack_delay`, as QUIC's delayed ACKs do, so the link's
+RTT samples leave it out; `ack_hold` stays well under the link's smallest
+RTO, so no probe is ever sent for it.
 
 Durability.  The batches the driver takes (`take_writes`) are remembered per
 stream with the producer and last seq of each (`_write_owners`); `written`
@@ -36,18 +27,13 @@ sessions that waited for their producer's records to be durable.
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
 
 from . import wire
 from .core_parts import Address
 from .core_sessions import CoreSessions
 from .core_state import _Conn
 
-__all__ = ["QUICK_ANSWERS", "CoreAnswers"]
-
-QUICK_ANSWERS: Final = 16
-"""The first answers of a datagram session are never held: while the link's
-window opens, each answer lets it grow (as TCP's quick-ack mode does)."""
+__all__ = ["CoreAnswers"]
 
 
 class CoreAnswers(CoreSessions):
@@ -75,7 +61,7 @@ class CoreAnswers(CoreSessions):
                     producer.stored = last_seq
                     conn = producer.conn
                     if isinstance(conn, _Conn) and conn.accepted:
-                        self._want_ack(conn, True)
+                        self._want_ack(conn)
                     elif producer in self._closed_unsynced:
                         self._forget_closed(producer)
         waiting = self._accept_waiting.get(stream)
@@ -92,17 +78,13 @@ class CoreAnswers(CoreSessions):
                 del self._accept_waiting[stream]
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
-        """Answers to send now: at most one ACK per session with news (one may
-        be held for the next datagram, or to a proven peer for a sync in flight:
-        see the module header)."""
+        """Answers to send now: at most one ACK per session with news (one to a
+        proven peer may be held for a sync in flight: see the module header)."""
         out, self._out = self._out, []
         self._hold_until = 0.0
         if self._ack_due:
             key = self._key
-            config = self.config
-            hold = config.ack_hold
-            every = config.ack_every
-            delay = config.max_ack_delay
+            hold = self.config.ack_hold
             held: set[int] = set()
             hold_until = 0.0
             sent = 0
@@ -111,15 +93,9 @@ class CoreAnswers(CoreSessions):
                 if conn is None or not conn.accepted:
                     continue
                 p = conn.producer
-                if conn.proven:
-                    wait = hold if p.stored < p.received else 0.0
-                elif conn.urgent or conn.unanswered >= every or conn.answers < QUICK_ANSWERS:
-                    wait = 0.0
-                else:  # the next datagram's answer will say this one's news too
-                    wait = delay
-                if wait > 0:
-                    until = conn.hold_until or now + wait
-                    if now < until:
+                if conn.proven and p.stored < p.received and hold > 0:
+                    until = conn.hold_until or now + hold
+                    if now < until:  # the sync's ACK will say "received" and "stored"
                         conn.hold_until = until
                         held.add(conn_id)
                         if not hold_until or until < hold_until:
@@ -127,11 +103,8 @@ class CoreAnswers(CoreSessions):
                         continue
                 conn.hold_until = 0.0
                 conn.ack_due = False
-                conn.urgent = False
-                conn.unanswered = 0
-                conn.answers += 1
                 sent += 1
-                held_us = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
+                delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
                 ack = wire.Ack(
                     conn.conn_id,
                     conn.epoch,
@@ -139,7 +112,7 @@ class CoreAnswers(CoreSessions):
                     p.received,
                     p.window,
                     conn.largest_pn,
-                    max(held_us, 0),
+                    max(delay, 0),
                     p.ranges(),
                     p.fragment_spans(),
                     tuple(conn.duplicates),

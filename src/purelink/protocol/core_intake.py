@@ -118,13 +118,6 @@ class CoreIntake(CoreSessions):
         if pn > conn.largest_pn:
             conn.largest_pn = pn
             conn.ack_delay_from = now
-        if pn == conn.next_pn:
-            conn.next_pn = pn + 1
-        else:  # a packet number skipped or come late: answer at once
-            conn.urgent = True
-            if pn >= conn.next_pn:
-                conn.next_pn = pn + 1
-        conn.unanswered += 1
         conn.last_seen = now
         if not conn.ack_due:
             conn.ack_due = True
@@ -182,13 +175,6 @@ class CoreIntake(CoreSessions):
         if pn > conn.largest_pn:
             conn.largest_pn = pn
             conn.ack_delay_from = now
-        if pn == conn.next_pn:
-            conn.next_pn = pn + 1
-        else:  # a packet number skipped or come late: answer at once
-            conn.urgent = True
-            if pn >= conn.next_pn:
-                conn.next_pn = pn + 1
-        conn.unanswered += 1
         conn.last_seen = now
         if not conn.ack_due:
             conn.ack_due = True
@@ -223,14 +209,13 @@ class CoreIntake(CoreSessions):
             return
         writes = self._writes.setdefault(p.stream, [])
         before = len(writes)
-        gap = bool(p.held)
         try:
             result = p.on_batch(msg.batch, header, writes)
         except ProtocolError as exc:
             self._drop(exc.reason)
             return
         self._after(p, result, writes, before)
-        self._note_data(conn, msg.pn, now, result, gap or bool(p.held))
+        self._note_pn(conn, msg.pn, now, result == "duplicate")
 
     def _on_fragment(self, msg: wire.Fragment, addr: Address, now: float, size: int) -> None:
         conn = self._session(msg.conn_id, msg.epoch, addr, size)
@@ -253,13 +238,12 @@ class CoreIntake(CoreSessions):
             return
         writes = self._writes.setdefault(p.stream, [])
         before = len(writes)
-        gap = bool(p.held)
         try:
             result = p.on_fragment(msg, writes)
         except ProtocolError as exc:  # the batch put together does not verify
             result = exc.reason
         self._after(p, result, writes, before)
-        self._note_data(conn, msg.pn, now, result, gap or bool(p.held))
+        self._note_pn(conn, msg.pn, now, result == "duplicate")
 
     def _after(self, p: Producer, result: str, writes: list[Write], before: int) -> None:
         if result == "stored":
@@ -279,26 +263,11 @@ class CoreIntake(CoreSessions):
             if self._holding and p in self._holding:
                 self._account(p)  # a batch put together and refused: its buffer went
 
-    def _note_data(self, conn: _Conn, pn: int, now: float, result: str, gap: bool) -> None:
-        """A datagram with data took the general path: answered at once when it
-        was a duplicate, or there is (or was, before it) a gap in the seqs, or
-        it was refused; else it counts towards the next answer, as in order."""
-        urgent = gap or result not in ("stored", "held")
-        if not urgent:
-            conn.unanswered += 1
-        self._note_pn(conn, pn, now, result == "duplicate", urgent)
-
-    def _note_pn(
-        self, conn: _Conn, pn: int, now: float, duplicate: bool = False, urgent: bool = True
-    ) -> None:
+    def _note_pn(self, conn: _Conn, pn: int, now: float, duplicate: bool = False) -> None:
         if duplicate and len(conn.duplicates) < MAX_ACK_DUPLICATES:
             conn.duplicates.append(pn)  # the link learns its retransmission was spurious
         if pn > conn.largest_pn:
             conn.largest_pn = pn
             conn.ack_delay_from = now
-        if pn != conn.next_pn:
-            urgent = True  # a packet number skipped or come late
-        if pn >= conn.next_pn:
-            conn.next_pn = pn + 1
         conn.last_seen = now
-        self._want_ack(conn, urgent)
+        self._want_ack(conn)

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Final, Protocol
 
-from .messages import ACK_EVERY, MAX_ACK_DELAY
-
 __all__ = [
     "COOKIE_SIZE",
     "Address",
@@ -92,13 +90,6 @@ class CoreConfig:
     ahead of "stored" may wait for the sync in flight, so that one ACK says both
     (0 = never held).  Well under the link's smallest RTO (20 ms): the wait is
     reported as ack_delay and never makes the link probe."""
-    ack_every: int = ACK_EVERY
-    """A datagram session is answered after this many datagrams with data at
-    the latest (1 = after every drain that brought any); answers that
-    something makes urgent go out at once (core_answers.py)."""
-    max_ack_delay: float = MAX_ACK_DELAY
-    """Seconds an answer to a datagram session that nothing made urgent may be
-    held for the next datagram; reported as ack_delay."""
     idle_timeout: float = 600.0
     """Seconds without a datagram after which a session may be expired (its link
     vanished without a CLOSE).  Expiry is lazy: checked when HELLOs come, so an

@@ -52,12 +52,7 @@ class _Conn:
     ack_delay_from: float = 0.0  # when that packet arrived
     duplicates: list[int] = field(default_factory=list)  # pns that brought nothing new
     proven: bool = False  # its transport proved the address (TCP): nothing is lost on the way
-    hold_until: float = 0.0  # a held ACK goes out by then at the latest (0: none held)
-    # the ACK frequency of a datagram session (core_answers.py)
-    next_pn: int = 0  # one past the largest packet number of the session (0: none yet)
-    unanswered: int = 0  # datagrams with data since the last answer
-    urgent: bool = False  # something since the last answer wants an answer at once
-    answers: int = 0  # answers sent so far (the first ones are never held)
+    hold_until: float = 0.0  # an ACK held for a sync goes out by then at the latest (0: none held)
 
 
 class CoreState:
@@ -130,9 +125,7 @@ class CoreState:
             return
         self._out.append((data, addr))
 
-    def _want_ack(self, conn: _Conn, urgent: bool = False) -> None:
-        if urgent:
-            conn.urgent = True
+    def _want_ack(self, conn: _Conn) -> None:
         if not conn.ack_due:
             conn.ack_due = True
             self._ack_due.add(conn.conn_id)

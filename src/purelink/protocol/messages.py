@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 __all__ = [
-    "ACK_EVERY",
-    "MAX_ACK_DELAY",
     "Accept",
     "Ack",
     "Close",
@@ -31,15 +29,6 @@ __all__ = [
     "RefuseReason",
     "Retry",
 ]
-
-
-ACK_EVERY: Final = 2
-"""A listener answers a datagram session at the latest after this many
-datagrams that carried data (docs/wire.md section 8, "When")."""
-MAX_ACK_DELAY: Final = 0.002
-"""Seconds a listener may hold an answer to a datagram session that nothing
-made urgent.  The link's tail probe timeout leaves room for it (recovery.py);
-what was held goes out as the answer's `ack_delay`."""
 
 
 class MsgType:

@@ -67,20 +67,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from .congestion import CongestionControl, DeliveryRate, RateSample
-from .messages import MAX_ACK_DELAY, Ack
+from .messages import Ack
 from .packing import Flight
 from .pmtu import PathMtu
 from .sender_config import SenderStats
 
 __all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
 
-SCHEDULING_DELAY: Final = 0.003
-"""What the listener's thread may take on top of the answer it holds: one
-drain, or a wait for the GIL."""
-ANSWER_DELAY: Final = MAX_ACK_DELAY + SCHEDULING_DELAY
-"""What the listener may take to answer a datagram, on top of the RTT: the
-longest it holds an answer that nothing made urgent (messages.MAX_ACK_DELAY),
-plus its thread's scheduling."""
+ANSWER_DELAY: Final = 0.005
+"""What the listener may take to answer a datagram, on top of the RTT: one
+drain, or its thread waiting for the GIL (the switch interval, 5 ms)."""
 MEMORY: Final = 1024
 """Transmissions remembered by packet number after they were sent again."""
 
@@ -450,27 +446,11 @@ def _remember(memory: dict[int, float], pn: int, sent: float) -> None:
         del memory[next(iter(memory))]
 
 
-# The two checks below run for each flight an answer may cover: plain loops, as
-# a generator under any() costs more to set up than the few ranges cost to test.
-
-
 def _in_ranges(f: Flight, ranges: tuple[tuple[int, int], ...]) -> bool:
-    """`f` lies inside one of `ranges` (lowest first, disjoint: as the
-    listener sends them), so the walk stops at the first range past it."""
-    first = f.first
-    for a, b in ranges:
-        if first < a:
-            return False
-        if f.last <= b:
-            return True
-    return False
+    return any(a <= f.first and f.last <= b for a, b in ranges)
 
 
 def _in_spans(f: Flight, spans: tuple[tuple[int, int], ...] | None) -> bool:
-    if spans:
-        offset = f.offset
-        end = f.end
-        for a, b in spans:
-            if a <= offset and end <= b:
-                return True
-    return False
+    if not spans:
+        return False
+    return any(a <= f.offset and f.end <= b for a, b in spans)

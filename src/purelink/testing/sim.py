@@ -5,8 +5,7 @@ the store's next durability event), so a run that covers minutes of virtual
 time takes well under a second and never sleeps.  The listener side does
 what listener.py does, through the same backend-neutral `StorageDriver`
 (storage.py): drain what arrived, hand the in-order batches to the store,
-answer once per drain (or when a held answer is due: the core's `timeout`),
-and answer again when the store says what became
+answer once per drain, and answer again when the store says what became
 durable -- at the next group commit, every `sync_interval` (MemoryStorage),
 or, given `replication=`, when a simulated replicated log's delayed, failing,
 sometimes lost acknowledgements come (ReplicatedStorage; testing/storages.py).
@@ -203,10 +202,6 @@ class Simulation:
             self._push(link)
             self._flush_link(link, now)
         candidates = [t for t in (self.net.next_due(), self.storage.next_due()) if t is not None]
-        if self.core is not None:
-            held = self.core.timeout(now)  # an answer held (core_answers.py) is due then
-            if held >= 0:
-                candidates.append(now + held)
         for link in self.links.values():
             t = link.sender.get_timer()
             if t is not None:
