@@ -13,6 +13,7 @@ import pytest
 
 from purelink.protocol import wire
 from purelink.protocol.congestion import Bbr, NewReno, RateSample, create
+from purelink.protocol.congestion.bbr import QUEUE_SHARE
 from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
 from purelink.protocol.sender import Sender, SenderConfig, SenderState
@@ -156,6 +157,25 @@ def test_bbr_has_no_inflight_bound_until_a_queue_overflows_and_none_after_its_un
     for _ in range(10):
         cc.on_spurious(now - 0.08, now)
     assert cc.inflight_hi is None and cc.undos == 1
+
+
+def test_bbr_holding_more_than_its_share_of_a_standing_queue_takes_its_rate() -> None:
+    """A queue stood all round long (RTT 80 ms on a 50 ms path): a flow whose
+    bytes in it (btl_bw x 30 ms) are more than QUEUE_SHARE datagrams takes the
+    rate it got as its bandwidth (the max filter would keep 5 MB/s for ten
+    rounds) and keeps one bdp and its share in flight; a flow with a few
+    datagrams in it keeps its max filter and its 2 bdp."""
+    big = Bbr(D, seed=1)
+    now = feed_bbr(big, 5e6, 0.05, 12, 100.0)
+    assert big.mode == Bbr.PROBE_BW
+    feed_bbr(big, 3e6, 0.08, 3, now, in_flight=int(3e6 * 0.08))
+    assert big.btl_bw == 3e6
+    assert big.cwnd <= big.bdp + QUEUE_SHARE * D
+    small = Bbr(D, seed=1)
+    now = feed_bbr(small, 2e5, 0.05, 12, 100.0)
+    feed_bbr(small, 1.5e5, 0.08, 3, now, in_flight=int(1.5e5 * 0.08))
+    assert small.btl_bw == 2e5
+    assert small.cwnd >= 2 * small.bdp
 
 
 def answer(cc: Bbr, now: float, rtt: float, delivered: int) -> None:
@@ -376,3 +396,35 @@ def test_repairs_are_bounded_by_the_cwnd_not_the_listeners_window() -> None:
     sender._peer_window = sender.config.datagram_size  # the listener's buffer is full
     sent = sender.datagrams_to_send(now + 0.2)
     assert len(sent) == 2 and sender.stats.retransmits == 2 and not sender.flight.lost
+
+
+def step(sender: Sender, core: ListenerCore, now: float, rtt: float) -> float:
+    """The sender's due datagrams to the listener, its answers back: `rtt` later."""
+    for data in sender.datagrams_to_send(now):
+        core.receive_datagram(data, ADDR, now + rtt / 2)
+    answers = core.datagrams_to_send(now + rtt / 2)
+    for data, _ in answers:
+        sender.receive_datagram(data, now + rtt)
+    return now + rtt
+
+
+def test_the_handshake_round_trip_seeds_bbrs_min_rtt_unless_a_hello_was_resent() -> None:
+    """HELLO -> RETRY takes 30 ms, the next HELLO -> ACCEPT 40 ms: min_rtt is
+    30 ms before any data (a flow that starts beside another then does not
+    take the other's startup queue for the path's delay).  A resent HELLO is
+    not timed (Karn): its answer may be the first one's."""
+    sender = Sender(SenderConfig(stream="s"))
+    core = ListenerCore(MemoryStore())
+    sender.connect(100.0)
+    now = step(sender, core, 100.0, 0.03)
+    assert sender.cc.min_rtt == pytest.approx(0.03)
+    step(sender, core, now, 0.04)
+    assert sender.state == SenderState.OPEN and sender.cc.min_rtt == pytest.approx(0.03)
+
+    resent = Sender(SenderConfig(stream="s"))
+    resent.connect(100.0)
+    assert resent.datagrams_to_send(100.0)  # lost
+    now = step(resent, core, 100.0 + resent.config.handshake_rto, 0.03)
+    assert resent.cc.min_rtt == 0.0
+    step(resent, core, now, 0.04)
+    assert resent.state == SenderState.OPEN and resent.cc.min_rtt == pytest.approx(0.04)

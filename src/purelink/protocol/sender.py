@@ -123,8 +123,7 @@ class Sender(SenderAnswers):
                 self.stats.dropped += 1
         elif isinstance(msg, wire.Retry):
             if self.state == SenderState.CONNECTING and msg.nonce == self._nonce:
-                self._cookie = msg.cookie
-                self._hello_due = now
+                self._on_retry(msg, now)
             else:
                 self.stats.dropped += 1
         elif isinstance(msg, wire.Accept):

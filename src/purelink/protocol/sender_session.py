@@ -18,7 +18,9 @@ A HELLO goes out at once and again after `handshake_rto`, doubled on each
 retry up to `max_handshake_rto`; a RETRY's cookie sends the next HELLO at
 once.  An ACCEPT opens the session: a fresh link starts where its producer
 left off, a reconnecting one re-packs everything above the listener's
-`received` seq (the listener deduplicates by producer and seq).
+`received` seq (the listener deduplicates by producer and seq).  The
+round trip of a HELLO sent once (not resent) to its RETRY or ACCEPT is the
+congestion control's first sample of the path's delay (`on_path_rtt`).
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class SenderSession(SenderRecords):
         self._cookie = b""
         self._hello_due: float | None = 0.0
         self._hello_rto = config.handshake_rto
+        self._hello_sends = 0
+        self._hello_sent: float | None = None
+        """When the one HELLO of this step went out (None: none, or resent)."""
         self._connected_once = False
         self._close_due = False
 
@@ -112,6 +117,7 @@ class SenderSession(SenderRecords):
         self._nonce = int.from_bytes(os.urandom(8), "little") or 1
         self._cookie = b""
         self._hello_due = now
+        self._hello_sends = 0
         self.stats.handshakes += 1
 
     def close(self) -> None:
@@ -138,9 +144,31 @@ class SenderSession(SenderRecords):
         """`out` with the HELLO if one is due (then the retry is scheduled)."""
         if self._hello_due is not None and now >= self._hello_due:
             out.append(self._hello())
+            # a round trip to time only if this HELLO is the step's only one (Karn)
+            self._hello_sent = now if not self._hello_sends else None
+            self._hello_sends += 1
             self._hello_due = now + self._hello_rto
             self._hello_rto = min(self._hello_rto * 2, self.config.max_handshake_rto)
         return out
+
+    def _on_retry(self, msg: wire.Retry, now: float) -> None:
+        # a later RETRY (a duplicate, or the listener restarted with a new
+        # secret) may answer an earlier HELLO than the last: time neither it
+        # nor the HELLO it makes us send
+        timed = not self._cookie
+        if timed:
+            self._handshake_rtt(now)
+        self._hello_sent = None
+        self._cookie = msg.cookie
+        self._hello_due = now
+        self._hello_sends = 0 if timed else 1
+
+    def _handshake_rtt(self, now: float) -> None:
+        """The handshake's round trip, taken before any data queues on the path:
+        the congestion control's first sample of the path's delay."""
+        if self._hello_sent is not None:
+            self.flight.cc.on_path_rtt(now - self._hello_sent, now)
+            self._hello_sent = None
 
     def _hello(self) -> bytes:
         msg = wire.Hello(
@@ -165,6 +193,7 @@ class SenderSession(SenderRecords):
                 f"{msg.stored}, past this link's {self.pushed}",
             )
             return
+        self._handshake_rtt(now)
         self.conn_id = msg.conn_id
         self.producer_id = msg.producer
         self.epoch = msg.epoch

@@ -94,6 +94,9 @@ class CongestionControl(ABC):
     def on_spurious(self, sent_time: float, now: float) -> None:
         """The loss of the datagram sent at `sent_time` was spurious."""
 
+    def on_path_rtt(self, rtt: float, now: float) -> None:  # noqa: B027 - optional
+        """A round trip timed outside the data (the handshake's), seconds."""
+
     @abstractmethod
     def on_timeout(self, now: float) -> None:
         """Probes went unanswered: the path may be gone."""

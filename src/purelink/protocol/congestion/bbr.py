@@ -11,7 +11,8 @@ The model, updated on every answer from its `RateSample`:
 
     btl_bw  = max of the delivery-rate samples over the last 10 round trips
               (an app-limited sample counts only if it raises the max)
-    min_rtt = min of the RTT samples over the last 10 s
+    min_rtt = min of the RTT samples over the last 10 s (the first: the
+              handshake's round trip, timed before data queues on the path)
     jitter  = mean |rtt - previous rtt| of consecutive samples (RFC 3550's
               interarrival jitter, gain 1/16): fast variation only; a queue
               that grows or drains moves the RTT slowly and barely shows in it
@@ -103,6 +104,24 @@ flight by more; both regain alike).
   its round, and a bound it helped set in the last two rounds is undone
   once that round's remaining losses are under the threshold.
 
+A buffer that does not overflow gives no such signal: two flows each
+keeping 2 bdp in flight share a standing queue in proportion to what they
+send, and with the max filter each keeps the share it started with (a
+second flow whose startup met the first one's queue stayed at a fifth of
+the path).  So each flow also judges its part of the queue, as Vegas does:
+at each round's end in PROBE_BW, the delay that stood all round long (the
+round's smallest RTT above the typical one) times btl_bw is about its own
+bytes in the queue; when that is more than QUEUE_SHARE (16) datagrams,
+
+    btl_bw = the largest delivery rate of that round (the max filter's older
+             samples were others' room)
+    cwnd   = at most bdp + QUEUE_SHARE datagrams
+
+The share is the same for every flow, so the one with the most in the
+queue yields first, and a flow with less keeps its 2 bdp and grows into
+the room: they meet where each holds the share.  A lone flow on a deep
+buffer keeps a queue of 16 datagrams instead of a bdp, at the same rate.
+
 A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
 the cwnd of before, so after an outage the link is back at full rate within
@@ -136,6 +155,7 @@ MIN_DATAGRAMS: Final = 4
 LOSS_THRESH: Final = 0.02
 LOSS_EVENTS: Final = 2
 QUEUE_RTT: Final = 1.25
+QUEUE_SHARE: Final = 16
 BETA: Final = 0.7
 HEADROOM: Final = 0.15
 BASE_DECAY: Final = 0.9
@@ -219,6 +239,10 @@ class Bbr(CongestionControl):
         self.jitter = 0.0
         """Mean |difference| of consecutive RTT samples, seconds (RFC 3550)."""
         self._last_rtt = 0.0
+        self._round_rate = 0.0
+        """The round's largest delivery-rate sample, bytes/s."""
+        self._queue_delay = 0.0
+        """Queueing delay that stood all the last round long, seconds."""
         self._jitter_samples = 0
 
     # ------------------------------------------------------------ model
@@ -312,6 +336,15 @@ class Bbr(CongestionControl):
         self.inflight_hi = prior
         self.undos += 1
 
+    def on_path_rtt(self, rtt: float, now: float) -> None:
+        """The handshake's round trip seeds min_rtt: taken before this flow's
+        data (or another's that starts with it) queues on the path, it is the
+        path's delay; a flow that first timed its own datagrams behind another
+        flow's startup took that queue for delay and kept it for 10 s."""
+        if rtt > 0 and (not self.min_rtt or rtt < self.min_rtt):
+            self.min_rtt = rtt
+            self._min_rtt_stamp = now
+
     def on_timeout(self, now: float) -> None:
         """The path may be gone: keep the model, send the minimum until answered."""
         if not self._timed_out:
@@ -351,6 +384,7 @@ class Bbr(CongestionControl):
             # of random loss and hid every overflow for seconds after it)
             self._base_lost = BASE_DECAY * self._base_lost + lost
             self._base_total = BASE_DECAY * self._base_total + total
+        self._check_queue_share(round_rtt)
         if (
             queued
             and lost > (LOSS_THRESH + self.base_loss) * total
@@ -378,8 +412,29 @@ class Bbr(CongestionControl):
             # and never under the model's own bdp, which probing raises
             self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
+    def _check_queue_share(self, round_rtt: float) -> None:
+        """At each round's end in PROBE_BW: the queue that stood all round long
+        (its smallest RTT above the typical one) holds about btl_bw x its delay
+        of our bytes; more than QUEUE_SHARE datagrams of them is more than our
+        share (see the module docstring)."""
+        rate, self._round_rate = self._round_rate, 0.0
+        self._queue_delay = 0.0
+        if self.mode != Bbr.PROBE_BW or not round_rtt:
+            return
+        self._queue_delay = max(round_rtt - self.typical_rtt, 0.0)
+        if rate and self._over_share():
+            # the max filter's samples from our probes were others' room: the
+            # rate the round delivered is our rate
+            self._bw = _MaxFilter(BW_FILTER_ROUNDS)
+            self._bw.update(rate, self.round_count)
+
+    def _over_share(self) -> bool:
+        return self._bw.value * self._queue_delay > QUEUE_SHARE * self.datagram_size
+
     def _update_bw(self, rs: RateSample) -> None:
         rate = rs.delivery_rate
+        if rate > self._round_rate and not rs.is_app_limited:
+            self._round_rate = rate
         if rate > 0 and (not rs.is_app_limited or rate >= self._bw.value):
             self._bw.update(rate, self.round_count)
 
@@ -518,6 +573,9 @@ class Bbr(CongestionControl):
             cwnd = self.cwnd + acked
         else:
             cwnd = self.cwnd
+        if self.mode == Bbr.PROBE_BW and self._over_share():
+            # more than our share of a standing queue: one bdp and the share
+            cwnd = min(cwnd, int(bdp + QUEUE_SHARE * self.datagram_size))
         if self.inflight_hi is not None and self.mode == Bbr.PROBE_BW:
             # leave some room for others' probes except while probing (BBR v2's headroom)
             room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
