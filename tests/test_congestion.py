@@ -164,7 +164,7 @@ def test_bbr_holding_more_than_its_share_of_a_standing_queue_takes_its_rate() ->
     bytes in it (btl_bw x 30 ms) are more than QUEUE_SHARE datagrams takes the
     rate it got as its bandwidth (the max filter would keep 5 MB/s for ten
     rounds) and keeps one bdp and its share in flight; a flow with a few
-    datagrams in it keeps its max filter and its 2 bdp."""
+    datagrams in it keeps its max filter."""
     big = Bbr(D, seed=1)
     now = feed_bbr(big, 5e6, 0.05, 12, 100.0)
     assert big.mode == Bbr.PROBE_BW
@@ -175,7 +175,6 @@ def test_bbr_holding_more_than_its_share_of_a_standing_queue_takes_its_rate() ->
     now = feed_bbr(small, 2e5, 0.05, 12, 100.0)
     feed_bbr(small, 1.5e5, 0.08, 3, now, in_flight=int(1.5e5 * 0.08))
     assert small.btl_bw == 2e5
-    assert small.cwnd >= 2 * small.bdp
 
 
 def answer(cc: Bbr, now: float, rtt: float, delivered: int) -> None:

@@ -372,6 +372,7 @@ class Bbr(CongestionControl):
         lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
         self._round_lost = self._round_acked = self._round_inflight = 0
         round_rtt, self._round_rtt = self._round_rtt, 0.0
+        self._check_queue_share(round_rtt, rs.is_app_limited)
         if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
             return
         total = lost + acked
@@ -384,7 +385,6 @@ class Bbr(CongestionControl):
             # of random loss and hid every overflow for seconds after it)
             self._base_lost = BASE_DECAY * self._base_lost + lost
             self._base_total = BASE_DECAY * self._base_total + total
-        self._check_queue_share(round_rtt)
         if (
             queued
             and lost > (LOSS_THRESH + self.base_loss) * total
@@ -412,14 +412,14 @@ class Bbr(CongestionControl):
             # and never under the model's own bdp, which probing raises
             self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
-    def _check_queue_share(self, round_rtt: float) -> None:
+    def _check_queue_share(self, round_rtt: float, app_limited: bool) -> None:
         """At each round's end in PROBE_BW: the queue that stood all round long
         (its smallest RTT above the typical one) holds about btl_bw x its delay
         of our bytes; more than QUEUE_SHARE datagrams of them is more than our
-        share (see the module docstring)."""
+        share (see the module docstring).  An app-limited round judges nothing."""
         rate, self._round_rate = self._round_rate, 0.0
         self._queue_delay = 0.0
-        if self.mode != Bbr.PROBE_BW or not round_rtt:
+        if self.mode != Bbr.PROBE_BW or app_limited or not round_rtt:
             return
         self._queue_delay = max(round_rtt - self.typical_rtt, 0.0)
         if rate and self._over_share():
