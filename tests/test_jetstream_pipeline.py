@@ -97,10 +97,13 @@ def test_a_publish_failing_in_the_middle_fails_those_behind_it(cluster: NatsClus
 
 def test_two_writers_racing_store_each_record_once(cluster: NatsCluster) -> None:
     """Each writer's rounds are atomic batches of two producers' messages; the
-    two race for the stream's tail all along."""
+    two race for the stream's tail all along.  The first rounds are waited
+    for, so that A's view of the tail is stale when the race starts: they
+    collide at least once, however the rest of the race goes."""
     told_a, told_b = Told(), Told()
     a, b = writer(cluster, told_a), writer(cluster, told_b)
     stream = "racing"
+    told = {"a": told_a, "b": told_b}
     last = {"a": 0, "b": 0}
     for i in range(100):  # one small message per producer per append: many conflicts
         for name, w, pids in (("a", a, (1, 2)), ("b", b, (3, 4))):
@@ -109,6 +112,8 @@ def test_two_writers_racing_store_each_record_once(cluster: NatsCluster) -> None
                 for p in pids
             ]
             last[name] = w.append(stream, writes)
+            if i == 0:
+                told[name].wait(stream, last[name])
     told_a.wait(stream, last["a"])
     told_b.wait(stream, last["b"])
     got = read_back(cluster, stream)
@@ -119,7 +124,7 @@ def test_two_writers_racing_store_each_record_once(cluster: NatsCluster) -> None
             assert [r for _, r in got if r.startswith(prefix)] == [
                 prefix + b"%d" % i for i in range(500)
             ]
-    assert a.retries + b.retries >= 1  # they did collide
+    assert a.retries >= 1  # A did collide (its first racing round, at least)
     assert a.round_messages > a.rounds and b.round_messages > b.rounds  # atomic batches
     a.nats.close()
     b.nats.close()
