@@ -427,3 +427,29 @@ def test_the_handshake_round_trip_seeds_bbrs_min_rtt_unless_a_hello_was_resent()
     assert resent.cc.min_rtt == 0.0
     step(resent, core, now, 0.04)
     assert resent.state == SenderState.OPEN and resent.cc.min_rtt == pytest.approx(0.04)
+
+
+def test_a_retry_seeds_the_rtt_estimator_and_starts_the_hello_backoff_over() -> None:
+    """A timed RETRY (30 ms) is the RTT estimator's first sample (RFC 9002 5.2),
+    and the next HELLO is resent after that path's timeout: 3 x 30 ms, never
+    below `handshake_rto`.  A RETRY to a HELLO sent four times is not timed,
+    but the backoff starts over all the same: the path answered just now."""
+    core = ListenerCore(MemoryStore())
+    sender = Sender(SenderConfig(stream="s"))
+    sender.connect(100.0)
+    now = step(sender, core, 100.0, 0.03)
+    assert (sender.rtt.samples, sender.rtt.srtt) == (1, pytest.approx(0.03))
+    assert sender.datagrams_to_send(now)  # the HELLO with the cookie, lost
+    assert sender.get_timer() == pytest.approx(now + max(3 * 0.03, sender.config.handshake_rto))
+
+    slow = Sender(SenderConfig(stream="s", handshake_rto=0.1))
+    slow.connect(100.0)
+    now = 100.0
+    for _ in range(3):  # lost: resent after 0.1, 0.2 and 0.4 s
+        assert slow.datagrams_to_send(now)
+        now = slow.get_timer()
+    assert now == pytest.approx(100.7)
+    now = step(slow, core, now, 0.03)
+    assert slow.rtt.samples == 0  # Karn: its answer may be to any of the four
+    assert slow.datagrams_to_send(now)  # lost again
+    assert slow.get_timer() == pytest.approx(now + 0.1)  # handshake_rto again, not 0.8 s

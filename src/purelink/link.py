@@ -408,8 +408,11 @@ class Link(LinkThread):
         )
 
     # ------------------------------------------------------- the handshake
-    def _start(self) -> None:
+    def _start(self, started: threading.Event | None = None) -> None:
+        """Start the link's thread (then set `started`) and wait for the handshake."""
         self._thread.start()
+        if started is not None:
+            started.set()
         if not self._connected.wait(self._timeout) or self._sender.state != SenderState.OPEN:
             error = self._error
             self._stop = True
