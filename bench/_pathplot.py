@@ -80,7 +80,7 @@ def plot(report: Report, path: Path, transports: list[str]) -> None:
         0.5,
         0.005,
         f"{m['cpu']}, {m['cores']} cores, {m['kernel']}; {env['python']}; "
-        f"git {env['git']}; {env['date']}; median of {p['repeat']}; purelink bench paths",
+        f"git {env['git']}; median of {p['repeat']}; purelink bench paths",
         ha="center",
         va="bottom",
         fontsize=6,

@@ -89,8 +89,8 @@ def plot(rows: list[dict[str, Any]], path: Path, subtitle: str) -> None:
 def _subtitle(env: dict[str, Any], repeat: int, plot_path: Path) -> str:
     m = env["machine"]
     return (
-        f"{m['cpu']}, {m['cores']} cores, {m['kernel']}; {env['python']}; git {env['git']}; "
-        f"{env['date']}\nmedian (bars: min-max) of {repeat} runs; "
+        f"{m['cpu']}, {m['cores']} cores, {m['kernel']}; {env['python']}; git {env['git']}\n"
+        f"median (bars: min-max) of {repeat} runs; "
         f"python -m bench.sizes --plot {plot_path}"
     )
 

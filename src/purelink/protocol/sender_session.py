@@ -16,16 +16,17 @@ States (the only legal moves are in `_MOVES`; `_move` refuses the rest):
 
 A HELLO goes out at once and again after `handshake_rto`, doubled on each
 retry up to `max_handshake_rto`; a RETRY's cookie sends the next HELLO at
-once, and that HELLO's backoff starts over (the path answered just now: a
-loss of the next exchange says nothing of the first), from the path's
-retransmission timeout when the RETRY was timed, never below
-`handshake_rto`.  An ACCEPT opens the session: a fresh link starts where its producer
-left off, a reconnecting one re-packs everything above the listener's
-`received` seq (the listener deduplicates by producer and seq).  The
-round trip of a HELLO sent once (not resent) to its RETRY or ACCEPT is the
-congestion control's first sample of the path's delay (`on_path_rtt`) and,
-if the link has none yet, the RTT estimator's first sample (RFC 9002 5.2:
-the first timeouts of the data then come from the path, not a guess).
+once, and at the handshake's first RETRY that HELLO's backoff starts over
+(the path answered just now: a loss of the next exchange says nothing of the
+first), from the path's retransmission timeout when the RETRY was timed,
+never below `handshake_rto`. An ACCEPT opens the session: a fresh link
+starts where its producer left off, a reconnecting one re-packs everything
+above the listener's `received` seq (the listener deduplicates by producer
+and seq). The round trip of a HELLO sent once (not resent) to its RETRY or
+ACCEPT is the congestion control's first sample of the path's delay
+(`on_path_rtt`) and, if the link has none yet, the RTT estimator's first
+sample (RFC 9002 5.2: the first timeouts of the data then come from the
+path, not a guess).
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ class SenderSession(SenderRecords):
     def _on_retry(self, msg: wire.Retry, now: float) -> None:
         # a later RETRY (a duplicate, or the listener restarted with a new
         # secret) may answer an earlier HELLO than the last: time neither it
-        # nor the HELLO it makes us send
+        # nor the HELLO it makes us send, and keep the backoff (each resets
+        # nothing but the cookie: duplicates must not make a HELLO storm)
         timed = not self._cookie
         if timed:
             self._handshake_rtt(now)
@@ -167,8 +169,9 @@ class SenderSession(SenderRecords):
         self._cookie = msg.cookie
         self._hello_due = now
         self._hello_sends = 0 if timed else 1
-        rto = max(self.config.handshake_rto, self.rtt.base_rto if self.rtt.samples else 0.0)
-        self._hello_rto = min(rto, self.config.max_handshake_rto)  # the backoff starts over
+        if timed:  # the handshake's first RETRY: the backoff starts over
+            rto = max(self.config.handshake_rto, self.rtt.base_rto if self.rtt.samples else 0.0)
+            self._hello_rto = min(rto, self.config.max_handshake_rto)
 
     def _handshake_rtt(self, now: float) -> None:
         """The handshake's round trip, taken before any data queues on the path:
