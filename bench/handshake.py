@@ -62,6 +62,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def measure(paths: Sequence[tuple[float, float]], seeds: int) -> Report:
+    """One row per (loss, rtt) path: the figures over `seeds` runs."""
     report = Report(
         "handshake",
         "seconds from connect to OPEN and to stored through loss both ways (virtual time)",
@@ -72,7 +73,7 @@ def measure(paths: Sequence[tuple[float, float]], seeds: int) -> Report:
         opened = [r["open"] for r in runs]
         stored = [r["stored"] for r in runs]
         row: dict[str, Any] = {
-            "loss": f"{loss:.0%}",
+            "loss": f"{loss * 100:g}%",
             "rtt_ms": round(rtt * 1e3, 1),
             "open_mean_s": round(statistics.fmean(opened), 3),
             "open_median_s": round(_quantile(opened, 0.5), 3),

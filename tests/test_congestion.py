@@ -427,35 +427,37 @@ def test_the_handshake_round_trip_seeds_bbrs_min_rtt_unless_a_hello_was_resent()
     assert resent.cc.min_rtt == 0.0
     step(resent, core, now, 0.04)
     assert resent.state == SenderState.OPEN and resent.cc.min_rtt == pytest.approx(0.04)
+    assert resent.rtt.samples == 0  # an ACCEPT's delay holds the listener's store work
 
 
 def test_a_retry_seeds_the_rtt_estimator_and_starts_the_hello_backoff_over() -> None:
-    """A timed RETRY (30 ms) is the RTT estimator's first sample (RFC 9002 5.2),
-    and the next HELLO is resent after that path's timeout: 3 x 30 ms, never
-    below `handshake_rto`.  A RETRY to a HELLO sent four times is not timed,
-    but the backoff starts over all the same: the path answered just now."""
+    """A timed RETRY (50 ms) is the RTT estimator's first sample (RFC 9002 6.3).
+    At the handshake's first RETRY the HELLO's backoff starts where it would
+    after a first exchange that lost nothing (2 x handshake_rto), however many
+    HELLOs the first exchange took; a later RETRY (a duplicate) sends the HELLO
+    again at once and keeps the backoff."""
     core = ListenerCore(MemoryStore())
     sender = Sender(SenderConfig(stream="s"))
     sender.connect(100.0)
-    now = step(sender, core, 100.0, 0.03)
-    assert (sender.rtt.samples, sender.rtt.srtt) == (1, pytest.approx(0.03))
+    now = step(sender, core, 100.0, 0.05)
+    assert (sender.rtt.samples, sender.rtt.srtt) == (1, pytest.approx(0.05))
     assert sender.datagrams_to_send(now)  # the HELLO with the cookie, lost
-    assert sender.get_timer() == pytest.approx(now + max(3 * 0.03, sender.config.handshake_rto))
+    assert sender.get_timer() == pytest.approx(now + 0.2)
 
     slow = Sender(SenderConfig(stream="s", handshake_rto=0.1))
     slow.connect(100.0)
     now = 100.0
-    for _ in range(3):  # lost: resent after 0.1, 0.2 and 0.4 s
+    for _ in range(3):  # lost: resent after 0.1, 0.2 and 0.4 s (the next after 0.8)
         assert slow.datagrams_to_send(now)
         now = slow.get_timer()
     assert now == pytest.approx(100.7)
     now = step(slow, core, now, 0.03)
     assert slow.rtt.samples == 0  # Karn: its answer may be to any of the four
     assert slow.datagrams_to_send(now)  # lost again
-    assert slow.get_timer() == pytest.approx(now + 0.1)  # handshake_rto again, not 0.8 s
+    assert slow.get_timer() == pytest.approx(now + 0.2)  # not after 1 s
     now = slow.get_timer()
-    assert slow.datagrams_to_send(now)  # lost: resent next after 0.2 s
+    assert slow.datagrams_to_send(now)  # lost: due again after 0.4 s, the next after 0.8
     retry = wire.encode_retry(wire.Retry(slow._nonce, slow._cookie))
     slow.receive_datagram(retry, now + 0.01)  # a duplicate of the RETRY
     assert slow.datagrams_to_send(now + 0.01)  # the HELLO again at once ...
-    assert slow.get_timer() == pytest.approx(now + 0.01 + 0.4)  # ... the backoff kept
+    assert slow.get_timer() == pytest.approx(now + 0.01 + 0.8)  # ... the backoff kept

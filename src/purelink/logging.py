@@ -83,6 +83,7 @@ from purelink.errors import ConnectError, Error
 from purelink.link import Link, connect
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol.names import validate_stream_name
+from purelink.transport import FIRST_CONNECT_WAIT
 
 __all__ = ["JSONFormatter", "LinkHandler", "decode"]
 
@@ -329,7 +330,9 @@ class LinkHandler(logging.Handler):
     def _connect(self) -> Link | None:
         time.sleep(0)  # let the thread that started this one have the GIL back at once
         delay = _BACKOFF_FIRST
-        patience = _CONNECT_FIRST
+        # where exit refuses new threads, a second try cannot be made at exit:
+        # the first gets all the patience that close() would give it
+        patience = max(_CONNECT_FIRST, self.timeout) if _EXIT_REFUSES_THREADS else _CONNECT_FIRST
         told = False
         while True:
             left = self._deadline - time.monotonic()
@@ -542,16 +545,15 @@ def _after_fork(ref: Callable[[], LinkHandler | None]) -> None:
 _EXIT_REFUSES_THREADS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 2)
 """CPython 3.12.0 and 3.12.1 refuse to start a thread once the interpreter exits,
 atexit handlers included (gh-113964, fixed in 3.12.2)."""
-_LAUNCH_WAIT = 1.0
+_LAUNCH_WAIT = FIRST_CONNECT_WAIT + 1.0
 """At most this long, on those versions, the handler's constructor waits for its
-first link's thread (the link's address resolved, a socket made, a thread
-started: milliseconds, not a handshake)."""
+first link's thread: the address resolved, a socket made (for tcp://, its
+connection, up to FIRST_CONNECT_WAIT), a thread started -- not a handshake."""
 
 
 def _wait_launched(handler: LinkHandler) -> None:
     """On CPython 3.12.0-3.12.1 only: wait until the first link's thread is started,
     so that a program that logs and exits at once does not ask for that thread
-    at exit, where it is refused and every record would be dropped (seen in 35
-    of 100 such programs on 2 loaded cores)."""
+    at exit, where it is refused and every record would be dropped."""
     if _EXIT_REFUSES_THREADS:
         handler._launched.wait(_LAUNCH_WAIT)

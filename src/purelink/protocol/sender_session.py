@@ -16,17 +16,17 @@ States (the only legal moves are in `_MOVES`; `_move` refuses the rest):
 
 A HELLO goes out at once and again after `handshake_rto`, doubled on each
 retry up to `max_handshake_rto`; a RETRY's cookie sends the next HELLO at
-once, and at the handshake's first RETRY that HELLO's backoff starts over
-(the path answered just now: a loss of the next exchange says nothing of the
-first), from the path's retransmission timeout when the RETRY was timed,
-never below `handshake_rto`. An ACCEPT opens the session: a fresh link
+once, and at the handshake's first RETRY that HELLO's backoff starts where
+it would after a first exchange that lost nothing (2 x `handshake_rto`):
+the path answered just now, and the second exchange pays nothing for the
+first's losses. An ACCEPT opens the session: a fresh link
 starts where its producer left off, a reconnecting one re-packs everything
 above the listener's `received` seq (the listener deduplicates by producer
 and seq). The round trip of a HELLO sent once (not resent) to its RETRY or
 ACCEPT is the congestion control's first sample of the path's delay
-(`on_path_rtt`) and, if the link has none yet, the RTT estimator's first
-sample (RFC 9002 5.2: the first timeouts of the data then come from the
-path, not a guess).
+(`on_path_rtt`); a timed RETRY's is also the RTT estimator's first sample
+if it has none (RFC 9002 6.3: a RETRY holds none of the listener's store
+work, an ACCEPT may), so the first data's timeouts come from the path.
 """
 
 from __future__ import annotations
@@ -160,28 +160,30 @@ class SenderSession(SenderRecords):
     def _on_retry(self, msg: wire.Retry, now: float) -> None:
         # a later RETRY (a duplicate, or the listener restarted with a new
         # secret) may answer an earlier HELLO than the last: time neither it
-        # nor the HELLO it makes us send, and keep the backoff (each resets
-        # nothing but the cookie: duplicates must not make a HELLO storm)
-        timed = not self._cookie
-        if timed:
-            self._handshake_rtt(now)
+        # nor the HELLO it makes us send, and keep the backoff as it is
+        first = not self._cookie
+        if first:
+            rtt = self._handshake_rtt(now)
+            if rtt is not None and not self.rtt.samples:
+                self.rtt.on_sample(rtt)  # RFC 9002 6.3: the RETRY's delay, no server work in it
+            # the second exchange pays nothing for the first's losses: its HELLO
+            # is resent as after a first exchange that lost nothing
+            self._hello_rto = min(2 * self.config.handshake_rto, self.config.max_handshake_rto)
         self._hello_sent = None
         self._cookie = msg.cookie
         self._hello_due = now
-        self._hello_sends = 0 if timed else 1
-        if timed:  # the handshake's first RETRY: the backoff starts over
-            rto = max(self.config.handshake_rto, self.rtt.base_rto if self.rtt.samples else 0.0)
-            self._hello_rto = min(rto, self.config.max_handshake_rto)
+        self._hello_sends = 0 if first else 1
 
-    def _handshake_rtt(self, now: float) -> None:
+    def _handshake_rtt(self, now: float) -> float | None:
         """The handshake's round trip, taken before any data queues on the path:
-        the congestion control's first sample of the path's delay."""
+        the congestion control's first sample of the path's delay (returned;
+        None when the HELLO answered was resent)."""
+        rtt = None
         if self._hello_sent is not None:
             rtt = now - self._hello_sent
             self.flight.cc.on_path_rtt(rtt, now)
-            if not self.rtt.samples:
-                self.rtt.on_sample(rtt)
             self._hello_sent = None
+        return rtt
 
     def _hello(self) -> bytes:
         msg = wire.Hello(
