@@ -278,10 +278,8 @@ def test_where_exit_refuses_threads_the_handler_starts_its_links_thread_at_once(
     handler = LinkHandler(_url(listener), "launch")
     try:
         assert handler._launched.is_set()
-        assert any(
-            t.name.startswith("purelink") and t is not handler._thread
-            for t in threading.enumerate()
-        )  # the link's thread: started, not failed
+        link_threads = [t for t in threading.enumerate() if t.name == "purelink-link-launch"]
+        assert link_threads and link_threads[0].is_alive()  # started, not failed
     finally:
         handler.close()
 

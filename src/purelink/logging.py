@@ -91,6 +91,13 @@ _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
 _CONNECT_FIRST = 0.5  # the first handshake's timeout, doubling up to _CONNECT_MAX
 _CONNECT_MAX = 5.0
+_EXIT_REFUSES_THREADS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 2)
+"""CPython 3.12.0 and 3.12.1 refuse to start a thread once the interpreter exits,
+atexit handlers included (gh-113964, fixed in 3.12.2)."""
+_LAUNCH_WAIT = FIRST_CONNECT_WAIT + 1.0
+"""At most this long, on those versions, the handler's constructor waits for its
+first link's thread: the address resolved, a socket made (for tcp://, its
+connection, up to FIRST_CONNECT_WAIT), a thread started -- not a handshake."""
 _IDLE_MS = 1000  # the thread's sleep, at most: a backstop, a wakeup is never lost
 _LINGER = 0.002  # after taking records, the thread looks again this much later, unarmed
 _FIELDS_SIZE = 100  # what the JSON adds to a held record's text: keys, time, names
@@ -540,15 +547,6 @@ def _after_fork(ref: Callable[[], LinkHandler | None]) -> None:
         # shutdown, which CPython 3.12.0-3.12.1 refuses (RuntimeError)
         handler._start()
         _wait_launched(handler)
-
-
-_EXIT_REFUSES_THREADS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 2)
-"""CPython 3.12.0 and 3.12.1 refuse to start a thread once the interpreter exits,
-atexit handlers included (gh-113964, fixed in 3.12.2)."""
-_LAUNCH_WAIT = FIRST_CONNECT_WAIT + 1.0
-"""At most this long, on those versions, the handler's constructor waits for its
-first link's thread: the address resolved, a socket made (for tcp://, its
-connection, up to FIRST_CONNECT_WAIT), a thread started -- not a handshake."""
 
 
 def _wait_launched(handler: LinkHandler) -> None:
