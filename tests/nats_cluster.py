@@ -32,11 +32,16 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from ports import free_ports
 from purelink.errors import Error
 from purelink.store.jetstream.client import NatsThread
 from purelink.store.jetstream.writer import JetStreamWriter
 
 __all__ = ["NatsCluster", "nats_server_binary"]
+
+
+class _NodeExited(RuntimeError):
+    """A node's server exited while it started (see NatsCluster.start)."""
 
 
 def nats_server_binary() -> str | None:
@@ -46,12 +51,6 @@ def nats_server_binary() -> str | None:
     if here.exists():
         return str(here)
     return shutil.which("nats-server")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class NatsCluster:
@@ -64,25 +63,33 @@ class NatsCluster:
         self.binary = binary
         self.root = root
         self.size = size
-        self.client_ports = [_free_port() for _ in range(size)]
-        self.cluster_ports = [_free_port() for _ in range(size)]
-        self.http_ports = [_free_port() for _ in range(size)]
+        self.sync = sync
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * size
         self.settled = False
         """Ready (wait_ready), and no node started, killed or paused since."""
+        self._configure()
+
+    def _configure(self) -> None:
+        """Fresh ports for every node, and each node's nats.conf with them."""
+        ports = free_ports(3 * self.size)
+        self.client_ports = ports[: self.size]
+        self.cluster_ports = ports[self.size : 2 * self.size]
+        self.http_ports = ports[2 * self.size :]
         routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.cluster_ports)
-        for i in range(size):
-            d = root / f"n{i + 1}"
+        for i in range(self.size):
+            d = self.root / f"n{i + 1}"
             d.mkdir(parents=True, exist_ok=True)
             listen = f"127.0.0.1:{self.cluster_ports[i]}"
             cluster = (
-                f"cluster {{ name: plk, listen: {listen}, routes: [{routes}] }}" if size > 1 else ""
+                f"cluster {{ name: plk, listen: {listen}, routes: [{routes}] }}"
+                if self.size > 1
+                else ""
             )
             (d / "nats.conf").write_text(
                 f"server_name: n{i + 1}\n"
                 f"listen: 127.0.0.1:{self.client_ports[i]}\n"
                 f"http: 127.0.0.1:{self.http_ports[i]}\n"
-                f'jetstream {{ store_dir: "{d / "js"}", sync_interval: {sync} }}\n'
+                f'jetstream {{ store_dir: "{d / "js"}", sync_interval: {self.sync} }}\n'
                 f"{cluster}\n"
             )
 
@@ -99,27 +106,54 @@ class NatsCluster:
         One after another, each once its route port is open: started at the
         same moment, the nodes' first routes to each other are refused, the
         first election of the meta leader can fail, and the next comes 4-9 s
-        later (2 starts of 25 measured; none of 25 started one by one)."""
-        for k in range(self.size) if i is None else [i]:
-            d = self.root / f"n{k + 1}"
-            log = open(d / "server.log", "ab")  # noqa: SIM115 - the child keeps it
-            self.procs[k] = subprocess.Popen(
-                [self.binary, "-c", str(d / "nats.conf")],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            log.close()
-            self._wait_port(self.cluster_ports[k] if self.size > 1 else self.client_ports[k])
+        later (2 starts of 25 measured; none of 25 started one by one).
+
+        A node that exits before its port opens could not bind one of its
+        ports (another process took it after `free_ports` found it free):
+        the whole cluster then starts again on fresh ports, up to 3 times.
+        A node started again after a kill keeps its ports, since the others
+        route to them."""
+        if i is not None:
+            self._start_node(i)
+            self.settled = False
+            return
+        for attempt in range(3):
+            try:
+                for k in range(self.size):
+                    self._start_node(k)
+                break
+            except _NodeExited:
+                self.stop()
+                if attempt == 2:
+                    raise
+                self._configure()
         self.settled = False
 
-    def _wait_port(self, port: int, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
+    def _start_node(self, k: int) -> None:
+        d = self.root / f"n{k + 1}"
+        log = open(d / "server.log", "ab")  # noqa: SIM115 - the child keeps it
+        proc = subprocess.Popen(
+            [self.binary, "-c", str(d / "nats.conf")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        self.procs[k] = proc
+        port = self.cluster_ports[k] if self.size > 1 else self.client_ports[k]
+        deadline = time.monotonic() + 10.0
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return
             except OSError:
+                if proc.poll() is not None:
+                    self.procs[k] = None
+                    tail = (d / "server.log").read_text(errors="replace").splitlines()[-5:]
+                    raise _NodeExited(
+                        f"nats-server n{k + 1} exited ({proc.returncode}) before port "
+                        f"{port} opened: " + " | ".join(tail)
+                    ) from None
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"nats-server on port {port} did not start") from None
                 time.sleep(0.005)

@@ -20,6 +20,7 @@ import pytest
 
 import purelink
 import purelink.link as link_module
+from ports import free_port
 from serve_process import ServeProcess
 
 
@@ -50,10 +51,9 @@ def within(seconds: float, call: Callable[[], Any]) -> tuple[float, Any, BaseExc
 
 
 def closed_port(kind: int) -> int:
-    """A loopback port where nothing listens (bound, then released)."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port where nothing listens, and no outgoing connection of
+    another process is given while the test runs (ports.py)."""
+    return free_port(kind)
 
 
 # ------------------------------------------- close() while the listener is down

@@ -23,17 +23,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import purelink
+from ports import free_port
 from purelink.logging import LinkHandler
 from purelink.metrics import LinkCollector
 from serve_process import ServeProcess
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _parse(text: str) -> Samples:
@@ -59,7 +54,7 @@ def _ship(url: str, stream: str, count: int) -> None:
 
 
 def test_serve_metrics_counts_rise_as_records_are_stored(tmp_path: Path) -> None:
-    port = _free_tcp_port()
+    port = free_port()
     with ServeProcess(tmp_path / "data", extra=["--metrics", f"127.0.0.1:{port}"]) as serve:
         before = _scrape(port)
         assert before[("purelink_records_stored_total", ())] == 0
