@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import purelink
-from purelink.link import Link
+from purelink.link.link import Link
 
 from ._common import wait_until
 

@@ -120,8 +120,8 @@ STOPPED_PREFIX = "purelink serve: stopped "
 # `purelink serve` with the naive accept: the private knob is set before the
 # listener is made, then the real command line runs.
 _NAIVE_SERVE = (
-    "import sys, purelink.listener_tcp as t; t.ACCEPT_BUDGET = 1; "
-    "from purelink.cli import main; sys.exit(main(sys.argv[1:]))"
+    "import sys, purelink.listener.tcp as t; t.ACCEPT_BUDGET = 1; "
+    "from purelink.cli.command import main; sys.exit(main(sys.argv[1:]))"
 )
 
 _ECHO_SERVER = """

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import purelink.listener as listener_module
+import purelink.listener.listener as listener_module
 from purelink import Listener
 from purelink._udp import SOL_UDP, UDP_GRO
 from purelink.protocol.wire import BatchHeader
@@ -125,7 +125,7 @@ class NullDataDir:
 def start_null_listener() -> Listener:
     """A started Listener on 127.0.0.1 (any port), sync="none", with a NullDataDir."""
     if not hasattr(listener_module, "DataDir"):
-        raise RuntimeError("purelink.listener.DataDir moved: update bench/drain.py")
+        raise RuntimeError("purelink.listener.listener.DataDir moved: update bench/drain.py")
     listener = Listener(
         Path(tempfile.gettempdir()) / "purelink-null-store", udp="127.0.0.1:0", sync="none"
     )

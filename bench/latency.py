@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from purelink.link import Link
+from purelink.link.link import Link
 
 from ._common import Report, base_parser, percentile, serving, summarize
 from ._links import asleep, open_link

@@ -74,7 +74,7 @@ __all__ = [
     "sweep_stale",
 ]
 
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 PREFIX = "plk-"
 """Every namespace this module makes is named plk-PID-a / plk-PID-b."""
 _NAME = re.compile(r"^plk-(\d+)-[ab]$")

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import purelink
-from purelink.link import Link
+from purelink.link.link import Link
 
 from ._common import Report, ServeProcess, base_parser, make_records, summarize, wait_until
 from .connections import Child

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from purelink import Full
-from purelink.link import Link
+from purelink.link.link import Link
 
 from ._common import (
     Report,

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from purelink.link import Link
+from purelink.link.link import Link
 from purelink.protocol.listener_core import ListenerCore
 
 from ._common import Report, base_parser, summarize

@@ -37,8 +37,8 @@ import pytest
 import structlog
 
 import purelink
+from helpers.serve_process import ServeProcess
 from purelink.logging import LinkHandler, decode
-from serve_process import ServeProcess
 
 
 @pytest.fixture

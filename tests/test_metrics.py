@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import purelink
-from ports import free_port
+from helpers.serve_process import ServeProcess
 from purelink.logging import LinkHandler
 from purelink.metrics import LinkCollector
-from serve_process import ServeProcess
+from purelink.testing.ports import free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -104,7 +104,7 @@ def test_serve_metrics_counts_rise_as_records_are_stored(tmp_path: Path) -> None
 
 def _serve(args: list[str], tmp_path: Path, block: str = "") -> subprocess.CompletedProcess[str]:
     """`purelink serve ...` in a child, with `block` (Python) run before the CLI."""
-    code = f"import sys\n{block}\nfrom purelink.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = f"import sys\n{block}\nfrom purelink.cli.command import main\nsys.exit(main(sys.argv[1:]))"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return subprocess.run(

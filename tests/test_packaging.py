@@ -43,7 +43,9 @@ def test_version_flag_loads_no_metadata_and_no_listener() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=True)
     code, modules = json.loads(out.stdout.decode().splitlines()[-1])
     assert code == 0
-    assert not {"importlib.metadata", "purelink.listener", "purelink.store.store"} & set(modules)
+    assert not {"importlib.metadata", "purelink.listener.listener", "purelink.store.store"} & set(
+        modules
+    )
 
 
 def test_the_running_python_is_a_declared_one() -> None:

@@ -80,10 +80,10 @@ from typing import Any
 from purelink import _address
 from purelink._log_json import BARE_SIZE, IMMUTABLE, JSONFormatter, decode, encode_captured
 from purelink.errors import ConnectError, Error
-from purelink.link import Link, connect
+from purelink.link.link import Link, connect
+from purelink.link.transport import FIRST_CONNECT_WAIT
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol.names import validate_stream_name
-from purelink.transport import FIRST_CONNECT_WAIT
 
 __all__ = ["JSONFormatter", "LinkHandler", "decode"]
 

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from purelink import _address
 from purelink.errors import Error
-from purelink.link import Link
+from purelink.link.link import Link
 from purelink.logging import LinkHandler
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
-    from purelink.listener import Listener
+    from purelink.listener.listener import Listener
 
 __all__ = ["LinkCollector", "ListenerCollector", "MetricsServer", "available"]
 
@@ -215,7 +215,7 @@ class ListenerCollector:
 
     @staticmethod
     def _histogram(core: Any, counts: tuple[int, ...], total: float) -> Metric:
-        from purelink.listener_parts import SYNC_BUCKETS  # noqa: PLC0415 -- the listener's
+        from purelink.listener.stats import SYNC_BUCKETS  # noqa: PLC0415 -- the listener's
 
         buckets: list[tuple[str, float]] = []
         running = 0

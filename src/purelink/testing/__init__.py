@@ -6,6 +6,11 @@ senders against a listener core on virtual time with no sockets and no sleeps.
 `PathModel` is the one model of a bad path's direction that FakeNet, the
 loopback proxy of the live tests and the TUN path emulator all drive
 (`NetConfig` says what it does, `seeded_rng` gives each direction its RNG).
+Two modules are imported by name, not from here, as they start real
+processes or bind sockets: `purelink.testing.nats` (`NatsCluster`, a
+JetStream cluster of real `nats-server` processes, for the tests and the
+benchmarks) and `purelink.testing.ports` (`free_ports`, loopback ports a
+server can name without racing the kernel's ephemeral range).
 """
 
 from .fakes import FakeClock, FakeNet, MemoryStore, NetConfig

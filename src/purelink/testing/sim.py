@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..listener.storage import StorageDriver
 from ..protocol import events
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
-from ..storage import StorageDriver
 from .fakes import FakeClock, FakeNet, MemoryStore
 from .storages import MemoryStorage, ReplicatedStorage, Replication
 

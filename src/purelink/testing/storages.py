@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..listener.storage import STORED, StorageEvent
 from ..protocol.batch import BatchHeader
-from ..storage import STORED, StorageEvent
 from .fakes import FakeClock, MemoryStore
 
 __all__ = ["MemoryStorage", "ReplicatedStorage", "Replication"]

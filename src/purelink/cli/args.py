@@ -1,0 +1,150 @@
+"""The argument types and checks that several verbs of the `purelink` command share.
+
+Why it exists: a value argparse refuses is a one-line error with exit code 2
+(cli.py's parser), so every type here raises ArgumentTypeError with a message
+that says what is wrong; checks that need the file system (`require_store`)
+raise UsageError instead.  The verbs' own modules (_cli_serve.py, _cli_send.py,
+_cli_read.py) build their options from these.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import _address
+from ..listener.limits import MAX_SECONDS
+from ..protocol.names import is_valid_name, validate_stream_name
+from .common import UsageError
+
+__all__ = [
+    "MAX_POSITION",
+    "add_from",
+    "bind_address",
+    "data_dir",
+    "int_at_least",
+    "producer_type",
+    "require_store",
+    "seconds",
+    "stream_type",
+    "url_type",
+]
+
+
+def bind_address(text: str) -> str | None:
+    """--udp/--tcp value: "HOST:PORT", or "none" to disable the transport."""
+    if text.lower() == "none":
+        return None
+    try:
+        _address.parse_hostport(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def url_type(text: str) -> str:
+    """send's URL: udp://HOST:PORT or tcp://HOST:PORT (IPv6 as [ADDR])."""
+    try:
+        _address.parse_urls(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def stream_type(text: str) -> str:
+    """A stream name by the store's own rule (protocol/names.py, the README)."""
+    try:
+        return validate_stream_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def producer_type(text: str) -> str:
+    """A producer name: the same rule as a stream's, checked here, not by the listener."""
+    if not is_valid_name(text):
+        raise argparse.ArgumentTypeError(
+            f"bad producer name {text[:40]!r}: use 1-200 characters of A-Z a-z 0-9 . _ -, "
+            "not starting with '.'"
+        )
+    return text
+
+
+MAX_POSITION = (1 << 64) - 1
+"""The largest position there can be (a u64 on the wire and in the store)."""
+
+
+def add_from(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=int_at_least(1, MAX_POSITION),
+        metavar="N",
+        help="first position (default, and 1: the first record retained; "
+        "a later position below it is an error naming it)",
+    )
+
+
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {text!r}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:,}: {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    if not value <= MAX_SECONDS:  # inf, or a value the OS timeouts overflow on
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:g} seconds: {text!r}")
+    return value
+
+
+def data_dir(text: str) -> str:
+    """--data: a directory's path, or a JetStream cluster's nats://H:P[,H:P...];
+    '' is refused (it would mean the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, not an empty string")
+    if text.startswith("nats://"):
+        from ..store.jetstream.layout import parse_servers  # noqa: PLC0415 -- on use
+
+        try:
+            parse_servers(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def require_store(path: str) -> Path | str:
+    """A directory that is a purelink data directory (`streams/`, `purelink.lock`),
+    or empty (a store with no streams yet); else a usage error naming it.  A
+    nats:// URL is taken as it is (the cluster is asked when it is read)."""
+    if path.startswith("nats://"):
+        return path
+    directory = Path(path)
+    if not directory.is_dir():
+        raise UsageError(f"--data {path!r} is not a directory")
+    if not any((directory / name).exists() for name in ("streams", "purelink.lock")):
+        try:
+            empty = next(directory.iterdir(), None) is None
+        except OSError as exc:
+            raise UsageError(f"cannot read --data {path!r}: {exc.strerror}") from None
+        if not empty:
+            raise UsageError(
+                f"--data {path!r} is not a purelink data directory "
+                "(no streams/ folder or purelink.lock in it)"
+            )
+    return directory

@@ -1,0 +1,186 @@
+"""`purelink read`, `tail` and `streams`: the verbs that print what a store holds.
+
+Why it exists: `read` and `streams` open a store (a directory, or a JetStream
+cluster) read-only, beside a listener that may be writing it; `tail` reads a
+stream from a listener over TCP (subscribe.py).  All three print records or
+a table to stdout, and a closed stdout ends them quietly (cli.py's main).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+
+from .. import subscribe
+from .args import (
+    add_from,
+    data_dir,
+    int_at_least,
+    require_store,
+    seconds,
+    stream_type,
+    url_type,
+)
+from .common import UsageError, client_secret
+
+__all__ = [
+    "add_read_arguments",
+    "add_streams_arguments",
+    "add_tail_arguments",
+    "cmd_read",
+    "cmd_streams",
+    "cmd_tail",
+]
+
+
+def add_read_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data",
+        required=True,
+        type=data_dir,
+        metavar="DIR|nats://...",
+        help="store directory, or a NATS JetStream cluster",
+    )
+    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_from(p)
+    p.add_argument("--to", type=int_at_least(1), metavar="M", help="last position (inclusive)")
+    p.add_argument("--follow", action="store_true", help="keep printing new records")
+    p.add_argument("--format", choices=("lines", "json"), default="lines")
+
+
+def add_tail_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", type=url_type, metavar="URL", help="the listener's tcp://HOST:PORT")
+    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_from(p)
+    p.add_argument("--follow", action="store_true", help="keep printing new records")
+    p.add_argument("--format", choices=("lines", "json"), default="lines")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="bounds each connect, and without --follow the wait for the first answer (10)",
+    )
+    p.add_argument(
+        "--reconnect",
+        type=seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="if the connection breaks, resume where it stopped, trying for this long",
+    )
+
+
+def add_streams_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data",
+        required=True,
+        type=data_dir,
+        metavar="DIR|nats://...",
+        help="store directory, or a NATS JetStream cluster",
+    )
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    """Print records [--from, --to] of a stream; with --follow, keep going.
+
+    An unknown stream reads as an empty one: no output, exit 0 (with --follow,
+    wait for it to appear).  A stream comes into being with its first record,
+    so "unknown" and "empty" are the same state, as `Store.first/last` = 0, 0 say.
+    """
+    from ..store.follow import follow_records  # noqa: PLC0415 -- see the imports
+    from ..store.store import Store  # noqa: PLC0415
+
+    if args.to is not None and args.start is not None and args.to < args.start:
+        raise UsageError(f"--to {args.to} is before --from {args.start}")
+    store = Store(str(require_store(args.data)))
+    stream = args.stream
+    stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
+    out = sys.stdout.buffer
+    write = out.write
+    # Default start: the first record retained; with --follow on an empty (or
+    # unknown) stream, the next record to come.
+    start: int = args.start or store.first(stream) or (store.last(stream) + 1 if args.follow else 0)
+    if not start:
+        return 0
+    if args.follow and isinstance(store, Store):  # inotify (store/follow.py), flushing
+        records = follow_records(store, stream, start, stop, on_wait=out.flush)
+    elif args.follow:  # a JetStream store: each record as it comes
+        records = _flushing(store.read(stream, start=start, stop=stop, follow=True), out.flush)
+    else:
+        records = store.read(stream, start=start, stop=stop)
+    _print_records(write, records, args.format)
+    out.flush()
+    return 0
+
+
+def _flushing(
+    records: Iterable[tuple[int, bytes]], flush: Callable[[], object]
+) -> Iterator[tuple[int, bytes]]:
+    """The records, with `flush()` after each (what follows a store that gives no
+    signal before it waits)."""
+    for record in records:
+        yield record
+        flush()
+
+
+def _print_records(
+    write: Callable[[bytes], object], records: Iterable[tuple[int, bytes]], fmt: str
+) -> None:
+    """`lines`: the payload and a newline; `json`: {"position", "payload" in base64}."""
+    if fmt == "lines":
+        for _, payload in records:
+            write(payload)
+            write(b"\n")
+        return
+    b64 = base64.b64encode
+    for position, payload in records:
+        line = json.dumps({"position": position, "payload": b64(payload).decode()})
+        write(line.encode() + b"\n")
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """Print a stream's records read from a listener over TCP (subscribe.py):
+    from --from (default: the first retained), and with --follow, for ever."""
+    secret = client_secret(args)
+    try:
+        subscription = subscribe(
+            args.url,
+            args.stream,
+            start=args.start or 0,
+            follow=args.follow,
+            secret=secret,
+            key_id=args.key_id,
+            timeout=args.timeout,
+            reconnect=args.reconnect,
+        )
+    except ValueError as exc:  # not a tcp:// URL
+        raise UsageError(str(exc)) from None
+    out = sys.stdout.buffer
+    write = out.write
+    with subscription:
+        for chunk in subscription.chunks():  # one flush per burst, not per record
+            _print_records(write, chunk, args.format)
+            out.flush()
+    return 0
+
+
+def cmd_streams(args: argparse.Namespace) -> int:
+    from ..store.store import Store  # noqa: PLC0415 -- see the imports
+
+    directory = require_store(args.data)
+    store = Store(str(directory))
+    infos = [store.stream_info(name) for name in store.streams()]
+    rows = [(i.name, i.first, i.last, i.records, i.bytes) for i in infos]
+    header = ("stream", "first", "last", "records", "bytes")
+    cells = [header, *[(r[0], *(str(n) for n in r[1:])) for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        left = row[0].ljust(widths[0])
+        right = "  ".join(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))
+        print(f"{left}  {right}")
+    return 0

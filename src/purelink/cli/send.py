@@ -1,0 +1,285 @@
+"""`purelink send`: each input line is one record; exit 0 once all are stored.
+
+Why it exists: it is the verb a shell script runs once per job, so it must
+say plainly what happened to the data, whatever happens: every way out
+ends with one line on stderr that says how many records were stored.
+
+* all stored: `purelink send: N records (B payload bytes) stored in S s (R records/s)`, exit 0;
+* the listener goes away: after `STALL_NOTICE` seconds without progress a
+  line says that send is waiting and how many records are not yet stored;
+  after `--timeout` seconds without progress it gives up: exit 1, saying how
+  many were stored and how many not (the link keeps resending meanwhile,
+  so a listener back in time loses nothing);
+* a line longer than the listener's max_record: by default send stops at
+  it (exit 1, naming the line and the limit, once the lines before it are
+  stored); with `--skip-long` it skips it, counts it, and goes on, as a
+  Kafka console producer goes on past a record the broker refuses;
+* Ctrl-C: a summary of what was stored (after waiting up to `INTERRUPT_GRACE`
+  for the answers already on their way; a second Ctrl-C goes at once), exit 130;
+* the link fails (fenced, the listener lost records): the error and the summary, exit 1.
+
+Memory stays bounded whatever the input: a line is read at most
+`MAX_LINE` bytes (the largest record any listener accepts) at a time, and a
+longer one is skipped over in pieces, never held whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Final
+
+from .. import Error, Full, Link, connect
+from .args import producer_type, seconds, stream_type, url_type
+from .common import PROG, UsageError, client_secret
+from .progress import Progress
+
+__all__ = ["INTERRUPT_GRACE", "MAX_LINE", "STALL_NOTICE", "add_send_arguments", "cmd_send"]
+
+MAX_LINE: Final = 16 << 20
+"""The largest record any listener accepts (its --max-record is at most this)."""
+STALL_NOTICE: Final = 1.0
+"""Seconds without progress on `stored` before send says that it is waiting."""
+INTERRUPT_GRACE: Final = 0.5
+"""Seconds a Ctrl-C'd send waits for answers on their way, so its summary is current."""
+_STEP: Final = 0.1  # seconds per wait: the progress bar and the stall clock tick at this rate
+
+
+class _GaveUp(Error):
+    """The listener stored nothing for --timeout seconds."""
+
+
+class _TooLong(Error):
+    """A line over max_record, without --skip-long."""
+
+
+class _Send:
+    """One run of `purelink send`: the link, the counts, and the waits."""
+
+    def __init__(self, link: Link, url: str, timeout: float, skip_long: bool) -> None:
+        self.link = link
+        self.url = url
+        self.timeout = timeout
+        self.skip_long = skip_long
+        self.base = link.stored  # a named producer resumes at its last stored seq
+        self.lines = 0  # lines read
+        self.records = 0  # records queued
+        self.size = 0  # their payload bytes
+        self.skipped = 0
+        self.first_skip = ""
+        self.progress = Progress(f"{PROG} send", None)
+        self._seen = link.stored
+        self._moved = time.monotonic()  # when `stored` last moved (or a wait began)
+        self._waited = 0.0  # when the last wait step ended
+        self._waiting = False
+
+    def summary(self) -> str:
+        """'3 of 5 records stored; 2 not stored' (and the lines skipped)."""
+        queued = self.link.queued - self.base
+        stored = min(self.link.stored - self.base, queued)
+        text = f"{stored:,} of {queued:,} record{_s(queued)} stored"
+        if queued > stored:
+            text += f"; {queued - stored:,} not stored"
+        return text + self.skips()
+
+    def skips(self) -> str:
+        if not self.skipped:
+            return ""
+        return f"; {self.skipped:,} line{_s(self.skipped)} skipped ({self.first_skip})"
+
+    # ---- waiting, with the stall clock ----
+
+    def wait(self, seq: int | None) -> bool:
+        """Wait a step for `seq` (None: all queued) to be stored; raise _GaveUp
+        after --timeout seconds of waiting in which `stored` did not move (the
+        clock runs only while send waits, not while it reads its input)."""
+        link = self.link
+        began = time.monotonic()
+        if began - self._waited > 2 * _STEP:  # a new wait: time spent reading input is no stall
+            self._moved = began
+        done = link.wait_stored(seq, timeout=_STEP)
+        now = self._waited = time.monotonic()
+        stored = link.stored
+        if stored != self._seen or done:
+            self._seen, self._moved = stored, now
+            if self._waiting:
+                self._waiting = False
+                self.progress.note(f"{PROG} send: the listener is storing again")
+            return done
+        stalled = now - self._moved
+        if stalled >= self.timeout:
+            raise _GaveUp(
+                f"the listener at {self.url} stored nothing for {self.timeout:g} s; "
+                f"gave up with {self.summary()}"
+            )
+        if stalled >= STALL_NOTICE and not self._waiting:
+            self._waiting = True
+            unstored = link.queued - stored
+            self.progress.note(
+                f"{PROG} send: waiting for the listener at {self.url}: "
+                f"{unstored:,} record{_s(unstored)} not yet stored "
+                f"(giving up after {self.timeout:g} s without progress)"
+            )
+        return False
+
+    # ---- the main loop ----
+
+    def run(self, source: IO[bytes]) -> None:
+        link = self.link
+        queue = link.queue
+        progress = self.progress
+        for record in _lines(source):
+            self.lines += 1
+            if record is None:  # longer than any listener accepts: never read whole
+                self._too_long(f"line {self.lines:,} is longer than {MAX_LINE:,} bytes")
+                continue
+            while True:
+                try:
+                    queue(record)
+                except Full:  # never drop: wait for the oldest unstored record, then retry
+                    self.wait(link.stored + 1)
+                    progress.update(self.records, f"stored {link.stored - self.base:,} (full)")
+                    continue
+                except ValueError as exc:  # over the listener's max_record
+                    self._too_long(f"line {self.lines:,}: {exc}")
+                    break
+                self.records += 1
+                self.size += len(record)
+                if self.records & 1023 == 0:
+                    progress.update(self.records, f"stored {link.stored - self.base:,}")
+                break
+        while not self.wait(None):
+            progress.update(self.records, f"stored {link.stored - self.base:,}")
+        progress.close(self.records, f"stored {link.stored - self.base:,}")
+
+    def _too_long(self, why: str) -> None:
+        if self.skip_long:
+            self.skipped += 1
+            if self.skipped == 1:
+                self.first_skip = f"the first: {why}"
+            return
+        while not self.wait(None):  # the lines before it: stored, or a clear give-up
+            pass
+        self.progress.close(self.records)
+        before = self.link.stored - self.base
+        raise _TooLong(
+            f"{why}; stopped there: the {before:,} record{_s(before)} before it "
+            f"{'was' if before == 1 else 'were'} stored, nothing after it was sent "
+            "(--skip-long skips such lines)"
+        )
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _lines(source: IO[bytes]) -> Iterator[bytes | None]:
+    """Each line less its b"\\n" (a b"\\r" stays payload); None for a line longer
+    than MAX_LINE, whose bytes are read in pieces and dropped."""
+    readline = source.readline
+    while True:
+        line = readline(MAX_LINE + 1)
+        if not line:
+            return
+        if line.endswith(b"\n"):
+            yield line[:-1]
+        elif len(line) <= MAX_LINE:
+            yield line  # the last line, without a newline
+        else:
+            while (rest := readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+
+
+def _open_input(path: str | None) -> IO[bytes]:
+    if path is None:
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")  # closed by cmd_send
+    except OSError as exc:
+        raise UsageError(f"cannot read --file {path!r}: {exc.strerror}") from None
+
+
+def add_send_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "url",
+        type=url_type,
+        metavar="URL[,URL...]",
+        help="udp://HOST:PORT or tcp://HOST:PORT; several listeners, comma-separated, "
+        "are tried in order (failover)",
+    )
+    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    p.add_argument(
+        "--producer",
+        type=producer_type,
+        metavar="NAME",
+        help="a named producer, same rule as a stream name (default: anonymous)",
+    )
+    p.add_argument("--file", metavar="F", help="read lines from F instead of stdin")
+    p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
+    p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up (exit 1) after this long without an answer at connect, "
+        "or without progress while records wait to be stored (10)",
+    )
+    p.add_argument(
+        "--skip-long",
+        action="store_true",
+        help="skip (and count) lines over the listener's max_record instead of stopping",
+    )
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """Queue each input line as one record; see the module docstring."""
+    secret = client_secret(args)
+    source = _open_input(args.file)  # before connecting: a missing file is a usage error
+    try:
+        try:
+            link = connect(
+                args.url,
+                stream=args.stream,
+                producer=args.producer,
+                timeout=args.timeout,
+                secret=secret,
+                key_id=args.key_id,
+            )
+        except ValueError as exc:  # the link refused an argument
+            raise UsageError(str(exc)) from None
+        send = _Send(link, args.url, args.timeout, args.skip_long)
+        started = time.perf_counter()
+        try:
+            send.run(source)
+        except KeyboardInterrupt:
+            send.progress.close(send.records)
+            with contextlib.suppress(KeyboardInterrupt, Error):  # a second Ctrl-C: go now
+                link.wait_stored(timeout=INTERRUPT_GRACE)  # answers already on their way
+            link.close(timeout=0)
+            sys.stderr.write(f"{PROG} send: interrupted: {send.summary()}\n")
+            return 130
+        except (_GaveUp, _TooLong) as exc:
+            link.close(timeout=0)
+            raise Error(str(exc)) from None  # the message says it all: no class name
+        except Error as exc:  # the link failed (fenced, lost records): say what was stored
+            send.progress.close(send.records)
+            link.close(timeout=0)
+            kind = "" if type(exc) is Error else f"{type(exc).__name__}: "
+            raise Error(f"{kind}{exc}; {send.summary()}") from None
+        link.close(timeout=0)  # all stored already
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    seconds = time.perf_counter() - started
+    count = send.records
+    rate = count / seconds if seconds > 0 else 0.0
+    sys.stderr.write(
+        f"{PROG} send: {count:,} record{_s(count)} ({send.size:,} payload byte{_s(send.size)}) "
+        f"stored in {seconds:.3f} s ({rate:,.0f} records/s){send.skips()}\n"
+    )
+    return 0

@@ -1,0 +1,101 @@
+"""What link.py needs besides the Link itself: its counters and its argument checks.
+
+Why it exists: link.py holds the hot path and the link thread; the snapshot
+dataclass of its counters and the checks that turn bad arguments into one
+ValueError at once (before any socket or thread exists) are kept here, so
+that file stays about the mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..protocol.names import validate_stream_name
+
+__all__ = ["LinkStats", "check_arguments"]
+
+
+def check_arguments(
+    stream: str,
+    producer: str | None,
+    capacity: int,
+    capacity_bytes: int,
+    timeout: float,
+    secret: bytes | None,
+    key_id: str | None,
+    close_timeout: float | None,
+) -> None:
+    """Raise ValueError (TypeError for a wrong type) for what no listener would take."""
+    validate_stream_name(stream)
+    if producer:  # None or "": anonymous
+        validate_stream_name(producer, "producer")
+    if capacity < 1 or capacity_bytes < 1:
+        raise ValueError("capacity and capacity_bytes must be positive")
+    if timeout <= 0:
+        raise ValueError("timeout must be positive")
+    if close_timeout is not None and close_timeout < 0:
+        raise ValueError("close_timeout must be >= 0 (or None: wait as long as it takes)")
+    if secret is not None and len(secret) < 16:  # the listener's rule too
+        raise ValueError("secret must be at least 16 bytes")
+    if key_id is not None and secret is None:
+        raise ValueError("key_id needs the key's secret (secret=)")
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """A snapshot of a link's counters."""
+
+    queued: int
+    """Last seq queued."""
+    stored: int
+    """Last seq the listener said is stored."""
+    told: int
+    """Last seq the owner was told about (on_stored / waiters)."""
+    wakeups: int
+    """eventfd writes by queue() (mechanism 1)."""
+    sleeps: int
+    """Times the link thread went to sleep in epoll."""
+    datagrams: int
+    """Datagrams sent."""
+    bytes_sent: int
+    """Bytes of datagrams sent (UDP payloads, or TCP frames less their 4-byte
+    prefix), retransmissions and probes included; with a secret, before each is
+    sealed."""
+    payload_bytes: int
+    """Bytes of records sent (each record once, however often it was resent)."""
+    wire_ratio: float
+    """Wire bytes / payload_bytes (0.0 before any record was sent): what the wire
+    costs per byte of payload, headers, CRCs, resends and probes included (with
+    a secret, the 32 bytes that sealing adds to each datagram too)."""
+    datagram_size: int
+    """The largest datagram sent now: the path MTU found (UDP), at most the
+    `datagram_size` asked for."""
+    send_calls: int
+    """System calls that sent datagrams (one per GSO group, or per datagram)."""
+    gso: bool
+    """Whether UDP GSO is in use."""
+    batches: int
+    """Batches packed (first transmissions)."""
+    retransmits: int
+    """Datagrams sent again after a loss."""
+    probes: int
+    """Probes sent because answers stopped."""
+    acks: int
+    """Answers received."""
+    reconnects: int
+    """New handshakes after a lost session."""
+    parks: int
+    """Times a waiter (wait_stored) parked (mechanism 2)."""
+    unparks: int
+    """Times the link thread signalled a parked waiter."""
+    rtt: float
+    """Smoothed round-trip time, seconds."""
+    cwnd: int
+    """Congestion window, bytes."""
+    send_errors: int
+    """Datagrams the kernel refused to send (counted, then resent as lost)."""
+    late_pickups: int
+    """Times the thread found queued records after a sleep that only its timer
+    ended.  A diagnostic: a lost wakeup would show here, but so does a record
+    queued in the instant the timer fired (the lost-wakeup test runs with no
+    timers at all, where a lost wakeup would hang instead)."""

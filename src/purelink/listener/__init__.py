@@ -1,0 +1,15 @@
+"""The receiving side: `Listener`, its TCP side, the storage driver, backends, subscriptions.
+
+A record's way in: the listener's loop (listener.py) drains its UDP socket and
+its TCP connections (tcp.py), hands every datagram to the sans-IO listener
+core (`purelink.protocol.listener_core`), and moves the core's batches through
+the storage driver (storage.py) into a backend (backends/: a data directory or
+a JetStream cluster); the answers go back the same way.  tail/ serves
+subscriptions (`purelink.subscribe`) from the same store; stats.py and
+limits.py hold what a listener counts and the bounds of its limits.
+"""
+
+from .listener import Listener
+from .stats import ListenerStats
+
+__all__ = ["Listener", "ListenerStats"]

@@ -1,0 +1,600 @@
+"""Listener: sockets, the drain loop, the protocol core, the store.
+
+One thread runs the loop (with a data directory and sync="batch", a second
+does the fdatasyncs: listener_file.py).  The loop:
+
+1. sleeps in epoll on the UDP socket and the sync thread's eventfd (no timer:
+   an idle listener burns nothing);
+2. on readiness drains the socket until EAGAIN (mechanism 3), within a
+   budget of receive calls so that a flood cannot starve answers, each
+   receive into a buffer from an O(1) free list (mechanism 4); with UDP GRO
+   one receive may hold many datagrams of one sender, split by the segment
+   size the kernel reports;
+3. hands every datagram to the sans-IO `ListenerCore`, and the batches now
+   in order to the store through the backend-neutral `StorageDriver`
+   (storage.py: one append per stream per drain), then returns the buffers;
+4. answers: one ACK per link per drain.
+
+The store is a data directory (listener_file.py: fdatasync, group commit)
+or a JetStream cluster (listener_jetstream.py: a quorum's PubAck).  Either
+says what became durable as events on a deque and an eventfd write; the loop
+hands them to the core, and answers "stored" (docs/reliability.md, guarantee 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from .. import _address
+from .._udp import SOL_UDP, UDP_GRO
+from ..errors import Error
+from ..primitives.pool import BufferPool
+from ..protocol.core_parts import StoreView
+from ..protocol.keys import KeyTable
+from ..protocol.listener_core import CoreConfig, ListenerCore
+from ..store.jetstream.layout import parse_servers
+from ..store.retention import RetentionPolicy
+from ..store.store import DataDir, validate_stream_name
+from .backends.file import FileStorage
+from .backends.jetstream import JetStreamStorage
+from .limits import HANDSHAKE_BURST, HANDSHAKE_RATE, check_integer, check_number, check_seconds
+from .stats import ListenerStats, SyncTimes
+from .storage import StorageDriver
+from .tail.file import FileTailSource
+from .tail.server import TailServer
+from .tail.source import TailSource
+from .tcp import TCP_PREFIX, TcpServer
+
+__all__ = ["Listener", "ListenerStats"]
+
+log = logging.getLogger("purelink.listener.listener")
+
+SO_RCVBUFFORCE: Final = getattr(socket, "SO_RCVBUFFORCE", 33)
+RECV_BUFFER: Final = 65536
+DRAIN_BUDGET: Final = 512
+SOCKET_BUFFER: Final = 32 << 20
+_CMSG_SPACE: Final = socket.CMSG_SPACE(4)
+SYNC_MODES: Final = ("batch", "always", "none")
+CLOSE_DRAIN: Final = 10.0
+"""Seconds close() waits for JetStream to acknowledge what was published."""
+
+
+class Listener:
+    """Receives links' datagrams and stores their records durably."""
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str],
+        udp: str | None = "127.0.0.1:7400",
+        tcp: str | None = None,
+        sync: str = "batch",
+        secret: bytes | None = None,
+        *,
+        segment_bytes: int = 64 << 20,
+        retain_bytes: int | None = None,
+        retain_age: float | None = None,
+        retention: Mapping[str, tuple[int | None, float | None]] | None = None,
+        max_links: int = 100_000,
+        max_streams: int = 10_000,
+        max_record: int = 16 << 20,
+        max_reorder: int = 4 << 20,
+        max_memory: int = 1 << 30,
+        handshake_rate: float = 1000.0,
+        handshake_burst: float = 2000.0,
+        max_connections: int = 10_000,
+        read_timeout: float = 10.0,
+        keys: KeyTable | None = None,
+        max_subscriptions: int = 64,
+        insecure: bool = False,
+        replicas: int = 3,
+    ) -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
+        if udp is None and tcp is None:
+            raise ValueError("nothing to listen on: give udp=, tcp= or both")
+        self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
+        self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
+        # every limit within its bounds (_limits.py, as `serve` checks its options)
+        max_links = check_integer("max_links", max_links)
+        max_streams = check_integer("max_streams", max_streams)
+        max_record = check_integer("max_record", max_record)
+        max_reorder = check_integer("max_reorder", max_reorder)
+        max_memory = check_integer("max_memory", max_memory)
+        self._max_connections = check_integer("max_connections", max_connections)
+        self._max_subscriptions = check_integer("max_subscriptions", max_subscriptions)
+        replicas = check_integer("replicas", replicas)
+        segment_bytes = check_integer("segment_bytes", segment_bytes)
+        handshake_rate = check_number("handshake_rate", handshake_rate, *HANDSHAKE_RATE)
+        handshake_burst = check_number("handshake_burst", handshake_burst, *HANDSHAKE_BURST)
+        self._read_timeout = check_seconds("read_timeout", read_timeout)
+        for bytes_, age in [(retain_bytes, retain_age), *(retention or {}).values()]:
+            if bytes_ is not None:
+                check_integer("retain_bytes", bytes_)
+            if age is not None:
+                check_seconds("retain_age", age)
+        self._tcp: TcpServer | None = None
+        self._tail: TailServer | None = None
+        if secret is not None and keys is not None:
+            raise ValueError("give secret= or keys=, not both")
+        if secret is not None:
+            keys = KeyTable.single(secret)  # raises ValueError below 16 bytes
+        if keys is None and not insecure:  # docs/security.md; as `serve` does
+            for name, text in (("udp", udp), ("tcp", tcp)):
+                if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
+                    raise ValueError(
+                        f"refusing to listen on non-loopback {name}={text!r} without a secret "
+                        "(pass insecure=True to do it anyway)"
+                    )
+        self.path = Path(data)
+        # a JetStream cluster where a directory goes (listener_jetstream.py)
+        self._jetstream_url = str(data) if str(data).startswith("nats://") else None
+        if self._jetstream_url is not None:
+            parse_servers(self._jetstream_url)  # ValueError now for a bad URL
+            if retain_bytes is not None or retain_age is not None or retention:
+                raise ValueError(
+                    "a JetStream store keeps what its streams' limits say: "
+                    "retain_bytes, retain_age and retention are for a data directory"
+                )
+        self._replicas = replicas
+        self._jetstream: JetStreamStorage | None = None
+        self.sync = sync
+        self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
+        # key tables handed to the loop by set_keys(), each with the event it sets
+        self._new_keys: deque[tuple[KeyTable, threading.Event]] = deque()
+        self._segment_bytes = segment_bytes
+        # retention (store/retention.py): the default of every stream, and per stream
+        self._retain = RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
+        self._retention = {validate_stream_name(k): v for k, v in (retention or {}).items()}
+        for bytes_, age in self._retention.values():
+            RetentionPolicy(bytes_, age)
+        self._max_streams = max_streams
+        self._core_config = CoreConfig(
+            max_links=max_links,
+            max_record=max_record,
+            max_reorder=max_reorder,
+            max_memory=max_memory,
+            handshake_rate=handshake_rate,
+            handshake_burst=handshake_burst,
+        )
+        self.udp_address: tuple[str, int] | None = None
+        self.tcp_address: tuple[str, int] | None = None
+        self._data: DataDir | None = None
+        self._core: ListenerCore | None = None
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._files: FileStorage | None = None
+        self._driver: StorageDriver | None = None
+        self._stop = False
+        self._wake_fd = -1
+        self._synced_fd = -1  # the store's events are waiting (listener_file/_jetstream.py)
+        self._pool = BufferPool(RECV_BUFFER, 1024)
+        self._gro = False
+        self._rcvbuf = 0
+        self._recv_calls = 0
+        self._drains = 0
+        self._datagrams = 0
+        self._bytes = 0
+        self._failure_r = self._failure_w = -1  # readable once a thread of ours died
+        self._started = False
+        self._closed = False
+        self._epoll: select.epoll | None = None
+        self._handlers: dict[int, Callable[[float, int], None]] = {}
+        self._round_buffers: list[bytearray] = []
+        self.routes: dict[Any, Callable[[bytes], None]] = {}
+        """Where answers to an address go when it is not a UDP peer (e.g. a TCP
+        connection's frame writer), keyed by the address the core knows it by."""
+        self.error: BaseException | None = None
+        """What stopped the loop, if it died (it should not)."""
+
+    # -------------------------------------------------------------- control
+    def start(self) -> None:
+        """Recover the store, bind the sockets, start the threads; returns when ready."""
+        if self._started:
+            raise Error("the listener was started already")
+        self._started = True
+        # the store's events (durable tickets, fenced producers) wake the loop here
+        self._synced_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        synced_fd = self._synced_fd
+
+        def wake() -> None:
+            with contextlib.suppress(OSError):  # closed at shutdown
+                os.eventfd_write(synced_fd, 1)
+
+        try:
+            if self._jetstream_url is not None:
+                self._jetstream = JetStreamStorage(
+                    self._jetstream_url, replicas=self._replicas, max_streams=self._max_streams
+                )
+                self._jetstream.start(wake)
+            else:
+                self._data = DataDir(
+                    self.path,
+                    segment_bytes=self._segment_bytes,
+                    max_streams=self._max_streams,
+                    retain_bytes=self._retain.max_bytes,
+                    retain_age=self._retain.max_age,
+                    retention=self._retention,
+                )
+                self._files = FileStorage(self._data, self.sync)
+            store: StoreView = self._files.view if self._files is not None else self.jetstream
+            if self._keys is None:
+                self._core = ListenerCore(store, self._core_config)
+            else:  # cryptography is imported only here
+                from ..protocol.secure_core import SecureCore  # noqa: PLC0415
+
+                self._core = SecureCore(store, self._core_config, self._keys, time.time)
+            self._driver = StorageDriver(
+                self._core, self._files if self._files is not None else self.jetstream
+            )
+            if self._udp_bind is not None:
+                self._sock = self._bind_udp(*self._udp_bind)
+            self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._epoll = select.epoll()
+            self._epoll.register(self._wake_fd, select.EPOLLIN)
+            self._epoll.register(self._synced_fd, select.EPOLLIN)
+            if self._sock is not None:
+                self.add_source(self._sock.fileno(), self._drain)
+            if self._tcp_bind is not None:
+                self._tcp = TcpServer(
+                    self,
+                    *self._tcp_bind,
+                    max_connections=self._max_connections,
+                    read_timeout=self._read_timeout,
+                )
+                self.tcp_address = self._tcp.start()
+                self._tail = TailServer(
+                    self._tail_source(),
+                    keys=self._keys,
+                    max_subscribers=self._max_subscriptions,
+                )
+                self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
+        except BaseException:
+            self._release()
+            raise
+        self._thread = threading.Thread(target=self._run, name="purelink-listener", daemon=True)
+        self._thread.start()
+        if self._files is not None:
+            self._files.start(wake, lambda exc: self._died(exc, "sync thread"))
+
+    def _tail_source(self) -> TailSource:
+        """Where subscriptions read from: the data directory, or the cluster."""
+        if self._data is not None:
+            return FileTailSource(self._data, sync=self.sync)
+        assert self._jetstream_url is not None
+        from .tail.jetstream import JetStreamTailSource  # noqa: PLC0415 -- nats-py, on use
+
+        return JetStreamTailSource(self.jetstream.nats)  # one connection serves both
+
+    @property
+    def jetstream(self) -> JetStreamStorage:
+        """The JetStream storage (a listener started on a nats:// URL)."""
+        assert self._jetstream is not None
+        return self._jetstream
+
+    def close(self) -> None:
+        """Stop, write and sync everything received, close the files.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop = True
+        if self._wake_fd >= 0:
+            os.eventfd_write(self._wake_fd, 1)
+        try:
+            if self._thread is not None:
+                self._thread.join()
+            if self._jetstream is not None and not self._jetstream.drain(CLOSE_DRAIN):
+                log.error("purelink: JetStream did not acknowledge everything before close")
+            if self._files is not None:  # its sync thread stops, every stream is synced
+                self._files.close()
+        finally:
+            self._release()  # whatever happened, the files, sockets and lock are let go
+
+    def _release(self) -> None:
+        if self._tail is not None:  # before the JetStream connection its subscribers read on
+            self._tail.close()
+        if self._jetstream is not None:  # first: its thread writes to the eventfd below
+            self._jetstream.close()
+        for fd in (self._wake_fd, self._synced_fd, self._failure_r, self._failure_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_fd = self._synced_fd = -1
+        self._failure_r = self._failure_w = -1
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._tcp is not None:
+            self._tcp.close()
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+
+    def set_retention(
+        self, stream: str, retain_bytes: int | None = None, retain_age: float | None = None
+    ) -> None:
+        """Give `stream` its own retention, overriding retain_bytes/retain_age
+        (None, None: keep all of it).  Works before and after start()."""
+        RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
+        self._retention[validate_stream_name(stream)] = (retain_bytes, retain_age)
+        if self._data is not None:
+            self._data.set_retention(stream, retain_bytes, retain_age)
+
+    def __enter__(self) -> Listener:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def stats(self) -> ListenerStats:
+        """A snapshot of the counters."""
+        core = self._core
+        c = core.stats if core is not None else None
+        files = self._files
+        sync_times = files.sync_times if files is not None else SyncTimes()
+        pool = self._pool.statistics()
+        tcp = self._tcp
+        dropped = dict(c.dropped) if c else {}
+        if tcp is not None:
+            for reason, count in tcp.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        driver = self._driver
+        if driver is not None and driver.store_errors:
+            dropped["store_error"] = dropped.get("store_error", 0) + driver.store_errors
+        if self._tail is not None:  # subscriptions refused, by reason (all "tail_...")
+            for reason, count in self._tail.statistics().dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        return ListenerStats(
+            datagrams=self._datagrams + (tcp.frames if tcp else 0),
+            bytes=self._bytes + (tcp.bytes if tcp else 0),
+            recv_calls=self._recv_calls + (tcp.recv_calls if tcp else 0),
+            drains=self._drains + (tcp.drains if tcp else 0),
+            accepts=tcp.accepts if tcp else 0,
+            accept_drains=tcp.accept_drains if tcp else 0,
+            connections=tcp.connections if tcp else 0,
+            sessions=c.accepts if c else 0,
+            links=core.links if core is not None else 0,
+            batches_stored=c.batches if c else 0,
+            records_stored=c.records if c else 0,
+            syncs=files.syncs if files is not None else 0,
+            duplicates=c.duplicates if c else 0,
+            held=c.held if c else 0,
+            mtu_probes=c.mtu_probes if c else 0,
+            retries=c.retries if c else 0,
+            fenced=c.fenced if c else 0,
+            acks=c.acks if c else 0,
+            gro=self._gro,
+            rcvbuf=self._rcvbuf,
+            pool_hits=pool.hits,
+            pool_misses=pool.misses,
+            memory=core.memory if core is not None else 0,
+            dropped=dropped,
+            frames=tcp.frames if tcp else 0,
+            subscribers=self._tail.statistics().subscribers if self._tail is not None else 0,
+            stream_records=dict(driver.stream_records) if driver is not None else {},
+            stream_bytes=dict(driver.stream_bytes) if driver is not None else {},
+            sync_seconds=tuple(sync_times.counts),
+            sync_seconds_sum=sync_times.sum,
+        )
+
+    def stats_dict(self) -> dict[str, Any]:
+        """stats() as plain data (for JSON)."""
+        return asdict(self.stats())
+
+    # -------------------------------------------------------------- sockets
+    def _bind_udp(self, host: str, port: int) -> socket.socket:
+        family, sockaddr = _address.resolve(host, port)
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            try:  # root (CAP_NET_ADMIN) may go past net.core.rmem_max
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, SOCKET_BUFFER)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            self._rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            try:
+                sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+                self._gro = True
+            except OSError:
+                self._gro = False
+            sock.bind(sockaddr)
+        except OSError as exc:
+            sock.close()
+            raise Error(f"cannot bind udp {_address.format_hostport(host, port)}: {exc}") from None
+        bound = sock.getsockname()
+        self.udp_address = (str(bound[0]), int(bound[1]))
+        return sock
+
+    # ------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug: log it loudly, and tell whoever waits
+            self._died(exc, "loop")
+
+    def _died(self, exc: BaseException, what: str) -> None:
+        self.error = exc
+        log.error("purelink listener %s crashed", what, exc_info=exc)
+        if self._failure_w >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._failure_w, b"x")
+
+    def _failure_fd(self) -> int:
+        """A descriptor that becomes readable if a thread of the listener dies
+        (`error` says why): `purelink serve` waits on it with its signal pipe,
+        so a listener that stopped serving does not stay up pretending to."""
+        if self._failure_r < 0:
+            self._failure_r, self._failure_w = os.pipe()
+            if self.error is not None:
+                os.write(self._failure_w, b"x")
+        return self._failure_r
+
+    def _loop(self) -> None:
+        assert self._core is not None and self._epoll is not None
+        ep = self._epoll
+        handlers = self._handlers
+        core = self._core
+        driver = self._driver
+        assert driver is not None
+        tcp = self._tcp
+        monotonic = time.monotonic
+        try:
+            while not self._stop:
+                # no timeout unless a TCP connection owes bytes or an ACK is held for a
+                # sync (core_answers.py): an idle listener sleeps
+                t = monotonic()
+                timeout = core.timeout(t)
+                if tcp is not None:
+                    owed = tcp.timeout(t)
+                    if owed >= 0 and (timeout < 0 or owed < timeout):
+                        timeout = owed
+                ready = ep.poll(timeout)
+                now = monotonic()
+                for fd, mask in ready:
+                    handler = handlers.get(fd)
+                    if handler is not None:
+                        handler(now, mask)
+                    elif fd == self._synced_fd:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._synced_fd)
+                        driver.take_events()
+                    elif fd == self._wake_fd:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._wake_fd)
+                        self._take_keys(now)
+                if tcp is not None:
+                    tcp.expire(now)
+                # the round's in-order batches go to the store, then the buffers
+                # they point into go back to the free list
+                driver.write()
+                driver.take_events()  # sync="always"/"none": durable already
+                pool = self._pool
+                for buf in self._round_buffers:
+                    pool.put(buf)
+                self._round_buffers.clear()
+                self._answer(monotonic())
+            driver.take_events()
+        finally:
+            self._epoll = None
+            ep.close()
+
+    def set_keys(self, keys: KeyTable, timeout: float = 5.0) -> bool:
+        """Use `keys` for every handshake from now on (SIGHUP in `purelink serve`):
+        sessions whose key was removed, expired, or no longer allows their stream
+        are ended (their links fail with "key revoked"); the others run on.  Any
+        thread; only for a listener given a secret or keys.  Returns once the
+        listener's loop uses them (True), or after `timeout` seconds (False)."""
+        if self._keys is None:
+            raise ValueError("this listener has no keys: start it with secret= or keys=")
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self._keys = keys  # not serving: start() (or nothing) takes them
+            return True
+        done = threading.Event()
+        self._new_keys.append((keys, done))
+        os.eventfd_write(self._wake_fd, 1)
+        if threading.current_thread() is thread:
+            return False  # the loop takes them when this handler returns
+        return done.wait(timeout)
+
+    def _take_keys(self, now: float) -> None:
+        while self._new_keys:
+            keys, done = self._new_keys.popleft()
+            self._use_keys(keys, now)
+            done.set()
+
+    def _use_keys(self, keys: KeyTable, now: float) -> None:
+        self._keys = keys
+        from ..protocol.secure_core import SecureCore  # noqa: PLC0415 - loaded with the keys
+
+        core = self._core
+        if isinstance(core, SecureCore):
+            ended = core.set_keys(keys, now)
+            log.info("purelink: keys reloaded (%d keys); %d sessions ended", len(keys), ended)
+        if self._tail is not None:
+            self._tail.set_keys(keys)
+
+    def add_source(self, fd: int, handler: Callable[[float, int], None], events: int = 0) -> None:
+        """Poll `fd` in the loop and call `handler(now, event_mask)` when it is ready.
+        Call it from the loop's own thread, or before start() returns."""
+        assert self._epoll is not None
+        self._handlers[fd] = handler
+        self._epoll.register(fd, events or select.EPOLLIN)
+
+    def remove_source(self, fd: int) -> None:
+        """Stop polling `fd`."""
+        if self._handlers.pop(fd, None) is not None and self._epoll is not None:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+
+    def _drain(self, now: float, mask: int = 0) -> None:
+        """Take datagrams until EAGAIN (or the budget); the loop stores what is in order."""
+        sock = self._sock
+        core = self._core
+        assert sock is not None and core is not None
+        self._drains += 1
+        pool = self._pool
+        used = self._round_buffers
+        receive = core.receive_datagram
+        recvmsg_into = sock.recvmsg_into
+        gro = self._gro
+        for _ in range(DRAIN_BUDGET):
+            buf = pool.get()
+            try:
+                nbytes, ancdata, _flags, addr = recvmsg_into([buf], _CMSG_SPACE if gro else 0)
+            except BlockingIOError:
+                pool.put(buf)
+                break
+            except OSError as exc:
+                pool.put(buf)
+                if exc.errno in (errno.ECONNREFUSED, errno.EINTR):
+                    continue
+                raise
+            used.append(buf)
+            self._recv_calls += 1
+            self._bytes += nbytes
+            view = memoryview(buf)[:nbytes]
+            segment = 0
+            if ancdata:
+                for level, kind, cdata in ancdata:
+                    if level == SOL_UDP and kind == UDP_GRO:
+                        (segment,) = struct.unpack("=i", cdata[:4])
+            if segment and segment < nbytes:
+                for start in range(0, nbytes, segment):
+                    self._datagrams += 1
+                    receive(view[start : start + segment], addr, now)
+            else:
+                self._datagrams += 1
+                receive(view, addr, now)
+
+    def _answer(self, now: float) -> None:
+        sock = self._sock
+        core = self._core
+        assert core is not None
+        routes = self.routes
+        for data, addr in core.datagrams_to_send(now):
+            try:
+                route = routes.get(addr)
+                if route is not None:
+                    route(data)
+                elif sock is not None and not addr[0].startswith(TCP_PREFIX):
+                    sock.sendto(data, addr)
+                else:  # a TCP peer whose connection has closed
+                    core.stats.dropped["no_route"] = core.stats.dropped.get("no_route", 0) + 1
+            except OSError:
+                core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1

@@ -1,0 +1,135 @@
+"""What a listener reports (`ListenerStats`) and how its protocol core sees the store.
+
+Why a module of its own: listener.py is the loop, the threads and group
+commit; these two are the listener's edges -- the counters it hands to the
+application (the README's Python API, `listener.stats()`) and the `StoreView` its
+sans-IO core calls (protocol/core_parts.py) -- and each reads on its own.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..errors import Error
+from ..store.store import DataDir
+
+__all__ = ["SYNC_BUCKETS", "ListenerStats", "StoreOverDataDir", "SyncTimes"]
+
+SYNC_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+"""Upper bounds (seconds) of the fdatasync latency buckets in `ListenerStats.sync_seconds`."""
+
+
+@dataclass(frozen=True)
+class ListenerStats:
+    """A snapshot of a listener's counters."""
+
+    datagrams: int
+    """Datagrams received (after splitting GRO buffers)."""
+    bytes: int
+    """Bytes received."""
+    recv_calls: int
+    """Receive system calls that returned data."""
+    drains: int
+    """Readiness events drained (mechanism 3): of the UDP socket, the TCP listening
+    socket and TCP connections."""
+    accepts: int
+    """TCP connections accepted (mechanism 3)."""
+    accept_drains: int
+    """Readiness events of the TCP listening socket; accepts / accept_drains is the
+    number of connections taken per event."""
+    connections: int
+    """TCP connections open now."""
+    sessions: int
+    """Sessions accepted (handshakes completed), over UDP and TCP."""
+    links: int
+    """Sessions open now."""
+    batches_stored: int
+    """Batches appended to the store."""
+    records_stored: int
+    """Records appended to the store."""
+    syncs: int
+    """fdatasync calls (group commits)."""
+    duplicates: int
+    """Batches received again and dropped (resends)."""
+    held: int
+    """Batches held out of order, and pieces (FRAGMENT) kept until their batch
+    is whole."""
+    mtu_probes: int
+    """Path MTU probes (padded PROBEs) answered with an MTU_ACK."""
+    retries: int
+    """RETRY answers (address proofs asked for)."""
+    fenced: int
+    """Sessions fenced by a newer one."""
+    acks: int
+    """Answers sent."""
+    gro: bool
+    """Whether UDP GRO is on."""
+    rcvbuf: int
+    """The socket's receive buffer, bytes."""
+    pool_hits: int
+    """Receive buffers reused from the free list (mechanism 4); one free list
+    serves UDP receives and TCP connection reads, so this counts both."""
+    pool_misses: int
+    """Receive buffers allocated because the free list was empty (UDP and TCP)."""
+    memory: int
+    """Bytes held out of order across all links."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Datagrams dropped, by reason (and TCP connections closed for bad input)."""
+    frames: int = 0
+    """TCP frames received (counted in `datagrams` too)."""
+    subscribers: int = 0
+    """Subscriptions being served now (`purelink.subscribe`, `purelink tail`)."""
+    stream_records: dict[str, int] = field(default_factory=dict)
+    """Records stored since start, per stream."""
+    stream_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes of batches stored since start, per stream."""
+    sync_seconds: tuple[int, ...] = ()
+    """fdatasync calls by duration: one count per bound of SYNC_BUCKETS (at most
+    that long, and longer than the bound before), then one for the rest."""
+    sync_seconds_sum: float = 0.0
+    """Seconds spent in fdatasync calls, all together."""
+
+
+class SyncTimes:
+    """How long the listener's fdatasyncs take, in the buckets of SYNC_BUCKETS.
+
+    One observation per sync (milliseconds apart), so the cost is nothing
+    beside the sync; written by whichever thread syncs, read by stats().
+    """
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(SYNC_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(SYNC_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+
+class StoreOverDataDir:
+    """The core's StoreView over a DataDir."""
+
+    def __init__(self, data: DataDir, failed: set[str]) -> None:
+        self.data = data
+        self.failed = failed  # streams a write failed on: no new session may start there
+
+    def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
+        log_ = self.data.stream(stream)
+        state = log_.producers.get(pid)
+        return (state.epoch, state.last_seq) if state is not None else (0, 0)
+
+    def epoch_owner(self, stream: str, pid: int) -> int:
+        state = self.data.stream(stream).producers.get(pid)
+        return state.owner if state is not None else 0
+
+    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
+        if stream in self.failed:
+            raise Error(f"stream {stream!r} cannot be written (a store error; see the log)")
+        return self.data.stream(stream).new_epoch(pid, durable=durable, owner=owner)
+
+    def forget(self, stream: str, pid: int) -> None:
+        self.data.stream(stream).forget(pid)

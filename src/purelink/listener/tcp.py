@@ -1,0 +1,538 @@
+"""The listener's TCP side: connections accepted and read in drains, frames to the core.
+
+Why a module of its own: `Listener` (listener.py) owns the loop, the core, the
+store and the UDP socket; this is everything TCP adds, plugged into the loop
+through `Listener.add_source` (readiness), `Listener.routes` (answers to a
+peer go to its connection) and two calls the loop makes each round,
+`timeout()` before it sleeps and `expire()` after it wakes.
+
+Mechanism 3 (docs/design.md), after io_uring's multishot accept: one
+readiness event of the listening socket is followed by accepts until EAGAIN,
+within `accept_budget` per event so that a connection storm never starves
+the reading of connections already open (level-triggered epoll reports the
+rest next round).  `accept_budget = 1` is the naive way, one accept per
+event, kept for the `connections` benchmark's "before" variant.  A readable
+connection is likewise read until it has no more, within `read_budget`
+receives per event; a receive that returns less than it asked for means the
+socket is empty now, which saves the EAGAIN call -- unless epoll said the
+peer's EOF is queued (EPOLLRDHUP), when reading on to the EOF closes the
+connection in the same event instead of the next one.  Counters: `accepts`,
+`accept_drains` (events of the listening socket), `drains` (events of the
+listening socket and of connections), `recv_calls`.
+
+Mechanism 4, after the SMC-R free-list patch: every read goes into a 64 KiB
+buffer from the listener's O(1) free list (the same `BufferPool` as the UDP
+receive buffers, so `pool_hits`/`pool_misses` count both).  The frames
+found in it go to the core as memoryviews into the buffer, without a copy;
+the buffer joins the loop's round buffers and goes back to the free list
+after the round's batches are written.  Only the incomplete tail of the
+last frame is copied out and kept with the connection until more bytes
+come.  Why not a buffer held per connection from accept to close: an idle
+connection (or ten thousand of them in a flood) then holds no buffer at all,
+and a connection in the middle of a frame holds only the bytes it sent.
+
+Framing (protocol/framing.py): `u32 length` + one datagram.  The listener's
+frame limit is its buffer size less the header (65,532 bytes, more than the
+65,507 a Sender ever makes), so a frame always fits one buffer.
+
+Each connection is a peer the core knows by the key ("tcp:" + host, port):
+unique per connection, never equal to a UDP source address (so answers to a
+UDP peer never take a TCP route), and sent with `proven=True`: TCP's
+handshake proved the address, so a HELLO needs no cookie round trip.  When
+the connection closes the core is told (`disconnected`), which ends its
+sessions as a CLOSE would.  The other way round, once a read has fed the
+core a CLOSE that left the connection no open session (`finished`), the
+connection is closed at once instead of in a later readiness event for the
+link's EOF: a short link then costs three read events (HELLO, DATA, CLOSE),
+not four.  (The core also holds a TCP peer's "received" ACK for the sync in
+flight, so a short link gets two answers, ACCEPT and "stored": see
+protocol/core_answers.py.)
+
+Bad input, all counted by reason in `dropped` and all ending the connection
+only: a frame length over the limit (known from its 4 header bytes, before
+any body arrives: a "4 GiB" frame costs nothing); a connection that owes its
+first frame, or the rest of a frame it started, for `read_timeout` seconds
+(one byte a second, a frame never finished, a connection that never speaks);
+more than `max_connections` at once (accepted and closed at once, so the
+backlog never keeps the listening socket ready forever); more than
+`max_buffered` bytes of unfinished frames across all connections; a peer
+that does not read its answers (`max_unsent` bytes waiting); a disconnect in
+the middle of a frame.  A half-written frame never reaches the core, so it is
+never stored.
+
+Timers: every deadline is `now + read_timeout`, and `now` only grows, so
+deadlines are made in order and a deque is a sorted timer queue (O(1)).  The
+loop sleeps without a timeout when no connection owes bytes: an idle
+listener, and idle tcp:// links, burn nothing.  An entry whose connection
+closed or caught up is dropped when it comes due; wakeups are coalesced by
+TIMER_SLACK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import resource
+import select
+import socket
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+from .. import _address
+from ..errors import Error
+from ..protocol.framing import HEADER, FrameError, split_frames
+from .tail.server import NEED_MORE, Take
+
+if TYPE_CHECKING:
+    from .listener import Listener
+
+__all__ = ["TCP_PREFIX", "TcpServer"]
+
+TCP_PREFIX: Final = "tcp:"
+"""Prefix of a TCP peer's host in the keys the core and `Listener.routes` use."""
+ACCEPT_BUDGET: Final = 64
+READ_BUDGET: Final = 16
+FRAME_BUDGET: Final = 1024
+"""Frames fed to the core per readiness event of one connection, about: no more
+buffers are read once it is reached (the rest waits in the socket, and epoll
+reports it again next round), so a peer of tiny frames cannot hold the loop."""
+JUNK_LIMIT: Final = 256
+"""Frames of one connection the core may drop, for a reason no link gives
+(ListenerCore.junk: not a session that expired or was fenced under it), before
+the connection is closed (`junk_frames`): a peer that sends them is not a link."""
+BACKLOG: Final = 4096
+TIMER_SLACK: Final = 0.05
+_EPOLLIN: Final = select.EPOLLIN | select.EPOLLRDHUP  # RDHUP: the peer's EOF is queued
+_EPOLLOUT: Final = select.EPOLLOUT
+_EPOLLRDHUP: Final = select.EPOLLRDHUP
+_LEN_BYTES: Final = 4
+
+
+class _Conn:
+    """One accepted connection."""
+
+    __slots__ = (
+        "closed",
+        "deadline",
+        "fd",
+        "handler",
+        "junk",
+        "key",
+        "out",
+        "partial",
+        "queued",
+        "sock",
+    )
+
+    def __init__(self, sock: socket.socket, key: tuple[str, int], deadline: float) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.key = key
+        self.partial = b""  # the start of a frame not yet complete
+        self.deadline: float | None = deadline  # when it must have sent more, or None
+        self.queued = False  # an entry for it is in the timer queue
+        self.out = bytearray()  # answer frames the kernel did not take yet
+        self.closed = False
+        self.handler: Callable[[float, int], None] | None = None
+        self.junk = 0  # its frames the core dropped
+
+
+class TcpServer:
+    """Accepts tcp:// links for a `Listener` and feeds their frames to its core."""
+
+    def __init__(
+        self,
+        listener: Listener,
+        host: str,
+        port: int,
+        *,
+        max_connections: int,
+        read_timeout: float,
+        max_buffered: int = 64 << 20,
+        max_unsent: int = 1 << 20,
+        max_unsent_total: int = 64 << 20,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be positive")
+        if read_timeout <= 0:
+            raise ValueError("read_timeout must be positive")
+        self._listener = listener
+        self._bind = (host, port)
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
+        self.max_buffered = max_buffered
+        self.max_unsent = max_unsent
+        self.max_unsent_total = max_unsent_total
+        """Answer bytes the kernel has not taken, across all connections (each also
+        at most `max_unsent`); past it the connection adding more is closed."""
+        self.accept_budget = ACCEPT_BUDGET
+        """Accepts per readiness event; 1 is the naive way (the benchmark's "before")."""
+        self.read_budget = READ_BUDGET
+        """Receives per readiness event of one connection."""
+        self.max_frame = listener._pool.size - HEADER
+        self._sock: socket.socket | None = None
+        self._spare = -1  # a file descriptor kept to shed one connection at EMFILE
+        self._conns: dict[int, _Conn] = {}
+        self._timers: deque[tuple[float, _Conn]] = deque()
+        self._buffered = 0
+        self._unsent = 0  # sum of len(conn.out)
+        self.accepts = 0
+        self.accept_drains = 0
+        self.drains = 0
+        self.recv_calls = 0
+        self.frames = 0
+        self.bytes = 0
+        self.dropped: dict[str, int] = {}
+        self.foreign: Callable[[socket.socket, memoryview], Take] | None = None
+        """Called when a connection's first bytes are not a frame (a length over the
+        limit): TAKEN if it took the connection (a dup of the socket), e.g. a
+        subscription (tail_server.py); NEED_MORE if the bytes so far begin its
+        preamble (they are kept, and it is asked again when more come); else
+        (NOT_MINE) the connection is dropped as before."""
+
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._conns)
+
+    # ------------------------------------------------------------ control
+    def start(self) -> tuple[str, int]:
+        """Bind and listen; returns the bound (host, port).  Raises purelink.Error."""
+        host, port = self._bind
+        family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted ones inherit it
+            sock.setblocking(False)
+            sock.bind(sockaddr)
+            sock.listen(BACKLOG)
+        except OSError as exc:
+            sock.close()
+            raise Error(f"cannot bind tcp {_address.format_hostport(host, port)}: {exc}") from None
+        self._sock = sock
+        _raise_open_files(self.max_connections + 1024)
+        self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._listener.add_source(sock.fileno(), self._on_accept)
+        bound = sock.getsockname()
+        return (str(bound[0]), int(bound[1]))
+
+    def close(self) -> None:
+        """Close every connection and the listening socket (the loop has stopped)."""
+        for conn in list(self._conns.values()):
+            conn.closed = True
+            conn.sock.close()
+        self._conns.clear()
+        self._timers.clear()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._spare >= 0:
+            os.close(self._spare)
+            self._spare = -1
+
+    # ------------------------------------------------------------- timers
+    def timeout(self, now: float) -> float:
+        """Seconds the loop may sleep: -1 (no limit) unless a connection owes bytes."""
+        timers = self._timers
+        if not timers:
+            return -1.0
+        return max(timers[0][0] - now, 0.0) + TIMER_SLACK
+
+    def expire(self, now: float) -> None:
+        """Close the connections whose deadline passed."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, conn = timers.popleft()
+            conn.queued = False
+            deadline = conn.deadline
+            if conn.closed or deadline is None:
+                continue
+            if deadline <= now:
+                self._close(conn, "read_timeout")
+            else:
+                self._schedule(conn)
+
+    def _schedule(self, conn: _Conn) -> None:
+        if not conn.queued and conn.deadline is not None:
+            conn.queued = True
+            self._timers.append((conn.deadline, conn))
+
+    # ------------------------------------------------------------ accept
+    def _on_accept(self, now: float, mask: int) -> None:
+        """Accept until EAGAIN, at most `accept_budget` (mechanism 3)."""
+        lsock = self._sock
+        if lsock is None:
+            return
+        self.accept_drains += 1
+        self.drains += 1
+        # the socket module's accept: its wrapper (enum lookups, a timeout check) costs
+        # ~1.5 us more per connection than the private _accept under it, ~1 % of the
+        # listener's CPU per connection (docs/performance.md, connections)
+        accept = lsock.accept
+        for _ in range(self.accept_budget):
+            try:
+                sock, peer = accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self._shed()
+                    continue
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                self._drop("accept_failed")  # ENOBUFS, ENOMEM: try again next event
+                return
+            self.accepts += 1
+            if len(self._conns) >= self.max_connections:
+                sock.close()
+                self._drop("connection_limit")
+                continue
+            self._open(sock, peer, now)
+
+    def _shed(self) -> None:
+        """Out of file descriptors: free the spare one, take the waiting connection
+        and close it at once (so the listening socket stops being ready), keep the
+        spare again.  After libev's and node's EMFILE trick."""
+        self._drop("no_fds")
+        lsock = self._sock
+        if self._spare < 0 or lsock is None:
+            return
+        os.close(self._spare)
+        self._spare = -1
+        with contextlib.suppress(OSError):
+            sock, _ = lsock.accept()
+            sock.close()
+        with contextlib.suppress(OSError):
+            self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _open(self, sock: socket.socket, peer: Any, now: float) -> None:
+        sock.setblocking(False)
+        key = (TCP_PREFIX + str(peer[0]), int(peer[1]))
+        conn = _Conn(sock, key, now + self.read_timeout)  # owes its first frame
+        conn.handler = partial(self._on_ready, conn)
+        self._conns[conn.fd] = conn
+        self._listener.routes[key] = partial(self._answer, conn)
+        self._listener.add_source(conn.fd, conn.handler, _EPOLLIN)
+        self._schedule(conn)
+
+    # -------------------------------------------------------------- read
+    def _on_ready(self, conn: _Conn, now: float, mask: int) -> None:
+        if mask & _EPOLLOUT:
+            self._flush(conn)
+        if mask & ~_EPOLLOUT and not conn.closed:
+            self._read(conn, now, mask & _EPOLLRDHUP)
+
+    def _read(self, conn: _Conn, now: float, closing: int = 0) -> None:
+        """Read until the socket is empty (or a budget); frames to the core.
+
+        Deadlines: a connection owes bytes (`read_timeout`) while a frame is
+        incomplete, and while it has no session in the core: from its accept, or
+        from the first frame after its last session ended.  A frame fed does
+        not clear that debt unless it opened a session (junk frames, or a
+        refused HELLO, do not keep a connection open)."""
+        listener = self._listener
+        pool = listener._pool
+        core = listener._core
+        assert core is not None
+        receive = core.receive_datagram
+        key = conn.key
+        max_frame = self.max_frame
+        self.drains += 1
+        buf = pool.get()
+        size = len(buf)
+        view = memoryview(buf)
+        had = conn.partial
+        start = 0
+        end = len(had)
+        if end:
+            buf[:end] = had
+        fed = False  # frames in `buf` went to the core: it goes back after the round
+        any_fed = False  # frames of this event went to the core
+        reason: str | None = None  # why the connection ends, if it does
+        eof = False
+        drops = core.junk
+        junk_at = drops + JUNK_LIMIT - conn.junk  # past it, the peer is not a link (JUNK_LIMIT)
+        budget = FRAME_BUDGET
+        recv_into = conn.sock.recv_into
+        try:
+            for _ in range(self.read_budget):
+                if end == size:  # full, and only an incomplete frame left: a fresh buffer
+                    fresh = pool.get()
+                    fresh[: end - start] = view[start:end]
+                    self._give_back(buf, fed)
+                    buf, view, end, start, fed = fresh, memoryview(fresh), end - start, 0, False
+                want = size - end
+                try:
+                    n = recv_into(view[end:])
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:  # ECONNRESET and the like: the peer is gone
+                    eof = True
+                    break
+                if not n:
+                    eof = True
+                    break
+                self.recv_calls += 1
+                self.bytes += n
+                end += n
+                bad: FrameError | None = None
+                try:
+                    frames, start = split_frames(buf, start, end, max_frame)
+                except FrameError as exc:  # the frames before the bad length still count
+                    bad, frames, start = exc, exc.frames, exc.at
+                if frames:
+                    fed = any_fed = True
+                    self.frames += len(frames)
+                    budget -= len(frames)
+                    for frame in frames:
+                        receive(frame, key, now, True)
+                        if core.junk > junk_at:
+                            break
+                    if core.junk > junk_at:
+                        break
+                if bad is not None:
+                    raise bad
+                if (n < want and not closing) or budget <= 0:
+                    break  # the socket had less than asked (it is empty now), or enough
+        except FrameError as exc:
+            reason = exc.reason
+            foreign = self.foreign
+            if start == 0 and not any_fed and foreign is not None:
+                taken = foreign(conn.sock, view[:end])
+                if taken is NEED_MORE:
+                    reason = None  # a subscription's preamble, not complete yet
+                elif taken:
+                    view.release()  # not a link: another server took (a dup of) the socket
+                    self._give_back(buf, fed)
+                    self._buffered -= len(had)
+                    conn.partial = b""
+                    self._close(conn, None)
+                    return
+        tail = end - start
+        self._buffered -= len(had)
+        conn.partial = b""
+        junk = core.junk - drops
+        if junk:
+            conn.junk += junk
+            if conn.junk > JUNK_LIMIT and reason is None:
+                reason = "junk_frames"
+        session = any_fed and reason is None and core.has_session(key)
+        if reason is None and tail:
+            if eof:
+                reason = "truncated_frame"  # gone in the middle of a frame
+            elif self._buffered + tail > self.max_buffered:
+                reason = "memory_limit"
+            else:
+                conn.partial = bytes(view[start:end])
+                self._buffered += tail
+                if session or (not had and conn.deadline is None):
+                    # a new frame began: it has read_timeout to finish (a connection
+                    # without a session keeps the deadline it has)
+                    conn.deadline = now + self.read_timeout
+                    self._schedule(conn)
+        elif any_fed and reason is None:
+            if session:
+                conn.deadline = None  # nothing owed
+            elif conn.deadline is None:  # frames, but no session: it owes one
+                conn.deadline = now + self.read_timeout
+                self._schedule(conn)
+        view.release()
+        self._give_back(buf, fed)
+        if reason is not None:
+            self._close(conn, reason)
+        elif eof or (any_fed and core.finished(key)):
+            self._close(conn, None)  # gone, or its last session said CLOSE: done with it
+
+    def _give_back(self, buf: bytearray, fed: bool) -> None:
+        if fed:
+            self._listener._round_buffers.append(buf)  # returned after the round's writes
+        else:
+            self._listener._pool.put(buf)
+
+    # ------------------------------------------------------------- write
+    def _answer(self, conn: _Conn, data: bytes) -> None:
+        """The route of this connection's key: one answer, one frame."""
+        if conn.closed:
+            return
+        frame = len(data).to_bytes(_LEN_BYTES, "little") + data
+        if conn.out:
+            if self._unsent + len(frame) > self.max_unsent_total:
+                self._close(conn, "unsent_limit")
+                return
+            conn.out += frame
+            self._unsent += len(frame)
+            if len(conn.out) > self.max_unsent:
+                self._close(conn, "slow_reader")
+            return
+        try:
+            n = conn.sock.send(frame)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            self._close(conn, None)
+            return
+        if n < len(frame):
+            if self._unsent + len(frame) - n > self.max_unsent_total:
+                self._close(conn, "unsent_limit")
+                return
+            conn.out += frame[n:]
+            self._unsent += len(frame) - n
+            self._watch(conn, _EPOLLIN | _EPOLLOUT)
+
+    def _flush(self, conn: _Conn) -> None:
+        out = conn.out
+        try:
+            while out:
+                n = conn.sock.send(out)
+                del out[:n]
+                self._unsent -= n
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn, None)
+            return
+        self._watch(conn, _EPOLLIN)
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        assert conn.handler is not None
+        self._listener.remove_source(conn.fd)
+        self._listener.add_source(conn.fd, conn.handler, events)
+
+    # ------------------------------------------------------------- close
+    def _close(self, conn: _Conn, reason: str | None) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        if reason is not None:
+            self._drop(reason)
+        listener = self._listener
+        listener.remove_source(conn.fd)
+        del self._conns[conn.fd]
+        listener.routes.pop(conn.key, None)
+        self._buffered -= len(conn.partial)
+        conn.partial = b""
+        self._unsent -= len(conn.out)
+        conn.out.clear()
+        conn.deadline = None
+        conn.sock.close()
+        core = listener._core
+        if core is not None:
+            core.disconnected(conn.key)
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+
+def _raise_open_files(wanted: int) -> None:
+    """Raise the soft limit of open files toward `wanted` (never above the hard
+    limit, never lower than it is): a listener of thousands of connections needs
+    more than the usual 1,024."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -1,0 +1,157 @@
+"""`purelink serve` as a real child process, for the integration tests.
+
+Starts it, waits for its ready line (with a deadline, reading the pipe with
+select: no sleeps), restarts it on the same port, stops it with real signals.
+The child runs with `-W error`, and a traceback on its stderr fails the test
+that ran it (thread_guard.py), as an exception on an in-process thread does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from helpers import thread_guard
+
+
+def unused_port() -> int:
+    """A port free on 127.0.0.1 for both TCP and UDP, below the ephemeral range.
+
+    A listener that restarts on its port (ServeProcess.restart, the tests'
+    outages) leaves the port unbound for as long as a new process takes to
+    start -- seconds on a busy machine.  A port from the ephemeral range (what
+    port 0 gives) can be taken meanwhile by any socket on the machine that
+    binds port 0 or connects (every link's UDP socket does), and the restart
+    then fails with EADDRINUSE.  Nothing picks a port below that range by
+    itself, so one found free here stays free."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10_000, max(ephemeral, 10_001))
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+                tcp.bind(("127.0.0.1", port))
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                    udp.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
+READY = re.compile(r"^purelink listening (?:udp=\S+:(\d+) )?(?:tcp=\S+:(\d+) )?data=(.+)$")
+
+
+class ServeProcess:
+    """One `purelink serve` child; `port` stays the same across restarts (0, the
+    default: one from unused_port()).  `transport` "tcp" serves tcp:// only
+    (`--no-udp --tcp`)."""
+
+    def __init__(
+        self,
+        data: Path,
+        *,
+        port: int = 0,
+        sync: str = "batch",
+        extra: Sequence[str] = (),
+        transport: str = "udp",
+    ) -> None:
+        self.data = data
+        self.transport = transport
+        self.port = port or unused_port()
+        self.sync = sync
+        self.extra = list(extra)  # more `purelink serve` arguments, e.g. --segment-bytes
+        self.stderr = ""  # what every run so far wrote to stderr (logs, the stop line)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_line = ""
+        self.last_stats: dict[str, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.transport}://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> ServeProcess:
+        cmd = [
+            sys.executable, "-W", "error", "-m", "purelink", "serve", "--data", str(self.data),
+            "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync, *self.extra,
+        ]  # fmt: skip
+        if self.transport == "tcp":
+            at = cmd.index("--udp")
+            cmd[at : at + 2] = ["--no-udp", "--tcp", f"127.0.0.1:{self.port}"]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buf = b""
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            if not ready:
+                self.kill()
+                raise TimeoutError("purelink serve printed no ready line")
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"purelink serve exited before it was ready: {err}")
+            buf += chunk
+        self.ready_line = buf.decode().split("\n", 1)[0]
+        m = READY.match(self.ready_line)
+        assert m, self.ready_line
+        port = m.group(2) if self.transport == "tcp" else m.group(1)
+        assert port, self.ready_line
+        self.port = int(port)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Send `sig`, wait for the exit, return the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=timeout)
+        self._took(err)
+        for line in err.decode(errors="replace").splitlines():
+            if line.startswith("purelink serve: stopped "):
+                self.last_stats = json.loads(line.removeprefix("purelink serve: stopped "))
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no sync, no goodbye."""
+        if self.proc is not None:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=20)
+            self._took(err)
+            self.proc = None
+
+    def _took(self, err: bytes) -> None:
+        """Keep what the child wrote to stderr; a traceback there fails the test."""
+        text = err.decode(errors="replace")
+        self.stderr += text
+        if thread_guard.TRACEBACK in text:
+            thread_guard.note(f"purelink serve wrote a traceback to stderr:\n{text}")
+
+    def restart(self) -> ServeProcess:
+        return self.start()
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.stop(signal.SIGTERM)
