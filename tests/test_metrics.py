@@ -104,7 +104,7 @@ def test_serve_metrics_counts_rise_as_records_are_stored(tmp_path: Path) -> None
 
 def _serve(args: list[str], tmp_path: Path, block: str = "") -> subprocess.CompletedProcess[str]:
     """`purelink serve ...` in a child, with `block` (Python) run before the CLI."""
-    code = f"import sys\n{block}\nfrom purelink.cli.command import main\nsys.exit(main(sys.argv[1:]))"
+    code = f"import sys\n{block}\nfrom purelink.cli import main\nsys.exit(main(sys.argv[1:]))"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return subprocess.run(
