@@ -19,10 +19,15 @@ from .subscribe import subscribe
 if TYPE_CHECKING:
     from . import logging as logging  # re-exported as attributes, not in __all__
     from . import metrics as metrics
-    from .listener import Listener, ListenerStats
+    from .listener.listener import Listener
+    from .listener.stats import ListenerStats
     from .store.store import Store
 
-_LAZY = {"Listener": ".listener", "ListenerStats": ".listener", "Store": ".store.store"}
+_LAZY = {
+    "Listener": ".listener.listener",
+    "ListenerStats": ".listener.stats",
+    "Store": ".store.store",
+}
 # purelink.logging is not the standard library's: the modules are attributes, not in
 # __all__, so `from purelink import *` never binds `logging` over the stdlib module
 _MODULES = {"logging": ".logging", "metrics": ".metrics"}

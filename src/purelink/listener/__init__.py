@@ -7,9 +7,8 @@ the storage driver (storage.py) into a backend (backends/: a data directory or
 a JetStream cluster); the answers go back the same way.  tail/ serves
 subscriptions (`purelink.subscribe`) from the same store; stats.py and
 limits.py hold what a listener counts and the bounds of its limits.
+
+Nothing is imported here: `purelink serve`'s argument checks read limits.py
+without loading the listener (`purelink --version` and a bad flag stay
+fast); `purelink.Listener` is the public name.
 """
-
-from .listener import Listener
-from .stats import ListenerStats
-
-__all__ = ["Listener", "ListenerStats"]
