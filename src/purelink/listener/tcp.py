@@ -353,7 +353,7 @@ class TcpServer:
         of a buffer from the pool and the receives go on after it; every whole
         frame goes to the core as a view into the buffer, which then waits in
         the round's buffers (mechanism 4: no copy).  A bad frame ends the read
-        (`_refused`); `_settle` keeps what is left and says what is owed."""
+        (`_bad_frame`); `_settle` keeps what is left and says what is owed."""
         pool = self._pool
         core = self._core
         receive = core.receive_datagram
@@ -406,7 +406,7 @@ class TcpServer:
                 if core.junk > junk_at:
                     break
             if bad is not None:
-                reason, eof, start = self._refused(conn, bad, view, start, end, budget)
+                reason, eof, start = self._bad_frame(conn, bad, view, start, end, budget)
                 break
             if (n < want and not closing) or budget <= 0:
                 break  # the socket had less than asked (it is empty now), or enough
@@ -422,7 +422,7 @@ class TcpServer:
         self._give_back(buf, fed)
         return fresh
 
-    def _refused(
+    def _bad_frame(
         self, conn: _Conn, bad: FrameError, view: memoryview, start: int, end: int, budget: int
     ) -> tuple[str | None, bool, int]:
         """A bad frame: (why the connection ends or None, whether it is gone, where
