@@ -83,12 +83,13 @@ class RawLink:
 
 
 class Host:
-    """What TcpServer needs of a Listener, with its loop turned by hand."""
+    """A loop for a TcpServer (its `Loop`, a core, a pool, the round's buffers),
+    turned by hand."""
 
     def __init__(self) -> None:
-        self._pool = BufferPool(65536, 64)
-        self._core: ListenerCore | None = ListenerCore(MemoryStore())
-        self._round_buffers: list[bytearray] = []
+        self.pool = BufferPool(65536, 64)
+        self.core = ListenerCore(MemoryStore())
+        self.round_buffers: list[bytearray] = []
         self.routes: dict[Any, Callable[[bytes], None]] = {}
         self.handlers: dict[int, Callable[[float, int], None]] = {}
         self.epoll = select.epoll()
@@ -108,12 +109,11 @@ class Host:
             handler = self.handlers.get(fd)
             if handler is not None:
                 handler(now, mask)
-        core = self._core
-        assert core is not None
+        core = self.core
         core.take_writes()
-        for buf in self._round_buffers:
-            self._pool.put(buf)
-        self._round_buffers.clear()
+        for buf in self.round_buffers:
+            self.pool.put(buf)
+        self.round_buffers.clear()
         for data, addr in core.datagrams_to_send(now):
             route = self.routes.get(addr)
             if route is not None:
@@ -124,7 +124,16 @@ class Host:
 def tcp_host() -> Iterator[tuple[Host, TcpServer]]:
     """A TcpServer on a Host turned by hand (the `host` fixtures)."""
     h = Host()
-    server = TcpServer(h, "127.0.0.1", 0, max_connections=1000, read_timeout=10.0)  # type: ignore[arg-type]
+    server = TcpServer(
+        h,
+        h.core,
+        "127.0.0.1",
+        0,
+        pool=h.pool,
+        round_buffers=h.round_buffers,
+        max_connections=1000,
+        read_timeout=10.0,
+    )
     server.start()
     yield h, server
     server.close()

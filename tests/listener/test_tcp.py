@@ -324,8 +324,7 @@ def test_frames_go_to_the_core_as_views_into_pooled_buffers(host: tuple[Host, Tc
     hello = encode_frame(wire.encode_hello(wire.Hello(1, "s", "", (1 << 63) | 3, 1400, b"")))
     peer.sendall(hello + hello[:7])  # a whole frame and the start of the next
     seen: list[int] = []
-    core = h._core
-    assert core is not None
+    core = h.core
     real = core.receive_datagram
 
     def spy(data: bytes | memoryview, addr: Any, now: float, proven: bool = False) -> None:
@@ -338,7 +337,7 @@ def test_frames_go_to_the_core_as_views_into_pooled_buffers(host: tuple[Host, Tc
     for fd, mask in ready:
         h.handlers[fd](2.0, mask)
     assert seen == [len(hello) - 4]
-    assert len(h._round_buffers) == 1  # held until the round's writes are done
+    assert len(h.round_buffers) == 1  # held until the round's writes are done
     conn = next(iter(server._conns.values()))
     assert conn.partial == hello[:7]  # only the unfinished tail is kept, as a copy
     assert server._buffered == 7

@@ -203,8 +203,8 @@ def test_the_listener_closes_a_connection_whose_session_said_close(
     assert server.connections == 1
     assert closed_by_peer(done, TIMEOUT)
     assert server.dropped == {}
-    core = h._core
-    assert core is not None and core.links == 1  # the other link is untouched
+    core = h.core
+    assert core.links == 1  # the other link is untouched
     assert not closed_by_peer(other, 0.05)
     done.close()
     other.close()

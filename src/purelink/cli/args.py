@@ -1,10 +1,10 @@
 """The argument types and checks that several verbs of the `purelink` command share.
 
 Why it exists: a value argparse refuses is a one-line error with exit code 2
-(cli.py's parser), so every type here raises ArgumentTypeError with a message
-that says what is wrong; checks that need the file system (`require_store`)
-raise UsageError instead.  The verbs' own modules (_cli_serve.py, _cli_send.py,
-_cli_read.py) build their options from these.
+(command.py's parser), so every type here raises ArgumentTypeError with a
+message that says what is wrong; checks that need the file system
+(`require_store`) raise UsageError instead.  The verbs' own modules (serve.py,
+send.py, read.py) build their options from these.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ Exit codes, for every verb (the README's command line):
 Every failure is ONE line on stderr, `purelink: error: ...`, never a usage dump
 and never a traceback.  A closed stdout (`purelink read ... | head`) exits 0
 quietly.  This module holds the parser, `demo` and the exit codes; each other
-verb lives in a module of its own with its options: _cli_serve.py, _cli_send.py,
-_cli_read.py (read, tail, streams), _cli_bench.py; the argument types they share
-are in _cli_args.py.
+verb lives in a module of its own with its options: serve.py, send.py,
+read.py (read, tail, streams), bench.py; the argument types they share
+are in args.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What every verb of the `purelink` command shares: the error line, usage errors, files.
 
-Why it exists: the verbs live in several modules (cli.py holds the parser
-and the small verbs; `serve` and `send` have modules of their own), and they
-must fail the same way: ONE line on stderr, `purelink: error: ...`, exit 2
-for a bad argument (`UsageError`), never a traceback (the README's command line).
+Why it exists: the verbs live in several modules (command.py holds the parser
+and `demo`; every other verb has a module of its own), and they must fail the
+same way: ONE line on stderr, `purelink: error: ...`, exit 2 for a bad
+argument (`UsageError`), never a traceback (the README's command line).
 """
 
 from __future__ import annotations

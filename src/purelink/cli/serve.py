@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .. import _address
-from ..listener.limits import INTEGER_LIMITS
+from ..listener.limits import INTEGER_LIMITS, LIMITS
 from .args import bind_address, data_dir, int_at_least, seconds
 from .common import (
     PROG,
@@ -35,6 +35,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..listener.listener import Listener
+    from ..metrics import MetricsServer
     from ..protocol.keys import KeyTable
 
 __all__ = ["add_serve_arguments", "cmd_serve", "read_keys"]
@@ -42,6 +43,14 @@ __all__ = ["add_serve_arguments", "cmd_serve", "read_keys"]
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """serve's options (README: Command line; the limits: docs/security.md)."""
+    _add_addresses(p)
+    _add_security(p)
+    _add_store(p)
+    _add_limits(p)
+
+
+def _add_addresses(p: argparse.ArgumentParser) -> None:
+    """Where the streams go, and what the listener binds."""
     p.add_argument(
         "--data",
         required=True,
@@ -58,7 +67,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-udp", dest="udp", action="store_const", const=None, help="no UDP")
     p.add_argument("--tcp", type=bind_address, metavar="HOST:PORT", help="TCP address")
-    p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
+    p.add_argument(
+        "--metrics",
+        type=bind_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (needs: pip install 'purelink[metrics]')",
+    )
+
+
+def _add_security(p: argparse.ArgumentParser) -> None:
+    """The keys (docs/security.md), and leave to go without them."""
     p.add_argument(
         "--secret-file", metavar="F", help="encrypt every datagram and frame under this secret"
     )
@@ -71,12 +89,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without a secret"
     )
-    p.add_argument(
-        "--metrics",
-        type=bind_address,
-        metavar="HOST:PORT",
-        help="serve Prometheus /metrics here (needs: pip install 'purelink[metrics]')",
-    )
+
+
+def _add_store(p: argparse.ArgumentParser) -> None:
+    """How a data directory is written: syncs, segments, retention."""
+    p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
     p.add_argument(
         "--segment-bytes",
         type=int_at_least(*INTEGER_LIMITS["segment_bytes"]),
@@ -96,10 +113,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="remove segments whose last record is older than this (default: keep all)",
     )
-    # limits (docs/security.md): each one counted in stats().dropped when hit;
-    # their bounds are Listener's own (_limits.py: what the wire carries -- a u32
-    # max_record and window -- or more than any machine has; past them a value
-    # is a typo, refused here)
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """The limits (docs/security.md), each one counted in stats().dropped when
+    hit.  Their bounds are Listener's own (listener/limits.py: what the wire
+    carries -- a u32 max_record and window -- or more than any machine has;
+    past them a value is a typo, refused here)."""
     for flag, default, text in (
         ("--max-links", 100_000, "most links open at once"),
         ("--max-streams", 10_000, "most streams in the store"),
@@ -118,9 +138,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
             metavar="N",
             help=f"{text} ({default})",
         )
+    rate = LIMITS["handshake_rate"]
     p.add_argument(
         "--handshake-rate",
-        type=int_at_least(0, 10**9),
+        type=int_at_least(int(rate.low), int(rate.high)),
         default=1000,
         metavar="N",
         help="handshakes per second per source IP, bursts of 2N; 0 = no limit (1000)",
@@ -135,8 +156,35 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ..listener.listener import Listener  # noqa: PLC0415 -- see the imports
+    keys = _check(args)
+    listener = _listener(args, keys)
+    crashed: BaseException | None = None
+    # a signal becomes a byte on a pipe, whichever thread it lands on (common.py);
+    # signals during close are swallowed: close flushes and syncs, SIGKILL remains
+    # for the impatient, and the store recovers
+    with signals_to_pipe(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as wake_r:
+        exporter = None
+        try:
+            listener.start()
+            if args.metrics is not None:  # up before the ready line, so it means both
+                exporter = _export_metrics(listener, args.metrics)
+            _say_ready(listener, args)
+            crashed = _serve_until_stopped(listener, args, wake_r, keyed=keys is not None)
+        finally:
+            if exporter is not None:
+                exporter.close()
+            listener.close()
+    stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
+    sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
+    if crashed is not None:
+        fail(f"serve: the listener stopped serving: {crashed!r}")
+        return 1
+    return 0
 
+
+def _check(args: argparse.Namespace) -> KeyTable | None:
+    """What can be refused before anything is bound: nothing to listen on, the
+    metrics extra missing, a non-loopback address without keys.  Returns the keys."""
     if args.udp is None and args.tcp is None:
         raise UsageError("nothing to listen on: both --udp and --tcp are disabled")
     if args.metrics is not None:
@@ -152,9 +200,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     f"refusing to listen on non-loopback {flag} {text} without --secret-file "
                     "or --keys-file (give --insecure to do it anyway)"
                 )
+    return keys
+
+
+def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
+    """The listener the options describe (not started yet)."""
+    from ..listener.listener import Listener  # noqa: PLC0415 -- see the imports
 
     try:
-        listener = Listener(
+        return Listener(
             args.data,
             udp=args.udp,
             tcp=args.tcp,
@@ -179,53 +233,48 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
 
-    crashed: BaseException | None = None
-    # a signal becomes a byte on a pipe, whichever thread it lands on (_cli_common.py);
-    # signals during close are swallowed: close flushes and syncs, SIGKILL remains
-    # for the impatient, and the store recovers
-    with signals_to_pipe(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as wake_r:
-        exporter = None
-        try:
-            listener.start()
-            if args.metrics is not None:  # up before the ready line, so it means both
-                exporter = metrics.MetricsServer(listener, args.metrics)
-                shown = format_address(exporter.address)
-                logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
-            try:
-                parts = [f"{PROG} listening"]
-                if listener.udp_address is not None:
-                    parts.append(f"udp={format_address(listener.udp_address)}")
-                if listener.tcp_address is not None:
-                    parts.append(f"tcp={format_address(listener.tcp_address)}")
-                parts.append(f"data={args.data}")
-                print(" ".join(parts), flush=True)
-            except BrokenPipeError:
-                silence_stdout()  # nobody reads the ready line; keep serving
-            # blocks until SIGINT or SIGTERM, or until a thread of the listener died
-            # (a bug; it is logged): then stop, and exit 1 rather than stay up deaf
-            failure = listener._failure_fd()
-            waiting = select.poll()  # not select(): with many streams open, fds pass 1023
-            waiting.register(wake_r, select.POLLIN)
-            waiting.register(failure, select.POLLIN)
-            while True:
-                ready = waiting.poll()  # PEP 475 retries it on EINTR
-                if any(fd == failure for fd, _ in ready):
-                    crashed = listener.error
-                    break
-                signums = os.read(wake_r, 64)
-                if any(n != signal.SIGHUP for n in signums):
-                    break
-                _reload(listener, args, keys is not None)
-        finally:
-            if exporter is not None:
-                exporter.close()
-            listener.close()
-    stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
-    sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
-    if crashed is not None:
-        fail(f"serve: the listener stopped serving: {crashed!r}")
-        return 1
-    return 0
+
+def _export_metrics(listener: Listener, address: str) -> MetricsServer:
+    from ..metrics import MetricsServer  # noqa: PLC0415 -- see the imports
+
+    exporter = MetricsServer(listener, address)
+    shown = format_address(exporter.address)
+    logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
+    return exporter
+
+
+def _say_ready(listener: Listener, args: argparse.Namespace) -> None:
+    """The one ready line: the listener is bound and its store recovered."""
+    try:
+        parts = [f"{PROG} listening"]
+        if listener.udp_address is not None:
+            parts.append(f"udp={format_address(listener.udp_address)}")
+        if listener.tcp_address is not None:
+            parts.append(f"tcp={format_address(listener.tcp_address)}")
+        parts.append(f"data={args.data}")
+        print(" ".join(parts), flush=True)
+    except BrokenPipeError:
+        silence_stdout()  # nobody reads the ready line; keep serving
+
+
+def _serve_until_stopped(
+    listener: Listener, args: argparse.Namespace, wake_r: int, *, keyed: bool
+) -> BaseException | None:
+    """Block until SIGINT or SIGTERM (None), or until a thread of the listener
+    died (a bug; it is logged): then its error, so that serve stops and exits 1
+    rather than stay up deaf.  SIGHUP reloads the keys and serving goes on."""
+    failure = listener.failure_fd()
+    waiting = select.poll()  # not select(): with many streams open, fds pass 1023
+    waiting.register(wake_r, select.POLLIN)
+    waiting.register(failure, select.POLLIN)
+    while True:
+        ready = waiting.poll()  # PEP 475 retries it on EINTR
+        if any(fd == failure for fd, _ in ready):
+            return listener.error
+        signums = os.read(wake_r, 64)
+        if any(n != signal.SIGHUP for n in signums):
+            return None
+        _reload(listener, args, keyed)
 
 
 def _reload(listener: Listener, args: argparse.Namespace, keyed: bool) -> None:

@@ -1,7 +1,7 @@
 """Listener: sockets, the drain loop, the protocol core, the store.
 
 One thread runs the loop (with a data directory and sync="batch", a second
-does the fdatasyncs: listener_file.py).  The loop:
+does the fdatasyncs: backends/file.py).  The loop:
 
 1. sleeps in epoll on the UDP socket and the sync thread's eventfd (no timer:
    an idle listener burns nothing);
@@ -15,8 +15,12 @@ does the fdatasyncs: listener_file.py).  The loop:
    (storage.py: one append per stream per drain), then returns the buffers;
 4. answers: one ACK per link per drain.
 
-The store is a data directory (listener_file.py: fdatasync, group commit)
-or a JetStream cluster (listener_jetstream.py: a quorum's PubAck).  Either
+The TCP side (tcp.py) plugs into the same loop: it is handed the loop (its
+sources and answer routes), the core, the buffer pool and the round's buffers.
+What the listener is told is checked once, by `ListenerConfig` (config.py).
+
+The store is a data directory (backends/file.py: fdatasync, group commit)
+or a JetStream cluster (backends/jetstream.py: a quorum's PubAck).  Either
 says what became durable as events on a deque and an eventfd write; the loop
 hands them to the core, and answers "stored" (docs/reliability.md, guarantee 2).
 """
@@ -34,7 +38,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -45,13 +48,12 @@ from ..errors import Error
 from ..primitives.pool import BufferPool
 from ..protocol.core_parts import StoreView
 from ..protocol.keys import KeyTable
-from ..protocol.listener_core import CoreConfig, ListenerCore
-from ..store.jetstream.layout import parse_servers
+from ..protocol.listener_core import ListenerCore
 from ..store.retention import RetentionPolicy
 from ..store.store import DataDir, validate_stream_name
 from .backends.file import FileStorage
 from .backends.jetstream import JetStreamStorage
-from .limits import HANDSHAKE_BURST, HANDSHAKE_RATE, check_integer, check_number, check_seconds
+from .config import ListenerConfig
 from .stats import ListenerStats, SyncTimes
 from .storage import StorageDriver
 from .tail.file import FileTailSource
@@ -68,13 +70,33 @@ RECV_BUFFER: Final = 65536
 DRAIN_BUDGET: Final = 512
 SOCKET_BUFFER: Final = 32 << 20
 _CMSG_SPACE: Final = socket.CMSG_SPACE(4)
-SYNC_MODES: Final = ("batch", "always", "none")
 CLOSE_DRAIN: Final = 10.0
 """Seconds close() waits for JetStream to acknowledge what was published."""
 
 
 class Listener:
     """Receives links' datagrams and stores their records durably."""
+
+    error: BaseException | None = None
+    """What stopped the loop, if it died (it should not)."""
+
+    _started = _closed = _stop = False  # start() was called; close() was; the loop must end
+    # what start() makes (and close() lets go): None (or no descriptor) until then
+    udp_address: tuple[str, int] | None = None
+    tcp_address: tuple[str, int] | None = None
+    _data: DataDir | None = None
+    _files: FileStorage | None = None
+    _jetstream: JetStreamStorage | None = None
+    _core: ListenerCore | None = None
+    _driver: StorageDriver | None = None
+    _tcp: TcpServer | None = None
+    _tail: TailServer | None = None
+    _sock: socket.socket | None = None
+    _thread: threading.Thread | None = None
+    _epoll: select.epoll | None = None
+    _wake_fd = -1
+    _synced_fd = -1  # the store's events are waiting (backends/)
+    _failure_r = _failure_w = -1  # readable once a thread of ours died (failure_fd())
 
     def __init__(
         self,
@@ -102,85 +124,40 @@ class Listener:
         insecure: bool = False,
         replicas: int = 3,
     ) -> None:
-        if sync not in SYNC_MODES:
-            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
-        if udp is None and tcp is None:
-            raise ValueError("nothing to listen on: give udp=, tcp= or both")
-        self._udp_bind = _address.parse_hostport(udp) if udp is not None else None
-        self._tcp_bind = _address.parse_hostport(tcp) if tcp is not None else None
-        # every limit within its bounds (_limits.py, as `serve` checks its options)
-        max_links = check_integer("max_links", max_links)
-        max_streams = check_integer("max_streams", max_streams)
-        max_record = check_integer("max_record", max_record)
-        max_reorder = check_integer("max_reorder", max_reorder)
-        max_memory = check_integer("max_memory", max_memory)
-        self._max_connections = check_integer("max_connections", max_connections)
-        self._max_subscriptions = check_integer("max_subscriptions", max_subscriptions)
-        replicas = check_integer("replicas", replicas)
-        segment_bytes = check_integer("segment_bytes", segment_bytes)
-        handshake_rate = check_number("handshake_rate", handshake_rate, *HANDSHAKE_RATE)
-        handshake_burst = check_number("handshake_burst", handshake_burst, *HANDSHAKE_BURST)
-        self._read_timeout = check_seconds("read_timeout", read_timeout)
-        for bytes_, age in [(retain_bytes, retain_age), *(retention or {}).values()]:
-            if bytes_ is not None:
-                check_integer("retain_bytes", bytes_)
-            if age is not None:
-                check_seconds("retain_age", age)
-        self._tcp: TcpServer | None = None
-        self._tail: TailServer | None = None
-        if secret is not None and keys is not None:
-            raise ValueError("give secret= or keys=, not both")
-        if secret is not None:
-            keys = KeyTable.single(secret)  # raises ValueError below 16 bytes
-        if keys is None and not insecure:  # docs/security.md; as `serve` does
-            for name, text in (("udp", udp), ("tcp", tcp)):
-                if text is not None and not _address.is_loopback(_address.parse_hostport(text)[0]):
-                    raise ValueError(
-                        f"refusing to listen on non-loopback {name}={text!r} without a secret "
-                        "(pass insecure=True to do it anyway)"
-                    )
-        self.path = Path(data)
-        # a JetStream cluster where a directory goes (listener_jetstream.py)
-        self._jetstream_url = str(data) if str(data).startswith("nats://") else None
-        if self._jetstream_url is not None:
-            parse_servers(self._jetstream_url)  # ValueError now for a bad URL
-            if retain_bytes is not None or retain_age is not None or retention:
-                raise ValueError(
-                    "a JetStream store keeps what its streams' limits say: "
-                    "retain_bytes, retain_age and retention are for a data directory"
-                )
-        self._replicas = replicas
-        self._jetstream: JetStreamStorage | None = None
-        self.sync = sync
-        self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
-        # key tables handed to the loop by set_keys(), each with the event it sets
-        self._new_keys: deque[tuple[KeyTable, threading.Event]] = deque()
-        self._segment_bytes = segment_bytes
-        # retention (store/retention.py): the default of every stream, and per stream
-        self._retain = RetentionPolicy(retain_bytes, retain_age)  # raises ValueError if bad
-        self._retention = {validate_stream_name(k): v for k, v in (retention or {}).items()}
-        for bytes_, age in self._retention.values():
-            RetentionPolicy(bytes_, age)
-        self._max_streams = max_streams
-        self._core_config = CoreConfig(
+        keys = _key_table(secret, keys)
+        # every argument checked, each limit within its bounds (config.py)
+        config = ListenerConfig(
+            store=data,
+            udp=udp,
+            tcp=tcp,
+            sync=sync,
+            keys=keys,
+            insecure=insecure,
+            segment_bytes=segment_bytes,
+            retain_bytes=retain_bytes,
+            retain_age=retain_age,
+            retention=retention or {},
             max_links=max_links,
+            max_streams=max_streams,
             max_record=max_record,
             max_reorder=max_reorder,
             max_memory=max_memory,
             handshake_rate=handshake_rate,
             handshake_burst=handshake_burst,
+            max_connections=max_connections,
+            read_timeout=read_timeout,
+            max_subscriptions=max_subscriptions,
+            replicas=replicas,
         )
-        self.udp_address: tuple[str, int] | None = None
-        self.tcp_address: tuple[str, int] | None = None
-        self._data: DataDir | None = None
-        self._core: ListenerCore | None = None
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._files: FileStorage | None = None
-        self._driver: StorageDriver | None = None
-        self._stop = False
-        self._wake_fd = -1
-        self._synced_fd = -1  # the store's events are waiting (listener_file/_jetstream.py)
+        self._config = config
+        self.path = Path(data)
+        self.sync = sync
+        self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
+        # key tables handed to the loop by set_keys(), each with the event it sets
+        self._new_keys: deque[tuple[KeyTable, threading.Event]] = deque()
+        # per-stream retention (store/retention.py), which set_retention() adds to
+        self._retention = dict(config.retention)
+        self._core_config = config.core_config()
         self._pool = BufferPool(RECV_BUFFER, 1024)
         self._gro = False
         self._rcvbuf = 0
@@ -188,17 +165,11 @@ class Listener:
         self._drains = 0
         self._datagrams = 0
         self._bytes = 0
-        self._failure_r = self._failure_w = -1  # readable once a thread of ours died
-        self._started = False
-        self._closed = False
-        self._epoll: select.epoll | None = None
         self._handlers: dict[int, Callable[[float, int], None]] = {}
-        self._round_buffers: list[bytearray] = []
+        self._round_buffers: list[bytearray] = []  # the round's datagrams are in them
         self.routes: dict[Any, Callable[[bytes], None]] = {}
         """Where answers to an address go when it is not a UDP peer (e.g. a TCP
         connection's frame writer), keyed by the address the core knows it by."""
-        self.error: BaseException | None = None
-        """What stopped the loop, if it died (it should not)."""
 
     # -------------------------------------------------------------- control
     def start(self) -> None:
@@ -215,53 +186,8 @@ class Listener:
                 os.eventfd_write(synced_fd, 1)
 
         try:
-            if self._jetstream_url is not None:
-                self._jetstream = JetStreamStorage(
-                    self._jetstream_url, replicas=self._replicas, max_streams=self._max_streams
-                )
-                self._jetstream.start(wake)
-            else:
-                self._data = DataDir(
-                    self.path,
-                    segment_bytes=self._segment_bytes,
-                    max_streams=self._max_streams,
-                    retain_bytes=self._retain.max_bytes,
-                    retain_age=self._retain.max_age,
-                    retention=self._retention,
-                )
-                self._files = FileStorage(self._data, self.sync)
-            store: StoreView = self._files.view if self._files is not None else self.jetstream
-            if self._keys is None:
-                self._core = ListenerCore(store, self._core_config)
-            else:  # cryptography is imported only here
-                from ..protocol.secure_core import SecureCore  # noqa: PLC0415
-
-                self._core = SecureCore(store, self._core_config, self._keys, time.time)
-            self._driver = StorageDriver(
-                self._core, self._files if self._files is not None else self.jetstream
-            )
-            if self._udp_bind is not None:
-                self._sock = self._bind_udp(*self._udp_bind)
-            self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            self._epoll = select.epoll()
-            self._epoll.register(self._wake_fd, select.EPOLLIN)
-            self._epoll.register(self._synced_fd, select.EPOLLIN)
-            if self._sock is not None:
-                self.add_source(self._sock.fileno(), self._drain)
-            if self._tcp_bind is not None:
-                self._tcp = TcpServer(
-                    self,
-                    *self._tcp_bind,
-                    max_connections=self._max_connections,
-                    read_timeout=self._read_timeout,
-                )
-                self.tcp_address = self._tcp.start()
-                self._tail = TailServer(
-                    self._tail_source(),
-                    keys=self._keys,
-                    max_subscribers=self._max_subscriptions,
-                )
-                self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
+            self._open_store(wake)
+            self._open_sockets()
         except BaseException:
             self._release()
             raise
@@ -270,11 +196,71 @@ class Listener:
         if self._files is not None:
             self._files.start(wake, lambda exc: self._died(exc, "sync thread"))
 
+    def _open_store(self, wake: Callable[[], None]) -> None:
+        """Open (recover) the store, and the core and storage driver over it."""
+        config = self._config
+        url = config.jetstream_url  # a JetStream cluster where a directory goes
+        if url is not None:
+            self._jetstream = JetStreamStorage(
+                url, replicas=config.replicas, max_streams=config.max_streams
+            )
+            self._jetstream.start(wake)
+        else:
+            self._data = DataDir(
+                self.path,
+                segment_bytes=config.segment_bytes,
+                max_streams=config.max_streams,
+                retain_bytes=config.retain_bytes,
+                retain_age=config.retain_age,
+                retention=self._retention,
+            )
+            self._files = FileStorage(self._data, self.sync)
+        store: StoreView = self._files.view if self._files is not None else self.jetstream
+        if self._keys is None:
+            self._core = ListenerCore(store, self._core_config)
+        else:  # cryptography is imported only here
+            from ..protocol.secure_core import SecureCore  # noqa: PLC0415
+
+            self._core = SecureCore(store, self._core_config, self._keys, time.time)
+        self._driver = StorageDriver(
+            self._core, self._files if self._files is not None else self.jetstream
+        )
+
+    def _open_sockets(self) -> None:
+        """Bind UDP and TCP, and poll them with the wakeups in one epoll."""
+        config = self._config
+        if config.udp is not None:
+            self._sock = self._bind_udp(*_address.parse_hostport(config.udp))
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll = select.epoll()
+        self._epoll.register(self._wake_fd, select.EPOLLIN)
+        self._epoll.register(self._synced_fd, select.EPOLLIN)
+        if self._sock is not None:
+            self.add_source(self._sock.fileno(), self._drain)
+        if config.tcp is not None:
+            assert self._core is not None
+            self._tcp = TcpServer(
+                self,
+                self._core,
+                *_address.parse_hostport(config.tcp),
+                pool=self._pool,
+                round_buffers=self._round_buffers,
+                max_connections=config.max_connections,
+                read_timeout=config.read_timeout,
+            )
+            self.tcp_address = self._tcp.start()
+            self._tail = TailServer(
+                self._tail_source(),
+                keys=self._keys,
+                max_subscribers=config.max_subscriptions,
+            )
+            self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
+
     def _tail_source(self) -> TailSource:
         """Where subscriptions read from: the data directory, or the cluster."""
         if self._data is not None:
             return FileTailSource(self._data, sync=self.sync)
-        assert self._jetstream_url is not None
+        assert self._config.jetstream_url is not None
         from .tail.jetstream import JetStreamTailSource  # noqa: PLC0415 -- nats-py, on use
 
         return JetStreamTailSource(self.jetstream.nats)  # one connection serves both
@@ -392,10 +378,6 @@ class Listener:
             sync_seconds_sum=sync_times.sum,
         )
 
-    def stats_dict(self) -> dict[str, Any]:
-        """stats() as plain data (for JSON)."""
-        return asdict(self.stats())
-
     # -------------------------------------------------------------- sockets
     def _bind_udp(self, host: str, port: int) -> socket.socket:
         family, sockaddr = _address.resolve(host, port)
@@ -434,7 +416,7 @@ class Listener:
             with contextlib.suppress(OSError):
                 os.write(self._failure_w, b"x")
 
-    def _failure_fd(self) -> int:
+    def failure_fd(self) -> int:
         """A descriptor that becomes readable if a thread of the listener dies
         (`error` says why): `purelink serve` waits on it with its signal pipe,
         so a listener that stopped serving does not stay up pretending to."""
@@ -598,3 +580,12 @@ class Listener:
                     core.stats.dropped["no_route"] = core.stats.dropped.get("no_route", 0) + 1
             except OSError:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
+
+
+def _key_table(secret: bytes | None, keys: KeyTable | None) -> KeyTable | None:
+    """The listener's keys: `keys`, or `secret` as one key that may do everything."""
+    if secret is not None and keys is not None:
+        raise ValueError("give secret= or keys=, not both")
+    if secret is not None:
+        return KeyTable.single(secret)  # raises ValueError below 16 bytes
+    return keys

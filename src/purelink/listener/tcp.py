@@ -1,10 +1,11 @@
 """The listener's TCP side: connections accepted and read in drains, frames to the core.
 
 Why a module of its own: `Listener` (listener.py) owns the loop, the core, the
-store and the UDP socket; this is everything TCP adds, plugged into the loop
-through `Listener.add_source` (readiness), `Listener.routes` (answers to a
-peer go to its connection) and two calls the loop makes each round,
-`timeout()` before it sleeps and `expire()` after it wakes.
+store and the UDP socket; this is everything TCP adds.  It is handed what it
+needs and knows nothing else of the listener: the `Loop` (`add_source` for
+readiness, `routes` for answers to a peer, which go to its connection), the
+core, the buffer pool and the list of the round's buffers.  The loop makes two
+calls each round, `timeout()` before it sleeps and `expire()` after it wakes.
 
 Mechanism 3 (docs/design.md), after io_uring's multishot accept: one
 readiness event of the listening socket is followed by accepts until EAGAIN,
@@ -79,17 +80,16 @@ import socket
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from .. import _address
 from ..errors import Error
+from ..primitives.pool import BufferPool
 from ..protocol.framing import HEADER, FrameError, split_frames
-from .tail.server import NEED_MORE, Take
+from ..protocol.listener_core import ListenerCore
+from .tail.server import NEED_MORE, TAKEN, Take
 
-if TYPE_CHECKING:
-    from .listener import Listener
-
-__all__ = ["TCP_PREFIX", "TcpServer"]
+__all__ = ["TCP_PREFIX", "Loop", "TcpServer"]
 
 TCP_PREFIX: Final = "tcp:"
 """Prefix of a TCP peer's host in the keys the core and `Listener.routes` use."""
@@ -109,6 +109,20 @@ _EPOLLIN: Final = select.EPOLLIN | select.EPOLLRDHUP  # RDHUP: the peer's EOF is
 _EPOLLOUT: Final = select.EPOLLOUT
 _EPOLLRDHUP: Final = select.EPOLLRDHUP
 _LEN_BYTES: Final = 4
+
+
+class Loop(Protocol):
+    """What TcpServer needs of the loop that runs it (`Listener`, or a test's own)."""
+
+    routes: dict[Any, Callable[[bytes], None]]
+    """Where answers to a peer go, by the key the core knows it by: each
+    connection's frame writer is put here while it is open."""
+
+    def add_source(self, fd: int, handler: Callable[[float, int], None], events: int = 0) -> None:
+        """Poll `fd`; call `handler(now, event_mask)` when it is ready."""
+
+    def remove_source(self, fd: int) -> None:
+        """Stop polling `fd`."""
 
 
 class _Conn:
@@ -145,10 +159,13 @@ class TcpServer:
 
     def __init__(
         self,
-        listener: Listener,
+        loop: Loop,
+        core: ListenerCore,
         host: str,
         port: int,
         *,
+        pool: BufferPool,
+        round_buffers: list[bytearray],
         max_connections: int,
         read_timeout: float,
         max_buffered: int = 64 << 20,
@@ -159,7 +176,10 @@ class TcpServer:
             raise ValueError("max_connections must be positive")
         if read_timeout <= 0:
             raise ValueError("read_timeout must be positive")
-        self._listener = listener
+        self._loop = loop
+        self._core = core
+        self._pool = pool  # every read's buffer comes from it (mechanism 4)
+        self._round_buffers = round_buffers  # buffers fed to the core: back after the round
         self._bind = (host, port)
         self.max_connections = max_connections
         self.read_timeout = read_timeout
@@ -172,7 +192,7 @@ class TcpServer:
         """Accepts per readiness event; 1 is the naive way (the benchmark's "before")."""
         self.read_budget = READ_BUDGET
         """Receives per readiness event of one connection."""
-        self.max_frame = listener._pool.size - HEADER
+        self.max_frame = pool.size - HEADER
         self._sock: socket.socket | None = None
         self._spare = -1  # a file descriptor kept to shed one connection at EMFILE
         self._conns: dict[int, _Conn] = {}
@@ -189,7 +209,7 @@ class TcpServer:
         self.foreign: Callable[[socket.socket, memoryview], Take] | None = None
         """Called when a connection's first bytes are not a frame (a length over the
         limit): TAKEN if it took the connection (a dup of the socket), e.g. a
-        subscription (tail_server.py); NEED_MORE if the bytes so far begin its
+        subscription (tail/server.py); NEED_MORE if the bytes so far begin its
         preamble (they are kept, and it is asked again when more come); else
         (NOT_MINE) the connection is dropped as before."""
 
@@ -216,7 +236,7 @@ class TcpServer:
         self._sock = sock
         _raise_open_files(self.max_connections + 1024)
         self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self._listener.add_source(sock.fileno(), self._on_accept)
+        self._loop.add_source(sock.fileno(), self._on_accept)
         bound = sock.getsockname()
         return (str(bound[0]), int(bound[1]))
 
@@ -315,8 +335,8 @@ class TcpServer:
         conn = _Conn(sock, key, now + self.read_timeout)  # owes its first frame
         conn.handler = partial(self._on_ready, conn)
         self._conns[conn.fd] = conn
-        self._listener.routes[key] = partial(self._answer, conn)
-        self._listener.add_source(conn.fd, conn.handler, _EPOLLIN)
+        self._loop.routes[key] = partial(self._answer, conn)
+        self._loop.add_source(conn.fd, conn.handler, _EPOLLIN)
         self._schedule(conn)
 
     # -------------------------------------------------------------- read
@@ -329,18 +349,15 @@ class TcpServer:
     def _read(self, conn: _Conn, now: float, closing: int = 0) -> None:
         """Read until the socket is empty (or a budget); frames to the core.
 
-        Deadlines: a connection owes bytes (`read_timeout`) while a frame is
-        incomplete, and while it has no session in the core: from its accept, or
-        from the first frame after its last session ended.  A frame fed does
-        not clear that debt unless it opened a session (junk frames, or a
-        refused HELLO, do not keep a connection open)."""
-        listener = self._listener
-        pool = listener._pool
-        core = listener._core
-        assert core is not None
+        The connection's unfinished frame, if it had one, is copied to the start
+        of a buffer from the pool and the receives go on after it; every whole
+        frame goes to the core as a view into the buffer, which then waits in
+        the round's buffers (mechanism 4: no copy).  A bad frame ends the read
+        (`_bad_frame`); `_settle` keeps what is left and says what is owed."""
+        pool = self._pool
+        core = self._core
         receive = core.receive_datagram
         key = conn.key
-        max_frame = self.max_frame
         self.drains += 1
         buf = pool.get()
         size = len(buf)
@@ -351,68 +368,102 @@ class TcpServer:
         if end:
             buf[:end] = had
         fed = False  # frames in `buf` went to the core: it goes back after the round
-        any_fed = False  # frames of this event went to the core
         reason: str | None = None  # why the connection ends, if it does
         eof = False
         drops = core.junk
         junk_at = drops + JUNK_LIMIT - conn.junk  # past it, the peer is not a link (JUNK_LIMIT)
-        budget = FRAME_BUDGET
+        budget = FRAME_BUDGET  # less what this event fed to the core
         recv_into = conn.sock.recv_into
-        try:
-            for _ in range(self.read_budget):
-                if end == size:  # full, and only an incomplete frame left: a fresh buffer
-                    fresh = pool.get()
-                    fresh[: end - start] = view[start:end]
-                    self._give_back(buf, fed)
-                    buf, view, end, start, fed = fresh, memoryview(fresh), end - start, 0, False
-                want = size - end
-                try:
-                    n = recv_into(view[end:])
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:  # ECONNRESET and the like: the peer is gone
-                    eof = True
-                    break
-                if not n:
-                    eof = True
-                    break
-                self.recv_calls += 1
-                self.bytes += n
-                end += n
-                bad: FrameError | None = None
-                try:
-                    frames, start = split_frames(buf, start, end, max_frame)
-                except FrameError as exc:  # the frames before the bad length still count
-                    bad, frames, start = exc, exc.frames, exc.at
-                if frames:
-                    fed = any_fed = True
-                    self.frames += len(frames)
-                    budget -= len(frames)
-                    for frame in frames:
-                        receive(frame, key, now, True)
-                        if core.junk > junk_at:
-                            break
+        for _ in range(self.read_budget):
+            if end == size:  # full, and only an incomplete frame left: a fresh buffer
+                fresh = self._carry_over(view[start:end], buf, fed)
+                buf, view, end, start, fed = fresh, memoryview(fresh), end - start, 0, False
+            want = size - end
+            try:
+                n = recv_into(view[end:])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # ECONNRESET and the like: the peer is gone
+                n = 0
+            if not n:
+                eof = True
+                break
+            self.recv_calls += 1
+            self.bytes += n
+            end += n
+            bad: FrameError | None = None
+            try:
+                frames, start = split_frames(buf, start, end, self.max_frame)
+            except FrameError as exc:  # the frames before the bad length still count
+                bad, frames, start = exc, exc.frames, exc.at
+            if frames:
+                fed = True
+                budget -= len(frames)
+                for frame in frames:
+                    receive(frame, key, now, True)
                     if core.junk > junk_at:
                         break
-                if bad is not None:
-                    raise bad
-                if (n < want and not closing) or budget <= 0:
-                    break  # the socket had less than asked (it is empty now), or enough
-        except FrameError as exc:
-            reason = exc.reason
-            foreign = self.foreign
-            if start == 0 and not any_fed and foreign is not None:
-                taken = foreign(conn.sock, view[:end])
-                if taken is NEED_MORE:
-                    reason = None  # a subscription's preamble, not complete yet
-                elif taken:
-                    view.release()  # not a link: another server took (a dup of) the socket
-                    self._give_back(buf, fed)
-                    self._buffered -= len(had)
-                    conn.partial = b""
-                    self._close(conn, None)
-                    return
-        tail = end - start
+                if core.junk > junk_at:
+                    break
+            if bad is not None:
+                reason, eof, start = self._bad_frame(conn, bad, view, start, end, budget)
+                break
+            if (n < want and not closing) or budget <= 0:
+                break  # the socket had less than asked (it is empty now), or enough
+        self._settle(conn, now, view, start, end, had, budget, eof, reason, drops)
+        view.release()
+        self._give_back(buf, fed)
+
+    def _carry_over(self, rest: memoryview, buf: bytearray, fed: bool) -> bytearray:
+        """A fresh buffer that begins with `rest` (a frame too long for what was
+        left of `buf`); `buf` goes back."""
+        fresh = self._pool.get()
+        fresh[: len(rest)] = rest
+        self._give_back(buf, fed)
+        return fresh
+
+    def _bad_frame(
+        self, conn: _Conn, bad: FrameError, view: memoryview, start: int, end: int, budget: int
+    ) -> tuple[str | None, bool, int]:
+        """A bad frame: (why the connection ends or None, whether it is gone, where
+        what stays with it starts).  When the connection's very first bytes are not
+        a frame, `foreign` may want it: a subscription's preamble begun (it stays,
+        and is asked again when more comes), or taken (it is gone from here)."""
+        if start or budget < FRAME_BUDGET or self.foreign is None:
+            return bad.reason, False, start
+        taken = self.foreign(conn.sock, view[:end])
+        if taken is TAKEN:
+            return None, True, end  # another server has (a dup of) the socket
+        if taken is NEED_MORE:
+            return None, False, start
+        return bad.reason, False, start
+
+    def _settle(
+        self,
+        conn: _Conn,
+        now: float,
+        view: memoryview,
+        start: int,
+        end: int,
+        had: bytes,
+        budget: int,
+        eof: bool,
+        reason: str | None,
+        drops: int,
+    ) -> None:
+        """After a read that began with `had` and left `budget` of FRAME_BUDGET:
+        count the connection's junk frames (the core's drops since `drops`), keep
+        its unfinished frame (`view[start:end]`), set what it owes, and close it
+        if it ended (`reason`), is gone (`eof`) or is done.
+
+        Deadlines: a connection owes bytes (`read_timeout`) while a frame is
+        incomplete, and while it has no session in the core: from its accept, or
+        from the first frame after its last session ended.  A frame fed does
+        not clear that debt unless it opened a session (junk frames, or a
+        refused HELLO, do not keep a connection open)."""
+        core = self._core
+        fed = budget < FRAME_BUDGET  # frames of this read went to the core
+        self.frames += FRAME_BUDGET - budget
         self._buffered -= len(had)
         conn.partial = b""
         junk = core.junk - drops
@@ -420,7 +471,8 @@ class TcpServer:
             conn.junk += junk
             if conn.junk > JUNK_LIMIT and reason is None:
                 reason = "junk_frames"
-        session = any_fed and reason is None and core.has_session(key)
+        session = fed and reason is None and core.has_session(conn.key)
+        tail = end - start
         if reason is None and tail:
             if eof:
                 reason = "truncated_frame"  # gone in the middle of a frame
@@ -432,26 +484,27 @@ class TcpServer:
                 if session or (not had and conn.deadline is None):
                     # a new frame began: it has read_timeout to finish (a connection
                     # without a session keeps the deadline it has)
-                    conn.deadline = now + self.read_timeout
-                    self._schedule(conn)
-        elif any_fed and reason is None:
+                    self._owe(conn, now)
+        elif fed and reason is None:
             if session:
                 conn.deadline = None  # nothing owed
             elif conn.deadline is None:  # frames, but no session: it owes one
-                conn.deadline = now + self.read_timeout
-                self._schedule(conn)
-        view.release()
-        self._give_back(buf, fed)
+                self._owe(conn, now)
         if reason is not None:
             self._close(conn, reason)
-        elif eof or (any_fed and core.finished(key)):
+        elif eof or (fed and core.finished(conn.key)):
             self._close(conn, None)  # gone, or its last session said CLOSE: done with it
+
+    def _owe(self, conn: _Conn, now: float) -> None:
+        """The connection must send more within read_timeout."""
+        conn.deadline = now + self.read_timeout
+        self._schedule(conn)
 
     def _give_back(self, buf: bytearray, fed: bool) -> None:
         if fed:
-            self._listener._round_buffers.append(buf)  # returned after the round's writes
+            self._round_buffers.append(buf)  # returned after the round's writes
         else:
-            self._listener._pool.put(buf)
+            self._pool.put(buf)
 
     # ------------------------------------------------------------- write
     def _answer(self, conn: _Conn, data: bytes) -> None:
@@ -499,8 +552,8 @@ class TcpServer:
 
     def _watch(self, conn: _Conn, events: int) -> None:
         assert conn.handler is not None
-        self._listener.remove_source(conn.fd)
-        self._listener.add_source(conn.fd, conn.handler, events)
+        self._loop.remove_source(conn.fd)
+        self._loop.add_source(conn.fd, conn.handler, events)
 
     # ------------------------------------------------------------- close
     def _close(self, conn: _Conn, reason: str | None) -> None:
@@ -509,19 +562,17 @@ class TcpServer:
         conn.closed = True
         if reason is not None:
             self._drop(reason)
-        listener = self._listener
-        listener.remove_source(conn.fd)
+        loop = self._loop
+        loop.remove_source(conn.fd)
         del self._conns[conn.fd]
-        listener.routes.pop(conn.key, None)
+        loop.routes.pop(conn.key, None)
         self._buffered -= len(conn.partial)
         conn.partial = b""
         self._unsent -= len(conn.out)
         conn.out.clear()
         conn.deadline = None
         conn.sock.close()
-        core = listener._core
-        if core is not None:
-            core.disconnected(conn.key)
+        self._core.disconnected(conn.key)
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
