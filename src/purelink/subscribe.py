@@ -3,7 +3,7 @@
 Why it exists: a consumer on another machine (or without access to the
 listener's disk) reads a stream from any position and follows its tail, as a
 Kafka consumer or a NATS JetStream consumer does.  The bytes are in
-protocol/tail.py; the listener's side is tail_server.py.
+protocol/tail.py; the listener's side is listener/tail/server.py.
 
     with purelink.subscribe("tcp://127.0.0.1:7401", "orders", start=1) as records:
         for position, payload in records:

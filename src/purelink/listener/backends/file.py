@@ -1,7 +1,7 @@
 """The listener's storage in a data directory: appends, fdatasync, group commit.
 
 Why a module of its own: it is the file store's side of the storage port
-(storage.py), as listener_jetstream.py is JetStream's; the listener's loop
+(listener/storage.py), as jetstream.py is JetStream's; the listener's loop
 drives either through the same `StorageDriver`.
 
 `append` writes a drain's batches of a stream to its log (one writev) and

@@ -1,7 +1,7 @@
 """The listener's storage on a NATS JetStream cluster (`Listener("nats://...")`).
 
 Why a module of its own: it is JetStream's side of the storage port
-(storage.py), as listener_file.py is the data directory's; the listener's
+(listener/storage.py), as file.py is the data directory's; the listener's
 loop drives either through the same `StorageDriver`.  It is the protocol
 core's `StoreView` (a producer's epoch and stored seq, new epochs) and the
 driver's `Storage`: `append` returns the writer's ticket, and the writer's
@@ -58,7 +58,7 @@ class JetStreamStorage:
         self._nats: NatsThread | None = None
         self._writer: JetStreamWriter | None = None
         self.events: deque[StorageEvent] = deque()
-        """Tickets stored and producers fenced, in order (storage.py)."""
+        """Tickets stored and producers fenced, in order (listener/storage.py)."""
 
     def start(self, wake: Callable[[], None]) -> None:
         """Connect and check the cluster; `wake()` after events are put."""
@@ -85,7 +85,7 @@ class JetStreamStorage:
     @property
     def nats(self) -> NatsThread:
         """The listener's one connection to the cluster: the writer publishes on it and
-        subscriptions (tail_jetstream.py) read through it."""
+        subscriptions (listener/tail/jetstream.py) read through it."""
         assert self._nats is not None, "not started"
         return self._nats
 

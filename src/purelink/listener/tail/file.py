@@ -1,8 +1,8 @@
 """Subscriptions read from a data directory: segment byte ranges, by sendfile.
 
-Why it exists: the file store's `TailSource` (tail_source.py).  The reply is
+Why it exists: the file store's `TailSource` (source.py).  The reply is
 the store format itself, so a subscriber is sent byte ranges of its segment
-files with `os.sendfile` (tail_out.py): no record is decoded, copied or
+files with `os.sendfile` (out.py): no record is decoded, copied or
 re-encoded on the way out, and the kernel moves page-cache pages to the
 socket.
 

@@ -1,6 +1,6 @@
 """Subscriptions read from a JetStream cluster: the stream's message bodies, as they are.
 
-Why it exists: the JetStream store's `TailSource` (tail_source.py), so that a
+Why it exists: the JetStream store's `TailSource` (source.py), so that a
 listener on `nats://...` serves `purelink.subscribe` / `purelink tail` on its
 TCP port exactly as one on a data directory does.  A message's body is
 already the store's batch format (docs/jetstream.md), so the reply is built

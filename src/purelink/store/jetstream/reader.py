@@ -108,7 +108,7 @@ class JetStreamStore:
         return self._js
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run `coro` on the connection's loop; its future (tail_jetstream.py)."""
+        """Run `coro` on the connection's loop; its future (listener/tail/jetstream.py)."""
         return self._nats.submit(coro)
 
     def close(self) -> None:
