@@ -43,14 +43,14 @@ from .. import _address
 from .._udp import SOL_UDP, UDP_GRO
 from ..errors import Error
 from ..primitives.pool import BufferPool
-from ..protocol.core_parts import StoreView
+from ..protocol.core_parts import ProducerTable
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
+from ..store.datadir import DataDir, validate_stream_name
 from ..store.jetstream.layout import parse_servers
 from ..store.retention import RetentionPolicy
-from ..store.store import DataDir, validate_stream_name
-from .backends.file import FileStorage
-from .backends.jetstream import JetStreamStorage
+from .backends.file import FileBackend
+from .backends.jetstream import JetStreamBackend
 from .limits import HANDSHAKE_BURST, HANDSHAKE_RATE, check_integer, check_number, check_seconds
 from .stats import ListenerStats, SyncTimes
 from .storage import StorageDriver
@@ -150,7 +150,7 @@ class Listener:
                     "retain_bytes, retain_age and retention are for a data directory"
                 )
         self._replicas = replicas
-        self._jetstream: JetStreamStorage | None = None
+        self._jetstream: JetStreamBackend | None = None
         self.sync = sync
         self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
         # key tables handed to the loop by set_keys(), each with the event it sets
@@ -176,7 +176,7 @@ class Listener:
         self._core: ListenerCore | None = None
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
-        self._files: FileStorage | None = None
+        self._files: FileBackend | None = None
         self._driver: StorageDriver | None = None
         self._stop = False
         self._wake_fd = -1
@@ -216,7 +216,7 @@ class Listener:
 
         try:
             if self._jetstream_url is not None:
-                self._jetstream = JetStreamStorage(
+                self._jetstream = JetStreamBackend(
                     self._jetstream_url, replicas=self._replicas, max_streams=self._max_streams
                 )
                 self._jetstream.start(wake)
@@ -229,8 +229,10 @@ class Listener:
                     retain_age=self._retain.max_age,
                     retention=self._retention,
                 )
-                self._files = FileStorage(self._data, self.sync)
-            store: StoreView = self._files.view if self._files is not None else self.jetstream
+                self._files = FileBackend(self._data, self.sync)
+            store: ProducerTable = (
+                self._files.producers if self._files is not None else self.jetstream
+            )
             if self._keys is None:
                 self._core = ListenerCore(store, self._core_config)
             else:  # cryptography is imported only here
@@ -280,7 +282,7 @@ class Listener:
         return JetStreamTailSource(self.jetstream.nats)  # one connection serves both
 
     @property
-    def jetstream(self) -> JetStreamStorage:
+    def jetstream(self) -> JetStreamBackend:
         """The JetStream storage (a listener started on a nats:// URL)."""
         assert self._jetstream is not None
         return self._jetstream

@@ -14,7 +14,7 @@ A follower parks on the log's `synced_parker` (or `parker` with
 sync="none"), which `sync` (`append`) unparks only while someone is parked.
 
 Segments are found in the log's published table and opened while registered
-(online) with the DataDir's grace domain, exactly as Store readers are, so
+(online) with the DataDir's grace domain, exactly as DataDirReaders are, so
 retention never unlinks a segment a subscriber is about to open; one that
 retention overtakes gets an ERROR ("records retained start at N").
 
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from ...errors import Error
 from ...primitives.parker import Parker
+from ...store.datadir import DataDir
 from ...store.log import StreamLog, walk_batches
-from ...store.store import DataDir
 from .out import Out
 from .source import Refused
 
