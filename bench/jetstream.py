@@ -334,7 +334,7 @@ def run_purelink_jetstream(
         if got != n:
             raise RuntimeError(f"purelink: {got:,} of {n:,} records read back")
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
     kept = asyncio.run(_delete(cluster.urls, stream_name(STREAM)))
     messages = max(counters["messages"], 1)
     return {

@@ -40,7 +40,7 @@ ADDR = ("127.0.0.1", 1)
 
 
 class _NullStore:
-    """The core's StoreView with nothing behind it."""
+    """The core's ProducerTable with nothing behind it."""
 
     def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
         return (0, 0)

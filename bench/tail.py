@@ -52,7 +52,7 @@ from typing import Any
 
 import purelink
 from purelink.protocol.wire import encode_batch, verify_batch
-from purelink.store.store import DataDir, Store
+from purelink.store import DataDir, Store
 
 from ._common import (
     Report,

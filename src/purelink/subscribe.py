@@ -3,7 +3,7 @@
 Why it exists: a consumer on another machine (or without access to the
 listener's disk) reads a stream from any position and follows its tail, as a
 Kafka consumer or a NATS JetStream consumer does.  The bytes are in
-protocol/tail.py; the listener's side is tail_server.py.
+protocol/tail.py; the listener's side is listener/tail/server.py.
 
     with purelink.subscribe("tcp://127.0.0.1:7401", "orders", start=1) as records:
         for position, payload in records:
@@ -268,6 +268,9 @@ class Subscription:
         return self._receive()
 
     def _receive(self) -> Iterator[list[tuple[int, bytes]]]:
+        """One list of records per receive, until the reply ends (or the
+        subscription is closed); resumes and errors as the module header says.
+        The helpers run once per receive (up to RECEIVE_SIZE bytes), never per record."""
         try:
             while (sock := self._sock) is not None:
                 decoder = self._decoder
@@ -275,46 +278,18 @@ class Subscription:
                 try:
                     data = sock.recv(RECEIVE_SIZE)
                 except OSError as exc:
-                    if self._closed.is_set():
-                        return  # closed by close()
-                    if self._reconnect and self._resume(str(exc)):
+                    if self._receive_failed(exc):
                         continue
-                    if self._closed.is_set():
-                        return
-                    if isinstance(exc, TimeoutError):
-                        raise ConnectError(
-                            f"cannot subscribe at {self.url}: no answer within "
-                            f"{self._timeout:g} s{FOREIGN}"
-                        ) from None
-                    raise Error(f"subscription to {self.stream!r} broke: {exc}") from None
+                    return
                 if first:
                     self._fresh = False
                     if not self._follow:
                         sock.settimeout(None)
                 if not data:
-                    if decoder.ended or self._closed.is_set():
-                        return
-                    if self._reconnect and self._resume("the listener closed it"):
+                    if self._listener_closed(decoder):
                         continue
-                    if self._closed.is_set():
-                        return
-                    raise Error(
-                        f"the listener closed the subscription to {self.stream!r} "
-                        f"(next position {decoder.next_position})"
-                    )
-                try:
-                    if self._sealed is not None:
-                        data = self._sealed.feed(data)
-                    records = decoder.feed(data)
-                except ProtocolError as exc:
-                    if exc.reason == "refused":
-                        raise Error(str(exc).removeprefix("refused: ")) from None
-                    if first and self._sealed is None and exc.reason != "bad_checksum":
-                        raise ConnectError(  # its first bytes: neither a batch nor a word
-                            f"cannot subscribe at {self.url}: it answered what no "
-                            f"purelink listener sends{FOREIGN}"
-                        ) from None
-                    raise Error(f"subscription to {self.stream!r}: {exc}") from None
+                    return
+                records = self._decode(decoder, data, first=first)
                 if records:
                     self._outage_deadline = 0.0  # delivering again: any outage is over
                     yield records
@@ -322,6 +297,52 @@ class Subscription:
                     return
         finally:  # ended, failed, or abandoned by the caller: the socket goes
             self.close()
+
+    def _receive_failed(self, exc: OSError) -> bool:
+        """A receive failed with `exc`: True once resumed (receive again), False
+        when the subscription was closed (end quietly); else raise."""
+        if self._closed.is_set():
+            return False  # closed by close()
+        if self._reconnect and self._resume(str(exc)):
+            return True
+        if self._closed.is_set():
+            return False
+        if isinstance(exc, TimeoutError):
+            raise ConnectError(
+                f"cannot subscribe at {self.url}: no answer within {self._timeout:g} s{FOREIGN}"
+            ) from None
+        raise Error(f"subscription to {self.stream!r} broke: {exc}") from None
+
+    def _listener_closed(self, decoder: TailDecoder) -> bool:
+        """The listener closed the connection: True once resumed (receive again),
+        False when the reply was over or the subscription closed; else raise."""
+        if decoder.ended or self._closed.is_set():
+            return False
+        if self._reconnect and self._resume("the listener closed it"):
+            return True
+        if self._closed.is_set():
+            return False
+        raise Error(
+            f"the listener closed the subscription to {self.stream!r} "
+            f"(next position {decoder.next_position})"
+        )
+
+    def _decode(self, decoder: TailDecoder, data: bytes, *, first: bool) -> list[tuple[int, bytes]]:
+        """The records whole in what came so far (opened first, when sealed); a
+        refusal, a bad batch or a foreign peer (`first`: its first bytes) raises."""
+        try:
+            if self._sealed is not None:
+                data = self._sealed.feed(data)
+            return decoder.feed(data)
+        except ProtocolError as exc:
+            if exc.reason == "refused":
+                raise Error(str(exc).removeprefix("refused: ")) from None
+            if first and self._sealed is None and exc.reason != "bad_checksum":
+                raise ConnectError(  # its first bytes: neither a batch nor a word
+                    f"cannot subscribe at {self.url}: it answered what no "
+                    f"purelink listener sends{FOREIGN}"
+                ) from None
+            raise Error(f"subscription to {self.stream!r}: {exc}") from None
 
     def close(self) -> None:
         """Disconnect (and stop resuming). Idempotent."""

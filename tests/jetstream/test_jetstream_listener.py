@@ -42,7 +42,7 @@ def read_all(cluster: NatsCluster, stream: str) -> list[tuple[int, bytes]]:
     try:
         return list(store.read(stream))
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
 
 
 @pytest.mark.parametrize("scheme", ["udp", "tcp"])

@@ -21,7 +21,7 @@ import purelink
 from purelink.protocol.batch import decode_batch_header, encode_batch
 from purelink.store.jetstream.client import NatsThread
 from purelink.store.jetstream.layout import stream_name
-from purelink.store.jetstream.reader import JetStreamStore
+from purelink.store.jetstream.reader import JetStreamReader
 from purelink.store.jetstream.writer import JetStreamWriter
 from purelink.testing.nats import NatsCluster, nats_server_binary, ready_writer
 
@@ -64,7 +64,7 @@ def batch(producer: int, first: int, records: list[bytes]) -> tuple[memoryview, 
 
 
 def read_back(cluster: NatsCluster, stream: str) -> list[tuple[int, bytes]]:
-    with JetStreamStore(cluster.urls) as store:
+    with JetStreamReader(cluster.urls) as store:
         return list(store.read(stream))
 
 

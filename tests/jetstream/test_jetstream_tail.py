@@ -23,6 +23,7 @@ import pytest
 import purelink
 from purelink.errors import Error
 from purelink.listener.tail import server as tail_server
+from purelink.store.jetstream.reader import JetStreamReader
 from purelink.testing.nats import NatsCluster, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -189,13 +190,13 @@ def test_a_start_below_what_is_retained_is_refused(cluster: NatsCluster) -> None
     with listener(cluster.urls) as lst:
         ship(lst, "retired", records_of(100, "r"))
         ship(lst, "retired", records_of(100, "s"))
-        store = purelink.Store(cluster.urls)
+        store = JetStreamReader(cluster.urls)
         try:
-            js = store.js  # type: ignore[attr-defined]
-            store.submit(js.delete_msg(stream_name("retired"), 1)).result(10)  # type: ignore[attr-defined]
+            js = store.js
+            store.submit(js.delete_msg(stream_name("retired"), 1)).result(10)
             first = store.first("retired")
         finally:
-            store.close()  # type: ignore[attr-defined]
+            store.close()
         assert first == 101
         got = subscribed(tcp(lst), "retired")
         assert got[0][0] == 101 and len(got) == 100
@@ -241,12 +242,12 @@ def _leader(cluster: NatsCluster, stream: str) -> int:
     """The index of the node that leads the JetStream stream of `stream`."""
     from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
 
-    store = purelink.Store(cluster.urls)
+    store = JetStreamReader(cluster.urls)
     try:
-        js = store.js  # type: ignore[attr-defined]
-        info = store.submit(js.stream_info(stream_name(stream))).result(10)  # type: ignore[attr-defined]
+        js = store.js
+        info = store.submit(js.stream_info(stream_name(stream))).result(10)
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
     return int(info.cluster.leader.removeprefix("n")) - 1
 
 
@@ -296,13 +297,13 @@ def test_an_idle_store_follower_waits_in_the_cluster(
     from purelink.store.jetstream import reader as reader_module  # noqa: PLC0415
 
     calls: list[float] = []
-    real = reader_module.JetStreamStore._call
+    real = reader_module.JetStreamReader._call
 
     def counted(self: Any, coro: Any, timeout: float | None = None) -> Any:
         calls.append(time.monotonic())
         return real(self, coro, timeout)
 
-    monkeypatch.setattr(reader_module.JetStreamStore, "_call", counted)
+    monkeypatch.setattr(reader_module.JetStreamReader, "_call", counted)
     with listener(cluster.urls) as lst:
         ship(lst, "idle-store", [b"first"])
         store = purelink.Store(cluster.urls)
@@ -320,7 +321,7 @@ def test_an_idle_store_follower_waits_in_the_cluster(
             assert got == [(2, b"second")]
             follower.close()
         finally:
-            store.close()  # type: ignore[attr-defined]
+            store.close()
     assert 1 <= idle <= 2  # a fetch waiting in the cluster (polling would be dozens)
 
 
@@ -389,11 +390,11 @@ def test_a_follower_rides_through_the_death_of_its_consumers_server(cluster: Nat
         async def consumers(js: Any) -> list[str]:
             return [c.cluster.leader for c in await js.consumers_info(stream_name("survive"))]
 
-        store = purelink.Store(cluster.urls)
+        store = JetStreamReader(cluster.urls)
         try:
-            (node,) = store.submit(consumers(store.js)).result(10)  # type: ignore[attr-defined]
+            (node,) = store.submit(consumers(store.js)).result(10)
         finally:
-            store.close()  # type: ignore[attr-defined]
+            store.close()
         victim = int(node.removeprefix("n")) - 1
         cluster.kill(victim)
         try:

@@ -19,7 +19,7 @@ from helpers.serve_process import unused_port
 from purelink.errors import ConnectError, Error
 from purelink.protocol.batch import decode_batch_header, encode_batch, encode_large_batch
 from purelink.store.jetstream.client import NatsThread
-from purelink.store.jetstream.reader import JetStreamStore
+from purelink.store.jetstream.reader import JetStreamReader
 from purelink.store.jetstream.writer import JetStreamWriter
 from purelink.testing.nats import NatsCluster, nats_server_binary, ready_writer
 
@@ -77,7 +77,7 @@ def test_append_then_read_back(cluster: NatsCluster) -> None:
         w.append("plain", batches(7, 1, 1 + i, records[i : i + 500])) for i in range(0, 5000, 500)
     }
     rec.wait("plain", tickets)
-    with JetStreamStore(cluster.urls) as store:
+    with JetStreamReader(cluster.urls) as store:
         assert "plain" in store.streams()
         assert (store.first("plain"), store.last("plain")) == (1, 5000)
         got = list(store.read("plain"))
@@ -104,7 +104,7 @@ def test_a_record_larger_than_a_message_is_cut_and_put_together(cluster: NatsClu
         [(memoryview(b), decode_batch_header(b)), (memoryview(small), decode_batch_header(small))],
     )
     rec.wait("big", {t})
-    with JetStreamStore(cluster.urls) as store:
+    with JetStreamReader(cluster.urls) as store:
         assert list(store.read("big")) == [(1, big), (2, b"after")]
         assert list(store.read("big", 2)) == [(2, b"after")]
     w.nats.close()
@@ -127,7 +127,7 @@ def test_two_writers_on_one_stream_never_interleave_wrongly(cluster: NatsCluster
         )
     rec_a.wait("shared", ta)
     rec_b.wait("shared", tb)
-    with JetStreamStore(cluster.urls) as store:
+    with JetStreamReader(cluster.urls) as store:
         got = list(store.read("shared"))
     assert [p for p, _ in got] == list(range(1, 4001))
     assert [r for _, r in got if r.startswith(b"a")] == [b"a%d" % i for i in range(2000)]
@@ -154,7 +154,7 @@ def test_a_fenced_session_stores_nothing_more(cluster: NatsCluster) -> None:
     )
     t2 = new.append("fence", batches(9, 2, 3, [b"new-3"]))
     rec_new.wait("fence", {t2})
-    with JetStreamStore(cluster.urls) as store:
+    with JetStreamReader(cluster.urls) as store:
         assert list(store.read("fence")) == [(1, b"old-1"), (2, b"old-2"), (3, b"new-3")]
     assert new.producer_state("fence", 9)[:2] == (2, 3)
     old.nats.close()
@@ -175,7 +175,7 @@ def test_a_node_killed_under_load_loses_and_repeats_nothing(cluster: NatsCluster
         rec.wait("killed", tickets, timeout=90)
     finally:
         cluster.start(0)
-    with JetStreamStore(cluster.urls) as store:
+    with JetStreamReader(cluster.urls) as store:
         assert list(store.read("killed")) == list(zip(range(1, 20_001), records, strict=True))
     w.nats.close()
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from purelink.errors import Error
-from purelink.listener.tail.jetstream import _JetStreamReader
+from purelink.listener.tail.jetstream import _JetStreamTailReader
 from purelink.protocol.batch import encode_batch as encode_unplaced
 from purelink.protocol.tail import TailDecoder
 from purelink.store.jetstream.layout import (
@@ -87,11 +87,11 @@ def stream() -> tuple[list[tuple[dict[str, str], bytes]], list[tuple[int, bytes]
     return msgs, [*head, (21, big), *tail]
 
 
-def reader(start: int, end_seq: int | None = None, seq: int = 1) -> _JetStreamReader:
-    return _JetStreamReader(SimpleNamespace(), "s", seq, start, end_seq)  # type: ignore[arg-type]
+def reader(start: int, end_seq: int | None = None, seq: int = 1) -> _JetStreamTailReader:
+    return _JetStreamTailReader(SimpleNamespace(), "s", seq, start, end_seq)  # type: ignore[arg-type]
 
 
-def feed(r: _JetStreamReader, msgs: list[tuple[int, dict[str, str], bytes]]) -> bytes:
+def feed(r: _JetStreamTailReader, msgs: list[tuple[int, dict[str, str], bytes]]) -> bytes:
     out = FakeOut()
     for seq, headers, body in msgs:
         r._take(out, seq, headers, body)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ import pytest
 import purelink
 from helpers.cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
 from purelink.protocol.wire import encode_batch, verify_batch
-from purelink.store.store import DataDir
+from purelink.store import DataDir
 
 
 def payload(position: int) -> bytes:

@@ -50,8 +50,8 @@ from purelink.protocol.tail import (
 )
 from purelink.protocol.tail_seal import encode_sealed_request, open_sealed_request
 from purelink.protocol.wire import batch_records, encode_batch, position_bytes, verify_batch
+from purelink.store import DataDir
 from purelink.store.log import StreamLog
-from purelink.store.store import DataDir
 from purelink.subscribe import Subscription
 
 TIMEOUT = 20.0

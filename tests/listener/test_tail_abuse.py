@@ -43,8 +43,8 @@ from purelink.protocol.keys import Key, KeyTable
 from purelink.protocol.tail import FLAG_SEALED, PREAMBLE, TailDecoder, encode_request
 from purelink.protocol.tail_seal import encode_sealed_request
 from purelink.protocol.wire import encode_batch, verify_batch
+from purelink.store import DataDir
 from purelink.store.log import StreamLog
-from purelink.store.store import DataDir
 
 DEADLINE = 10.0
 

@@ -39,8 +39,8 @@ from purelink.protocol import wire
 from purelink.protocol.framing import encode_frame, encode_frames
 from purelink.protocol.sender import Sender, SenderConfig
 from purelink.protocol.tail import TailDecoder, encode_request
+from purelink.store import DataDir
 from purelink.store.log import StreamLog
-from purelink.store.store import DataDir
 
 READ_TIMEOUT = 0.5
 

@@ -6,7 +6,7 @@ sometimes only after a publish failed and went again, sometimes never for a
 batch it does hold (the answer was lost, the writer finds it later); and a
 listener that dies with batches in flight leaves some of them stored.  The
 simulation drives its core through the same storage driver as the listener
-(storage.py) over `ReplicatedStorage` (testing/storages.py): every record
+(storage.py) over `ReplicatedBackend` (testing/backends.py): every record
 must be stored once, in order, and no link told "stored" before its records
 are in the store.
 """
@@ -19,9 +19,9 @@ import pytest
 
 from helpers.sim import assert_exactly_once, records_for
 from purelink.protocol.sender import SenderState
+from purelink.testing.backends import Replication
 from purelink.testing.fakes import FakeNet, NetConfig
 from purelink.testing.sim import SimLink, Simulation
-from purelink.testing.storages import Replication
 
 
 def stored_prefix(sim: Simulation, link: SimLink) -> int:
@@ -93,9 +93,9 @@ def test_the_store_did_fail_and_lose_answers() -> None:
     failures = lost = restarts = 0
     for seed in range(20):
         sim = run_seed(seed)
-        storage = sim.storage
-        failures += getattr(storage, "failures", 0)
-        lost += getattr(storage, "lost_acks", 0)
+        backend = sim.backend
+        failures += getattr(backend, "failures", 0)
+        lost += getattr(backend, "lost_acks", 0)
         restarts += sim.restarts
     assert failures > 0 and lost > 0 and restarts > 0
 
@@ -125,7 +125,7 @@ def test_a_store_that_cannot_write_stops_the_stream_and_tells_nothing_more() -> 
     later batches are counted, and no link is told a record the store lacks."""
     sim = Simulation(FakeNet(2), replication=Replication(seed=2, fail=0.0, lose_ack=0.0))
     link = sim.add_link("s", [b"r%d" % i for i in range(400)], push_every=20)
-    real_append = sim.storage.append
+    real_append = sim.backend.append
     appends = 0
 
     def failing_append(stream: str, writes):  # the fourth append on meets a dead disk
@@ -135,9 +135,9 @@ def test_a_store_that_cannot_write_stops_the_stream_and_tells_nothing_more() -> 
             raise OSError("disk gone")
         return real_append(stream, writes)
 
-    sim.storage.append = failing_append  # type: ignore[method-assign]
+    sim.backend.append = failing_append  # type: ignore[method-assign]
     sim.run(lambda: False, max_time=5)
-    assert "s" in sim.storage.failed
+    assert "s" in sim.backend.failed
     assert sim.driver is not None and sim.driver.store_errors > 0
     stored = stored_prefix(sim, link)
     assert 0 < stored < 400

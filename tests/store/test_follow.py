@@ -19,9 +19,9 @@ import pytest
 import purelink.store.follow as follow_module
 from purelink.errors import Error
 from purelink.protocol.wire import encode_batch, position_bytes, verify_batch
+from purelink.store import DataDir, DataDirReader, Store
 from purelink.store.follow import FileWatch
 from purelink.store.log import StreamLog
-from purelink.store.store import DataDir, Store
 
 TIMEOUT = 10.0
 
@@ -228,7 +228,7 @@ def test_read_follow_flushes_before_each_wait(tmp_path: Path) -> None:
     waits: list[int] = []
     got: list[int] = []
     records = follow_module.follow_records(
-        Store(tmp_path), "s", 1, 7, on_wait=lambda: waits.append(len(got))
+        DataDirReader(tmp_path), "s", 1, 7, on_wait=lambda: waits.append(len(got))
     )
     consumer = threading.Thread(target=lambda: got.extend(p for p, _ in records), daemon=True)
     consumer.start()

@@ -18,10 +18,10 @@ import pytest
 
 from purelink.errors import Error
 from purelink.protocol.wire import BatchHeader, encode_batch, verify_batch
+from purelink.store import DataDir, Store
 from purelink.store.format import ProducerState
 from purelink.store.log import StreamLog
 from purelink.store.retention import Retention, RetentionPolicy, timer_interval
-from purelink.store.store import DataDir, Store
 from purelink.testing import FakeClock
 
 PER_BATCH = 10

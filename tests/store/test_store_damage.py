@@ -24,8 +24,8 @@ import pytest
 from helpers.shipping import report
 from purelink.errors import Error
 from purelink.protocol.wire import encode_batch, encode_large_batch, verify_batch
+from purelink.store import DataDir, Store
 from purelink.store.format import ScanState, scan_batches
-from purelink.store.store import DataDir, Store
 
 LOGGER = "purelink.store"
 KINDS = ("cut", "flip", "zero_tail", "zero_page", "garbage_tail")

@@ -9,7 +9,7 @@ import pytest
 
 from purelink.errors import Closed, Error
 from purelink.protocol.wire import encode_batch, verify_batch
-from purelink.store.store import DataDir, Store, validate_stream_name
+from purelink.store import DataDir, Store, validate_stream_name
 
 BAD_NAMES = ["", ".", "..", ".hidden", "a/b", "../x", "a\\b", "x" * 201, "é", "a b", "a\n", "\0"]
 GOOD_NAMES = ["a", "x" * 200, "A.b-c_9", "-x", "_", "a..b", "orders.v2"]

@@ -16,8 +16,8 @@ import pytest
 
 from purelink.errors import Error
 from purelink.protocol.wire import BatchHeader, encode_batch, encode_large_batch, verify_batch
+from purelink.store import DataDir, Store
 from purelink.store.format import EPOCH_RECORD, ProducerState
-from purelink.store.store import DataDir, Store
 
 Batch = tuple[bytes, BatchHeader]
 LOGGER = "purelink.store"

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import purelink.store.store as store_module
+import purelink.store.datadir_reader as store_module
 from purelink.errors import Closed, Error
 from purelink.protocol.wire import BatchHeader, encode_batch, encode_large_batch, verify_batch
+from purelink.store import DataDir, Store, StreamInfo
 from purelink.store.format import ProducerState
-from purelink.store.store import DataDir, Store
 
 Batch = tuple[bytes, BatchHeader]
 
@@ -224,7 +224,7 @@ def test_reader_reads_while_the_writer_appends(tmp_path: Path) -> None:
         assert list(store.read("s", 118)) == [(p, record(p - 1)) for p in (118, 119, 120)]
         log.append([make_batch(1, 1, seq, [b"whole"])])  # overwrites the torn bytes
         assert list(store.read("s", 120)) == [(120, record(119)), (121, b"whole")]
-        assert store.stream_info("s") == store_module.StreamInfo(
+        assert store.stream_info("s") == StreamInfo(
             "s", 1, 121, 121, sum(p.stat().st_size for p in active.parent.glob("*.seg"))
         )
 
@@ -233,7 +233,7 @@ def test_unknown_stream_is_empty_and_bad_names_are_refused(tmp_path: Path) -> No
     write(tmp_path, [[b"a"]])
     store = Store(tmp_path)
     assert (store.first("nope"), store.last("nope"), list(store.read("nope"))) == (0, 0, [])
-    assert store.stream_info("nope") == store_module.StreamInfo("nope", 0, 0, 0, 0)
+    assert store.stream_info("nope") == StreamInfo("nope", 0, 0, 0, 0)
     with pytest.raises(ValueError):
         store.read("../s")
     with pytest.raises(Error):

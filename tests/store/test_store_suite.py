@@ -23,6 +23,7 @@ import pytest
 
 import purelink
 from purelink.errors import Error
+from purelink.store.jetstream.reader import JetStreamReader
 from purelink.testing.nats import NatsCluster, nats_server_binary
 
 TIMEOUT = 30.0
@@ -117,11 +118,11 @@ def _jetstream_backend(cluster: NatsCluster) -> Iterator[Backend]:
             time.sleep(0.3)
 
     def on_cluster(make: Callable[[Any], Any]) -> Any:
-        store = purelink.Store(cluster.urls)
+        store = JetStreamReader(cluster.urls)
         try:
-            return store.submit(make(store.js)).result(10)  # type: ignore[attr-defined]
+            return store.submit(make(store.js)).result(10)
         finally:
-            store.close()  # type: ignore[attr-defined]
+            store.close()
 
     def retire(stream: str) -> None:
         async def delete_first(js: Any) -> None:

@@ -40,7 +40,7 @@ from helpers.serve_process import ServeProcess
 from helpers.shipping import check_stream, payload, report
 from purelink.protocol.sender import SenderState
 from purelink.protocol.wire import batch_records, encode_batch, encode_large_batch, verify_batch
-from purelink.store.store import DataDir, Store
+from purelink.store import DataDir, Store
 
 STREAM = "crash"
 SEGMENT_BYTES = 64 << 10

@@ -92,12 +92,13 @@ def cmd_read(args: argparse.Namespace) -> int:
     wait for it to appear).  A stream comes into being with its first record,
     so "unknown" and "empty" are the same state, as `Store.first/last` = 0, 0 say.
     """
-    from ..store.follow import follow_records  # noqa: PLC0415 -- see the imports
-    from ..store.store import Store  # noqa: PLC0415
+    from ..store.datadir_reader import DataDirReader  # noqa: PLC0415 -- see the imports
+    from ..store.follow import follow_records  # noqa: PLC0415
+    from ..store.store import open_reader  # noqa: PLC0415
 
     if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
-    store = Store(str(require_store(args.data)))
+    store = open_reader(str(require_store(args.data)))
     stream = args.stream
     stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
     out = sys.stdout.buffer
@@ -107,7 +108,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     start: int = args.start or store.first(stream) or (store.last(stream) + 1 if args.follow else 0)
     if not start:
         return 0
-    if args.follow and isinstance(store, Store):  # inotify (store/follow.py), flushing
+    if args.follow and isinstance(store, DataDirReader):  # inotify (store/follow.py), flushing
         records = follow_records(store, stream, start, stop, on_wait=out.flush)
     elif args.follow:  # a JetStream store: each record as it comes
         records = _flushing(store.read(stream, start=start, stop=stop, follow=True), out.flush)

@@ -46,13 +46,13 @@ from .. import _address
 from .._udp import SOL_UDP, UDP_GRO
 from ..errors import Error
 from ..primitives.pool import BufferPool
-from ..protocol.core_parts import StoreView
+from ..protocol.core_parts import ProducerTable
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import ListenerCore
+from ..store.datadir import DataDir, validate_stream_name
 from ..store.retention import RetentionPolicy
-from ..store.store import DataDir, validate_stream_name
-from .backends.file import FileStorage
-from .backends.jetstream import JetStreamStorage
+from .backends.file import FileBackend
+from .backends.jetstream import JetStreamBackend
 from .config import ListenerConfig
 from .stats import ListenerStats, SyncTimes
 from .storage import StorageDriver
@@ -85,8 +85,8 @@ class Listener:
     udp_address: tuple[str, int] | None = None
     tcp_address: tuple[str, int] | None = None
     _data: DataDir | None = None
-    _files: FileStorage | None = None
-    _jetstream: JetStreamStorage | None = None
+    _files: FileBackend | None = None
+    _jetstream: JetStreamBackend | None = None
     _core: ListenerCore | None = None
     _driver: StorageDriver | None = None
     _tcp: TcpServer | None = None
@@ -201,7 +201,7 @@ class Listener:
         config = self._config
         url = config.jetstream_url  # a JetStream cluster where a directory goes
         if url is not None:
-            self._jetstream = JetStreamStorage(
+            self._jetstream = JetStreamBackend(
                 url, replicas=config.replicas, max_streams=config.max_streams
             )
             self._jetstream.start(wake)
@@ -214,8 +214,8 @@ class Listener:
                 retain_age=config.retain_age,
                 retention=self._retention,
             )
-            self._files = FileStorage(self._data, self.sync)
-        store: StoreView = self._files.view if self._files is not None else self.jetstream
+            self._files = FileBackend(self._data, self.sync)
+        store: ProducerTable = self._files.producers if self._files is not None else self.jetstream
         if self._keys is None:
             self._core = ListenerCore(store, self._core_config)
         else:  # cryptography is imported only here
@@ -266,8 +266,8 @@ class Listener:
         return JetStreamTailSource(self.jetstream.nats)  # one connection serves both
 
     @property
-    def jetstream(self) -> JetStreamStorage:
-        """The JetStream storage (a listener started on a nats:// URL)."""
+    def jetstream(self) -> JetStreamBackend:
+        """The JetStream backend (a listener started on a nats:// URL)."""
         assert self._jetstream is not None
         return self._jetstream
 

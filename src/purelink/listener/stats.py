@@ -1,9 +1,9 @@
-"""What a listener reports (`ListenerStats`) and how its protocol core sees the store.
+"""What a listener reports: `ListenerStats`, and the sync-time histogram behind it.
 
 Why a module of its own: listener.py is the loop, the threads and group
-commit; these two are the listener's edges -- the counters it hands to the
-application (the README's Python API, `listener.stats()`) and the `StoreView` its
-sans-IO core calls (protocol/core_parts.py) -- and each reads on its own.
+commit; this is the listener's edge towards the application -- the counters
+it hands over (the README's Python API, `listener.stats()`) -- and reads on
+its own.
 """
 
 from __future__ import annotations
@@ -12,10 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..errors import Error
-from ..store.store import DataDir
-
-__all__ = ["SYNC_BUCKETS", "ListenerStats", "StoreOverDataDir", "SyncTimes"]
+__all__ = ["SYNC_BUCKETS", "ListenerStats", "SyncTimes"]
 
 SYNC_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -108,28 +105,3 @@ class SyncTimes:
     def observe(self, seconds: float) -> None:
         self.counts[bisect_left(SYNC_BUCKETS, seconds)] += 1
         self.sum += seconds
-
-
-class StoreOverDataDir:
-    """The core's StoreView over a DataDir."""
-
-    def __init__(self, data: DataDir, failed: set[str]) -> None:
-        self.data = data
-        self.failed = failed  # streams a write failed on: no new session may start there
-
-    def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
-        log_ = self.data.stream(stream)
-        state = log_.producers.get(pid)
-        return (state.epoch, state.last_seq) if state is not None else (0, 0)
-
-    def epoch_owner(self, stream: str, pid: int) -> int:
-        state = self.data.stream(stream).producers.get(pid)
-        return state.owner if state is not None else 0
-
-    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
-        if stream in self.failed:
-            raise Error(f"stream {stream!r} cannot be written (a store error; see the log)")
-        return self.data.stream(stream).new_epoch(pid, durable=durable, owner=owner)
-
-    def forget(self, stream: str, pid: int) -> None:
-        self.data.stream(stream).forget(pid)

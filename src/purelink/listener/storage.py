@@ -1,12 +1,13 @@
-"""The listener's storage port: one backend-neutral driver between the core and a store.
+"""The storage driver: one backend-neutral mover of batches between the core and a backend.
 
 Why it exists: the protocol core hands out batches in order (`take_writes`)
-and is told when they are durable (`written`, then `synced`); how a store
-gets them durable differs -- the file store appends and fdatasyncs with
-group commit, JetStream publishes and waits for a quorum's PubAck, the
-simulation's stores do it in virtual time -- but the driving does not.  So
+and is told when they are durable (`written`, then `synced`); how a backend
+gets them durable differs -- the file backend appends and fdatasyncs with
+group commit, the JetStream backend publishes and waits for a quorum's
+PubAck, the simulation's backends (testing/backends.py) do it in virtual
+time -- but the driving does not.  So
 the listener's loop (listener.py) and the simulation (testing/sim.py) run
-this same `StorageDriver`, over any `Storage`:
+this same `StorageDriver`, over any `Backend`:
 
 * `append(stream, writes)` takes one drain's in-order batches of a stream
   (their memoryviews point into receive buffers: a store copies what it
@@ -43,7 +44,7 @@ from ..errors import Error
 from ..protocol.batch import BatchHeader
 from ..protocol.listener_core import ListenerCore
 
-__all__ = ["FENCED", "STORED", "Storage", "StorageDriver", "StorageEvent"]
+__all__ = ["FENCED", "STORED", "Backend", "StorageDriver", "StorageEvent"]
 
 log = logging.getLogger("purelink.listener.listener")
 
@@ -53,8 +54,9 @@ StorageEvent = tuple[int, str, int]
 """(STORED, stream, ticket) or (FENCED, stream, producer id)."""
 
 
-class Storage(Protocol):
-    """What the driver needs of a store (the core's StoreView is apart)."""
+class Backend(Protocol):
+    """A backend: one kind of store as the listener writes it -- what the driver
+    needs of it (the core's ProducerTable is apart)."""
 
     events: deque[StorageEvent]
     """Durability and fencing, in order; the driver takes them from the left."""
@@ -69,11 +71,11 @@ class Storage(Protocol):
 
 
 class StorageDriver:
-    """Moves batches from a core to a store, and durability back."""
+    """Moves batches from a core to a backend, and durability back."""
 
-    def __init__(self, core: ListenerCore, storage: Storage) -> None:
+    def __init__(self, core: ListenerCore, backend: Backend) -> None:
         self.core = core
-        self.storage = storage
+        self.backend = backend
         self.store_errors = 0
         """Batches received that the store failed to write."""
         self.stream_records: dict[str, int] = {}
@@ -83,8 +85,8 @@ class StorageDriver:
     def write(self) -> None:
         """Hand the core's in-order batches to the store (after each drain)."""
         core = self.core
-        storage = self.storage
-        failed = storage.failed
+        backend = self.backend
+        failed = backend.failed
         records, sizes = self.stream_records, self.stream_bytes
         for stream, writes in core.take_writes().items():
             if not writes:
@@ -94,7 +96,7 @@ class StorageDriver:
                 core.write_failed(stream)
                 continue
             try:
-                ticket = storage.append(stream, writes)
+                ticket = backend.append(stream, writes)
             except (Error, OSError) as exc:
                 self.store_errors += len(writes)
                 failed.add(stream)
@@ -104,12 +106,12 @@ class StorageDriver:
             core.written(stream, ticket)
             records[stream] = records.get(stream, 0) + sum([h.count for _, h in writes])
             sizes[stream] = sizes.get(stream, 0) + sum([h.length for _, h in writes])
-        storage.flush()
+        backend.flush()
 
     def take_events(self) -> None:
         """Hand the store's events to the core, in order."""
         core = self.core
-        events = self.storage.events
+        events = self.backend.events
         while events:
             kind, stream, n = events.popleft()
             if kind == STORED:

@@ -21,7 +21,7 @@ __all__ = [
     "Cookies",
     "CoreConfig",
     "CoreStats",
-    "StoreView",
+    "ProducerTable",
     "cookie_time",
     "named_producer_id",
 ]
@@ -37,8 +37,10 @@ def named_producer_id(name: str) -> int:
     return (int.from_bytes(digest, "little") & ~(1 << 63)) or 1
 
 
-class StoreView(Protocol):
-    """What the core needs of the store."""
+class ProducerTable(Protocol):
+    """The producer table: what the core needs of a store about producers
+    (epochs, last seqs); `DataDirProducers` for a data directory, the
+    JetStream backend itself for a cluster."""
 
     def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
         """(highest epoch, last seq written) of a producer; (0, 0) if unknown.

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from .core_parts import Address, Cookies, CoreConfig, CoreStats, StoreView
+from .core_parts import Address, Cookies, CoreConfig, CoreStats, ProducerTable
 from .ratelimit import TokenBuckets
 from .receiver import Producer, Write
 
@@ -58,7 +58,7 @@ class _Conn:
 class CoreState:
     """The fields of a listener core and the helpers that only touch them."""
 
-    def __init__(self, store: StoreView, config: CoreConfig | None = None) -> None:
+    def __init__(self, store: ProducerTable, config: CoreConfig | None = None) -> None:
         self.config = config or CoreConfig()
         self.store = store
         # several listeners may write the store at once (a JetStream cluster):

@@ -4,7 +4,7 @@ The driver (listener.py) feeds it datagrams with their source address and
 the time, then asks for what to write (`take_writes`), tells it what was
 written and what became durable (`written`, `synced`), and sends what it
 returns (`datagrams_to_send`).  The store is reached through the small
-`StoreView` protocol so that tests can pass a dict-backed fake.
+`ProducerTable` protocol so that tests can pass a dict-backed fake.
 
 `ListenerCore` is one object, put together from parts that each own one
 concern and share one set of fields:
@@ -17,7 +17,7 @@ concern and share one set of fields:
                      the in-order fast paths
   core_answers.py    written / synced -> stored; one ACK per session per drain,
                      held a moment for a sync in flight
-  core_parts.py      configuration, counters, the StoreView, the cookies
+  core_parts.py      configuration, counters, the ProducerTable, the cookies
 
 Each part is a class over `CoreState` (the handshake, intake and answers over
 `CoreSessions`, since all three find or end sessions), and `ListenerCore`
@@ -34,9 +34,9 @@ from . import wire
 from .core_answers import CoreAnswers
 from .core_handshake import CoreHandshake
 from .core_intake import DATA_FAST, CoreIntake
-from .core_parts import Address, CoreConfig, StoreView, named_producer_id
+from .core_parts import Address, CoreConfig, ProducerTable, named_producer_id
 
-__all__ = ["CoreConfig", "ListenerCore", "StoreView", "named_producer_id"]
+__all__ = ["CoreConfig", "ListenerCore", "ProducerTable", "named_producer_id"]
 
 
 class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):

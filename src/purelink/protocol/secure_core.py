@@ -69,7 +69,7 @@ from dataclasses import dataclass, replace
 from ..errors import ProtocolError
 from . import wire
 from .channel import OVERHEAD, Channel, RekeyPolicy
-from .core_parts import Address, CoreConfig, StoreView
+from .core_parts import Address, CoreConfig, ProducerTable
 from .core_state import _Conn
 from .handshake import (
     INIT,
@@ -114,7 +114,7 @@ class SecureCore(ListenerCore):
 
     def __init__(
         self,
-        store: StoreView,
+        store: ProducerTable,
         config: CoreConfig | None,
         keys: KeyTable,
         wall: Callable[[], float],

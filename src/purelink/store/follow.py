@@ -1,4 +1,4 @@
-"""`Store.read(..., follow=True)`: wait for records that are not stored yet.
+"""`Store.read(..., follow=True)` on a data directory: wait for records that are not stored yet.
 
 Why it exists: consumers, replays and audits read a stream while it is being
 written and want the next record as soon as it is there, without burning a
@@ -29,7 +29,7 @@ How a follower waits depends on where the writer is:
   reached): a poll that starts at `POLL_MIN` and doubles to `POLL_MAX` while
   nothing comes, and starts over after each record.
 
-Every wake re-reads from the next position through `Store.read`, so a follower
+Every wake re-reads from the next position through the reader's `read`, so a follower
 sees exactly what a plain read would: whole, checksummed batches, positions
 without gaps, and `purelink.Error` if retention overtakes it.
 """
@@ -43,15 +43,14 @@ import select
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from .format import STREAMS_DIR
 
 if TYPE_CHECKING:
     from .log import StreamLog
-    from .store import Store
 
-__all__ = ["BACKSTOP", "POLL_MAX", "POLL_MIN", "FileWatch", "follow_records"]
+__all__ = ["BACKSTOP", "POLL_MAX", "POLL_MIN", "FileWatch", "Followed", "follow_records"]
 
 BACKSTOP: Final = 1.0
 """Seconds a follower waits on inotify before it looks anyway."""
@@ -71,8 +70,25 @@ _PARENT_MASK: Final = IN_CREATE | IN_MOVED_TO
 _SELF_MASK: Final = IN_DELETE_SELF | IN_MOVE_SELF
 
 
+class Followed(Protocol):
+    """What a follower needs of the data directory's reader (datadir_reader.py)."""
+
+    @property
+    def path(self) -> Path:
+        """The data directory."""
+        ...
+
+    def read(self, stream: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+        """The records stored now, from `start` to `stop` (a plain read)."""
+        ...
+
+    def writer(self, stream: str) -> tuple[object, StreamLog] | None:
+        """The writer and its log of `stream`, when it runs in this process."""
+        ...
+
+
 def follow_records(
-    store: Store,
+    store: Followed,
     stream: str,
     start: int,
     stop: int | None,
@@ -97,7 +113,7 @@ def follow_records(
                 return
             if on_wait is not None and position > before:
                 on_wait()
-            writer = store._writer(stream)
+            writer = store.writer(stream)
             if writer is not None:
                 if watch is not None:
                     watch.close()

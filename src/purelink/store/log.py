@@ -26,7 +26,7 @@ raised; the log stays usable.
 
 A sparse batch index per segment (`BatchIndex`) lets a subscriber start
 anywhere in a segment without walking its batch headers from the start
-(tail_server.py: a walk costs ~0.45 ms of GIL-held CPU per MiB, and a storm
+(listener/tail/server.py: a walk costs ~0.45 ms of GIL-held CPU per MiB, and a storm
 of subscriptions once slowed a writer 240x).  The writer adds one entry,
 O(1), at the first chunk written at least `every` bytes after the previous
 entry; the bytes of a segment that was not written by this log (the part
@@ -233,7 +233,7 @@ class StreamLog:
         """Unparked after every append (and on close): `Store.read(follow=True)`
         in this process parks on it; free while nobody waits."""
         self.synced_parker = Parker()
-        """Unparked after every `sync` (and on close): subscribers (tail_server.py)
+        """Unparked after every `sync` (and on close): subscribers (listener/tail/server.py)
         wait on it for records that are stored, not just written."""
         self.on_roll: Callable[[StreamLog], None] | None = None
         """Called (on the appending thread) after a segment rolled: retention's wake."""

@@ -26,7 +26,7 @@ How a segment goes (QSBR, `purelink.primitives.grace`):
 1. unpublish: `StreamLog.retire` drops it from the log's published segment table
    and moves `first_position` past it.  A reader in this process that looks at the
    table from now on cannot find it;
-2. `synchronize()` on the DataDir's grace domain: every Store reader of this
+2. `synchronize()` on the DataDir's grace domain: every DataDirReader of this
    process that was online (between looking a segment up in the table and
    opening its own fd on it) has passed a quiescent state.  No reader can still
    be about to open the file;
@@ -149,7 +149,7 @@ class Retention:
         clock: Callable[[], float] = time.time,
         grace: GraceDomain | None = None,
     ) -> None:
-        """`logs()` lists the streams; `grace` is the domain Store readers of this
+        """`logs()` lists the streams; `grace` is the domain DataDirReaders of this
         process register with (a new one by default)."""
         self._logs = logs
         self.grace = grace if grace is not None else GraceDomain()

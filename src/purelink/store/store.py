@@ -1,350 +1,71 @@
-"""A data directory: the writer (`DataDir`) and the public read-only view (`Store`).
+"""`purelink.Store`: the public read-only view of a store, whichever kind it is.
 
-Layout (docs/store.md)::
-
-    DIR/purelink.lock                       flock'ed by the one writer
-    DIR/streams/<name>/<base:020d>.seg      segments, base = first position in it
-    DIR/streams/<name>/<base:020d>.sum      producers snapshot of a closed segment
-    DIR/streams/<name>/epochs               epochs handed to named producers
-
-`DataDir` takes an exclusive flock so that two listeners never write one
-directory, then opens -- and so recovers -- every stream before returning.
-
-`Store` never takes the lock and never writes: it may run in any process
-while a listener appends.  It relies on two facts about the writer: bytes
-below a segment's size are whole written bytes (a read may see a batch cut
-short by the file's end, never garbage in the middle), and a segment is
-complete before its successor exists.  So a reader stops quietly at an
-incomplete batch at the end of the last segment, and treats anything else
-that fails its checks as corruption (raised, with the file and offset).
-
-Reads seek with a sparse per-segment index -- (position, offset) every
-`INDEX_EVERY` bytes, built by scanning once and extended as the file grows --
-and then read 1 MiB at a time, slicing records out of each verified batch.
-
-Readers in the writer's process find the writer (`_LIVE`, by real path) and
-use its published segment table instead of listing the folder; each read
-registers with the DataDir's grace domain and is online only while it looks a
-segment up and opens its own fd on it, so retention (retention.py) never
-unlinks a file a reader is about to open.  `read(follow=True)` is follow.py.
+Why it exists: the README's `Store(where)` takes a data directory or a
+JetStream cluster (`nats://h1:4222,...`, docs/jetstream.md) and reads both
+the same way.  `open_reader` opens the `StoreReader` (reader.py) that
+`where` names -- a `DataDirReader` (datadir_reader.py) or a
+`JetStreamReader` (jetstream/reader.py, imported only then: the NATS client
+is optional) -- and `Store` delegates every call to it, so the type a caller
+gets is the type it was promised.  Delegation costs one call per method
+call, never one per record: `read` hands back the reader's own iterator.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import threading
-import time
-from bisect import bisect_right
-from collections.abc import Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Final
+from collections.abc import Iterator
 
-from purelink.errors import Closed, Error
-from purelink.primitives.grace import GraceReader
-from purelink.protocol.names import NAME_RE, validate_stream_name
-from purelink.protocol.wire import batch_records
+from .datadir_reader import DataDirReader
+from .reader import StoreReader, StreamInfo
 
-from .follow import follow_records
-from .format import CORRUPT, LOCK_FILE, STREAMS_DIR, ScanState, has_valid_successor, scan_batches
-from .log import StreamLog
-from .retention import Retention, RetentionPolicy
-from .segment import fsync_dir, list_segments
-
-__all__ = [
-    "INDEX_EVERY",
-    "STREAM_NAME_RE",
-    "DataDir",
-    "Store",
-    "StreamInfo",
-    "validate_stream_name",
-]
-
-STREAM_NAME_RE: Final = NAME_RE
-"""A stream name (the README's naming rule): 1-200 of [A-Za-z0-9._-], not starting with '.'
-(so never '.', '..' or a hidden file), matched with fullmatch.  The one rule
-lives in purelink.protocol.names, shared with the listener core."""
-
-INDEX_EVERY: Final = 64 << 10
-"""Bytes between two entries of a reader's sparse index."""
-
-_LIVE: dict[str, DataDir] = {}
-"""The open DataDirs of this process, by the real path of their directory."""
+__all__ = ["Store", "open_reader"]
 
 
-# ====================================================================== writer
+def open_reader(where: str | os.PathLike[str]) -> StoreReader:
+    """The reader of the store at `where`: a JetStream cluster for `nats://...`,
+    else a data directory (purelink.Error if there is none)."""
+    if isinstance(where, str) and where.startswith("nats://"):
+        from .jetstream.reader import JetStreamReader  # noqa: PLC0415 -- optional
 
-
-class DataDir:
-    """The writer's side of a data directory (one per directory, one per listener)."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        segment_bytes: int = 64 << 20,
-        max_streams: int = 10_000,
-        retain_bytes: int | None = None,
-        retain_age: float | None = None,
-        retention: Mapping[str, tuple[int | None, float | None]] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        """Create the directory if missing, lock it, and open (recover) every stream.
-
-        `retain_bytes`/`retain_age` are the default retention of every stream,
-        `retention` maps a stream to its own (bytes, age); see retention.py.
-        """
-        self.path = Path(path)
-        """The data directory."""
-        self._segment_bytes = segment_bytes
-        self._max_streams = max_streams
-        self._logs: dict[str, StreamLog] = {}
-        self._streams = self.path / STREAMS_DIR
-        self._key: str | None = None
-        self.retention = Retention(
-            lambda: list(self._logs.values()),
-            RetentionPolicy(retain_bytes, retain_age),
-            {validate_stream_name(k): RetentionPolicy(*v) for k, v in (retention or {}).items()},
-            clock=clock,
-        )
-        """Removes old segments (on a thread of its own only while a policy is set)."""
-        self.grace = self.retention.grace
-        """Store readers of this process register here; retention waits for them."""
-        try:
-            self._streams.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise Error(f"cannot create the data directory {self.path}: {exc}") from exc
-        lock = self.path / LOCK_FILE
-        self._lock_fd: int | None = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-            raise Error(
-                f"data directory {self.path} is in use by another listener ({lock} is locked)"
-            ) from None
-        try:
-            os.ftruncate(self._lock_fd, 0)
-            os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
-            for entry in sorted(os.scandir(self._streams), key=lambda e: e.name):
-                if entry.is_dir(follow_symlinks=False) and STREAM_NAME_RE.fullmatch(entry.name):
-                    self._open(entry.name)
-        except BaseException:
-            self.close()
-            raise
-        self._key = os.path.realpath(self.path)
-        _LIVE[self._key] = self
-        if self.retention.active:
-            self.retention.start()
-
-    def __enter__(self) -> DataDir:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _open(self, name: str) -> StreamLog:
-        log = StreamLog(self._streams / name, name, segment_bytes=self._segment_bytes)
-        log.on_roll = self.retention.wake
-        self._logs[name] = log
-        return log
-
-    def stream(self, name: str, *, create: bool = True) -> StreamLog:
-        """The log of stream `name`, created if missing (when `create`).
-
-        Raises ValueError for a bad name, KeyError for a missing stream with
-        create=False, purelink.Error when `max_streams` streams exist, and
-        purelink.Closed when creating one after `close`.  Safe to call from
-        another thread for a stream that exists (the sync thread does).
-        """
-        log = self._logs.get(name)
-        if log is not None:
-            return log
-        validate_stream_name(name)
-        if self._lock_fd is None:
-            raise Closed(f"data directory {self.path} is closed")
-        if not create:
-            raise KeyError(name)
-        if len(self._logs) >= self._max_streams:
-            raise Error(f"stream limit reached ({self._max_streams} streams)")
-        folder = self._streams / name
-        folder.mkdir(exist_ok=True)
-        fsync_dir(self._streams)
-        return self._open(name)
-
-    def streams(self) -> list[str]:
-        """Names of the open streams, sorted."""
-        return sorted(self._logs)
-
-    def set_retention(
-        self, stream: str, retain_bytes: int | None = None, retain_age: float | None = None
-    ) -> None:
-        """Give `stream` its own retention (None, None: keep everything); a pass follows."""
-        self.retention.set_policy(
-            validate_stream_name(stream), RetentionPolicy(retain_bytes, retain_age)
-        )
-        if self.retention.active and self._lock_fd is not None:
-            self.retention.start()
-
-    def close(self) -> None:
-        """Close every log (no sync: the listener syncs first) and release the lock."""
-        if self._key is not None and _LIVE.get(self._key) is self:
-            del _LIVE[self._key]
-        self.retention.close()
-        for log in self._logs.values():
-            log.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-
-# ====================================================================== reader
-
-
-@dataclass(frozen=True, slots=True)
-class StreamInfo:
-    """What `purelink streams` prints for one stream."""
-
-    name: str
-    """The stream."""
-    first: int
-    """First position retained (0 when empty)."""
-    last: int
-    """Last position stored (0 when empty)."""
-    records: int
-    """Records retained."""
-    bytes: int
-    """Bytes of segment files on disk."""
-
-
-class _SegmentIndex:
-    """What a reader learned about one segment file: a verified prefix and
-    sparse (position, offset) entries in it, for seeking."""
-
-    __slots__ = ("base", "end", "end_position", "offsets", "path", "positions")
-
-    def __init__(self, base: int, path: Path) -> None:
-        self.base = base
-        self.path = path
-        self.positions = [base]
-        self.offsets = [0]
-        self.end = 0  # bytes verified from the start of the file
-        self.end_position = base  # position of the first record after them
-
-    def seek(self, position: int) -> tuple[int, int]:
-        """(offset, position) of an indexed batch boundary at or before `position`."""
-        if position >= self.end_position:
-            return self.end, self.end_position
-        i = bisect_right(self.positions, position) - 1
-        return self.offsets[i], self.positions[i]
+        return JetStreamReader(where)
+    return DataDirReader(where)
 
 
 class Store:
-    """The read-only view of a data directory (the README's Python API).
+    """The read-only view of a store (the README's Python API).
 
-    Safe while a listener writes, in this process or another; never locks.
-    One Store may be shared by threads.  `Store("nats://h1:4222,...")` is the
-    same view of the streams a listener keeps in a JetStream cluster
-    (store/jetstream/reader.py, docs/jetstream.md).
+    `Store("DIR")` reads a data directory: safe while a listener writes, in
+    this process or another; never locks.  `Store("nats://h1:4222,...")`
+    reads the streams a listener keeps in a JetStream cluster, over a
+    connection of its own that `close()` (or leaving a `with` block) ends.
+    One Store may be shared by threads.
     """
 
-    def __new__(cls, path: str | os.PathLike[str]) -> Store:
-        if isinstance(path, str) and path.startswith("nats://"):
-            from .jetstream.reader import JetStreamStore  # noqa: PLC0415 -- optional
-
-            return JetStreamStore(path)  # type: ignore[return-value]  # the same methods
-        return super().__new__(cls)
+    __slots__ = ("_reader", "_where")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Open the data directory at `path` for reading."""
-        self.path = Path(path)
-        """The data directory."""
-        if not self.path.is_dir():
-            raise Error(f"no purelink data directory at {self.path}")
-        self._streams = self.path / STREAMS_DIR
-        self._indexes: dict[str, dict[Path, _SegmentIndex]] = {}
-        self._lock = threading.Lock()
-        self._key = os.path.realpath(self.path)
+        """Open the store at `path`: a data directory, or `nats://...`."""
+        self._where = os.fspath(path)
+        self._reader = open_reader(path)
 
     def __repr__(self) -> str:
-        return f"<Store {str(self.path)!r}>"
+        return f"<Store {self._where!r}>"
 
     def streams(self) -> list[str]:
-        """Names of the streams in the directory, sorted."""
-        try:
-            entries = list(os.scandir(self._streams))
-        except FileNotFoundError:
-            return []
-        return sorted(
-            e.name
-            for e in entries
-            if STREAM_NAME_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
-        )
-
-    def _writer(self, stream: str) -> tuple[DataDir, StreamLog] | None:
-        """The open writer of `stream` when it runs in this process."""
-        data = _LIVE.get(self._key)
-        if data is None:
-            return None
-        log = data._logs.get(stream)
-        return None if log is None or log.closed else (data, log)
-
-    def _segments(self, stream: str) -> list[_SegmentIndex]:
-        """The stream's segments now, with what earlier calls learned of them:
-        the writer's published table in its process, else the folder's listing."""
-        validate_stream_name(stream)
-        writer = self._writer(stream)
-        if writer is not None:
-            found: list[tuple[int, Path]] | tuple[tuple[int, Path], ...] = writer[1].segments
-        else:
-            try:
-                found = list_segments(self._streams / stream)
-            except (FileNotFoundError, NotADirectoryError):
-                return []
-        with self._lock:
-            old = self._indexes.get(stream, {})
-            new = {path: old.get(path) or _SegmentIndex(base, path) for base, path in found}
-            self._indexes[stream] = new
-            return list(new.values())
-
-    def last(self, stream: str) -> int:
-        """Position of the last record stored (0 when empty or unknown): what a
-        read would reach, from the last segment's whole batches."""
-        for _ in range(3):  # the last segment may roll and be retained away as we look
-            segments = self._segments(stream)
-            if not segments:
-                return 0
-            index = segments[-1]
-            try:
-                fd = _open_fd(index.path)
-            except FileNotFoundError:
-                continue
-            try:
-                self._extend(index, fd, os.fstat(fd).st_size, None, closed=False)
-            finally:
-                os.close(fd)
-            return index.end_position - 1
-        raise Error(f"stream {stream!r}: its last segment keeps disappearing")
+        """Names of the streams in the store, sorted."""
+        return self._reader.streams()
 
     def first(self, stream: str) -> int:
         """Position of the first record retained (0 when empty or unknown)."""
-        segments = self._segments(stream)
-        if not segments:
-            return 0
-        return segments[0].base if self.last(stream) >= segments[0].base else 0
+        return self._reader.first(stream)
+
+    def last(self, stream: str) -> int:
+        """Position of the last record stored (0 when empty or unknown)."""
+        return self._reader.last(stream)
 
     def stream_info(self, stream: str) -> StreamInfo:
         """first, last, records and bytes of a stream (zeros when unknown)."""
-        last = self.last(stream)
-        first = self.first(stream)
-        size = 0
-        for index in self._segments(stream):
-            with contextlib.suppress(FileNotFoundError):  # removed by retention meanwhile
-                size += index.path.stat().st_size
-        return StreamInfo(stream, first, last, last - first + 1 if first else 0, size)
+        return self._reader.stream_info(stream)
 
     def read(
         self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
@@ -353,182 +74,22 @@ class Store:
         (exclusive; None = all stored when called), in order.  `start` 1 (the
         default) or 0 is the beginning of the stream: the first record
         retained, as for `purelink.subscribe`.  With follow=True, wait for
-        more records instead of ending (until `stop`): see follow.py for how
-        it waits.
+        more records instead of ending (until `stop`).
 
         Raises ValueError for start < 0 or a bad name, and purelink.Error when
         a later `start` is below the first retained position, naming it (also
         when retention overtakes a slow reader: never a gap), or the stream is
-        corrupt (naming the file and offset).  An unknown stream is empty.
+        corrupt (naming where).  An unknown stream is empty.
         """
-        if start < 0:
-            raise ValueError(f"start must be a position >= 1 (or 0: the beginning), not {start}")
-        segments = self._segments(stream)
-        if start <= 1:  # the beginning: the first retained (an empty stream starts at 1)
-            start = segments[0].base if segments else 1
-        elif segments and start < segments[0].base:
-            raise _overtaken(stream, segments[0].base, start)
-        if follow:
-            return follow_records(self, stream, start, stop)
-        if not segments or (stop is not None and stop <= start):
-            return iter(())
-        bases = [s.base for s in segments]
-        i = max(bisect_right(bases, start) - 1, 0)
-        try:
-            snapshot = segments[-1].path.stat().st_size
-        except FileNotFoundError:
-            snapshot = 0
-        return self._records(stream, segments[i:], start, stop, snapshot)
-
-    def _records(
-        self,
-        stream: str,
-        segments: list[_SegmentIndex],
-        start: int,
-        stop: int | None,
-        snapshot: int,
-    ) -> Iterator[tuple[int, bytes]]:
-        limit = stop if stop is not None else 1 << 64
-        expected = segments[0].base
-        opener = _SegmentOpener(self, stream)
-        try:
-            for k, index in enumerate(segments):
-                if index.base != expected:
-                    raise Error(
-                        f"segment {index.path} starts at position {index.base} "
-                        f"where position {expected} should come next"
-                    )
-                fd = opener.open(index, max(start, expected))
-                try:
-                    expected = yield from self._segment_records(
-                        index, fd, start, limit, snapshot, closed=k + 1 < len(segments)
-                    )
-                finally:
-                    os.close(fd)
-                if expected >= limit:
-                    return
-        finally:
-            opener.close()
-
-    def _segment_records(
-        self, index: _SegmentIndex, fd: int, start: int, limit: int, snapshot: int, *, closed: bool
-    ) -> Generator[tuple[int, bytes], None, int]:
-        """Yield the records of one segment in [start, limit); return the
-        position that follows the last batch read."""
-        end = os.fstat(fd).st_size if closed else snapshot
-        if start >= index.end_position:
-            self._extend(index, fd, end, start, closed=closed)
-        with self._lock:  # another thread may be extending this index
-            offset, position = index.seek(max(start, index.base))
-        state = ScanState(offset, position)
-        for _, batch, header in scan_batches(fd, state, end):
-            pos, count = header.position, header.count
-            if pos + count <= start:
-                continue
-            if pos >= limit:
-                return pos
-            records = batch_records(batch, header)
-            lo = start - pos if start > pos else 0
-            hi = limit - pos if limit < pos + count else count
-            if lo or hi < count:
-                records = records[lo:hi]
-            yield from zip(range(pos + lo, pos + hi), records, strict=True)
-        self._judge(index, fd, state, end, closed=closed)
-        return state.position
-
-    def _extend(
-        self, index: _SegmentIndex, fd: int, end: int, until: int | None, *, closed: bool
-    ) -> None:
-        """Verify the segment past its indexed prefix, up to byte `end` or to
-        the batch holding position `until`, recording sparse index entries."""
-        with self._lock:
-            state = ScanState(index.end, index.end_position)
-            positions, offsets = index.positions, index.offsets
-            mark = offsets[-1]
-            for offset, _, header in scan_batches(fd, state, end):
-                if offset - mark >= INDEX_EVERY:
-                    positions.append(header.position)
-                    offsets.append(offset)
-                    mark = offset
-                if until is not None and state.position > until:
-                    if offset != mark:
-                        positions.append(header.position)
-                        offsets.append(offset)
-                    break
-            index.end, index.end_position = state.offset, state.position
-        if until is None or state.position <= until:
-            self._judge(index, fd, state, end, closed=closed)
-
-    @staticmethod
-    def _judge(index: _SegmentIndex, fd: int, state: ScanState, end: int, *, closed: bool) -> None:
-        """Raise if a scan that ended at `state` found corruption (anything
-        in a closed segment; damage followed by good batches in the last)."""
-        if state.problem is None:
-            return
-        if closed or (
-            state.problem == CORRUPT and has_valid_successor(fd, state.offset, end, state.position)
-        ):
-            raise Error(f"segment {index.path} is corrupt at offset {state.offset}: {state.detail}")
-
-
-def _overtaken(stream: str, first: int, position: int) -> Error:
-    return Error(
-        f"stream {stream!r}: records retained start at {first}, cannot read from {position} "
-        "(start 1 reads from the first retained)"
-    )
-
-
-class _SegmentOpener:
-    """Opens a reader's own fd on each segment it reads, safely against retention.
-
-    In the writer's process: the reader is registered with the DataDir's grace
-    domain, comes online, checks the segment is still in the published table,
-    opens it and goes offline again, so retention (which unpublishes, waits for
-    a grace period, then unlinks) cannot unlink it in between.  Offline the
-    rest of the time -- also while the caller holds the iterator between two
-    records -- it never holds a grace period up.  In another process a lost
-    race with the unlink is reported the same way: never a gap.
-    """
-
-    __slots__ = ("_reader", "_store", "_stream")
-
-    def __init__(self, store: Store, stream: str) -> None:
-        self._store = store
-        self._stream = stream
-        self._reader: GraceReader | None = None
-
-    def open(self, index: _SegmentIndex, position: int) -> int:
-        """A read-only fd on the segment; purelink.Error if retention removed it."""
-        writer = self._store._writer(self._stream)
-        if writer is None:
-            try:
-                return _open_fd(index.path)
-            except FileNotFoundError:
-                segments = self._store._segments(self._stream)
-                first = segments[0].base if segments else 0
-                raise _overtaken(self._stream, first, position) from None
-        data, log = writer
-        reader = self._reader
-        if reader is None or reader.domain is not data.grace:
-            self.close()
-            reader = self._reader = data.grace.register("store-reader", online=False)
-        reader.online()
-        try:
-            table = log.segments
-            if index.base < table[0][0]:
-                raise _overtaken(self._stream, table[0][0], position)
-            try:
-                return _open_fd(index.path)
-            except FileNotFoundError:  # not retention's doing: somebody removed it
-                raise Error(f"segment {index.path} was removed while reading") from None
-        finally:
-            reader.offline()
+        return self._reader.read(stream, start, stop, follow)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.unregister()
-            self._reader = None
+        """Close the store's connection (a JetStream cluster's; nothing for a
+        directory). Idempotent."""
+        self._reader.close()
 
+    def __enter__(self) -> Store:
+        return self
 
-def _open_fd(path: Path) -> int:
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,7 +1,7 @@
 """Test helpers shipped with purelink: fakes, not mocks.
 
 `FakeClock`, `FakeNet` (a seeded terrible network), `MemoryStore` (the
-store, in memory, behind the core's StoreView) and `Simulation`, which runs
+store, in memory, behind the core's ProducerTable) and `Simulation`, which runs
 senders against a listener core on virtual time with no sockets and no sleeps.
 `PathModel` is the one model of a bad path's direction that FakeNet, the
 loopback proxy of the live tests and the TUN path emulator all drive

@@ -166,7 +166,10 @@ class FakeNet:
 
 
 class MemoryStore:
-    """The store, in memory: a list of batches per stream, and durable epochs.
+    """A store stand-in: the store, in memory -- a list of batches per stream,
+    and durable epochs.  It is also the core's producer table (`ProducerTable`,
+    the methods so marked), as a data directory has `DataDirProducers`; the
+    simulation's backends (testing/backends.py) write to it.
 
     `crash()` forgets what was written but not synced, like a listener that
     was killed before its sync (a process crash keeps the page cache, but a
@@ -181,7 +184,7 @@ class MemoryStore:
         self.owners: dict[tuple[str, int], int] = {}
         self.durable_owners: dict[tuple[str, int], int] = {}
         self.forgotten: set[tuple[str, int]] = set()
-        """Producers the core let go (StoreView.forget); their batches stay."""
+        """Producers the core let go (ProducerTable.forget); their batches stay."""
         self.written: dict[int, int] = {}
         """Producer id -> payload bytes appended (for throughput figures)."""
 
@@ -189,7 +192,7 @@ class MemoryStore:
         validate_stream_name(stream)  # the store's own rule, so fakes and store agree
 
     def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
-        """StoreView: (epoch, last seq) of a producer."""
+        """ProducerTable: (epoch, last seq) of a producer."""
         self._check(stream)
         self.batches.setdefault(stream, [])
         last = 0
@@ -204,11 +207,11 @@ class MemoryStore:
         return epoch, last
 
     def epoch_owner(self, stream: str, pid: int) -> int:
-        """StoreView: the link instance the producer's highest epoch went to."""
+        """ProducerTable: the link instance the producer's highest epoch went to."""
         return self.owners.get((stream, pid), 0)
 
     def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
-        """StoreView: the next epoch."""
+        """ProducerTable: the next epoch."""
         epoch = max(self.epochs.get((stream, pid), 0), self.producer_state(stream, pid)[0]) + 1
         self.epochs[(stream, pid)] = epoch
         self.owners[(stream, pid)] = owner
@@ -218,7 +221,7 @@ class MemoryStore:
         return epoch
 
     def forget(self, stream: str, pid: int) -> None:
-        """StoreView: let go of a producer's state (its batches stay)."""
+        """ProducerTable: let go of a producer's state (its batches stay)."""
         self._check(stream)
         self.forgotten.add((stream, pid))
         self.epochs.pop((stream, pid), None)

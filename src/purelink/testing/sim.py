@@ -6,9 +6,9 @@ time takes well under a second and never sleeps.  The listener side does
 what listener.py does, through the same backend-neutral `StorageDriver`
 (storage.py): drain what arrived, hand the in-order batches to the store,
 answer once per drain, and answer again when the store says what became
-durable -- at the next group commit, every `sync_interval` (MemoryStorage),
+durable -- at the next group commit, every `sync_interval` (MemoryBackend),
 or, given `replication=`, when a simulated replicated log's delayed, failing,
-sometimes lost acknowledgements come (ReplicatedStorage; testing/storages.py).
+sometimes lost acknowledgements come (ReplicatedBackend; testing/backends.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from ..protocol import events
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
+from .backends import MemoryBackend, ReplicatedBackend, Replication
 from .fakes import FakeClock, FakeNet, MemoryStore
-from .storages import MemoryStorage, ReplicatedStorage, Replication
 
 if TYPE_CHECKING:
     from ..protocol.channel import RekeyPolicy
@@ -78,12 +78,12 @@ class Simulation:
         """When the encrypted sessions' keys are updated (None: the defaults)."""
         self.net = net
         self.store = MemoryStore()
-        self.storage: MemoryStorage | ReplicatedStorage = (
-            MemoryStorage(self.store, self.clock, sync_interval)
+        self.backend: MemoryBackend | ReplicatedBackend = (
+            MemoryBackend(self.store, self.clock, sync_interval)
             if replication is None
-            else ReplicatedStorage(self.store, self.clock, replication)
+            else ReplicatedBackend(self.store, self.clock, replication)
         )
-        """The store behind the port: the core's StoreView is `store` itself."""
+        """The backend behind the storage driver; the core's ProducerTable is `store` itself."""
         self.core_config = core_config or CoreConfig()
         self.core: ListenerCore | None = None
         self.driver: StorageDriver | None = None
@@ -104,7 +104,7 @@ class Simulation:
             wall = lambda: self.wall  # noqa: E731 - the listener's Unix time, set by tests
             core = SecureCore(self.store, self.core_config, self.keys, wall, self.rekey)
         self.core = core
-        self.driver = StorageDriver(core, self.storage)
+        self.driver = StorageDriver(core, self.backend)
 
     def add_link(
         self,
@@ -146,15 +146,15 @@ class Simulation:
     def restart_listener(self, *, crash: bool = True) -> None:
         """Kill the listener (losing what was not synced when `crash`) and start a new one."""
         if crash:
-            self.storage.crash()
+            self.backend.crash()
         else:
-            self.storage.stop()  # a clean stop: everything handed over becomes durable
+            self.backend.stop()  # a clean stop: everything handed over becomes durable
         self._start_core()
         self.restarts += 1
 
     def stop_listener(self) -> None:
         """The listener is down: datagrams to it vanish until restart_listener()."""
-        self.storage.crash()
+        self.backend.crash()
         self.core = None
         self.driver = None
 
@@ -201,7 +201,7 @@ class Simulation:
         for link in links[turn:] + links[:turn]:
             self._push(link)
             self._flush_link(link, now)
-        candidates = [t for t in (self.net.next_due(), self.storage.next_due()) if t is not None]
+        candidates = [t for t in (self.net.next_due(), self.backend.next_due()) if t is not None]
         for link in self.links.values():
             t = link.sender.get_timer()
             if t is not None:
@@ -220,7 +220,7 @@ class Simulation:
                 if target is not None:
                     target.sender.receive_datagram(data, due)
         if self.driver is not None:
-            self.storage.advance(due)
+            self.backend.advance(due)
             self.driver.take_events()
         self._flush_listener(due)
         for link in self.links.values():

@@ -1,8 +1,9 @@
-"""The listener's storage in a data directory: appends, fdatasync, group commit.
+"""The file backend: a listener's streams in a data directory, with group commit.
 
-Why a module of its own: it is the file store's side of the storage port
-(storage.py), as listener_jetstream.py is JetStream's; the listener's loop
-drives either through the same `StorageDriver`.
+Why a module of its own: `FileBackend` is the data directory's `Backend`
+(listener/storage.py), as jetstream.py is JetStream's; the listener's loop
+drives either through the same `StorageDriver`.  `DataDirProducers` is the
+data directory's producer table (the core's `ProducerTable`).
 
 `append` writes a drain's batches of a stream to its log (one writev) and
 returns the log's last position as the ticket.  Durability, by `sync`:
@@ -33,17 +34,43 @@ from collections.abc import Callable, Sequence
 
 from ...errors import Error
 from ...protocol.batch import BatchHeader
+from ...store.datadir import DataDir
 from ...store.log import StreamLog
-from ...store.store import DataDir
-from ..stats import StoreOverDataDir, SyncTimes
+from ..stats import SyncTimes
 from ..storage import STORED, StorageEvent
 
-__all__ = ["FileStorage"]
+__all__ = ["DataDirProducers", "FileBackend"]
 
 log = logging.getLogger("purelink.listener.listener")
 
 
-class FileStorage:
+class DataDirProducers:
+    """The producer table (protocol/core_parts.py `ProducerTable`) of a data
+    directory: a producer's epoch and last seq, from its stream's log."""
+
+    def __init__(self, data: DataDir, failed: set[str]) -> None:
+        self.data = data
+        self.failed = failed  # streams a write failed on: no new session may start there
+
+    def producer_state(self, stream: str, pid: int) -> tuple[int, int]:
+        log_ = self.data.stream(stream)
+        state = log_.producers.get(pid)
+        return (state.epoch, state.last_seq) if state is not None else (0, 0)
+
+    def epoch_owner(self, stream: str, pid: int) -> int:
+        state = self.data.stream(stream).producers.get(pid)
+        return state.owner if state is not None else 0
+
+    def new_epoch(self, stream: str, pid: int, durable: bool, owner: int = 0) -> int:
+        if stream in self.failed:
+            raise Error(f"stream {stream!r} cannot be written (a store error; see the log)")
+        return self.data.stream(stream).new_epoch(pid, durable=durable, owner=owner)
+
+    def forget(self, stream: str, pid: int) -> None:
+        self.data.stream(stream).forget(pid)
+
+
+class FileBackend:
     """A listener's streams in `data`, made durable as `sync` says."""
 
     def __init__(self, data: DataDir, sync: str) -> None:
@@ -51,8 +78,8 @@ class FileStorage:
         self.sync = sync
         self.events: deque[StorageEvent] = deque()
         self.failed: set[str] = set()
-        self.view = StoreOverDataDir(data, self.failed)
-        """The core's StoreView over the same directory."""
+        self.producers = DataDirProducers(data, self.failed)
+        """The core's producer table over the same directory."""
         self.syncs = 0
         self.sync_times = SyncTimes()  # for serve --metrics (purelink/metrics.py)
         self._dirty: deque[str] = deque()  # streams written, not yet handed to a sync

@@ -1,12 +1,12 @@
-"""The listener's storage on a NATS JetStream cluster (`Listener("nats://...")`).
+"""The JetStream backend: a listener's streams in a JetStream cluster (`Listener("nats://...")`).
 
-Why a module of its own: it is JetStream's side of the storage port
-(storage.py), as listener_file.py is the data directory's; the listener's
-loop drives either through the same `StorageDriver`.  It is the protocol
-core's `StoreView` (a producer's epoch and stored seq, new epochs) and the
-driver's `Storage`: `append` returns the writer's ticket, and the writer's
-thread puts ``(STORED, stream, ticket)`` and ``(FENCED, stream, producer)``
-on `events`, in the order it decided them, then wakes the loop.
+Why a module of its own: `JetStreamBackend` is JetStream's `Backend`
+(listener/storage.py), as file.py is the data directory's; the listener's
+loop drives either through the same `StorageDriver`.  It is also the protocol
+core's `ProducerTable` (a producer's epoch and stored seq, new epochs).
+`append` returns the writer's ticket, and the writer's thread puts
+``(STORED, stream, ticket)`` and ``(FENCED, stream, producer)`` on `events`,
+in the order it decided them, then wakes the loop.
 
 Nothing is kept on the listener's disk: every answer it gives comes from the
 cluster (store/jetstream/writer.py says how).  An anonymous producer's new
@@ -30,12 +30,12 @@ from ...store.jetstream.client import NatsThread
 from ...store.jetstream.writer import JetStreamWriter
 from ..storage import FENCED, STORED, StorageEvent
 
-__all__ = ["JetStreamStorage"]
+__all__ = ["JetStreamBackend"]
 
 log = logging.getLogger("purelink.listener.listener")
 
 
-class JetStreamStorage:
+class JetStreamBackend:
     """A listener's streams in the cluster at `url`."""
 
     def __init__(
@@ -58,7 +58,7 @@ class JetStreamStorage:
         self._nats: NatsThread | None = None
         self._writer: JetStreamWriter | None = None
         self.events: deque[StorageEvent] = deque()
-        """Tickets stored and producers fenced, in order (storage.py)."""
+        """Tickets stored and producers fenced, in order (listener/storage.py)."""
 
     def start(self, wake: Callable[[], None]) -> None:
         """Connect and check the cluster; `wake()` after events are put."""
@@ -85,7 +85,7 @@ class JetStreamStorage:
     @property
     def nats(self) -> NatsThread:
         """The listener's one connection to the cluster: the writer publishes on it and
-        subscriptions (tail_jetstream.py) read through it."""
+        subscriptions (listener/tail/jetstream.py) read through it."""
         assert self._nats is not None, "not started"
         return self._nats
 
@@ -121,7 +121,7 @@ class JetStreamStorage:
     def streams(self) -> list[str]:
         return sorted(self._streams)
 
-    # ------------------------------------------------------------ StoreView
+    # ------------------------------------------------------------ the producer table
     def _open(self, stream: str) -> None:
         if stream in self.failed:
             raise Error(f"stream {stream!r} cannot be written (see the log)")

@@ -1,8 +1,8 @@
 """Subscriptions read from a data directory: segment byte ranges, by sendfile.
 
-Why it exists: the file store's `TailSource` (tail_source.py).  The reply is
+Why it exists: the file store's `TailSource` (source.py).  The reply is
 the store format itself, so a subscriber is sent byte ranges of its segment
-files with `os.sendfile` (tail_out.py): no record is decoded, copied or
+files with `os.sendfile` (out.py): no record is decoded, copied or
 re-encoded on the way out, and the kernel moves page-cache pages to the
 socket.
 
@@ -14,7 +14,7 @@ A follower parks on the log's `synced_parker` (or `parker` with
 sync="none"), which `sync` (`append`) unparks only while someone is parked.
 
 Segments are found in the log's published table and opened while registered
-(online) with the DataDir's grace domain, exactly as Store readers are, so
+(online) with the DataDir's grace domain, exactly as DataDirReaders are, so
 retention never unlinks a segment a subscriber is about to open; one that
 retention overtakes gets an ERROR ("records retained start at N").
 
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from ...errors import Error
 from ...primitives.parker import Parker
+from ...store.datadir import DataDir
 from ...store.log import StreamLog, walk_batches
-from ...store.store import DataDir
 from .out import Out
 from .source import Refused
 

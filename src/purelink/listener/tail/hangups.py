@@ -1,4 +1,4 @@
-"""Tells a parked follower at once that its subscriber hung up (tail_server.py).
+"""Tells a parked follower at once that its subscriber hung up (server.py).
 
 Why it exists: a follower at the tail of an idle stream parks on the
 stream's parker (mechanism 2) and wakes only when a record is stored, so it

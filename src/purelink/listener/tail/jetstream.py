@@ -1,14 +1,14 @@
 """Subscriptions read from a JetStream cluster: the stream's message bodies, as they are.
 
-Why it exists: the JetStream store's `TailSource` (tail_source.py), so that a
+Why it exists: a JetStream cluster's `TailSource` (source.py), so that a
 listener on `nats://...` serves `purelink.subscribe` / `purelink tail` on its
 TCP port exactly as one on a data directory does.  A message's body is
 already the store's batch format (docs/jetstream.md), so the reply is built
 without decoding a record: the bodies are sent back to back, the first one
 cut to start at the batch that holds the start position, a batch cut into
 parts joined first.  No sendfile (the bytes come over the network from the
-cluster, into memory); the subscriber checks every CRC, as it does for the
-file store.
+cluster, into memory); the subscriber checks every CRC, as it does for a
+data directory.
 
 **Stored means quorum-stored**: JetStream delivers a message to a consumer
 only once its Raft group committed it, that is once a quorum of replicas
@@ -45,7 +45,7 @@ from ...store.jetstream.layout import (
     decode_marker,
     stream_name,
 )
-from ...store.jetstream.reader import BelowRetained, JetStreamStore
+from ...store.jetstream.reader import BatchParts, BelowRetained, JetStreamReader
 from .out import Out
 from .source import Refused
 
@@ -61,11 +61,11 @@ class JetStreamTailSource:
     after this source."""
 
     def __init__(self, nats: NatsThread) -> None:
-        self.store = JetStreamStore(nats.url, nats=nats)
+        self.store = JetStreamReader(nats.url, nats=nats)
         self._lock = threading.Lock()
-        self._readers: set[_JetStreamReader] = set()
+        self._readers: set[_JetStreamTailReader] = set()
 
-    def open(self, stream: str, start: int, follow: bool) -> _JetStreamReader | None:
+    def open(self, stream: str, start: int, follow: bool) -> _JetStreamTailReader | None:
         try:
             found = self.store.locate(stream, start)
         except BelowRetained as exc:
@@ -73,12 +73,12 @@ class JetStreamTailSource:
         if found is None:
             return None
         seq, position, last_seq = found
-        reader = _JetStreamReader(self, stream, seq, position, None if follow else last_seq)
+        reader = _JetStreamTailReader(self, stream, seq, position, None if follow else last_seq)
         with self._lock:
             self._readers.add(reader)
         return reader
 
-    def forget(self, reader: _JetStreamReader) -> None:
+    def forget(self, reader: _JetStreamTailReader) -> None:
         with self._lock:
             self._readers.discard(reader)
 
@@ -92,7 +92,7 @@ class JetStreamTailSource:
         self.store.close()
 
 
-class _JetStreamReader:
+class _JetStreamTailReader:
     """One subscriber's read of one JetStream stream (tail_source.TailReader)."""
 
     def __init__(
@@ -113,7 +113,7 @@ class _JetStreamReader:
         """The position wanted next (0: whatever the first batch holds)."""
         self._end_seq = end_seq
         """Without follow: the stream's last sequence when the read began."""
-        self._parts: list[bytes] = []
+        self._parts = BatchParts(stream)
         self._feed: Feed | None = None  # made at the first fetch
         self._fetch: concurrent.futures.Future[list[Message]] | None = None
 
@@ -166,7 +166,7 @@ class _JetStreamReader:
             if self._feed is not None:
                 self._source.store.submit(self._feed.close(wait=True))
 
-    def _take(self, out: Out, seq: int, headers: dict[str, str], body: bytes) -> None:
+    def _take(self, out: Out, seq: int, headers: dict[str, str], part: bytes) -> None:
         """Send what message `seq` holds past the position wanted next."""
         if seq < self._next_seq:
             return  # delivered twice (a consumer made again)
@@ -176,20 +176,9 @@ class _JetStreamReader:
         if decode_marker(headers) is not None:
             return  # an epoch marker holds no records
         h = self._headers(headers, seq)
-        if h.parts > 1:  # a batch cut into parts: put it together first
-            if h.part == 1:
-                self._parts = [body]
-            elif self._parts and h.part == len(self._parts) + 1:
-                self._parts.append(body)
-            else:
-                raise Error(
-                    f"stream {self._stream!r}: JetStream message {seq} is part "
-                    f"{h.part}/{h.parts} of a batch whose earlier parts are missing"
-                )
-            if h.part < h.parts:
-                return
-            body = b"".join(self._parts)
-            self._parts = []
+        body = self._parts.whole(h, part, seq)
+        if body is None:
+            return  # the batch's later parts come in the next messages
         position = self._position or h.position
         if h.end <= position:
             return

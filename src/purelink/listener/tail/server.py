@@ -3,8 +3,8 @@
 Why it exists: `purelink.subscribe` / `purelink tail` read a stream from a
 listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  This
 server does what every store needs alike; where the batches come from is
-its `TailSource` (tail_source.py): a data directory's segments by sendfile
-(tail_file.py) or a JetStream stream's messages (tail_jetstream.py).
+its `TailSource` (source.py): a data directory's segments by sendfile
+(file.py) or a JetStream stream's messages (jetstream.py).
 
 How a connection gets here: the listener's TCP server reads the first bytes
 of every connection as a link's frame; `PREAMBLE` read as a frame length is
@@ -27,13 +27,13 @@ threads:
   source holds for one send, and TCP flow control pushes back to the
   subscriber's side;
 * **never a record before it is stored**: the source sends a batch only once
-  it is stored (tail_source.py), so a subscriber never sees what a link was
+  it is stored (source.py), so a subscriber never sees what a link was
   not told;
 * **waiting** is mechanism 2: the thread parks on its reader's parker, which
   the store unparks only while someone is parked.  A parked follower learns
   at once that its subscriber hung up (or sent a byte, a protocol error: a
   subscriber sends nothing after its request): one thread watches every
-  follower's socket (tail_hangups.py) and unparks it, and its slot is free
+  follower's socket (hangups.py) and unparks it, and its slot is free
   again at once.  The byte is read and refused -- never peeked, which would
   leave the socket readable for ever.  Only where that watch cannot run does
   a parked follower look at its socket every `HEARTBEAT` seconds instead.
@@ -75,6 +75,7 @@ from ...protocol.tail import (
 from .hangups import HangUps
 from .out import Gone as _Gone
 from .out import Out as _Out
+from .out import OutCounters
 from .out import SealedOut as _SealedOut
 from .source import Refused as _Refused
 from .source import TailReader, TailSource
@@ -93,7 +94,7 @@ log = logging.getLogger("purelink.listener.listener")
 
 HEARTBEAT: Final = 5.0
 """Seconds between a parked follower's looks at its socket, where the hang-up watch
-(tail_hangups.py) cannot run (no thread or descriptor to be had)."""
+(hangups.py) cannot run (no thread or descriptor to be had)."""
 REQUEST_TIMEOUT: Final = 5.0
 """Seconds a connection has, from `take`, to send its whole request (overall)."""
 OPEN_GIVE_UP: Final = 30.0
@@ -216,13 +217,11 @@ class TailServer:
         self._lock = threading.Lock()
         self._threads: dict[socket.socket, threading.Thread] = {}
         self._keyed: dict[socket.socket, tuple[str, str]] = {}  # sealed: (key id, stream)
-        self._closing = False
+        self._sent = OutCounters()  # every Out's counts, and the closing flag
         self._pending = 0
         self._subscribers = 0
         self._subscriptions = 0
         self._dropped: dict[str, int] = {}
-        self._bytes_sent = 0
-        self._sendfile_calls = 0
         self._hangups = HangUps()
 
     # ---- the hook (the listener's loop thread) --------------------------------------
@@ -241,7 +240,7 @@ class TailServer:
         refusal = None
         source = _source(sock)
         with self._lock:
-            if self._closing:
+            if self._sent.closing:
                 return TAKEN  # the caller closes the connection
             if self._buckets is not None and not self._buckets.allow(source, time.monotonic()):
                 refusal = _Refused("tail_rate_limited", "too many new subscriptions, try later")
@@ -313,7 +312,7 @@ class TailServer:
     def close(self) -> None:
         """Disconnect every subscriber and wait for their threads (briefly)."""
         with self._lock:
-            self._closing = True
+            self._sent.closing = True
             threads = dict(self._threads)
         for sock in threads:
             with contextlib.suppress(OSError):
@@ -326,13 +325,16 @@ class TailServer:
 
     def statistics(self) -> TailStatistics:
         """A snapshot of the counters (any thread; `dropped` is a copy)."""
+        sent = self._sent
+        with sent.lock:
+            bytes_sent, sendfile_calls = sent.bytes_sent, sent.sendfile_calls
         with self._lock:
             return TailStatistics(
                 subscriptions=self._subscriptions,
                 subscribers=self._subscribers,
                 refused=sum(self._dropped.values()),
-                bytes_sent=self._bytes_sent,
-                sendfile_calls=self._sendfile_calls,
+                bytes_sent=bytes_sent,
+                sendfile_calls=sendfile_calls,
                 pending=self._pending,
                 dropped=dict(self._dropped),
             )
@@ -365,7 +367,7 @@ class TailServer:
 
     def _serve(self, sock: socket.socket, head: bytes, pending: bool) -> None:
         subscribed = False
-        out: _Out = _Out(self, sock)
+        out: _Out = _Out(self._sent, sock)
         try:
             try:
                 raw = self._read_request(sock, head)
@@ -389,7 +391,7 @@ class TailServer:
                         raise _Refused("tail_key_revoked", "key revoked")
                 resp, channel = respond(hs, e_i, time.monotonic())
                 sock.sendall(resp)
-                out = _SealedOut(self, sock, channel)
+                out = _SealedOut(self._sent, sock, channel)
             self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
             self._refuse(out, _bad_request(exc))
@@ -411,7 +413,7 @@ class TailServer:
     def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
         with self._lock:
-            if self._closing:
+            if self._sent.closing:
                 return
             self._count(refusal.reason)
         with contextlib.suppress(OSError):
@@ -437,7 +439,7 @@ class TailServer:
             except OSError:
                 chunk = b""  # reset: gone as surely as a hang-up
             if not chunk:
-                if self._closing:
+                if self._sent.closing:
                     raise _Gone
                 raise _Refused("tail_truncated_request", "the request ended early")
             data += chunk
@@ -484,7 +486,7 @@ class TailServer:
                 failing = 0.0
             if reader is not None or not follow:
                 return reader
-            if self._closing or _hung_up(sock, delay):
+            if self._sent.closing or _hung_up(sock, delay):
                 raise _Gone
             delay = min(delay * 2, 1.0)
 
@@ -494,7 +496,7 @@ class TailServer:
         its slot now).  Looks first too: one that left at once never parks."""
 
         def ready() -> bool:
-            return alarm.rung or reader.ready() or self._closing
+            return alarm.rung or reader.ready() or self._sent.closing
 
         if _hung_up(sock, 0):
             raise _Gone
@@ -509,9 +511,9 @@ class TailServer:
                     raise _Gone
                 if alarm.watching:
                     self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
-            if reader.ready() or self._closing:
+            if reader.ready() or self._sent.closing:
                 break
-        if self._closing or reader.ended():
+        if self._sent.closing or reader.ended():
             raise _Gone
 
 

@@ -1,13 +1,13 @@
 """Where a subscription's batches come from: the reader interface of the tail server.
 
-Why it exists: tail_server.py serves subscriptions the same way whatever the
+Why it exists: server.py serves subscriptions the same way whatever the
 store (the request, the slots and limits, refusals, keys, hang-ups); what
 differs is where the stored batches come from and what a follower waits on.
 A listener's `TailSource` opens one `TailReader` per subscriber:
 
-* tail_file.py: a data directory, its segments sent by `sendfile`, a
+* file.py: a data directory, its segments sent by `sendfile`, a
   follower parked on the stream log's parker;
-* tail_jetstream.py: a JetStream stream, its messages' bodies (already the
+* jetstream.py: a JetStream stream, its messages' bodies (already the
   store's batch format) sent as they come through a pull consumer, a
   follower parked until the cluster delivers more.
 

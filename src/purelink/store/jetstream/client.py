@@ -55,8 +55,6 @@ class NatsThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="purelink-nats", daemon=True)
         self._thread.start()
-        self.disconnected = 0
-        self.reconnected = 0
         first_try = _FirstTry(len(self.servers))
         client = nats.NATS()
 
@@ -67,11 +65,9 @@ class NatsThread:
         async def disconnected_cb() -> None:
             if not first_try.connected:
                 return  # the first connect given up, closed: nothing was connected
-            self.disconnected += 1
             log.info("nats: disconnected from %s", url)
 
         async def reconnected_cb() -> None:
-            self.reconnected += 1
             log.info("nats: reconnected to %s", url)
 
         async def connect() -> Any:

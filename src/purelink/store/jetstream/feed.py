@@ -1,7 +1,7 @@
 """A JetStream stream's messages in order from a sequence, waiting in the cluster for more.
 
 Why it exists: a follower -- a subscriber of a `nats://` listener
-(tail_jetstream.py) or `Store("nats://...").read(follow=True)` (reader.py)
+(listener/tail/jetstream.py) or `Store("nats://...").read(follow=True)` (reader.py)
 -- must get each new message as soon as a quorum stored it, without asking
 the cluster over and over.  A `Feed` is an ephemeral pull consumer of its
 own (no acknowledgements, in memory, one replica; the cluster drops it

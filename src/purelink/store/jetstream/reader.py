@@ -1,4 +1,4 @@
-"""`Store("nats://...")`: the read-only view of purelink streams kept in JetStream.
+"""`JetStreamReader`: the reader of purelink streams kept in JetStream (`Store("nats://...")`).
 
 Why it exists: wherever a data directory is read (`Store`, `purelink read`,
 `purelink streams`), a JetStream cluster can be named instead, and it reads
@@ -25,14 +25,14 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Generator, Iterator
 from typing import Any, TypeVar
 
 from purelink.errors import Error
 from purelink.protocol.batch import batch_records, verify_batch
 from purelink.protocol.names import validate_stream_name
 
-from ..store import StreamInfo
+from ..reader import StreamInfo
 from .client import NatsThread, say
 from .feed import GIVE_UP, WAIT, Feed
 from .layout import (
@@ -44,7 +44,7 @@ from .layout import (
     stream_name,
 )
 
-__all__ = ["BelowRetained", "JetStreamStore", "split_batches"]
+__all__ = ["BatchParts", "BelowRetained", "JetStreamReader", "split_batches"]
 
 T = TypeVar("T")
 AHEAD = 16
@@ -82,14 +82,47 @@ def split_batches(body: bytes, h: BatchHeaders, seq: int) -> Iterator[tuple[int,
         raise Error(f"JetStream message {seq}: {records} records, its headers say {h.count}")
 
 
+class BatchParts:
+    """Joins a batch that was cut into parts, one message each (layout.py):
+    parts 1..n arrive in a row; anything else is a gap, raised."""
+
+    __slots__ = ("_parts", "_stream")
+
+    def __init__(self, stream: str) -> None:
+        self._stream = stream
+        self._parts: list[bytes] = []
+
+    def whole(self, h: BatchHeaders, part: bytes, seq: int) -> bytes | None:
+        """The whole body once message `seq` (headers `h`, body `part`) completes
+        its batch; None while parts are still to come."""
+        if h.parts <= 1:
+            return part
+        if h.part == 1:
+            self._parts = [part]
+        elif self._parts and h.part == len(self._parts) + 1:
+            self._parts.append(part)
+        else:
+            raise Error(
+                f"stream {self._stream!r}: JetStream message {seq} is part "
+                f"{h.part}/{h.parts} of a batch whose earlier parts are missing"
+            )
+        if h.part < h.parts:
+            return None
+        body = b"".join(self._parts)
+        self._parts = []
+        return body
+
+
 def _length_at(view: memoryview, offset: int) -> int:
     if len(view) - offset < 20:
         raise Error("a batch header is cut short")
     return int.from_bytes(view[offset + 16 : offset + 20], "little")
 
 
-class JetStreamStore:
-    """Streams kept in the JetStream cluster at `url` (`nats://h1:4222,...`)."""
+class JetStreamReader:
+    """The reader of the streams kept in the JetStream cluster at `url`
+    (`nats://h1:4222,...`): a `StoreReader` (store/reader.py), the body of
+    `Store("nats://...")`."""
 
     def __init__(self, url: str, *, timeout: float = 5.0, nats: NatsThread | None = None) -> None:
         """Connects to `url`, or reads over `nats`, a connection someone else
@@ -100,7 +133,7 @@ class JetStreamStore:
         self._js: Any = self._nats.js
 
     def __repr__(self) -> str:
-        return f"<Store {self.url!r}>"
+        return f"<JetStreamReader {self.url!r}>"
 
     @property
     def js(self) -> Any:
@@ -108,14 +141,15 @@ class JetStreamStore:
         return self._js
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run `coro` on the connection's loop; its future (tail_jetstream.py)."""
+        """Run `coro` on the connection's loop; its future (listener/tail/jetstream.py)."""
         return self._nats.submit(coro)
 
     def close(self) -> None:
+        """Close the connection, if it is this reader's own. Idempotent."""
         if self._owned:
             self._nats.close()
 
-    def __enter__(self) -> JetStreamStore:
+    def __enter__(self) -> JetStreamReader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -265,7 +299,7 @@ class JetStreamStore:
         follow: bool,
         feeds: list[Feed],
     ) -> Iterator[tuple[int, bytes]]:
-        parts: list[bytes] = []
+        parts = BatchParts(stream)
         while position < limit:
             if seq <= end_seq:  # stored when the read began (or when it last looked)
                 msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
@@ -282,44 +316,50 @@ class JetStreamStore:
                 if mseq < seq:
                     continue  # a feed made again may bring a message twice
                 seq = mseq + 1
-                if decode_marker(headers) is not None:
-                    continue
-                h = self._headers(headers, mseq)
-                if h.parts > 1:  # a batch cut into parts: put it together first
-                    if h.part == 1:
-                        parts = [part]
-                    elif parts and h.part == len(parts) + 1:
-                        parts.append(part)
-                    else:
-                        raise Error(
-                            f"stream {stream!r}: JetStream message {mseq} is part "
-                            f"{h.part}/{h.parts} of a batch whose earlier parts are missing"
-                        )
-                    if h.part < h.parts:
-                        continue
-                    body = b"".join(parts)
-                    parts = []
-                else:
-                    body = part
-                if position == 0:  # from the beginning of a stream that was empty
-                    position = h.position
-                if h.end <= position:
-                    continue
-                if h.position > position:
-                    raise Error(
-                        f"stream {stream!r}: JetStream message {mseq} starts at position "
-                        f"{h.position} where {position} should come next"
-                    )
-                for pos, records in split_batches(body, h, mseq):
-                    for i, record in enumerate(records):
-                        p = pos + i
-                        if p >= limit:
-                            return
-                        if p >= position:
-                            yield p, record
-                            position = p + 1
+                position = yield from self._message_records(
+                    stream, mseq, headers, part, parts, position, limit
+                )
+                if position >= limit:
+                    return
             if not msgs:
                 seq = end_seq + 1
+
+    def _message_records(
+        self,
+        stream: str,
+        mseq: int,
+        headers: dict[str, str],
+        part: bytes,
+        parts: BatchParts,
+        position: int,
+        limit: int,
+    ) -> Generator[tuple[int, bytes], None, int]:
+        """Yield the records of message `mseq` from `position` (0: from the
+        first batch's) up to `limit`; return the position wanted next."""
+        if decode_marker(headers) is not None:
+            return position  # an epoch marker holds no records
+        h = self._headers(headers, mseq)
+        body = parts.whole(h, part, mseq)
+        if body is None:
+            return position  # the batch's later parts come in the next messages
+        if position == 0:  # from the beginning of a stream that was empty
+            position = h.position
+        if h.end <= position:
+            return position
+        if h.position > position:
+            raise Error(
+                f"stream {stream!r}: JetStream message {mseq} starts at position "
+                f"{h.position} where {position} should come next"
+            )
+        for pos, records in split_batches(body, h, mseq):
+            for i, record in enumerate(records):
+                p = pos + i
+                if p >= limit:
+                    return position
+                if p >= position:
+                    yield p, record
+                    position = p + 1
+        return position
 
     # ------------------------------------------------------------ on the loop
     async def _get(self, name: str, seq: int) -> tuple[int, dict[str, str], bytes] | None:
@@ -341,10 +381,6 @@ class JetStreamStore:
                 out.append(m)
                 last = m[0]
         return out
-
-    async def _last_seq(self, name: str) -> int:
-        info = await self._js.stream_info(name)
-        return int(info.state.last_seq)
 
     async def _batch_at_or_after(self, name: str, seq: int) -> tuple[int, BatchHeaders] | None:
         while True:

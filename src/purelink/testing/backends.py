@@ -1,15 +1,15 @@
-"""The simulation's stores behind the storage port, in virtual time.
+"""The simulation's backends behind the storage driver, in virtual time.
 
 Why it exists: the simulation drives its listener core through the same
-`StorageDriver` as listener.py (storage.py), so the store behind it must
-speak the same port: `append` returns a ticket, durability comes back as
-events.  Two stores, both over a `MemoryStore` (fakes.py), which is also the
-core's StoreView:
+`StorageDriver` as listener.py (listener/storage.py), so what is behind it
+must be a `Backend` too: `append` returns a ticket, durability comes back as
+events.  Two backends, both over a `MemoryStore` (fakes.py), which is also
+the core's ProducerTable:
 
-* `MemoryStorage` -- the file store's way: a batch is in the store when
+* `MemoryBackend` -- the file backend's way: a batch is in the store when
   appended, durable at the next group commit, every `sync_interval` seconds
   (0: at once); a crash loses what was not synced;
-* `ReplicatedStorage` -- a replicated log's way (JetStream's): a batch is in
+* `ReplicatedBackend` -- a replicated log's way (JetStream's): a batch is in
   the store only once a quorum has it, after a delay; a publish may fail (it
   is published again, and nothing behind it in the stream goes first); an
   acknowledgement may be lost (the writer learns it later, when it looks
@@ -29,12 +29,12 @@ from ..listener.storage import STORED, StorageEvent
 from ..protocol.batch import BatchHeader
 from .fakes import FakeClock, MemoryStore
 
-__all__ = ["MemoryStorage", "ReplicatedStorage", "Replication"]
+__all__ = ["MemoryBackend", "ReplicatedBackend", "Replication"]
 
 Writes = Sequence[tuple[bytes | memoryview, BatchHeader]]
 
 
-class MemoryStorage:
+class MemoryBackend:
     """A MemoryStore made durable by group commit every `sync_interval` seconds."""
 
     def __init__(self, store: MemoryStore, clock: FakeClock, sync_interval: float) -> None:
@@ -118,7 +118,7 @@ class _Stream:
     tickets: int = 0
 
 
-class ReplicatedStorage:
+class ReplicatedBackend:
     """A MemoryStore written as a replicated log: delayed, failing, lossy acks."""
 
     def __init__(self, store: MemoryStore, clock: FakeClock, config: Replication) -> None:

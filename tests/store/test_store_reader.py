@@ -1,0 +1,52 @@
+"""`Store` is a thin public view over a `StoreReader`: the one for a directory here.
+
+(The same contract over a JetStream cluster is tests/store/test_store_suite.py.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from purelink.errors import Error
+from purelink.protocol.wire import encode_batch, verify_batch
+from purelink.store import DataDir, DataDirReader, Store, StoreReader, open_reader
+
+
+def _write(tmp_path: Path, records: list[bytes]) -> None:
+    data = encode_batch(1, 1, 1, records)
+    with DataDir(tmp_path) as directory:
+        log = directory.stream("s")
+        log.append([(data, verify_batch(data))])
+        log.sync()
+
+
+def test_a_directory_opens_a_data_dir_reader(tmp_path: Path) -> None:
+    reader = open_reader(tmp_path)
+    assert isinstance(reader, DataDirReader)
+    readers: list[StoreReader] = [reader]  # it is a StoreReader (mypy checks it in src)
+    assert readers[0].streams() == []
+
+
+def test_store_delegates_to_its_reader(tmp_path: Path) -> None:
+    _write(tmp_path, [b"a", b"b", b"c"])
+    store, reader = Store(tmp_path), DataDirReader(tmp_path)
+    assert store.streams() == reader.streams() == ["s"]
+    assert (store.first("s"), store.last("s")) == (reader.first("s"), reader.last("s")) == (1, 3)
+    assert store.stream_info("s") == reader.stream_info("s")
+    assert list(store.read("s", 2)) == list(reader.read("s", 2)) == [(2, b"b"), (3, b"c")]
+    assert repr(store) == f"<Store {str(tmp_path)!r}>"
+
+
+def test_store_closes_and_is_a_context_manager(tmp_path: Path) -> None:
+    _write(tmp_path, [b"a"])
+    with Store(tmp_path) as store:
+        assert store.last("s") == 1
+    store.close()  # idempotent; nothing to free for a directory
+    assert store.last("s") == 1
+
+
+def test_no_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(Error, match="no purelink data directory"):
+        Store(tmp_path / "missing")
