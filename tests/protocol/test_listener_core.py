@@ -291,7 +291,7 @@ def test_packet_numbers_are_per_session(core: ListenerCore) -> None:
 def test_nonzero_padding_is_dropped(core: ListenerCore) -> None:
     a = handshake(core)
     batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
-    padded = bytearray(wire.encode_data(a.conn_id, 1, batch, None, 200))
+    padded = bytearray(wire.encode_data(a.conn_id, 1, batch, 200))
     padded[150] = 1  # in the padding; re-seal so only the padding is wrong
     body = bytes(padded[:-4])
     data = body + crc32c(body).to_bytes(4, "little")

@@ -83,7 +83,6 @@ class CoreAnswers(CoreSessions):
         out, self._out = self._out, []
         self._hold_until = 0.0
         if self._ack_due:
-            key = self._key
             hold = self.config.ack_hold
             held: set[int] = set()
             hold_until = 0.0
@@ -120,7 +119,7 @@ class CoreAnswers(CoreSessions):
                 conn.largest_pn = 0
                 if conn.duplicates:
                     conn.duplicates.clear()
-                out.append((wire.encode_ack(ack, key), conn.addr))
+                out.append((wire.encode_ack(ack), conn.addr))
             self.stats.acks += sent
             self._ack_due = held
             self._hold_until = hold_until

@@ -40,7 +40,7 @@ class CoreHandshake(CoreSessions):
     ) -> None:
         self._drop(counter or wire.RefuseReason.NAMES.get(reason, "refused"))
         refuse = wire.Refuse(0, hello.nonce, 0, reason)
-        self._send_unproven(wire.encode_refuse(refuse, self._key), addr, size)
+        self._send_unproven(wire.encode_refuse(refuse), addr, size)
 
     def _on_hello(
         self, hello: wire.Hello, addr: Address, now: float, size: int, proven: bool = False
@@ -60,7 +60,7 @@ class CoreHandshake(CoreSessions):
                 self._drop("bad_cookie")
             self.stats.retries += 1
             retry = wire.Retry(hello.nonce, self._cookies.make(addr, int(now)))
-            self._send_unproven(wire.encode_retry(retry, self._key), addr, size)
+            self._send_unproven(wire.encode_retry(retry), addr, size)
             return
         # the address is proven from here on
         spent = self._spent

@@ -101,11 +101,11 @@ class CoreSessions(CoreState):
             if gone is not None and gone.addr == addr and gone.fenced:
                 self._drop("stale_epoch")
                 refuse = wire.Refuse(conn_id, 0, gone.epoch, wire.RefuseReason.FENCED)
-                self._send_unproven(wire.encode_refuse(refuse, self._key), addr, size)
+                self._send_unproven(wire.encode_refuse(refuse), addr, size)
                 return None
             self._drop("unknown_conn")
             refuse = wire.Refuse(conn_id, 0, epoch, wire.RefuseReason.UNKNOWN)
-            self._send_unproven(wire.encode_refuse(refuse, self._key), addr, size)
+            self._send_unproven(wire.encode_refuse(refuse), addr, size)
             return None
         if conn.addr != addr:
             self._drop("wrong_address")
@@ -135,7 +135,7 @@ class CoreSessions(CoreState):
             p.window,
             p.max_record,
         )
-        self._out.append((wire.encode_accept(accept, self._key), conn.addr))
+        self._out.append((wire.encode_accept(accept), conn.addr))
 
     def _new_conn_id(self) -> int:
         while True:
@@ -203,7 +203,7 @@ class CoreSessions(CoreState):
             refuse = wire.Refuse(0, conn.nonce, 0, wire.RefuseReason.FENCED)  # its HELLO's
         else:
             refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, wire.RefuseReason.FENCED)
-        self._out.append((wire.encode_refuse(refuse, self._key), conn.addr))
+        self._out.append((wire.encode_refuse(refuse), conn.addr))
         self._forget(conn)
 
     def _close(self, conn: _Conn, said_close: bool = False) -> None:

@@ -65,7 +65,6 @@ class CoreState:
         # a producer's state is read again at each of its new sessions
         self._shared = bool(getattr(store, "shared", False))
         self.stats = CoreStats()
-        self._key = self.config.secret
         self._cookies = Cookies(self.config.cookie_lifetime)
         self._conns: dict[int, _Conn] = {}
         self._gone: dict[int, _Conn] = {}  # fenced or closed sessions, oldest first

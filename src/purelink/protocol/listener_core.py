@@ -53,7 +53,7 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         stats.datagrams += 1
         size = len(data)
         stats.bytes += size
-        if size > DATA_FAST.size and self._key is None and wire.LITTLE_ENDIAN:
+        if size > DATA_FAST.size and wire.LITTLE_ENDIAN:
             kind = data[3]
             if kind == wire.MsgType.FRAGMENT:
                 if self._fast_piece(data, addr, now):
@@ -61,7 +61,7 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
             elif kind == wire.MsgType.DATA and self._fast_data(data, addr, now):
                 return
         try:
-            msg = wire.decode_datagram(data, self._key)
+            msg = wire.decode_datagram(data)
         except ProtocolError as exc:
             self._drop(exc.reason)
             return
@@ -78,7 +78,7 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
                     conn.last_seen = now
                     self.stats.mtu_probes += 1
                     answer = wire.MtuAck(conn.conn_id, conn.epoch, msg.pn, min(size, 0xFFFF))
-                    self._out.append((wire.encode_mtu_ack(answer, self._key), conn.addr))
+                    self._out.append((wire.encode_mtu_ack(answer), conn.addr))
                 else:
                     self._note_pn(conn, msg.pn, now)
         elif isinstance(msg, wire.Close):

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from . import wire
@@ -120,7 +120,7 @@ class SecureCore(ListenerCore):
         wall: Callable[[], float],
         policy: RekeyPolicy | None = None,
     ) -> None:
-        super().__init__(store, replace(config or CoreConfig(), secret=None))
+        super().__init__(store, config)
         self.keys = keys
         """The key table new handshakes are checked against (swap with set_keys)."""
         self._wall = wall  # Unix time, for key expiry (the driver passes time.time)

@@ -93,13 +93,10 @@ class Sender(SenderAnswers):
         self.flight = InFlight(cc, self.rtt, self.stats)
         """The datagrams in flight, loss detection and rate samples (recovery.py)."""
         self.pacer = Pacer(config.datagram_size)
-        self._key = config.secret
         self._pmtu = PathMtu(config.datagram_size) if config.pmtu else None
         """The path's datagram size, probed (UDP links; None: datagram_size)."""
         self.flight.path = self._pmtu
-        self._packer = Packer(
-            config.datagram_size if self._pmtu is None else self._pmtu.size, config.secret
-        )
+        self._packer = Packer(config.datagram_size if self._pmtu is None else self._pmtu.size)
         self._events: deque[Event] = deque()
         super().__init__(config)
 
@@ -108,7 +105,7 @@ class Sender(SenderAnswers):
         """Take one datagram from the listener.  Anything malformed, forged or
         stale is dropped and counted; nothing raises."""
         try:
-            msg = wire.decode_datagram(data, self._key)
+            msg = wire.decode_datagram(data)
         except ProtocolError:
             self.stats.dropped += 1
             return
@@ -191,7 +188,7 @@ class Sender(SenderAnswers):
         out: list[bytes] = []
         if self._close_due:
             self._close_due = False
-            out.append(wire.encode_close(self.conn_id, self.epoch, self._key))
+            out.append(wire.encode_close(self.conn_id, self.epoch))
             return out
         if self.state == SenderState.CONNECTING:
             return self._hello_datagrams(now, out)
@@ -252,7 +249,7 @@ class Sender(SenderAnswers):
             if size is not None:  # a path MTU probe: outside the window, not a flight
                 self._pn += 1
                 pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
-                out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key, size))
+                out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, size))
         if out:
             nbytes = sum(map(len, out))
             stats.datagrams += len(out)
