@@ -25,7 +25,7 @@ from ..errors import Error
 from . import wire
 from .core_parts import COOKIE_SIZE, Address, cookie_time, named_producer_id
 from .core_sessions import CoreSessions
-from .core_state import _Conn
+from .core_state import Session, SessionState
 from .names import is_valid_name
 from .receiver import Producer
 
@@ -52,7 +52,7 @@ class CoreHandshake(CoreSessions):
         known = self._hellos.get((addr, hello.nonce))
         if known is not None:
             conn = self._conns.get(known)
-            if conn is not None and conn.accepted:
+            if conn is not None and conn.state is SessionState.OPEN:
                 self._send_accept(conn)
             return
         if not proven and not self._cookies.check(hello.cookie, addr, now):
@@ -140,7 +140,7 @@ class CoreHandshake(CoreSessions):
         self._producers[key] = producer
         epoch = max(epoch, producer.epoch + 1)
         old = producer.conn
-        if isinstance(old, _Conn):
+        if isinstance(old, Session):
             self._fence(old)
         producer.epoch = epoch
         producer.owner = instance
@@ -152,19 +152,13 @@ class CoreHandshake(CoreSessions):
             # the same seqs: what the old session left half-sent is not trusted
             producer.reset_volatile()
             self._account(producer)
-        conn_id = self._new_conn_id()
-        conn = _Conn(conn_id, addr, producer, epoch, hello.nonce, last_seen=now)
+        replay_until = None
         if len(hello.cookie) == COOKIE_SIZE:
-            stamp = cookie_time(hello.cookie)
-            conn.replay_until = stamp + self.config.cookie_lifetime + 1
-        self._conns[conn_id] = conn
-        producer.conn = conn
-        self._hellos[(addr, hello.nonce)] = conn_id
-        if proven:
-            conn.proven = True
-            self._by_peer.setdefault(addr, []).append(conn_id)
-            self._finished.discard(addr)  # a new session: the connection carries it
+            replay_until = cookie_time(hello.cookie) + self.config.cookie_lifetime + 1
+        conn = Session(
+            self._new_conn_id(), addr, producer, epoch, hello.nonce, now, replay_until, proven
+        )
         if producer.stored >= producer.received:
             self._accept(conn)
         else:
-            self._accept_waiting.setdefault(stream, []).append(conn)
+            self._move(conn, SessionState.WAITING)

@@ -70,7 +70,7 @@ from ..errors import ProtocolError
 from . import wire
 from .channel import OVERHEAD, Channel, RekeyPolicy
 from .core_parts import Address, CoreConfig, StoreView
-from .core_state import _Conn
+from .core_state import Session
 from .handshake import (
     INIT,
     SEALED,
@@ -312,21 +312,12 @@ class SecureCore(ListenerCore):
                 continue
             refuse = wire.Refuse(conn_id, 0, conn.epoch, wire.RefuseReason.REVOKED)
             self._extra.append((sec.channel.seal(wire.encode_refuse(refuse), now), sec.addr))
-            self._end(conn)
+            self._close(conn)  # one still WAITING is never accepted now
             self._drop("key_revoked")
             ended += 1
         return ended
 
-    def _end(self, conn: _Conn) -> None:
-        stream = conn.producer.stream
-        waiting = self._accept_waiting.get(stream)
-        if waiting and conn in waiting:
-            waiting.remove(conn)
-            if not waiting:
-                del self._accept_waiting[stream]
-        self._close(conn)
-
-    def _forget(self, conn: _Conn) -> None:
+    def _forget(self, conn: Session) -> None:
         super()._forget(conn)
         sec = self._channels.pop(conn.conn_id, None)
         if sec is not None:
