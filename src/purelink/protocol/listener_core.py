@@ -72,20 +72,31 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         elif isinstance(msg, wire.Hello):
             self._on_hello(msg, addr, now, len(data), proven)
         elif isinstance(msg, wire.Probe):
-            conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
-            if conn is not None:
-                if msg.padding:  # a path MTU probe: say it came, and how large
-                    conn.last_seen = now
-                    self.stats.mtu_probes += 1
-                    answer = wire.MtuAck(conn.conn_id, conn.epoch, msg.pn, min(size, 0xFFFF))
-                    self._out.append((wire.encode_mtu_ack(answer), conn.addr))
-                else:
-                    self._note_pn(conn, msg.pn, now)
+            self._on_probe(msg, addr, now, size)
         elif isinstance(msg, wire.Close):
-            conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
-            if conn is not None:
-                self._close(conn, said_close=True)
-                if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
-                    self._finished.add(addr)
+            self._on_close(msg, addr, size)
         else:
             self._drop("wrong_direction")
+
+    def _on_probe(self, msg: wire.Probe, addr: Address, now: float, size: int) -> None:
+        """A loss probe asks for an ACK; a padded one (a path MTU probe) for an
+        MTU_ACK that says it came, and how large."""
+        conn = self._session(msg.conn_id, msg.epoch, addr, size)
+        if conn is None:
+            return
+        if msg.padding:
+            conn.last_seen = now
+            self.stats.mtu_probes += 1
+            answer = wire.MtuAck(conn.conn_id, conn.epoch, msg.pn, min(size, 0xFFFF))
+            self._out.append((wire.encode_mtu_ack(answer), conn.addr))
+        else:
+            self._note_pn(conn, msg.pn, now)
+
+    def _on_close(self, msg: wire.Close, addr: Address, size: int) -> None:
+        """The link is closed for good: its session ends, and a proven peer left
+        with no session is `finished`."""
+        conn = self._session(msg.conn_id, msg.epoch, addr, size)
+        if conn is not None:
+            self._close(conn, said_close=True)
+            if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
+                self._finished.add(addr)
