@@ -105,7 +105,6 @@ class RttEstimator:
 
     srtt: float = 0.0
     rttvar: float = 0.0
-    latest: float = 0.0
     min_rtt: float = 0.0
     samples: int = 0
     _backoff: int = 0
@@ -118,7 +117,6 @@ class RttEstimator:
             self.min_rtt = rtt  # before ack_delay comes off (RFC 9002 5.2)
         if rtt - ack_delay >= max(self.granularity, self.min_rtt):
             rtt -= ack_delay
-        self.latest = rtt
         if self.samples == 0:
             self.srtt = rtt
             self.rttvar = rtt / 2
@@ -162,11 +160,6 @@ class RttEstimator:
             return self.pto
         base = max(self.srtt + max(4 * self.rttvar, self.granularity) + ANSWER_DELAY, self.min_rto)
         return min(base * (1 << self._backoff), self.pto)
-
-    @property
-    def backoffs(self) -> int:
-        """How many times in a row the timeout was backed off."""
-        return self._backoff
 
     def backoff(self) -> None:
         """A probe went unanswered: double the timeout (up to max_rto)."""
