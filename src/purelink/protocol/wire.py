@@ -34,9 +34,9 @@ from typing import Final
 from .._crc32c import crc32c
 from ..errors import ProtocolError
 from .batch import (
-    _BATCH_TAIL,
     BATCH_HEADER,
     BATCH_MAGIC,
+    BATCH_TAIL,
     FLAG_LARGE,
     LITTLE_ENDIAN,
     MAX_SMALL_RECORD,
@@ -230,7 +230,7 @@ def encode_data_batch(
     if payload is None:
         payload = b"".join(records)
     length = BATCH_HEADER + 2 * count + len(payload)
-    tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
+    tail = BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
     bcrc = crc32c(payload, crc32c(lengths, crc32c(tail)))
     head = _DATA_HEAD.pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, MsgType.DATA, conn_id, pn, 0, bcrc)
     pad = pad_to - (DATA_OVERHEAD + length)
