@@ -9,9 +9,11 @@ returns (`datagrams_to_send`).  The store is reached through the small
 `ListenerCore` is one object, put together from parts that each own one
 concern and share one set of fields:
 
-  core_state.py      the fields, the drop counters, the memory total
-  core_sessions.py   sessions and epochs: lookup, accept, fence, close, expiry;
-                     the refresh of a producer from a shared store
+  core_state.py      the fields, the drop counters, the memory total; a
+                     session's states and the table of their legal moves
+  core_sessions.py   sessions and epochs: the one setter of a session's state,
+                     lookup, accept, fence, close, expiry; the refresh of a
+                     producer from a shared store
   core_handshake.py  HELLO -> RETRY / ACCEPT / REFUSE: cookies, replays, limits
   core_intake.py     DATA and FRAGMENT -> batches in order, held or duplicate;
                      the in-order fast paths
