@@ -36,7 +36,7 @@ BENCHMARKS: dict[str, str] = {
     "pool": "buffer get+put with 10 to 100,000 buffers held; and the scanning way",
     "grace": "10 readers, 1 updater waiting for grace periods; wake only a waiter that waits",
     "tail": "readers tailing a stream while the listener appends",
-    "secret": "what encryption costs per record: AEAD vs the MAC-only datagrams, and a real link",
+    "secret": "what encryption costs per record: AEAD vs plaintext, and a real link",
     "stages": "CPU per record of each stage of one link, in one thread (no system calls)",
     "probes": "what stands in the way: queue() floor, a fresh link's slow start, latency split",
     "logging": "us per logger.info call through LinkHandler, FileHandler and QueueHandler",

@@ -130,7 +130,7 @@ def measure(mixes: Sequence[str], megabytes: float, repeat: int, secret: bool) -
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("overhead", __doc__ or "", repeat=1)
     parser.add_argument("--mb", type=float, default=20.0, metavar="N", help="MB per mix")
-    parser.add_argument("--secret", action="store_true", help="with a secret (MAC)")
+    parser.add_argument("--secret", action="store_true", help="with a secret (encrypted)")
     parser.add_argument(
         "--mixes", default=",".join(MIXES), help="comma-separated mix names (default: all)"
     )

@@ -1,31 +1,26 @@
 """`python -m bench.secret`: what encryption costs per record (docs/performance.md).
 
 Why it exists: with a secret every datagram is sealed with AES-256-GCM under
-session keys (protocol/channel.py, docs/security.md); the protocol layer
-also still speaks its older form, a keyed BLAKE2b MAC on datagrams that
-travel in clear. The per-record CPU of an encrypted link must be no higher
-than the MAC-only link's, measured in the same run. Three measurements, each
-with its variants interleaved so that a busy moment of the machine hits them
-alike:
+session keys (protocol/channel.py, docs/security.md); measured here against
+the same work in clear, in the same run. Four measurements, each with its
+variants interleaved so that a busy moment of the machine hits them alike:
 
 * `core` rows: the protocol work of both sides, in memory, in one thread
   and no sockets: a Sender packs `--records` records of 61 B, a listener
   core takes every datagram, the store is a list, every answer goes back.
-  Variants: `plain` (no secret), `mac` (the MAC-only datagrams, which the
-  protocol layer still speaks: SenderConfig/CoreConfig `secret=`), and
-  `aead` (SecureSender + SecureCore: what a secret means now).  CPU ns per
+  Variants: `plain` (no secret) and `aead` (SecureSender + SecureCore:
+  what a secret means).  CPU ns per
   record, sender side and listener side, each measured around its calls.
 * `link` rows: the real thing on loopback, a `purelink.Listener`
   (sync="batch", a temporary store) and a link in THIS process, one app
   thread queueing one record at a time: records/s and CPU ns per record of
-  the link thread, the listener thread and the process; `no-secret`, `mac`
-  (the MAC-only datagrams, set up through internals: the API no longer
-  offers them) and `encrypted`.
+  the link thread, the listener thread and the process; `no-secret` and
+  `encrypted`.
 * `tail` rows: a subscription (`follow=False`) reads every record back over
   TCP from a listener in this process: plaintext batches by `sendfile` vs
   sealed frames read with `pread`; records/s and process CPU per record.
 * `wire` rows: one full DATA datagram of 61 B records sealed and opened in a
-  loop, MAC vs AEAD, free of the scheduler's noise; per record.
+  loop, in clear vs AEAD, free of the scheduler's noise; per record.
 
 Run from the checkout root: `python -m bench.secret [--records N] [--json]`.
 """
@@ -37,7 +32,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +39,7 @@ import purelink
 from purelink.protocol import wire
 from purelink.protocol.channel import Channel
 from purelink.protocol.keys import KeyTable
-from purelink.protocol.listener_core import CoreConfig, ListenerCore
+from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.secure_core import SecureCore
 from purelink.protocol.secure_sender import SecureSender
 from purelink.protocol.sender import Sender, SenderConfig
@@ -54,8 +48,8 @@ from purelink.testing.fakes import MemoryStore
 from ._common import Report, base_parser, make_records, self_cpu_ns, summarize_key, thread_cpu_ns
 
 KEY = b"bench-secret-0123456789abcdef!!!"
-LINK_VARIANTS = ("no-secret", "mac", "encrypted")
-CORE_VARIANTS = ("plain", "mac", "aead")
+LINK_VARIANTS = ("no-secret", "encrypted")
+CORE_VARIANTS = ("plain", "aead")
 TOLD_TIMEOUT = 120.0
 ADDR = ("127.0.0.1", 40000)
 
@@ -66,10 +60,6 @@ def _pair(variant: str) -> tuple[Sender, ListenerCore]:
     config = SenderConfig("bench", datagram_size=1400)
     if variant == "plain":
         return Sender(config), ListenerCore(store)
-    if variant == "mac":
-        return Sender(SenderConfig("bench", secret=KEY)), ListenerCore(
-            store, CoreConfig(secret=KEY)
-        )
     return SecureSender(config, KEY), SecureCore(store, None, KeyTable.single(KEY), lambda: 1.7e9)
 
 
@@ -133,33 +123,19 @@ class _Told:
             self.at = time.perf_counter_ns()
 
 
-def _mac_link(url: str, on_stored: _Told) -> purelink.Link:
-    """A link whose Sender speaks the MAC-only datagrams (a benchmark of internals may:
-    the API no longer offers them, since a secret means encryption)."""
-    link = purelink.Link(url, "bench", on_stored=on_stored)
-    link._sender = Sender(replace(link._sender.config, secret=KEY))
-    link._start()
-    return link
-
-
 def run_link(variant: str, records: list[bytes]) -> dict[str, Any]:
     """One run: a fresh store, listener and link; every record queued one at a time."""
     n = len(records)
     secret = KEY if variant == "encrypted" else None
     with tempfile.TemporaryDirectory(prefix="purelink-bench-secret-") as tmp:
         listener = purelink.Listener(Path(tmp) / "data", udp="127.0.0.1:0", secret=secret)
-        if variant == "mac":  # the core checks MACs: set before start() builds it
-            listener._core_config = replace(listener._core_config, secret=KEY)
         listener.start()
         try:
             assert listener.udp_address is not None
             host, port = listener.udp_address
             told = _Told(n)
             url = f"udp://{host}:{port}"
-            if variant == "mac":
-                link = _mac_link(url, told)
-            else:
-                link = purelink.connect(url, stream="bench", secret=secret, on_stored=told)
+            link = purelink.connect(url, stream="bench", secret=secret, on_stored=told)
             try:
                 listener_thread = listener._thread  # a benchmark of internals may
                 assert listener_thread is not None
@@ -232,24 +208,24 @@ def _full_batch(size: int, overhead: int) -> tuple[bytes, int]:
 
 
 def time_wire(size: int, loops: int, rounds: int = 15) -> dict[str, dict[str, float]]:
-    """ns per full DATA datagram to seal and to open, with the MAC and with the AEAD:
+    """ns per full DATA datagram to seal and to open, in clear and with the AEAD:
     the best of `rounds` rounds of `loops` calls, variants interleaved."""
-    mac_batch, mac_count = _full_batch(size, wire.MAC_SIZE)
-    mac_data = wire.encode_data(1, 1, mac_batch, KEY)
+    plain_batch, plain_count = _full_batch(size, 0)
+    plain_data = wire.encode_data(1, 1, plain_batch)
     aead_batch, aead_count = _full_batch(size, 32)
     plain = wire.encode_data(1, 1, aead_batch)
     send = Channel(1, b"s" * 32, b"r" * 32, 0.0)
     receive = Channel(1, b"r" * 32, b"s" * 32, 0.0)
     sealed = [send.seal(plain, 0.0) for _ in range(64)]  # cycled: the window reset each pass
-    best = {v: {"seal_ns": float("inf"), "open_ns": float("inf")} for v in ("mac", "aead")}
+    best = {v: {"seal_ns": float("inf"), "open_ns": float("inf")} for v in ("plain", "aead")}
     encode, decode = wire.encode_data, wire.decode_datagram
     for _ in range(rounds):
         t0 = time.perf_counter_ns()
         for _ in range(loops):
-            encode(1, 1, mac_batch, KEY)
+            encode(1, 1, plain_batch)
         t1 = time.perf_counter_ns()
         for _ in range(loops):
-            decode(mac_data, KEY)
+            decode(plain_data)
         t2 = time.perf_counter_ns()
         for _ in range(loops):
             send.seal(encode(1, 1, aead_batch), 0.0)
@@ -259,11 +235,11 @@ def time_wire(size: int, loops: int, rounds: int = 15) -> dict[str, dict[str, fl
                 receive._top = receive._bits = 0  # (internals: open them again)
             decode(receive.open(sealed[i & 63], 0.0))
         t4 = time.perf_counter_ns()
-        for variant, seal, open_ in (("mac", t1 - t0, t2 - t1), ("aead", t3 - t2, t4 - t3)):
+        for variant, seal, open_ in (("plain", t1 - t0, t2 - t1), ("aead", t3 - t2, t4 - t3)):
             row = best[variant]
             row["seal_ns"] = min(row["seal_ns"], seal / loops)
             row["open_ns"] = min(row["open_ns"], open_ / loops)
-    best["mac"]["records"] = mac_count
+    best["plain"]["records"] = plain_count
     best["aead"]["records"] = aead_count
     return best
 
@@ -279,7 +255,7 @@ def build_report(
     report = Report(
         "secret",
         f"encryption's cost per record: {args.records:,} records of {args.size} B; the "
-        "protocol in memory (plain / MAC / AEAD), a real link (none / encrypted), the wire alone",
+        "protocol in memory (plain / AEAD), a real link (none / encrypted), the wire alone",
         parameters={"records": args.records, "size": args.size, "repeat": args.repeat},
     )
     for variant, rs in cores.items():
@@ -314,21 +290,19 @@ def build_report(
             seal_ns_per_record=row["seal_ns"] / row["records"],
             open_ns_per_record=row["open_ns"] / row["records"],
         )
-    mac = summarize_key(cores["mac"], "total_ns").median
     aead = summarize_key(cores["aead"], "total_ns").median
     plain = summarize_key(cores["plain"], "total_ns").median
     report.notes.append(
-        f"protocol CPU per record, both sides: AEAD {aead:,.0f} ns vs MAC {mac:,.0f} ns "
-        f"({(aead - mac) / mac:+.1%}); plain {plain:,.0f} ns"
+        f"protocol CPU per record, both sides: AEAD {aead:,.0f} ns vs plain {plain:,.0f} ns "
+        f"({(aead - plain) / plain:+.1%})"
     )
-    for base in ("mac", "no-secret"):
-        a, b = links[base], links["encrypted"]
-        for key, what in (("process_cpu_ns", "process CPU/record"), ("rate", "records/s")):
-            before, after = summarize_key(a, key).median, summarize_key(b, key).median
-            report.notes.append(
-                f"link, encrypted vs {base}, {what}: {after:,.0f} vs {before:,.0f} "
-                f"({(after - before) / before:+.1%})"
-            )
+    a, b = links["no-secret"], links["encrypted"]
+    for key, what in (("process_cpu_ns", "process CPU/record"), ("rate", "records/s")):
+        before, after = summarize_key(a, key).median, summarize_key(b, key).median
+        report.notes.append(
+            f"link, encrypted vs no-secret, {what}: {after:,.0f} vs {before:,.0f} "
+            f"({(after - before) / before:+.1%})"
+        )
     a, b = tails["no-secret"], tails["encrypted"]
     before = summarize_key(a, "process_cpu_ns").median
     after = summarize_key(b, "process_cpu_ns").median

@@ -1,5 +1,5 @@
-"""Two encrypted endpoints in memory (`Pair`) and the datagrams the security
-tests send them."""
+"""Two plaintext endpoints in memory (`Pair`) and the datagrams the security
+tests send them (the encrypted ones: tests/protocol/test_crypto.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ from purelink.protocol import wire
 from purelink.protocol.listener_core import CoreConfig, ListenerCore
 from purelink.protocol.sender import Sender, SenderConfig, SenderState
 from purelink.testing import MemoryStore
-
-KEY = bytes(range(100, 132))
-
 
 ADDR = ("127.0.0.1", 5000)
 
@@ -21,7 +18,6 @@ ANON = (1 << 63) | 4242
 
 
 def hello(
-    key: bytes | None,
     cookie: bytes = b"",
     nonce: int = 7,
     stream: str = "s",
@@ -29,23 +25,20 @@ def hello(
     pid: int = ANON,
 ) -> bytes:
     pid = 0 if producer else pid
-    return wire.encode_hello(wire.Hello(nonce, stream, producer, pid, 1400, cookie), key)
+    return wire.encode_hello(wire.Hello(nonce, stream, producer, pid, 1400, cookie))
 
 
 def answers(core: ListenerCore, now: float = 100.0) -> list[tuple[wire.Message, object]]:
-    return [
-        (wire.decode_datagram(d, core.config.secret), a) for d, a in core.datagrams_to_send(now)
-    ]
+    return [(wire.decode_datagram(d), a) for d, a in core.datagrams_to_send(now)]
 
 
 def handshake(
     core: ListenerCore, addr: tuple[str, int] = ADDR, now: float = 100.0, **kw: object
 ) -> wire.Accept:
-    key = core.config.secret
-    core.receive_datagram(hello(key, **kw), addr, now)  # type: ignore[arg-type]
+    core.receive_datagram(hello(**kw), addr, now)  # type: ignore[arg-type]
     ((retry, _),) = answers(core, now)
     assert isinstance(retry, wire.Retry)
-    core.receive_datagram(hello(key, cookie=retry.cookie, **kw), addr, now)  # type: ignore[arg-type]
+    core.receive_datagram(hello(cookie=retry.cookie, **kw), addr, now)  # type: ignore[arg-type]
     # the ACCEPT, and a REFUSE(fenced) to the session it replaces, if any
     (accept,) = [m for m, _ in answers(core, now) if isinstance(m, wire.Accept)]
     assert isinstance(accept, wire.Accept)
@@ -56,10 +49,10 @@ def handshake(
 class Pair:
     """A sender and a listener core in memory, with a hand-moved clock."""
 
-    def __init__(self, key: bytes | None, link_key: bytes | None, **core_kw: object) -> None:
+    def __init__(self, **core_kw: object) -> None:
         self.store = MemoryStore()
-        self.core = ListenerCore(self.store, CoreConfig(secret=key, **core_kw))  # type: ignore[arg-type]
-        self.sender = Sender(SenderConfig(stream="s", secret=link_key))
+        self.core = ListenerCore(self.store, CoreConfig(**core_kw))  # type: ignore[arg-type]
+        self.sender = Sender(SenderConfig(stream="s"))
         self.now = 100.0
         self.sender.connect(self.now)
         self.captured: list[bytes] = []  # every answer the listener sent, for replays
@@ -96,5 +89,5 @@ class Pair:
         return out
 
 
-def data(a: wire.Accept, pn: int, first: int, recs: list[bytes], key: bytes | None = None) -> bytes:
-    return wire.encode_data(a.conn_id, pn, wire.encode_batch(a.producer, a.epoch, first, recs), key)
+def data(a: wire.Accept, pn: int, first: int, recs: list[bytes]) -> bytes:
+    return wire.encode_data(a.conn_id, pn, wire.encode_batch(a.producer, a.epoch, first, recs))

@@ -162,57 +162,55 @@ refuses = st.builds(Refuse, conn_id=u32, nonce=u64, epoch=u32, reason=u8)
 
 
 @st.composite
-def datagrams(draw: st.DrawFn, key: bytes | None) -> tuple[bytes, object]:
+def datagrams(draw: st.DrawFn) -> tuple[bytes, object]:
     """A valid datagram of any type and what it must decode to."""
     kind = draw(st.sampled_from(["hello", "retry", "accept", "data", "frag", "ack", "misc"]))
     if kind == "hello":
         msg: object = draw(hellos)
-        return wire.encode_hello(msg, key), msg  # type: ignore[arg-type]
+        return wire.encode_hello(msg), msg  # type: ignore[arg-type]
     if kind == "retry":
         msg = draw(retries)
-        return wire.encode_retry(msg, key), msg  # type: ignore[arg-type]
+        return wire.encode_retry(msg), msg  # type: ignore[arg-type]
     if kind == "accept":
         msg = draw(accepts())
-        return wire.encode_accept(msg, key), msg  # type: ignore[arg-type]
+        return wire.encode_accept(msg), msg  # type: ignore[arg-type]
     if kind == "ack":
         msg = draw(acks())
-        return wire.encode_ack(msg, key), msg  # type: ignore[arg-type]
+        return wire.encode_ack(msg), msg  # type: ignore[arg-type]
     conn_id, pn = draw(u32), draw(u64)
     if kind == "data":
         batch = draw(batches())
         pad_to = draw(st.one_of(st.just(0), st.integers(0, 5000)))
-        return wire.encode_data(conn_id, pn, batch, key, pad_to), Data(
-            conn_id, pn, memoryview(batch)
-        )
+        return wire.encode_data(conn_id, pn, batch, pad_to), Data(conn_id, pn, memoryview(batch))
     if kind == "frag":
         chunk = draw(st.binary(min_size=1, max_size=1500))
         low = max(len(chunk), wire.BATCH_HEADER)  # a piece of a batch: at least its header
         total = low + draw(st.one_of(small, st.integers(0, 0xFFFF_FFFF - low)))
         offset = draw(st.integers(0, total - len(chunk)))
         epoch, seq = draw(u32), draw(seq64)
-        datagram = wire.encode_fragment(conn_id, pn, epoch, seq, total, offset, chunk, key)
+        datagram = wire.encode_fragment(conn_id, pn, epoch, seq, total, offset, chunk)
         return datagram, Fragment(conn_id, pn, epoch, seq, total, offset, memoryview(chunk))
     which = draw(st.sampled_from(["probe", "close", "refuse", "mtu_ack"]))
     epoch = draw(u32)
     if which == "probe":
         pad_to = draw(st.one_of(st.just(0), st.integers(0, 1500), st.just(65507)))
-        datagram = wire.encode_probe(conn_id, pn, epoch, key, pad_to)
-        padding = len(datagram) - wire.PROBE_SIZE - (wire.MAC_SIZE if key is not None else 0)
+        datagram = wire.encode_probe(conn_id, pn, epoch, pad_to)
+        padding = len(datagram) - wire.PROBE_SIZE
         return datagram, Probe(conn_id, pn, epoch, padding)
     if which == "mtu_ack":
         msg = MtuAck(conn_id, epoch, pn, draw(u16))
-        return wire.encode_mtu_ack(msg, key), msg
+        return wire.encode_mtu_ack(msg), msg
     if which == "close":
-        return wire.encode_close(conn_id, epoch, key), Close(conn_id, epoch)
+        return wire.encode_close(conn_id, epoch), Close(conn_id, epoch)
     msg = draw(refuses)
-    return wire.encode_refuse(msg, key), msg  # type: ignore[arg-type]
+    return wire.encode_refuse(msg), msg  # type: ignore[arg-type]
 
 
 # ------------------------------------------- (b) mutations of valid datagrams
 @st.composite
-def mutated(draw: st.DrawFn, key: bytes | None) -> tuple[bytes, bytes, str]:
+def mutated(draw: st.DrawFn) -> tuple[bytes, bytes, str]:
     """(original, mutated, how) -- the mutation is never the identity."""
-    original, _ = draw(datagrams(key))
+    original, _ = draw(datagrams())
     how = draw(st.sampled_from(["flip", "flips", "truncate", "extend", "splice", "join"]))
     data = bytearray(original)
     if how == "flip":
@@ -231,6 +229,6 @@ def mutated(draw: st.DrawFn, key: bytes | None) -> tuple[bytes, bytes, str]:
         cut = draw(st.integers(0, len(data) - at))
         data[at : at + cut] = draw(st.binary(max_size=32))
     else:  # two datagrams back to back, as a broken GRO split would give
-        other, _ = draw(datagrams(key))
+        other, _ = draw(datagrams())
         data += other
     return original, bytes(data), how

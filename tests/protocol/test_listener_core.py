@@ -7,6 +7,7 @@ import pytest
 from crc32c import crc32c
 
 from purelink.protocol import wire
+from purelink.protocol.core_state import MOVES, SessionState
 from purelink.protocol.listener_core import CoreConfig, ListenerCore, named_producer_id
 from purelink.testing import MemoryStore
 
@@ -267,6 +268,48 @@ def test_a_session_fenced_while_waiting_for_a_sync_is_never_accepted(core: Liste
     assert accepts == [21]
 
 
+def test_a_session_that_expires_while_waiting_for_a_sync_is_never_accepted() -> None:
+    core = ListenerCore(MemoryStore(), CoreConfig(idle_timeout=60.0))
+    a = handshake(core, producer="p")
+    batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
+    core.receive_datagram(wire.encode_data(a.conn_id, 1, batch), ADDR, 100.0)
+    core.take_writes()
+    core.written("s", 1)  # written, not yet synced: the new session waits
+    core.datagrams_to_send(100.0)
+    core.receive_datagram(hello(producer="p", nonce=20), ADDR, 100.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(100.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(hello(producer="p", nonce=20, cookie=retry.cookie), ADDR, 100.0)
+    core.datagrams_to_send(100.0)
+    assert core.links == 1  # the waiting one
+    # long after, another HELLO sweeps it: it expires while still waiting
+    core.receive_datagram(hello(nonce=50), OTHER, 300.0)
+    retry = wire.decode_datagram(core.datagrams_to_send(300.0)[0][0])
+    assert isinstance(retry, wire.Retry)
+    core.receive_datagram(hello(nonce=50, cookie=retry.cookie), OTHER, 300.0)
+    core.datagrams_to_send(300.0)
+    assert core.links == 1 and core.stats.dropped["session_expired"] == 1  # the new one
+    core.synced("s", 1)
+    out = [wire.decode_datagram(d) for d, _ in core.datagrams_to_send(300.0)]
+    assert not any(isinstance(m, wire.Accept) for m in out)
+
+
+def test_a_session_moves_only_as_the_table_says(core: ListenerCore) -> None:
+    """The listener core's one setter refuses any move outside MOVES: a bug in
+    the core raises, it never passes silently."""
+    a = handshake(core)
+    conn = core._conns[a.conn_id]
+    assert conn.state is SessionState.OPEN
+    assert (SessionState.OPEN, SessionState.WAITING) not in MOVES
+    with pytest.raises(AssertionError, match="OPEN -> WAITING"):
+        core._move(conn, SessionState.WAITING)
+    core.receive_datagram(wire.encode_close(a.conn_id, a.epoch), ADDR, 100.0)
+    assert conn.state is SessionState.CLOSED and core.links == 0
+    for state in SessionState:  # an ended session never moves again
+        with pytest.raises(AssertionError, match="illegal session move"):
+            core._move(conn, state)
+
+
 def test_packet_numbers_are_per_session(core: ListenerCore) -> None:
     old = handshake(core, producer="p")
     core.receive_datagram(hello(producer="p", nonce=8), ADDR, 100.0)
@@ -291,7 +334,7 @@ def test_packet_numbers_are_per_session(core: ListenerCore) -> None:
 def test_nonzero_padding_is_dropped(core: ListenerCore) -> None:
     a = handshake(core)
     batch = wire.encode_batch(a.producer, a.epoch, 1, [b"x"])
-    padded = bytearray(wire.encode_data(a.conn_id, 1, batch, None, 200))
+    padded = bytearray(wire.encode_data(a.conn_id, 1, batch, 200))
     padded[150] = 1  # in the padding; re-seal so only the padding is wrong
     body = bytes(padded[:-4])
     data = body + crc32c(body).to_bytes(4, "little")

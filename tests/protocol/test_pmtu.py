@@ -307,7 +307,7 @@ def test_lossy_small_paths_store_everything_once(seed: int) -> None:
 
 
 def test_probes_are_padded_probe_datagrams() -> None:
-    probe = wire.encode_probe(5, 9, 2, None, 1300)
+    probe = wire.encode_probe(5, 9, 2, 1300)
     assert len(probe) == 1300
     msg = wire.decode_datagram(probe)
     assert msg == wire.Probe(5, 9, 2, 1300 - wire.PROBE_SIZE)

@@ -1,7 +1,7 @@
 """Security of the sans-IO core (docs/security.md): no sockets, no clock.
 
 Why it exists: what keeps a listener safe on a network is decided in
-`protocol/` -- the MAC check before anything else, the cookie, the 3x rule,
+`protocol/` -- the cookie, the 3x rule,
 the handshake rate limit, the names rule, the limits and their counters --
 so it is tested here, by hand and with Hypothesis, where every step can be
 asserted.  The same properties over real sockets (a listener flooded with
@@ -19,21 +19,19 @@ import string
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.secure import ADDR, ANON, KEY, OTHER, Pair, answers, data, handshake, hello
+from helpers.secure import ADDR, ANON, OTHER, answers, data, handshake, hello
 from helpers.wire import FAST
 from purelink.errors import Error
 from purelink.protocol import wire
 from purelink.protocol.listener_core import CoreConfig, ListenerCore
 from purelink.protocol.names import NAME_RE, is_valid_name, validate_stream_name
 from purelink.protocol.ratelimit import TokenBuckets
-from purelink.protocol.sender import Sender, SenderState
 from purelink.store import STREAM_NAME_RE
 from purelink.testing import MemoryStore
-
-WRONG = bytes(range(1, 33))
 
 
 class SpyStore(MemoryStore):
@@ -100,10 +98,10 @@ def test_the_rule_is_the_spec_and_never_leaves_its_folder(name: str) -> None:
 def test_core_refuses_bad_stream_names_before_touching_the_store(name: str) -> None:
     store = SpyStore()
     core = ListenerCore(store)
-    core.receive_datagram(hello(None, stream=name), ADDR, 100.0)
+    core.receive_datagram(hello(stream=name), ADDR, 100.0)
     ((retry, _),) = answers(core)
     assert isinstance(retry, wire.Retry)
-    core.receive_datagram(hello(None, cookie=retry.cookie, stream=name), ADDR, 100.0)
+    core.receive_datagram(hello(cookie=retry.cookie, stream=name), ADDR, 100.0)
     ((refuse, _),) = answers(core)
     assert isinstance(refuse, wire.Refuse) and refuse.reason == wire.RefuseReason.BAD_STREAM
     assert core.stats.dropped == {"bad_stream": 1}
@@ -124,111 +122,48 @@ def test_bad_producer_names_are_refused() -> None:
     assert core.stats.dropped == {"bad_request": 4}
 
 
-# --------------------------------------------------- the MAC comes first
-def unauthenticated(accept: wire.Accept | None = None) -> list[bytes]:
-    """Datagrams a listener with KEY must drop as unauthenticated."""
-    keyed = hello(KEY)
-    flipped = bytearray(keyed)
-    flipped[-1] ^= 1  # the MAC
-    body_flip = bytearray(keyed)
-    body_flip[12] ^= 0x10  # the body, CRC and MAC left alone
-    out = [hello(None), hello(WRONG), bytes(flipped), bytes(body_flip), keyed + b"\0", keyed[:-1]]
+# ------------------------------------ the old MAC flag reaches nothing
+def flagged(accept: wire.Accept | None = None) -> list[bytes]:
+    """Datagrams whose type has the high bit set (the MAC-only mode's flag,
+    which no link sends any more): each must be dropped as unauthenticated."""
     conn, epoch, pid = (accept.conn_id, accept.epoch, accept.producer) if accept else (9, 1, ANON)
     batch = wire.encode_batch(pid, epoch, 1, [b"forged"])
-    out += [wire.encode_data(conn, 1, batch), wire.encode_data(conn, 1, batch, WRONG)]
-    out += [wire.encode_close(conn, epoch), wire.encode_probe(conn, 1, epoch, WRONG)]
-    out += [wire.encode_fragment(conn, 2, epoch, 1, 10_000_000, 0, b"x" * 100, WRONG)]
+    plain = [
+        hello(),
+        wire.encode_data(conn, 1, batch),
+        wire.encode_close(conn, epoch),
+        wire.encode_probe(conn, 1, epoch),
+        wire.encode_fragment(conn, 2, epoch, 1, 10_000_000, 0, b"x" * 100),
+    ]
+    out = []
+    for datagram in plain:
+        body = bytearray(datagram[:-4])
+        body[3] |= 0x80
+        sealed = bytes(body) + crc32c(bytes(body)).to_bytes(4, "little")
+        out += [sealed, sealed + bytes(16)]  # bare, and with the 16 bytes a MAC took
     return out
 
 
-def test_without_a_valid_mac_nothing_reaches_state_store_or_limiter() -> None:
+def test_the_old_mac_flag_reaches_no_state_store_or_limiter() -> None:
     store = SpyStore()
-    core = ListenerCore(store, CoreConfig(secret=KEY, handshake_burst=2, handshake_rate=1e-9))
-    bad = unauthenticated()
+    core = ListenerCore(store, CoreConfig(handshake_burst=2, handshake_rate=1e-9))
+    bad = flagged()
     for datagram in bad:
         core.receive_datagram(datagram, ADDR, 100.0)
     assert core.stats.dropped == {"unauthenticated": len(bad)}
-    assert core.datagrams_to_send(100.0) == []  # no answer to help a forger
+    assert core.stats.datagrams == len(bad)
+    assert core.datagrams_to_send(100.0) == []
     assert store.calls == [] and core.links == 0 and list(core.producers()) == []
     assert core.memory == 0 and core.take_writes() == {}
     # the rate limiter was not touched either: the two tokens of a handshake are there
     accept = handshake(core)
-    assert store.calls  # only a valid handshake opens the stream
-    # and once a session exists, forged datagrams for it change nothing
     calls = len(store.calls)
-    more = unauthenticated(accept)
+    more = flagged(accept)
     for datagram in more:
         core.receive_datagram(datagram, ADDR, 100.0)
     assert core.stats.dropped == {"unauthenticated": len(bad) + len(more)}
     assert core.take_writes() == {} and core.datagrams_to_send(100.0) == []
     assert core.links == 1 and len(store.calls) == calls and core.memory == 0
-
-
-def forged_answers(s: Sender, nonce: int) -> list[bytes]:
-    """Answers an attacker without the key might send, aimed at the live session."""
-    big = 10**9
-    out = []
-    for key in (None, WRONG):
-        out += [
-            wire.encode_ack(wire.Ack(s.conn_id, s.epoch, big, big, big, big, 0, (), ()), key),
-            wire.encode_refuse(wire.Refuse(s.conn_id, 0, s.epoch, wire.RefuseReason.FENCED), key),
-            wire.encode_refuse(wire.Refuse(s.conn_id, 0, s.epoch, wire.RefuseReason.UNKNOWN), key),
-            wire.encode_refuse(wire.Refuse(0, nonce, 0, wire.RefuseReason.LIMIT), key),
-            wire.encode_accept(wire.Accept(s.conn_id + 1, nonce, 1, 9, 0, 0, 1 << 20, 99), key),
-            wire.encode_retry(wire.Retry(nonce, b"c" * 20), key),
-        ]
-    return out
-
-
-def test_a_link_ignores_forged_answers_and_finishes() -> None:
-    pair = Pair(KEY, KEY)
-    pair.settle()
-    s = pair.sender
-    assert s.state == SenderState.OPEN
-    s.push([b"r%d" % i for i in range(100)])
-    pair.step()
-    pair.events()
-    before = (s.state, s.stored, s.conn_id, s.epoch, s.stats.acks, s.stats.reconnects)
-    forged = forged_answers(s, nonce=0)
-    dropped = s.stats.dropped
-    for datagram in forged:
-        s.receive_datagram(datagram, pair.now)
-    assert s.stats.dropped == dropped + len(forged)
-    assert (s.state, s.stored, s.conn_id, s.epoch, s.stats.acks, s.stats.reconnects) == before
-    assert pair.events() == []
-    # on-path replays of genuine answers: authentic but stale, so harmless
-    for datagram in pair.captured:
-        s.receive_datagram(datagram, pair.now)
-    assert s.state == SenderState.OPEN and s.stored >= before[1]
-    pair.settle()
-    assert s.stored == s.pushed == 100 and s.stats.reconnects == 0
-    assert [r for *_, r in pair.store.records("s")] == [b"r%d" % i for i in range(100)]
-
-
-def test_forged_answers_during_the_handshake_do_not_open_or_fail_it() -> None:
-    pair = Pair(KEY, KEY)
-    s = pair.sender
-    nonce = wire.decode_datagram(s.datagrams_to_send(pair.now)[0], KEY)
-    assert isinstance(nonce, wire.Hello)
-    for datagram in forged_answers(s, nonce.nonce):
-        s.receive_datagram(datagram, pair.now)
-    assert s.state == SenderState.CONNECTING and pair.events() == []
-    pair.now += 1.0  # the HELLO is due again
-    pair.settle()
-    assert s.state == SenderState.OPEN
-
-
-@pytest.mark.parametrize(("listener_key", "link_key"), [(KEY, None), (KEY, WRONG), (None, KEY)])
-def test_a_wrong_or_missing_secret_gets_silence(
-    listener_key: bytes | None, link_key: bytes | None
-) -> None:
-    pair = Pair(listener_key, link_key)
-    for _ in range(50):
-        pair.step()
-    assert pair.sender.state == SenderState.CONNECTING  # the driver's timeout ends it
-    assert pair.captured == []
-    assert set(pair.core.stats.dropped) == {"unauthenticated"}
-    assert pair.store.batches == {}
 
 
 # ------------------------------------------------ handshake rate limit
@@ -270,15 +205,15 @@ def test_handshakes_are_rate_limited_per_source_ip() -> None:
     core = ListenerCore(MemoryStore(), CoreConfig(handshake_rate=2.0, handshake_burst=4.0))
     port_a, port_b = ("127.0.0.9", 1), ("127.0.0.9", 2)  # one IP, two ports: one bucket
     for i in range(3):
-        core.receive_datagram(hello(None, nonce=i), port_a, 100.0)
-        core.receive_datagram(hello(None, nonce=i), port_b, 100.0)
+        core.receive_datagram(hello(nonce=i), port_a, 100.0)
+        core.receive_datagram(hello(nonce=i), port_b, 100.0)
     assert core.stats.dropped == {"handshake_rate_limited": 2}
     assert core.stats.retries == 4
     assert len(core.datagrams_to_send(100.0)) == 4  # nothing at all for the refused ones
     handshake(core, ADDR)  # another IP is not limited
-    core.receive_datagram(hello(None, nonce=9), port_a, 100.4)
+    core.receive_datagram(hello(nonce=9), port_a, 100.4)
     assert core.stats.dropped == {"handshake_rate_limited": 3}
-    core.receive_datagram(hello(None, nonce=9), port_a, 100.5)  # one token back after 0.5 s
+    core.receive_datagram(hello(nonce=9), port_a, 100.5)  # one token back after 0.5 s
     assert core.stats.dropped == {"handshake_rate_limited": 3}
     assert len(core.datagrams_to_send(100.5)) == 1
 
@@ -286,11 +221,11 @@ def test_handshakes_are_rate_limited_per_source_ip() -> None:
 def test_handshake_rate_limit_off_and_bounded_table() -> None:
     off = ListenerCore(MemoryStore(), CoreConfig(handshake_rate=0))
     for i in range(5000):
-        off.receive_datagram(hello(None, nonce=i), ADDR, 100.0)
+        off.receive_datagram(hello(nonce=i), ADDR, 100.0)
     assert off.stats.retries == 5000 and off.stats.dropped == {}
     small = ListenerCore(MemoryStore(), CoreConfig(handshake_sources=16))
     for i in range(1000):
-        small.receive_datagram(hello(None), (f"10.0.{i // 250}.{i % 250}", 1), 100.0)
+        small.receive_datagram(hello(), (f"10.0.{i // 250}.{i % 250}", 1), 100.0)
     assert small.stats.retries == 1000
     assert small._limiter is not None and small._limiter.statistics().sources == 16
 
@@ -317,10 +252,10 @@ class LimitedStore(MemoryStore):
 
 def refused(core: ListenerCore, addr: tuple[str, int], nonce: int, stream: str = "s") -> int:
     kw = {"nonce": nonce, "stream": stream, "pid": ANON + nonce}
-    core.receive_datagram(hello(None, **kw), addr, 100.0)  # type: ignore[arg-type]
+    core.receive_datagram(hello(**kw), addr, 100.0)  # type: ignore[arg-type]
     ((retry, _),) = answers(core)
     assert isinstance(retry, wire.Retry)
-    core.receive_datagram(hello(None, cookie=retry.cookie, **kw), addr, 100.0)  # type: ignore[arg-type]
+    core.receive_datagram(hello(cookie=retry.cookie, **kw), addr, 100.0)  # type: ignore[arg-type]
     ((refuse, _),) = answers(core)
     assert isinstance(refuse, wire.Refuse)
     return refuse.reason
@@ -409,33 +344,32 @@ def test_skipped_partial_records_are_freed() -> None:
 
 
 # ------------------------------------------------ amplification, byte for byte
-def smallest_datagrams(key: bytes | None) -> list[bytes]:
+def smallest_datagrams() -> list[bytes]:
     """The smallest datagram of each kind that gets an answer from an unproven address."""
     return [
-        wire.encode_hello(wire.Hello(1, "", "", ANON, 1400, b""), key),
-        wire.encode_hello(wire.Hello(2, "", "", ANON, 1400, b"x"), key),  # a bad cookie
-        wire.encode_probe(77, 1, 1, key),
-        wire.encode_close(77, 1, key),
-        wire.encode_fragment(77, 1, 1, 1, 44, 0, b"x", key),
-        wire.encode_data(77, 1, wire.encode_batch(ANON, 1, 1, [b""]), key),
+        wire.encode_hello(wire.Hello(1, "", "", ANON, 1400, b"")),
+        wire.encode_hello(wire.Hello(2, "", "", ANON, 1400, b"x")),  # a bad cookie
+        wire.encode_probe(77, 1, 1),
+        wire.encode_close(77, 1),
+        wire.encode_fragment(77, 1, 1, 1, 44, 0, b"x"),
+        wire.encode_data(77, 1, wire.encode_batch(ANON, 1, 1, [b""])),
     ]
 
 
-@pytest.mark.parametrize("key", [None, KEY])
-def test_never_more_than_three_times_the_bytes_to_an_unproven_address(key: bytes | None) -> None:
-    core = ListenerCore(MemoryStore(), CoreConfig(secret=key))
-    for data_ in smallest_datagrams(key):
+def test_never_more_than_three_times_the_bytes_to_an_unproven_address() -> None:
+    core = ListenerCore(MemoryStore())
+    for data_ in smallest_datagrams():
         core.receive_datagram(data_, OTHER, 100.0)
         out = core.datagrams_to_send(100.0)
-        assert len(out) == 1, wire.decode_datagram(data_, key)
+        assert len(out) == 1, wire.decode_datagram(data_)
         sent, addr = out[0]
         assert addr == OTHER
         assert len(sent) <= 3 * len(data_), (len(sent), len(data_))
     # a fenced session's refusal goes through the same gate
-    named = ListenerCore(MemoryStore(), CoreConfig(secret=key))
+    named = ListenerCore(MemoryStore())
     old = handshake(named, ADDR, producer="p")
     handshake(named, ADDR, nonce=8, producer="p")
-    probe = wire.encode_probe(old.conn_id, 1, old.epoch, key)
+    probe = wire.encode_probe(old.conn_id, 1, old.epoch)
     named.receive_datagram(probe, ADDR, 100.0)
     ((sent, _),) = named.datagrams_to_send(100.0)
     assert len(sent) <= 3 * len(probe)
@@ -453,19 +387,19 @@ def test_an_answer_too_big_for_the_rule_is_not_sent() -> None:
 @pytest.mark.parametrize("producer", ["p", ""])
 @pytest.mark.parametrize("ending", ["close", "fenced"])
 def test_a_replayed_hello_cannot_fence_the_live_session(producer: str, ending: str) -> None:
-    """An on-path attacker records a link's HELLO (MAC, cookie and all) and plays
+    """An on-path attacker records a link's HELLO (cookie and all) and plays
     it again from the same address after that session ended, while the cookie
     is still fresh: it must not open a session that fences the live one."""
-    core = ListenerCore(MemoryStore(), CoreConfig(secret=KEY))
-    core.receive_datagram(hello(KEY, nonce=1, producer=producer), ADDR, 100.0)
+    core = ListenerCore(MemoryStore())
+    core.receive_datagram(hello(nonce=1, producer=producer), ADDR, 100.0)
     ((retry, _),) = answers(core)
     assert isinstance(retry, wire.Retry)
-    recorded = hello(KEY, cookie=retry.cookie, nonce=1, producer=producer)
+    recorded = hello(cookie=retry.cookie, nonce=1, producer=producer)
     core.receive_datagram(recorded, ADDR, 100.0)
     ((first, _),) = answers(core)
     assert isinstance(first, wire.Accept)
     if ending == "close":
-        core.receive_datagram(wire.encode_close(first.conn_id, first.epoch, KEY), ADDR, 100.5)
+        core.receive_datagram(wire.encode_close(first.conn_id, first.epoch), ADDR, 100.5)
         live = handshake(core, ADDR, now=101.0, nonce=2, producer=producer)
     else:  # a newer session fenced the first
         live = handshake(core, ADDR, now=101.0, nonce=2, producer=producer)
@@ -474,7 +408,7 @@ def test_a_replayed_hello_cannot_fence_the_live_session(producer: str, ending: s
     assert core.datagrams_to_send(110.0) == []
     assert core.stats.dropped.get("replayed_hello") == 1
     assert core.stats.fenced == fenced and core.links == 1
-    probe = wire.encode_probe(live.conn_id, 1, live.epoch, KEY)
+    probe = wire.encode_probe(live.conn_id, 1, live.epoch)
     core.receive_datagram(probe, ADDR, 110.0)
     ((ack, _),) = answers(core, 110.0)
     assert isinstance(ack, wire.Ack)  # the live session is still the live session

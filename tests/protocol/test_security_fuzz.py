@@ -22,7 +22,7 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.secure import ADDR, ANON, KEY, OTHER, Pair, handshake
+from helpers.secure import ADDR, ANON, OTHER, Pair, handshake
 from helpers.wire import FAST, datagrams, mutated
 from purelink.protocol import wire
 from purelink.protocol.listener_core import CoreConfig, ListenerCore
@@ -35,7 +35,7 @@ MACHINE = settings(FAST, max_examples=max(FAST.max_examples // 4, 10))
 
 # ------------------------------------------------ hostile input, as a whole
 @st.composite
-def hostile(draw: st.DrawFn, a: wire.Accept, key: bytes | None) -> bytes:
+def hostile(draw: st.DrawFn, a: wire.Accept) -> bytes:
     """One datagram a malicious client (holding the key, if any) or a random
     source could send: aimed at the live session, mutated, or garbage."""
     kind = draw(st.sampled_from(["data", "data", "frag", "frag", "probe", "close", "any", "bad"]))
@@ -46,39 +46,39 @@ def hostile(draw: st.DrawFn, a: wire.Accept, key: bytes | None) -> bytes:
         epoch = draw(st.sampled_from([a.epoch, a.epoch, a.epoch + 1]))
         producer = draw(st.sampled_from([a.producer, a.producer, ANON + 1]))
         batch = wire.encode_batch(producer, epoch, first, recs)
-        return wire.encode_data(a.conn_id, pn, batch, key)
+        return wire.encode_data(a.conn_id, pn, batch)
     if kind == "frag":
         seq = draw(st.integers(1, 30))
         total = draw(st.sampled_from([44, 1500, 4000, 60_000, 200_000]))
         chunk = draw(st.binary(min_size=1, max_size=min(total, 1200)))
         offset = draw(st.integers(0, total - len(chunk)))
-        return wire.encode_fragment(a.conn_id, pn, a.epoch, seq, total, offset, chunk, key)
+        return wire.encode_fragment(a.conn_id, pn, a.epoch, seq, total, offset, chunk)
     if kind == "probe":
-        return wire.encode_probe(a.conn_id, pn, a.epoch, key)
+        return wire.encode_probe(a.conn_id, pn, a.epoch)
     if kind == "close":
-        return wire.encode_close(a.conn_id, draw(st.sampled_from([a.epoch, a.epoch + 1])), key)
+        return wire.encode_close(a.conn_id, draw(st.sampled_from([a.epoch, a.epoch + 1])))
     if kind == "any":
-        return draw(datagrams(key))[0]
-    return draw(mutated(key))[1]
+        return draw(datagrams())[0]
+    return draw(mutated())[1]
 
 
 @MACHINE
-@given(st.data(), st.sampled_from([None, KEY]))
+@given(st.data())
 def test_core_survives_hostile_clients_and_keeps_its_promises(
-    data_: st.DataObject, key: bytes | None
+    data_: st.DataObject,
 ) -> None:
     """Whatever a client sends: nothing raises; every datagram is counted; what
     is written for the producer is contiguous in seq, each seq once; memory
     is bounded and its running total exact; an unproven address never gets
     more than 3x what it sent."""
-    cfg = CoreConfig(secret=key, max_reorder=20_000, max_memory=50_000, max_record=100_000)
+    cfg = CoreConfig(max_reorder=20_000, max_memory=50_000, max_record=100_000)
     store = MemoryStore()
     core = ListenerCore(store, cfg)
     a = handshake(core)
     received = 0  # the producer's last seq written
     to_other = from_other = 0
     for i in range(data_.draw(st.integers(1, 60))):
-        datagram = data_.draw(hostile(a, key))
+        datagram = data_.draw(hostile(a))
         addr = data_.draw(st.sampled_from([ADDR, ADDR, ADDR, OTHER]))
         core.receive_datagram(datagram, addr, 100.0 + i * 0.01)
         if addr == OTHER:
@@ -103,11 +103,11 @@ def test_core_survives_hostile_clients_and_keeps_its_promises(
 
 
 @MACHINE
-@given(st.data(), st.sampled_from([None, KEY]))
-def test_sender_survives_any_answer(data_: st.DataObject, key: bytes | None) -> None:
+@given(st.data())
+def test_sender_survives_any_answer(data_: st.DataObject) -> None:
     """A sender fed arbitrary and mutated answers never raises, and its stored
     seq never passes what it pushed nor goes backwards."""
-    pair = Pair(key, key)
+    pair = Pair()
     pair.settle()
     s = pair.sender
     s.push([b"x%d" % i for i in range(20)])
@@ -115,9 +115,9 @@ def test_sender_survives_any_answer(data_: st.DataObject, key: bytes | None) -> 
     last = s.stored
     for _ in range(data_.draw(st.integers(1, 30))):
         if data_.draw(st.booleans()):
-            answer = data_.draw(mutated(key))[1]
+            answer = data_.draw(mutated())[1]
         else:
-            answer = data_.draw(datagrams(key))[0]
+            answer = data_.draw(datagrams())[0]
         s.receive_datagram(answer, pair.now)
         s.datagrams_to_send(pair.now)
         assert last <= s.stored <= s.pushed

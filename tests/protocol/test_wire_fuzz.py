@@ -8,7 +8,7 @@ ValueError, OverflowError or anything else.  Four sources of input:
     correct CRC so that they reach the body decoders);
 (b) valid datagrams mutated: bit flips, truncation, extension, splices;
 (c) valid datagrams whose header and body are mutated and then *re-sealed*
-    (CRC, and the MAC with a key, recomputed), so the fuzz gets past the
+    (the CRC recomputed), so the fuzz gets past the
     checksum to the body decoders.  Whatever decodes must re-encode to the
     very same bytes: the format is canonical;
 (d) batches: arbitrary, mutated and re-checksummed; a batch that verifies has
@@ -24,7 +24,6 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Callable
-from hashlib import blake2b
 
 from crc32c import crc32c
 from hypothesis import assume, event, given
@@ -59,18 +58,13 @@ from purelink.protocol.wire import (
     Retry,
 )
 
-KEY = bytes(range(32))
-LONG_KEY = bytes(range(90))
-
-keys = st.sampled_from([None, KEY, LONG_KEY])
-
 
 # ----------------------------------------------------------------- helpers
-def decode_or_reason(data: bytes, key: bytes | None) -> wire.Message | str:
+def decode_or_reason(data: bytes) -> wire.Message | str:
     """decode_datagram's value, or its ProtocolError's reason (asserted known).
     Any other exception fails the test, which is the point."""
     try:
-        return wire.decode_datagram(data, key)
+        return wire.decode_datagram(data)
     except ProtocolError as exc:
         assert exc.reason in DATAGRAM_REASONS, exc.reason
         return exc.reason
@@ -111,57 +105,50 @@ def check_records(data: bytes, header: wire.BatchHeader) -> None:
     assert again[8:] == bytes(data[8:])
 
 
-def seal(header_and_body: bytes, key: bytes | None) -> bytes:
-    """Give edited header+body bytes a correct trailer (CRC, then MAC with a key),
-    exactly as docs/wire.md says a sender builds it."""
-    head = bytearray(header_and_body)
-    if len(head) >= 4:
-        head[3] = (head[3] | 0x80) if key is not None else (head[3] & 0x7F)
-    out = bytes(head) + struct.pack("<I", crc32c(bytes(head)))
-    if key is not None:
-        if len(key) > 64:
-            key = blake2b(key, digest_size=64, person=b"purelink.key").digest()
-        out += blake2b(out, key=key, digest_size=16).digest()
-    return out
+def seal(header_and_body: bytes) -> bytes:
+    """Give edited header+body bytes a correct trailer (the CRC), exactly as
+    docs/wire.md says a sender builds it (a type with its high bit set is
+    left as it is: the decoder refuses it)."""
+    return header_and_body + struct.pack("<I", crc32c(header_and_body))
 
 
-def strip(datagram: bytes, key: bytes | None) -> bytes:
-    return datagram[: len(datagram) - 4 - (16 if key is not None else 0)]
+def strip(datagram: bytes) -> bytes:
+    return datagram[: len(datagram) - 4]
 
 
-def reencode(msg: wire.Message, key: bytes | None, size: int) -> bytes:
+def reencode(msg: wire.Message, size: int) -> bytes:
     """Encode a decoded message again (DATA padded back to `size`)."""
     encoders: dict[type, Callable[[], bytes]] = {
-        Hello: lambda: wire.encode_hello(msg, key),  # type: ignore[arg-type]
-        Retry: lambda: wire.encode_retry(msg, key),  # type: ignore[arg-type]
-        Accept: lambda: wire.encode_accept(msg, key),  # type: ignore[arg-type]
-        Ack: lambda: wire.encode_ack(msg, key),  # type: ignore[arg-type]
-        Refuse: lambda: wire.encode_refuse(msg, key),  # type: ignore[arg-type]
+        Hello: lambda: wire.encode_hello(msg),  # type: ignore[arg-type]
+        Retry: lambda: wire.encode_retry(msg),  # type: ignore[arg-type]
+        Accept: lambda: wire.encode_accept(msg),  # type: ignore[arg-type]
+        Ack: lambda: wire.encode_ack(msg),  # type: ignore[arg-type]
+        Refuse: lambda: wire.encode_refuse(msg),  # type: ignore[arg-type]
     }
     if isinstance(msg, Data):
-        return wire.encode_data(msg.conn_id, msg.pn, bytes(msg.batch), key, pad_to=size)
+        return wire.encode_data(msg.conn_id, msg.pn, bytes(msg.batch), pad_to=size)
     if isinstance(msg, Fragment):
         return wire.encode_fragment(
-            msg.conn_id, msg.pn, msg.epoch, msg.seq, msg.total, msg.offset, msg.chunk, key
+            msg.conn_id, msg.pn, msg.epoch, msg.seq, msg.total, msg.offset, msg.chunk
         )
     if isinstance(msg, Probe):
-        return wire.encode_probe(msg.conn_id, msg.pn, msg.epoch, key, pad_to=size)
+        return wire.encode_probe(msg.conn_id, msg.pn, msg.epoch, pad_to=size)
     if isinstance(msg, MtuAck):
-        return wire.encode_mtu_ack(msg, key)
+        return wire.encode_mtu_ack(msg)
     if isinstance(msg, Close):
-        return wire.encode_close(msg.conn_id, msg.epoch, key)
+        return wire.encode_close(msg.conn_id, msg.epoch)
     return encoders[type(msg)]()
 
 
-def check_canonical(data: bytes, key: bytes | None, msg: wire.Message) -> None:
+def check_canonical(data: bytes, msg: wire.Message) -> None:
     """What decodes re-encodes to something that decodes equal -- and, the
     format being canonical, to the very same bytes (HELLO and RETRY aside:
     their conn_id field is ignored on decoding and written as 0)."""
-    again = reencode(msg, key, len(data))
-    assert wire.decode_datagram(again, key) == msg
+    again = reencode(msg, len(data))
+    assert wire.decode_datagram(again) == msg
     if isinstance(msg, Hello | Retry) and data[4:8] != bytes(4):
         assert again[:4] == data[:4]
-        assert strip(again, key)[8:] == strip(data, key)[8:]
+        assert strip(again)[8:] == strip(data)[8:]
     else:
         assert again == data
 
@@ -172,12 +159,12 @@ def assert_same(decoded: object, expected: object) -> None:
 
 # ------------------------------------------------------------ round trips
 @FAST
-@given(st.data(), keys)
-def test_every_message_round_trips(data: st.DataObject, key: bytes | None) -> None:
-    datagram, expected = data.draw(datagrams(key))
-    decoded = wire.decode_datagram(datagram, key)
+@given(st.data())
+def test_every_message_round_trips(data: st.DataObject) -> None:
+    datagram, expected = data.draw(datagrams())
+    decoded = wire.decode_datagram(datagram)
     assert_same(decoded, expected)
-    check_canonical(datagram, key, decoded)
+    check_canonical(datagram, decoded)
     if isinstance(decoded, Data):
         check_records(bytes(decoded.batch), wire.verify_batch(decoded.batch))
 
@@ -212,21 +199,19 @@ def test_encode_batch_round_trips_records(
 
 
 @FAST
-@given(batches(), u32, u64, keys, st.integers(0, 70_000))
-def test_data_padding_is_exact(
-    batch: bytes, conn_id: int, pn: int, key: bytes | None, pad_to: int
-) -> None:
-    datagram = wire.encode_data(conn_id, pn, batch, key, pad_to)
-    natural = wire.DATA_OVERHEAD + len(batch) + (wire.MAC_SIZE if key is not None else 0)
+@given(batches(), u32, u64, st.integers(0, 70_000))
+def test_data_padding_is_exact(batch: bytes, conn_id: int, pn: int, pad_to: int) -> None:
+    datagram = wire.encode_data(conn_id, pn, batch, pad_to)
+    natural = wire.DATA_OVERHEAD + len(batch)
     assert len(datagram) == max(pad_to, natural)
-    msg = wire.decode_datagram(datagram, key)
+    msg = wire.decode_datagram(datagram)
     assert isinstance(msg, Data)
     assert bytes(msg.batch) == batch
     assert (msg.conn_id, msg.pn) == (conn_id, pn)
 
 
 @FAST
-@given(records, u32, u64, u64, u32, seq64, keys, st.integers(0, 5000), st.booleans(), u64)
+@given(records, u32, u64, u64, u32, seq64, st.integers(0, 5000), st.booleans(), u64)
 def test_one_pass_data_encoding(
     recs: list[bytes],
     conn_id: int,
@@ -234,7 +219,6 @@ def test_one_pass_data_encoding(
     producer: int,
     epoch: int,
     first: int,
-    key: bytes | None,
     pad_to: int,
     with_table: bool,
     new_pn: int,
@@ -243,24 +227,24 @@ def test_one_pass_data_encoding(
     nothing but the packet number (and so the trailer)."""
     assume(first + len(recs) - 1 <= 0xFFFF_FFFF_FFFF_FFFF)
     table = array("H", map(len, recs)) if with_table else None
-    one = wire.encode_data_batch(conn_id, pn, producer, epoch, first, recs, table, key, pad_to)
+    one = wire.encode_data_batch(conn_id, pn, producer, epoch, first, recs, table, pad_to)
     batch = wire.encode_batch(producer, epoch, first, recs)
-    assert one == wire.encode_data(conn_id, pn, batch, key, pad_to)
-    again = wire.reseal_data(one, new_pn, key)
-    assert again == wire.encode_data(conn_id, new_pn, batch, key, pad_to)
+    assert one == wire.encode_data(conn_id, pn, batch, pad_to)
+    again = wire.reseal_data(one, new_pn)
+    assert again == wire.encode_data(conn_id, new_pn, batch, pad_to)
 
 
 # ------------------------------------------------------ (a) arbitrary bytes
 @FAST
-@given(st.binary(max_size=300), keys)
-def test_arbitrary_bytes(data: bytes, key: bytes | None) -> None:
-    decode_or_reason(data, key)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes(data: bytes) -> None:
+    decode_or_reason(data)
 
 
 @FAST
-@given(st.binary(max_size=300), keys)
-def test_arbitrary_bytes_behind_magic_and_version(data: bytes, key: bytes | None) -> None:
-    decode_or_reason(b"PL\x02" + data, key)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_behind_magic_and_version(data: bytes) -> None:
+    decode_or_reason(b"PL\x02" + data)
 
 
 # mostly the known types, and bodies of the sizes the fixed-size messages have
@@ -274,18 +258,18 @@ any_body = st.one_of(
 
 
 @FAST
-@given(any_type, u32, any_body, keys)
-def test_arbitrary_bodies_sealed(kind: int, conn_id: int, body: bytes, key: bytes | None) -> None:
+@given(any_type, u32, any_body)
+def test_arbitrary_bodies_sealed(kind: int, conn_id: int, body: bytes) -> None:
     """Any type byte, any body, a correct trailer: straight into the body decoders."""
-    data = seal(b"PL\x02" + bytes([kind]) + struct.pack("<I", conn_id) + body, key)
-    result = decode_or_reason(data, key)
+    data = seal(b"PL\x02" + bytes([kind]) + struct.pack("<I", conn_id) + body)
+    result = decode_or_reason(data)
     event(result if isinstance(result, str) else type(result).__name__)
     assert result not in {"truncated", "bad_magic", "bad_version", "bad_checksum"} or (
         result == "truncated" and kind == wire.MsgType.DATA
     )
     assert result != "unauthenticated"
     if not isinstance(result, str):
-        check_canonical(data, key, result)
+        check_canonical(data, result)
 
 
 @FAST
@@ -309,39 +293,38 @@ def test_arbitrary_batch_behind_magic(data: bytes, length: int) -> None:
 
 
 @FAST
-@given(st.data(), keys)
-def test_mutated_datagrams(data: st.DataObject, key: bytes | None) -> None:
-    original, bad, how = data.draw(mutated(key))
+@given(st.data())
+def test_mutated_datagrams(data: st.DataObject) -> None:
+    original, bad, how = data.draw(mutated())
     assume(bad != original)
-    result = decode_or_reason(bad, key)
+    result = decode_or_reason(bad)
     if how in {"flip", "truncate", "join"}:
         # a CRC-32C catches every single-bit error; a truncated or extended
         # datagram has its trailer in the wrong place
         assert isinstance(result, str), (how, result)
-    if key is not None:
-        # with a key nothing but the original passes the MAC
-        assert isinstance(result, str), (how, result)
     if not isinstance(result, str):
-        check_canonical(bad, key, result)
+        check_canonical(bad, result)
 
 
 @FAST
-@given(st.data())
-def test_keyed_and_plain_do_not_mix(data: st.DataObject) -> None:
-    plain, _ = data.draw(datagrams(None))
-    keyed, _ = data.draw(datagrams(KEY))
-    assert decode_or_reason(plain, KEY) == "unauthenticated"
-    assert decode_or_reason(keyed, None) == "unauthenticated"
-    assert decode_or_reason(keyed, LONG_KEY) == "unauthenticated"
+@given(st.data(), st.sampled_from([0, 16]))
+def test_the_old_mac_flag_is_refused(data: st.DataObject, mac: int) -> None:
+    """A type with its high bit set (once: "a MAC follows") is refused as
+    `unauthenticated`, with or without the 16 bytes that MAC took."""
+    original, _ = data.draw(datagrams())
+    head = bytearray(strip(original))
+    head[3] |= 0x80
+    flagged = seal(bytes(head)) + bytes(mac)
+    assert decode_or_reason(flagged) == "unauthenticated"
 
 
 # ---------------------------------------- (c) re-sealed body mutations
 @st.composite
-def resealed(draw: st.DrawFn, key: bytes | None) -> bytes:
+def resealed(draw: st.DrawFn) -> bytes:
     """A valid datagram with its type, conn_id and body edited, then given a
-    correct CRC (and MAC): the checksum no longer shields the body decoders."""
-    original, _ = draw(datagrams(key))
-    data = bytearray(strip(original, key))
+    correct CRC: the checksum no longer shields the body decoders."""
+    original, _ = draw(datagrams())
+    data = bytearray(strip(original))
     for _ in range(draw(st.integers(1, 4))):
         how = draw(st.sampled_from(["flip", "byte", "word", "cut", "grow", "insert", "type"]))
         if how == "type":
@@ -366,19 +349,19 @@ def resealed(draw: st.DrawFn, key: bytes | None) -> bytes:
             data = data[: draw(st.integers(8, len(data)))]
         else:
             data[at:at] = draw(st.binary(min_size=1, max_size=16))
-    return seal(bytes(data), key)
+    return seal(bytes(data))
 
 
 @FAST
-@given(st.data(), keys)
-def test_resealed_mutations(data: st.DataObject, key: bytes | None) -> None:
-    sealed = data.draw(resealed(key))
-    result = decode_or_reason(sealed, key)
+@given(st.data())
+def test_resealed_mutations(data: st.DataObject) -> None:
+    sealed = data.draw(resealed())
+    result = decode_or_reason(sealed)
     event(result if isinstance(result, str) else type(result).__name__)
     if isinstance(result, str):
         assert result in {"malformed", "truncated", "unknown_type"}, result
         return
-    check_canonical(sealed, key, result)
+    check_canonical(sealed, result)
     if isinstance(result, Data):
         verify_or_reason(bytes(result.batch))  # the listener's next step
 

@@ -24,6 +24,7 @@ from ..errors import ProtocolError
 __all__ = [
     "BATCH_HEADER",
     "BATCH_MAGIC",
+    "BATCH_TAIL",
     "FLAG_LARGE",
     "LITTLE_ENDIAN",
     "MAX_SMALL_RECORD",
@@ -57,7 +58,8 @@ _U32 = struct.Struct("<I")
 # 44 u16[count] lengths (absent with FLAG_LARGE), then the payloads back to back
 _BATCH = struct.Struct("<QI2sBBIIQQI")
 BATCH_HEADER: Final = _BATCH.size  # 44
-_BATCH_TAIL = struct.Struct("<2sBBIIQQI")  # the header from offset 12
+BATCH_TAIL: Final = struct.Struct("<2sBBIIQQI")
+"""The batch header from offset 12 (what the batch CRC covers of it)."""
 _POS = struct.Struct("<Q")
 _HEAD = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
@@ -127,7 +129,7 @@ def encode_batch_of(
     table `lengths` (little-endian u16s, or a native array("H") on a
     little-endian machine): the link joins the records anyway to count them."""
     length = BATCH_HEADER + 2 * count + len(payload)
-    tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
+    tail = BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
     crc = crc32c(payload, crc32c(lengths, crc32c(tail)))
     return b"".join((_HEAD.pack(0, crc), tail, lengths, payload))
 
@@ -135,7 +137,7 @@ def encode_batch_of(
 def encode_large_batch(producer: int, epoch: int, seq: int, record: bytes) -> bytes:
     """Encode one record of any size as a batch without a length table."""
     length = BATCH_HEADER + len(record)
-    tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, FLAG_LARGE, length, 1, producer, seq, epoch)
+    tail = BATCH_TAIL.pack(BATCH_MAGIC, VERSION, FLAG_LARGE, length, 1, producer, seq, epoch)
     crc = crc32c(record, crc32c(tail))
     return b"".join((_POS.pack(0), _U32.pack(crc), tail, record))
 

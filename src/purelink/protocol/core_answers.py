@@ -31,7 +31,7 @@ from collections import deque
 from . import wire
 from .core_parts import Address
 from .core_sessions import CoreSessions
-from .core_state import _Conn
+from .core_state import Session, SessionState
 
 __all__ = ["CoreAnswers"]
 
@@ -60,11 +60,11 @@ class CoreAnswers(CoreSessions):
                 if last_seq > producer.stored:
                     producer.stored = last_seq
                     conn = producer.conn
-                    if isinstance(conn, _Conn) and conn.accepted:
+                    if isinstance(conn, Session) and conn.state is SessionState.OPEN:
                         self._want_ack(conn)
                     elif producer in self._closed_unsynced:
                         self._forget_closed(producer)
-        waiting = self._accept_waiting.get(stream)
+        waiting = self._accept_waiting.pop(stream, None)
         if waiting:
             still = []
             for conn in waiting:
@@ -74,34 +74,31 @@ class CoreAnswers(CoreSessions):
                     still.append(conn)
             if still:
                 self._accept_waiting[stream] = still
-            else:
-                del self._accept_waiting[stream]
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         """Answers to send now: at most one ACK per session with news (one to a
         proven peer may be held for a sync in flight: see the module header)."""
         out, self._out = self._out, []
-        self._hold_until = 0.0
+        self._hold_until = None
         if self._ack_due:
-            key = self._key
             hold = self.config.ack_hold
             held: set[int] = set()
-            hold_until = 0.0
+            hold_until: float | None = None
             sent = 0
             for conn_id in self._ack_due:
                 conn = self._conns.get(conn_id)
-                if conn is None or not conn.accepted:
+                if conn is None or conn.state is not SessionState.OPEN:
                     continue
                 p = conn.producer
                 if conn.proven and p.stored < p.received and hold > 0:
-                    until = conn.hold_until or now + hold
+                    until = now + hold if conn.hold_until is None else conn.hold_until
                     if now < until:  # the sync's ACK will say "received" and "stored"
                         conn.hold_until = until
                         held.add(conn_id)
-                        if not hold_until or until < hold_until:
+                        if hold_until is None or until < hold_until:
                             hold_until = until
                         continue
-                conn.hold_until = 0.0
+                conn.hold_until = None
                 conn.ack_due = False
                 sent += 1
                 delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
@@ -120,7 +117,7 @@ class CoreAnswers(CoreSessions):
                 conn.largest_pn = 0
                 if conn.duplicates:
                     conn.duplicates.clear()
-                out.append((wire.encode_ack(ack, key), conn.addr))
+                out.append((wire.encode_ack(ack), conn.addr))
             self.stats.acks += sent
             self._ack_due = held
             self._hold_until = hold_until
@@ -129,6 +126,6 @@ class CoreAnswers(CoreSessions):
     def timeout(self, now: float) -> float:
         """Seconds until a held ACK is due (the driver calls `datagrams_to_send`
         then); -1 when none is held, so an idle listener keeps no timer."""
-        if not self._hold_until:
+        if self._hold_until is None:
             return -1.0
         return max(self._hold_until - now, 0.0)

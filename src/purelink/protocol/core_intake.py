@@ -30,7 +30,7 @@ from ..errors import ProtocolError
 from . import wire
 from .core_parts import Address
 from .core_sessions import CoreSessions
-from .core_state import _Conn
+from .core_state import Session, SessionState
 from .receiver import MAX_ACK_DUPLICATES, Partial, Producer, Write, largest_record
 
 __all__ = ["DATA_FAST", "CoreIntake"]
@@ -41,6 +41,7 @@ DATA_FAST: Final = struct.Struct("<2sBBIQQI2sBBIIQQI")
 _FRAG_FAST: Final = struct.Struct("<2sBBIQIQII")
 _U32: Final = struct.Struct("<I")
 _ZEROS: Final = memoryview(bytes(65536))
+_OPEN: Final = SessionState.OPEN
 
 
 class CoreIntake(CoreSessions):
@@ -79,7 +80,7 @@ class CoreIntake(CoreSessions):
         ):
             return False
         conn = self._conns.get(conn_id)
-        if conn is None or not conn.accepted or conn.addr != addr or conn.epoch != epoch:
+        if conn is None or conn.state is not _OPEN or conn.addr != addr or conn.epoch != epoch:
             return False
         p = conn.producer
         if producer != p.pid or first != p.received + 1 or p.held or p.partials:
@@ -139,7 +140,7 @@ class CoreIntake(CoreSessions):
         if magic != wire.DATAGRAM_MAGIC or version != wire.DATAGRAM_VERSION or end >= total:
             return False
         conn = self._conns.get(conn_id)
-        if conn is None or not conn.accepted or conn.addr != addr or conn.epoch != epoch:
+        if conn is None or conn.state is not _OPEN or conn.addr != addr or conn.epoch != epoch:
             return False
         p = conn.producer
         if seq != p.received + 1:
@@ -263,7 +264,7 @@ class CoreIntake(CoreSessions):
             if self._holding and p in self._holding:
                 self._account(p)  # a batch put together and refused: its buffer went
 
-    def _note_pn(self, conn: _Conn, pn: int, now: float, duplicate: bool = False) -> None:
+    def _note_pn(self, conn: Session, pn: int, now: float, duplicate: bool = False) -> None:
         if duplicate and len(conn.duplicates) < MAX_ACK_DUPLICATES:
             conn.duplicates.append(pn)  # the link learns its retransmission was spurious
         if pn > conn.largest_pn:

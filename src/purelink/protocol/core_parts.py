@@ -63,8 +63,6 @@ class ProducerTable(Protocol):
 class CoreConfig:
     """How a listener's protocol core behaves."""
 
-    secret: bytes | None = None
-    """Key for every datagram's MAC, or None."""
     max_links: int = 100_000
     """Most sessions at once; a HELLO past it is refused (limit)."""
     max_record: int = 16 << 20

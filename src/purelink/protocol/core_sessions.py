@@ -2,7 +2,9 @@
 
 Why it exists: every other part of the core (the handshake, batch intake,
 answers) finds a session, starts one or ends one through the methods here,
-so the rules of a session's life are written in one place.
+so the rules of a session's life are written in one place: `_move` is the
+only setter of a session's state (the table of legal moves and what each
+state means for the collections: core_state.py).
 
 Sessions and epochs.  A session is (conn_id, address, producer, epoch).  A
 new session of a producer takes a higher epoch (durably, before it is
@@ -31,10 +33,16 @@ import os
 from ..errors import Error
 from . import wire
 from .core_parts import Address
-from .core_state import CoreState, _Conn
+from .core_state import MOVES, CoreState, Session, SessionState
 from .receiver import Producer
 
 __all__ = ["CoreSessions"]
+
+_NEW = SessionState.NEW
+_WAITING = SessionState.WAITING
+_OPEN = SessionState.OPEN
+_FENCED = SessionState.FENCED
+_CLOSED = SessionState.CLOSED
 
 
 class CoreSessions(CoreState):
@@ -70,15 +78,8 @@ class CoreSessions(CoreState):
         self._finished.discard(addr)
         for conn_id in self._by_peer.pop(addr, ()):
             conn = self._conns.get(conn_id)
-            if conn is None or conn.addr != addr:
-                continue
-            stream = conn.producer.stream
-            waiting = self._accept_waiting.get(stream)
-            if waiting and conn in waiting:  # never to be accepted now
-                waiting.remove(conn)
-                if not waiting:
-                    del self._accept_waiting[stream]
-            self._close(conn)
+            if conn is not None and conn.addr == addr:
+                self._close(conn)  # one still WAITING is never accepted now
 
     def fence_producer(self, stream: str, pid: int) -> None:
         """A newer session of this producer lives elsewhere (a shared store said
@@ -91,21 +92,79 @@ class CoreSessions(CoreState):
         self._closed_unsynced.discard(producer)
         conn = producer.conn
         producer.conn = None
-        if isinstance(conn, _Conn):
+        if isinstance(conn, Session):
             self._fence(conn)
 
-    def _session(self, conn_id: int, epoch: int, addr: Address, size: int) -> _Conn | None:
+    # ------------------------------------------------------------ state
+    def _move(self, conn: Session, state: SessionState) -> None:
+        """The one setter of a session's state: refuses a move not in `MOVES` (a
+        bug here, never a peer's doing) and keeps the collections that index
+        sessions in step with the new state (core_state.py's table)."""
+        old = conn.state
+        if (old, state) not in MOVES:
+            raise AssertionError(f"listener core: illegal session move {old.name} -> {state.name}")
+        conn.state = state
+        if old is _NEW:
+            self._register(conn)
+        elif old is _WAITING:
+            self._unwait(conn)
+        if state is _WAITING:
+            self._accept_waiting.setdefault(conn.producer.stream, []).append(conn)
+        elif state is _FENCED or state is _CLOSED:
+            self._forget(conn)
+
+    def _register(self, conn: Session) -> None:
+        """A new session goes live: findable by conn id, by HELLO, by producer and,
+        for a proven peer, by its connection."""
+        conn_id, addr = conn.conn_id, conn.addr
+        self._conns[conn_id] = conn
+        conn.producer.conn = conn
+        self._hellos[(addr, conn.nonce)] = conn_id
+        if conn.proven:
+            self._by_peer.setdefault(addr, []).append(conn_id)
+            self._finished.discard(addr)  # a new session: the connection carries it
+
+    def _unwait(self, conn: Session) -> None:
+        """A WAITING session leaves its stream's list of sessions to accept."""
+        stream = conn.producer.stream
+        waiting = self._accept_waiting.get(stream)
+        if waiting is None:
+            return  # synced() took the whole list
+        waiting.remove(conn)
+        if not waiting:
+            del self._accept_waiting[stream]
+
+    def _forget(self, conn: Session) -> None:
+        """An ended session leaves the live collections; it is remembered a while in
+        `_gone` (to answer its late datagrams) and its HELLO in `_spent`."""
+        self._conns.pop(conn.conn_id, None)
+        self._hellos.pop((conn.addr, conn.nonce), None)
+        if conn.replay_until is not None:
+            spent = self._spent
+            spent[(conn.addr, conn.nonce)] = conn.replay_until
+            if len(spent) > self.config.hello_memory:
+                del spent[next(iter(spent))]
+        conn.ack_due = False
+        self._ack_due.discard(conn.conn_id)
+        if conn.producer.conn is conn:
+            conn.producer.conn = None
+        self._gone[conn.conn_id] = conn
+        while len(self._gone) > self.config.fenced_memory:
+            del self._gone[next(iter(self._gone))]
+
+    # ---------------------------------------------------------- lookups
+    def _session(self, conn_id: int, epoch: int, addr: Address, size: int) -> Session | None:
         conn = self._conns.get(conn_id)
         if conn is None:
             gone = self._gone.get(conn_id)
-            if gone is not None and gone.addr == addr and gone.fenced:
+            if gone is not None and gone.addr == addr and gone.state is _FENCED:
                 self._drop("stale_epoch")
                 refuse = wire.Refuse(conn_id, 0, gone.epoch, wire.RefuseReason.FENCED)
-                self._send_unproven(wire.encode_refuse(refuse, self._key), addr, size)
+                self._send_unproven(wire.encode_refuse(refuse), addr, size)
                 return None
             self._drop("unknown_conn")
             refuse = wire.Refuse(conn_id, 0, epoch, wire.RefuseReason.UNKNOWN)
-            self._send_unproven(wire.encode_refuse(refuse, self._key), addr, size)
+            self._send_unproven(wire.encode_refuse(refuse), addr, size)
             return None
         if conn.addr != addr:
             self._drop("wrong_address")
@@ -113,17 +172,18 @@ class CoreSessions(CoreState):
         if epoch != conn.epoch:
             self._drop("stale_epoch")
             return None
-        if not conn.accepted:
+        if conn.state is not _OPEN:
             self._drop("not_accepted")
             return None
         return conn
 
-    def _accept(self, conn: _Conn) -> None:
-        conn.accepted = True
+    def _accept(self, conn: Session) -> None:
+        """A NEW or WAITING session opens: its ACCEPT goes out."""
+        self._move(conn, _OPEN)
         self.stats.accepts += 1
         self._send_accept(conn)
 
-    def _send_accept(self, conn: _Conn) -> None:
+    def _send_accept(self, conn: Session) -> None:
         p = conn.producer
         accept = wire.Accept(
             conn.conn_id,
@@ -135,26 +195,13 @@ class CoreSessions(CoreState):
             p.window,
             p.max_record,
         )
-        self._out.append((wire.encode_accept(accept, self._key), conn.addr))
+        self._out.append((wire.encode_accept(accept), conn.addr))
 
     def _new_conn_id(self) -> int:
         while True:
             conn_id = int.from_bytes(os.urandom(4), "little")
             if conn_id and conn_id not in self._conns and conn_id not in self._gone:
                 return conn_id
-
-    def _forget(self, conn: _Conn) -> None:
-        self._conns.pop(conn.conn_id, None)
-        self._hellos.pop((conn.addr, conn.nonce), None)
-        if conn.replay_until:
-            spent = self._spent
-            spent[(conn.addr, conn.nonce)] = conn.replay_until
-            if len(spent) > self.config.hello_memory:
-                del spent[next(iter(spent))]
-        self._ack_due.discard(conn.conn_id)
-        self._gone[conn.conn_id] = conn
-        while len(self._gone) > self.config.fenced_memory:
-            del self._gone[next(iter(self._gone))]
 
     def _expire_idle(self, now: float) -> None:
         """Forget sessions that sent nothing for idle_timeout (no timer: called from
@@ -191,27 +238,25 @@ class CoreSessions(CoreState):
         self.fence_producer(producer.stream, producer.pid)
         return None
 
-    def _fence(self, conn: _Conn) -> None:
+    def _fence(self, conn: Session) -> None:
         """A newer session of its producer replaces `conn`: tell it at once (its
         address was proven by its handshake), so that its application learns it
         now, not at its next datagram (which would get the same REFUSE)."""
         self.stats.fenced += 1
-        conn.fenced = True
-        waiting = self._accept_waiting.get(conn.producer.stream)
-        if waiting and conn in waiting:
-            waiting.remove(conn)  # never accept a session that is already fenced
-            refuse = wire.Refuse(0, conn.nonce, 0, wire.RefuseReason.FENCED)  # its HELLO's
+        if conn.state is _WAITING:  # never accepted: the REFUSE answers its HELLO
+            refuse = wire.Refuse(0, conn.nonce, 0, wire.RefuseReason.FENCED)
         else:
             refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, wire.RefuseReason.FENCED)
-        self._out.append((wire.encode_refuse(refuse, self._key), conn.addr))
-        self._forget(conn)
+        self._move(conn, _FENCED)
+        self._out.append((wire.encode_refuse(refuse), conn.addr))
 
-    def _close(self, conn: _Conn, said_close: bool = False) -> None:
-        """End a session: it said CLOSE, it expired, or its connection closed."""
-        self._forget(conn)
+    def _close(self, conn: Session, said_close: bool = False) -> None:
+        """End a session: it said CLOSE, it expired, its connection closed or its
+        key was revoked."""
         p = conn.producer
-        if p.conn is conn:
-            p.conn = None
+        current = p.conn is conn
+        self._move(conn, _CLOSED)
+        if current:
             if p.pid >> 63 and p.stored >= p.received:
                 # an anonymous producer is not needed in memory between sessions: a
                 # link that comes back (after an expiry, or on a new connection)

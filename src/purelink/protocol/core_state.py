@@ -7,6 +7,33 @@ durability (core_answers.py).  They all read and write one set of fields: the
 fields are declared here, once, with what each one holds, so that no part
 grows state the others cannot see.
 
+Sessions.  A session's place in its life is one `SessionState`, changed
+only by `CoreSessions._move` (core_sessions.py), which checks the move
+against `MOVES` (after h11's _state.py; the sender's own table is in
+sender_session.py) and keeps the collections that index sessions in step
+with it:
+
+    state     where the session is
+    NEW       nowhere yet (a HELLO passed; `_move` registers it)
+    WAITING   _conns, _hellos, producer.conn, _by_peer (proven), _accept_waiting
+    OPEN      _conns, _hellos, producer.conn, _by_peer (proven), _ack_due (ack owed)
+    FENCED    _gone (the newest `fenced_memory`), _spent (while its cookie is fresh)
+    CLOSED    _gone, _spent
+
+    NEW --ready--> OPEN --newer session--> FENCED
+     |              '--CLOSE, expiry, disconnect, key revoked--> CLOSED
+     '--records not yet durable--> WAITING --synced--> OPEN
+                                      |--newer session--> FENCED
+                                      '--expiry, disconnect, key revoked--> CLOSED
+
+Any other move raises AssertionError: a bug in the core, never a peer's
+doing (a peer's bad datagram is dropped and counted).  `_by_peer` is tidied
+lazily (`has_session`, `disconnected`).  `ack_due` is the one flag a session
+carries besides its state: an OPEN session owes an ACK, mirrored by
+`_ack_due` so that the drain visits only those (the per-datagram fast paths
+set both inline).  `proven` is not a state: it says how the session came
+(over TCP) and never changes.
+
 Memory.  `memory` (the bytes held out of order or being reassembled, across
 all producers) is a running total, brought up to date only where a
 producer's held bytes can change -- a "held" result, a "stored" result of a
@@ -16,6 +43,7 @@ check against `max_memory` costs O(1) per datagram, not O(producers).
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,7 +53,7 @@ from .core_parts import Address, Cookies, CoreConfig, CoreStats, ProducerTable
 from .ratelimit import TokenBuckets
 from .receiver import Producer, Write
 
-__all__ = ["AMPLIFICATION", "CoreState"]
+__all__ = ["AMPLIFICATION", "MOVES", "CoreState", "Session", "SessionState"]
 
 AMPLIFICATION: Final = 3
 _NOT_JUNK: Final = frozenset({"session_expired", "unknown_conn", "stale_epoch", "not_accepted"})
@@ -34,8 +62,43 @@ next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), or a
 DATA racing its ACCEPT.  Every other reason means bytes no link sends."""
 
 
-@dataclass
-class _Conn:
+class SessionState(enum.Enum):
+    """Where a session is in its life (the table of moves: `MOVES`)."""
+
+    NEW = "new"
+    """Made by a HELLO that passed every check; in no collection yet."""
+    WAITING = "waiting"
+    """Live; its ACCEPT waits until its producer's written records are durable."""
+    OPEN = "open"
+    """Live and accepted: its data is taken and its ACKs are sent."""
+    FENCED = "fenced"
+    """Ended: a newer session of its producer replaced it."""
+    CLOSED = "closed"
+    """Ended: it said CLOSE, expired, lost its connection or its key."""
+
+
+_NEW: Final = SessionState.NEW
+_WAITING: Final = SessionState.WAITING
+_OPEN: Final = SessionState.OPEN
+_FENCED: Final = SessionState.FENCED
+_CLOSED: Final = SessionState.CLOSED
+
+MOVES: Final = frozenset(
+    {
+        (_NEW, _WAITING),
+        (_NEW, _OPEN),
+        (_WAITING, _OPEN),
+        (_WAITING, _FENCED),
+        (_WAITING, _CLOSED),
+        (_OPEN, _FENCED),
+        (_OPEN, _CLOSED),
+    }
+)
+"""The legal moves of a session's state; `CoreSessions._move` refuses any other."""
+
+
+@dataclass(eq=False)
+class Session:
     """One session: a producer's epoch at one address, and what it owes an answer."""
 
     conn_id: int
@@ -43,16 +106,21 @@ class _Conn:
     producer: Producer
     epoch: int
     nonce: int
-    accepted: bool = False
+    last_seen: float
+    replay_until: float | None
+    """Until when a replay of its HELLO could pass the cookie check (None: its HELLO
+    had no cookie, over TCP)."""
+    proven: bool
+    """Its transport proved the address (TCP): nothing is lost on the way."""
+    state: SessionState = _NEW
+    """Changed only by `CoreSessions._move`."""
     ack_due: bool = False
-    last_seen: float = 0.0
-    fenced: bool = False
-    replay_until: float = 0.0  # until when a replay of its HELLO could pass the cookie check
+    """It owes an ACK (then it is in the core's `_ack_due`)."""
     largest_pn: int = 0  # largest packet number of this session since its last answer
     ack_delay_from: float = 0.0  # when that packet arrived
     duplicates: list[int] = field(default_factory=list)  # pns that brought nothing new
-    proven: bool = False  # its transport proved the address (TCP): nothing is lost on the way
-    hold_until: float = 0.0  # an ACK held for a sync goes out by then at the latest (0: none held)
+    hold_until: float | None = None
+    """An ACK held for a sync goes out by then at the latest (None: none held)."""
 
 
 class CoreState:
@@ -65,10 +133,9 @@ class CoreState:
         # a producer's state is read again at each of its new sessions
         self._shared = bool(getattr(store, "shared", False))
         self.stats = CoreStats()
-        self._key = self.config.secret
         self._cookies = Cookies(self.config.cookie_lifetime)
-        self._conns: dict[int, _Conn] = {}
-        self._gone: dict[int, _Conn] = {}  # fenced or closed sessions, oldest first
+        self._conns: dict[int, Session] = {}
+        self._gone: dict[int, Session] = {}  # fenced or closed sessions, oldest first
         self._producers: dict[tuple[str, int], Producer] = {}
         self._hellos: dict[tuple[Address, int], int] = {}  # (addr, nonce) -> conn_id
         self._writes: dict[str, list[Write]] = {}
@@ -76,11 +143,11 @@ class CoreState:
         self._pending_sync: dict[str, deque[tuple[int, list[tuple[Producer, int]]]]] = {}
         self._out: list[tuple[bytes, Address]] = []
         self._ack_due: set[int] = set()
-        self._hold_until = 0.0  # the earliest hold_until of a held ACK; 0: none held
+        self._hold_until: float | None = None  # the earliest hold_until of a held ACK
         self._finished: set[Address] = set()  # proven peers whose last session said CLOSE
         # anonymous producers whose link said CLOSE before its records were durable
         self._closed_unsynced: set[Producer] = set()
-        self._accept_waiting: dict[str, list[_Conn]] = {}
+        self._accept_waiting: dict[str, list[Session]] = {}
         self._next_sweep = 0.0  # when the HELLO path next looks for idle sessions
         self._by_peer: dict[Address, list[int]] = {}  # proven peer -> its sessions' conn_ids
         self._spent: dict[tuple[Address, int], float] = {}  # ended (addr, nonce) -> fresh until
@@ -125,7 +192,7 @@ class CoreState:
             return
         self._out.append((data, addr))
 
-    def _want_ack(self, conn: _Conn) -> None:
+    def _want_ack(self, conn: Session) -> None:
         if not conn.ack_due:
             conn.ack_due = True
             self._ack_due.add(conn.conn_id)

@@ -7,7 +7,7 @@ boundary around each one, since a stream has none:
     length bytes                 the datagram, as wire.encode_* made it
 
 Nothing else: no magic or checksum of its own (the datagram inside carries
-magic, version, CRC-32C and the MAC), no padding, no version.  A frame of
+magic, version and CRC-32C, or is sealed by channel.py), no padding, no version.  A frame of
 length 0 is legal framing (its empty datagram is then dropped by the
 datagram decoder, like any truncated datagram).
 

@@ -9,9 +9,11 @@ returns (`datagrams_to_send`).  The store is reached through the small
 `ListenerCore` is one object, put together from parts that each own one
 concern and share one set of fields:
 
-  core_state.py      the fields, the drop counters, the memory total
-  core_sessions.py   sessions and epochs: lookup, accept, fence, close, expiry;
-                     the refresh of a producer from a shared store
+  core_state.py      the fields, the drop counters, the memory total; a
+                     session's states and the table of their legal moves
+  core_sessions.py   sessions and epochs: the one setter of a session's state,
+                     lookup, accept, fence, close, expiry; the refresh of a
+                     producer from a shared store
   core_handshake.py  HELLO -> RETRY / ACCEPT / REFUSE: cookies, replays, limits
   core_intake.py     DATA and FRAGMENT -> batches in order, held or duplicate;
                      the in-order fast paths
@@ -53,7 +55,7 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         stats.datagrams += 1
         size = len(data)
         stats.bytes += size
-        if size > DATA_FAST.size and self._key is None and wire.LITTLE_ENDIAN:
+        if size > DATA_FAST.size and wire.LITTLE_ENDIAN:
             kind = data[3]
             if kind == wire.MsgType.FRAGMENT:
                 if self._fast_piece(data, addr, now):
@@ -61,7 +63,7 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
             elif kind == wire.MsgType.DATA and self._fast_data(data, addr, now):
                 return
         try:
-            msg = wire.decode_datagram(data, self._key)
+            msg = wire.decode_datagram(data)
         except ProtocolError as exc:
             self._drop(exc.reason)
             return
@@ -72,20 +74,31 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         elif isinstance(msg, wire.Hello):
             self._on_hello(msg, addr, now, len(data), proven)
         elif isinstance(msg, wire.Probe):
-            conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
-            if conn is not None:
-                if msg.padding:  # a path MTU probe: say it came, and how large
-                    conn.last_seen = now
-                    self.stats.mtu_probes += 1
-                    answer = wire.MtuAck(conn.conn_id, conn.epoch, msg.pn, min(size, 0xFFFF))
-                    self._out.append((wire.encode_mtu_ack(answer, self._key), conn.addr))
-                else:
-                    self._note_pn(conn, msg.pn, now)
+            self._on_probe(msg, addr, now, size)
         elif isinstance(msg, wire.Close):
-            conn = self._session(msg.conn_id, msg.epoch, addr, len(data))
-            if conn is not None:
-                self._close(conn, said_close=True)
-                if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
-                    self._finished.add(addr)
+            self._on_close(msg, addr, size)
         else:
             self._drop("wrong_direction")
+
+    def _on_probe(self, msg: wire.Probe, addr: Address, now: float, size: int) -> None:
+        """A loss probe asks for an ACK; a padded one (a path MTU probe) for an
+        MTU_ACK that says it came, and how large."""
+        conn = self._session(msg.conn_id, msg.epoch, addr, size)
+        if conn is None:
+            return
+        if msg.padding:
+            conn.last_seen = now
+            self.stats.mtu_probes += 1
+            answer = wire.MtuAck(conn.conn_id, conn.epoch, msg.pn, min(size, 0xFFFF))
+            self._out.append((wire.encode_mtu_ack(answer), conn.addr))
+        else:
+            self._note_pn(conn, msg.pn, now)
+
+    def _on_close(self, msg: wire.Close, addr: Address, size: int) -> None:
+        """The link is closed for good: its session ends, and a proven peer left
+        with no session is `finished`."""
+        conn = self._session(msg.conn_id, msg.epoch, addr, size)
+        if conn is not None:
+            self._close(conn, said_close=True)
+            if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
+                self._finished.add(addr)

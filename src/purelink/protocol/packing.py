@@ -16,7 +16,7 @@ How records become datagrams:
   large batch of its own);
 * a batch that fits one datagram goes in one DATA datagram;
 * a larger batch goes as FRAGMENT datagrams, its bytes cut into pieces of
-  `size - FRAGMENT_OVERHEAD` (less the MAC): every piece fills its datagram
+  `size - FRAGMENT_OVERHEAD`: every piece fills its datagram
   exactly, but the batch's last.  So a run of pieces is a run of equal
   datagrams, as UDP GSO wants, and nothing is ever padded.  The listener
   puts the pieces together and stores the batch's bytes as they are
@@ -114,9 +114,7 @@ class Flight:
 class Packer:
     """Cuts a sender's records into batches and batches into datagrams."""
 
-    def __init__(self, size: int, key: bytes | None = None) -> None:
-        self._key = key
-        self._mac = wire.MAC_SIZE if key is not None else 0
+    def __init__(self, size: int) -> None:
         self.conn_id = 0
         self.producer_id = 0
         self.epoch = 0
@@ -149,8 +147,8 @@ class Packer:
         if size < 128:
             raise ValueError("a datagram of fewer than 128 bytes cannot carry a batch")
         self._size = size
-        self._data_room = size - wire.DATA_OVERHEAD - wire.BATCH_HEADER - self._mac
-        self._chunk = size - wire.FRAGMENT_OVERHEAD - self._mac
+        self._data_room = size - wire.DATA_OVERHEAD - wire.BATCH_HEADER
+        self._chunk = size - wire.FRAGMENT_OVERHEAD
         pieces = (BATCH_LIMIT + wire.BATCH_HEADER) // self._chunk
         room = pieces * self._chunk - wire.BATCH_HEADER
         self._batch_room = min(BATCH_LIMIT, max(room, self._data_room))
@@ -210,7 +208,7 @@ class Packer:
             n = min(count - sent, -(-(room - used) // size))
             end = min(at + n * chunk, len(batch))
             datagrams = wire.encode_pieces(
-                self.conn_id, pn + 1, self.epoch, self._first, batch, at, end, chunk, self._key
+                self.conn_id, pn + 1, self.epoch, self._first, batch, at, end, chunk
             )
             first, last = self._first, self._last
             for data in datagrams:
@@ -283,7 +281,7 @@ class Packer:
             pn += 1
             data = wire.encode_data_batch(
                 self.conn_id, pn, producer, epoch, seq, recs[i : i + n], lens[i : i + n],
-                self._key, 0, payload,
+                0, payload,
             )  # fmt: skip
             flights[pn] = Flight(pn, seq, last, len(data), now, data)
             out.append(data)
@@ -307,7 +305,7 @@ class Packer:
         sent, whose datagrams are their `data`)."""
         if f.size <= self._size:
             pn += 1
-            f.data = wire.reseal(f.data, pn, self._key)
+            f.data = wire.reseal(f.data, pn)
             f.pn = pn
             f.sent = now
             return pn, [f]
@@ -322,7 +320,7 @@ class Packer:
             start, end = 0, total
         chunk = self._chunk
         datagrams = wire.encode_pieces(
-            self.conn_id, pn + 1, self.epoch, f.first, piece, start, end, chunk, self._key,
+            self.conn_id, pn + 1, self.epoch, f.first, piece, start, end, chunk,
             total, start,
         )  # fmt: skip
         flights = []

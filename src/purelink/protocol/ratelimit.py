@@ -1,7 +1,7 @@
 """Token buckets per source, in a bounded table: the handshake rate limit.
 
 Why it exists: a HELLO costs the listener work before the sender has proven
-much -- a RETRY (a MAC and a datagram) for one without a cookie, and for one
+much -- a RETRY (a cookie's keyed hash and a datagram) for one without a cookie, and for one
 with a cookie new state, a stream folder, and for a named producer an epoch
 written and fdatasynced.  docs/security.md asks for handshakes to be limited
 per source, so that one host cannot turn the listener into a reflector or

@@ -153,7 +153,7 @@ class Producer:
         self.partials: dict[int, Partial] = {}
         self.max_reorder = max_reorder
         self.max_record = max_record
-        self.conn: object | None = None  # the current session (a core_state._Conn)
+        self.conn: object | None = None  # the current session (a core_state.Session)
 
     # ----------------------------------------------------------- batches
     def on_batch(

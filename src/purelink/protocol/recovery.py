@@ -105,7 +105,6 @@ class RttEstimator:
 
     srtt: float = 0.0
     rttvar: float = 0.0
-    latest: float = 0.0
     min_rtt: float = 0.0
     samples: int = 0
     _backoff: int = 0
@@ -118,7 +117,6 @@ class RttEstimator:
             self.min_rtt = rtt  # before ack_delay comes off (RFC 9002 5.2)
         if rtt - ack_delay >= max(self.granularity, self.min_rtt):
             rtt -= ack_delay
-        self.latest = rtt
         if self.samples == 0:
             self.srtt = rtt
             self.rttvar = rtt / 2
@@ -162,11 +160,6 @@ class RttEstimator:
             return self.pto
         base = max(self.srtt + max(4 * self.rttvar, self.granularity) + ANSWER_DELAY, self.min_rto)
         return min(base * (1 << self._backoff), self.pto)
-
-    @property
-    def backoffs(self) -> int:
-        """How many times in a row the timeout was backed off."""
-        return self._backoff
 
     def backoff(self) -> None:
         """A probe went unanswered: double the timeout (up to max_rto)."""
@@ -326,10 +319,35 @@ class InFlight:
     def on_ack(self, ack: Ack, received: int, all_received: bool, now: float) -> None:
         """Resolve what `ack` covers (`received`: the highest in-order seq known;
         `all_received`: it covers everything sent so far)."""
-        flights = self.flights
+        rtt_sample = self._sample_rtt(ack, now)
+        for pn in ack.duplicates:
+            lost_sent = self._repairs.pop(pn, None)
+            if lost_sent is not None:
+                self._spurious(lost_sent, now)
+        acked = self._acked(ack, received, all_received)
+        sample = RateSample(prior_in_flight=self.bytes)
+        rate = self.rate
+        for f in acked:
+            self.remove(f)
+            rate.on_acked(f, now)
+        if self.path is not None:
+            self.path.on_acked(acked, now)
+        if self.lost:
+            self._drop_delivered(received, ack.ranges, now)
+        self.detect_losses(now, sample)
+        rate.sample(sample, self.rtt.min_rtt)
+        sample.rtt = rtt_sample
+        sample.in_flight = self.bytes
+        self.cc.on_ack(sample, now)
+
+    def _sample_rtt(self, ack: Ack, now: float) -> float:
+        """The RTT sample of `ack`'s largest packet number, if this sender knows
+        when it went (a flight, a superseded copy or a loss probe; else 0), fed
+        to the estimator and to RACK; the largest pn the listener has seen moves
+        up, and loss probes at or below it are resolved."""
         largest = ack.largest_pn
         rtt_sample = 0.0
-        named = flights.get(largest)
+        named = self.flights.get(largest)
         if named is not None:
             sent: float | None = named.sent
         else:
@@ -343,10 +361,12 @@ class InFlight:
             if self.probes:
                 for pn in [p for p in self.probes if p <= largest]:
                     del self.probes[pn]
-        for pn in ack.duplicates:
-            lost_sent = self._repairs.pop(pn, None)
-            if lost_sent is not None:
-                self._spurious(lost_sent, now)
+        return rtt_sample
+
+    def _acked(self, ack: Ack, received: int, all_received: bool) -> list[Flight]:
+        """The flights `ack` covers: up to its seq `received`, in its ranges, or
+        (pieces) in its fragment spans."""
+        flights = self.flights
         ranges = ack.ranges
         frags = dict(ack.fragments) if ack.fragments else None
         largest_pn = self._largest_pn
@@ -370,20 +390,7 @@ class InFlight:
             # everything sent is received: copies whose own answer never came are done too
             seen = {id(f) for f in acked}
             acked.extend(f for f in flights.values() if f.last <= received and id(f) not in seen)
-        sample = RateSample(prior_in_flight=self.bytes)
-        rate = self.rate
-        for f in acked:
-            self.remove(f)
-            rate.on_acked(f, now)
-        if self.path is not None:
-            self.path.on_acked(acked, now)
-        if self.lost:
-            self._drop_delivered(received, ranges, now)
-        self.detect_losses(now, sample)
-        rate.sample(sample, self.rtt.min_rtt)
-        sample.rtt = rtt_sample
-        sample.in_flight = self.bytes
-        self.cc.on_ack(sample, now)
+        return acked
 
     def detect_losses(self, now: float, sample: RateSample | None = None) -> None:
         """RACK: a flight sent before the newest delivered one is lost once it is

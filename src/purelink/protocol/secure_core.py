@@ -64,13 +64,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from . import wire
 from .channel import OVERHEAD, Channel, RekeyPolicy
 from .core_parts import Address, CoreConfig, ProducerTable
-from .core_state import _Conn
+from .core_state import Session
 from .handshake import (
     INIT,
     SEALED,
@@ -81,7 +81,7 @@ from .handshake import (
     init_ref,
     open_init,
 )
-from .keys import KeyTable
+from .keys import Key, KeyTable
 from .listener_core import ListenerCore
 from .ratelimit import TokenBuckets
 
@@ -120,7 +120,7 @@ class SecureCore(ListenerCore):
         wall: Callable[[], float],
         policy: RekeyPolicy | None = None,
     ) -> None:
-        super().__init__(store, replace(config or CoreConfig(), secret=None))
+        super().__init__(store, config)
         self.keys = keys
         """The key table new handshakes are checked against (swap with set_keys)."""
         self._wall = wall  # Unix time, for key expiry (the driver passes time.time)
@@ -184,30 +184,10 @@ class SecureCore(ListenerCore):
         super().receive_datagram(plain, addr, now, proven)
 
     def _on_init(self, data: bytes | memoryview, addr: Address, now: float, proven: bool) -> None:
-        limiter = self._init_limiter  # before any work: opening an INIT costs ~20 us
-        if limiter is not None and not limiter.allow(addr[0], now):
-            self._outer_drop(data, "handshake_rate_limited")
+        opened = self._open_init(data, addr, now)
+        if opened is None:
             return
-        try:
-            key_id = init_key_id(data)
-        except ProtocolError as exc:
-            self._outer_drop(data, exc.reason)
-            return
-        key = self.keys.get(key_id)
-        if key is None:
-            self._key_refused(data, addr, wire.RefuseReason.UNKNOWN_KEY, "unknown_key")
-            return
-        if key.expired(self._wall()):
-            self._key_refused(data, addr, wire.RefuseReason.EXPIRED_KEY, "expired_key")
-            return
-        try:
-            hs, e_i = open_init(data, key.secret)
-        except ProtocolError as exc:
-            if exc.reason == "unauthenticated":
-                self._key_refused(data, addr, wire.RefuseReason.BAD_SECRET, "bad_secret")
-            else:
-                self._outer_drop(data, exc.reason)
-            return
+        key_id, key, hs, e_i = opened
         if proven:  # (over UDP the HELLO's cookie binds it to its address)
             seen = self._inits.get(e_i)
             if seen is not None and seen[0] != addr and now < seen[1]:
@@ -215,18 +195,8 @@ class SecureCore(ListenerCore):
                 return
             if seen is None:
                 self._remember_init(e_i, addr, now)
-        try:
-            hello = wire.decode_datagram(hs.hello)
-        except ProtocolError as exc:
-            self._outer_drop(data, exc.reason)
-            return
-        if not isinstance(hello, wire.Hello):
-            self._outer_drop(data, "malformed")
-            return
-        if not key.may_write(hello.stream):
-            self._outer_drop(data, "forbidden")
-            refuse = wire.Refuse(0, hello.nonce, 0, wire.RefuseReason.FORBIDDEN)
-            self._extra_unproven(hs.seal_reply(wire.encode_refuse(refuse)), addr, len(data))
+        hello = self._init_hello(data, addr, key, hs)
+        if hello is None:
             return
         if proven and not self._cookies.check(hello.cookie, addr, now):
             # over TCP too a cookie must tie the INIT to this connection and to the
@@ -248,6 +218,58 @@ class SecureCore(ListenerCore):
             session = hs.accept(e_i)  # the core keeps state now: so may the keys
             channel = Channel(conn_id, session.send, session.receive, now, self._policy)
             self._channels[conn_id] = _Secure(channel, hs, key_id, hello.stream, addr)
+
+    def _open_init(
+        self, data: bytes | memoryview, addr: Address, now: float
+    ) -> tuple[str, Key, ResponderHello, bytes] | None:
+        """An INIT within its source's rate, of a key id that is known and not
+        expired, opened with that key's secret: (key id, key, the responder's
+        state, the link's ephemeral); None: dropped, or refused with a KEYREFUSE."""
+        limiter = self._init_limiter  # before any work: opening an INIT costs ~20 us
+        if limiter is not None and not limiter.allow(addr[0], now):
+            self._outer_drop(data, "handshake_rate_limited")
+            return None
+        try:
+            key_id = init_key_id(data)
+        except ProtocolError as exc:
+            self._outer_drop(data, exc.reason)
+            return None
+        key = self.keys.get(key_id)
+        if key is None:
+            self._key_refused(data, addr, wire.RefuseReason.UNKNOWN_KEY, "unknown_key")
+            return None
+        if key.expired(self._wall()):
+            self._key_refused(data, addr, wire.RefuseReason.EXPIRED_KEY, "expired_key")
+            return None
+        try:
+            hs, e_i = open_init(data, key.secret)
+        except ProtocolError as exc:
+            if exc.reason == "unauthenticated":
+                self._key_refused(data, addr, wire.RefuseReason.BAD_SECRET, "bad_secret")
+            else:
+                self._outer_drop(data, exc.reason)
+            return None
+        return key_id, key, hs, e_i
+
+    def _init_hello(
+        self, data: bytes | memoryview, addr: Address, key: Key, hs: ResponderHello
+    ) -> wire.Hello | None:
+        """The HELLO inside an opened INIT, if it is one and its stream is one the
+        key may write (else REPLY(REFUSE forbidden)); None: dropped or refused."""
+        try:
+            hello = wire.decode_datagram(hs.hello)
+        except ProtocolError as exc:
+            self._outer_drop(data, exc.reason)
+            return None
+        if not isinstance(hello, wire.Hello):
+            self._outer_drop(data, "malformed")
+            return None
+        if not key.may_write(hello.stream):
+            self._outer_drop(data, "forbidden")
+            refuse = wire.Refuse(0, hello.nonce, 0, wire.RefuseReason.FORBIDDEN)
+            self._extra_unproven(hs.seal_reply(wire.encode_refuse(refuse)), addr, len(data))
+            return None
+        return hello
 
     def _remember_init(self, e_i: bytes, addr: Address, now: float) -> None:
         inits = self._inits
@@ -312,21 +334,12 @@ class SecureCore(ListenerCore):
                 continue
             refuse = wire.Refuse(conn_id, 0, conn.epoch, wire.RefuseReason.REVOKED)
             self._extra.append((sec.channel.seal(wire.encode_refuse(refuse), now), sec.addr))
-            self._end(conn)
+            self._close(conn)  # one still WAITING is never accepted now
             self._drop("key_revoked")
             ended += 1
         return ended
 
-    def _end(self, conn: _Conn) -> None:
-        stream = conn.producer.stream
-        waiting = self._accept_waiting.get(stream)
-        if waiting and conn in waiting:
-            waiting.remove(conn)
-            if not waiting:
-                del self._accept_waiting[stream]
-        self._close(conn)
-
-    def _forget(self, conn: _Conn) -> None:
+    def _forget(self, conn: Session) -> None:
         super()._forget(conn)
         sec = self._channels.pop(conn.conn_id, None)
         if sec is not None:

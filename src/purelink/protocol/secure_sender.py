@@ -64,11 +64,7 @@ class SecureSender(Sender):
     ) -> None:
         if config.datagram_size < MIN_DATAGRAM:
             raise ValueError(f"with a secret, datagram_size must be at least {MIN_DATAGRAM}")
-        super().__init__(
-            replace(config, secret=None, datagram_size=config.datagram_size - OVERHEAD)
-        )
-        self.outer_size = config.datagram_size
-        """The largest datagram put on the wire (the Sender's own is OVERHEAD less)."""
+        super().__init__(replace(config, datagram_size=config.datagram_size - OVERHEAD))
         self._psk = secret
         self._key_id = key_id
         self._policy = policy or RekeyPolicy()

@@ -93,13 +93,10 @@ class Sender(SenderAnswers):
         self.flight = InFlight(cc, self.rtt, self.stats)
         """The datagrams in flight, loss detection and rate samples (recovery.py)."""
         self.pacer = Pacer(config.datagram_size)
-        self._key = config.secret
         self._pmtu = PathMtu(config.datagram_size) if config.pmtu else None
         """The path's datagram size, probed (UDP links; None: datagram_size)."""
         self.flight.path = self._pmtu
-        self._packer = Packer(
-            config.datagram_size if self._pmtu is None else self._pmtu.size, config.secret
-        )
+        self._packer = Packer(config.datagram_size if self._pmtu is None else self._pmtu.size)
         self._events: deque[Event] = deque()
         super().__init__(config)
 
@@ -108,7 +105,7 @@ class Sender(SenderAnswers):
         """Take one datagram from the listener.  Anything malformed, forged or
         stale is dropped and counted; nothing raises."""
         try:
-            msg = wire.decode_datagram(data, self._key)
+            msg = wire.decode_datagram(data)
         except ProtocolError:
             self.stats.dropped += 1
             return
@@ -191,32 +188,50 @@ class Sender(SenderAnswers):
         out: list[bytes] = []
         if self._close_due:
             self._close_due = False
-            out.append(wire.encode_close(self.conn_id, self.epoch, self._key))
+            out.append(wire.encode_close(self.conn_id, self.epoch))
             return out
         if self.state == SenderState.CONNECTING:
             return self._hello_datagrams(now, out)
         if self.state != SenderState.OPEN:
             return out
         probe = self._probe_due
+        burst = self._paced_burst(now, probe)
+        if burst < 0:
+            return out
         window = self.window
-        burst = self.config.burst
-        pacer = self.pacer
-        packer = self._packer
-        if pacer.rate:
-            allowed = pacer.allowance(now, self._window_held)
-            if allowed > 0 or probe:
-                burst = min(burst, max(PROBE_DATAGRAMS if probe else 1,
-                                       -(-int(allowed) // packer.size)))  # fmt: skip
-            elif self._pmtu is None:
-                return out
-            else:
-                burst = 0  # nothing but a path MTU probe, if one is due
         if probe:
             self._probe_due = False
             # a probe goes out whatever the window: two datagrams (RFC 9002 6.2.4),
             # so that one lost on a lossy path does not cost another probe interval
-            window = max(window, self.flight.bytes + (PROBE_DATAGRAMS - 1) * packer.size + 1)
+            window = max(window, self.flight.bytes + (PROBE_DATAGRAMS - 1) * self._packer.size + 1)
+        self._fill(now, out, burst, window)
+        if probe:
+            self.stats.probes += 1
+            if not out:
+                out.extend(self._probe_datagrams(now))
+        if self._pmtu is not None:
+            self._path_probe(self._pmtu, now, out)
+        self._sent(now, out, probe, window)
+        return out
+
+    def _paced_burst(self, now: float, probe: bool) -> int:
+        """How many datagrams may go now: config.burst, fewer if the pacer allows
+        less (a loss probe's two always); 0: only a path MTU probe may; -1: none."""
+        burst = self.config.burst
+        pacer = self.pacer
+        if not pacer.rate:
+            return burst
+        allowed = pacer.allowance(now, self._window_held)
+        if allowed > 0 or probe:
+            floor = PROBE_DATAGRAMS if probe else 1
+            return min(burst, max(floor, -(-int(allowed) // self._packer.size)))
+        return -1 if self._pmtu is None else 0
+
+    def _fill(self, now: float, out: list[bytes], burst: int, window: int) -> None:
+        """Up to `burst` datagrams into `out`: repairs of lost ones first, then new
+        batches (resent and packed ones go in flight)."""
         flight = self.flight
+        packer = self._packer
         stats = self.stats
         new: dict[int, Flight] = {}
         # a repair fills a hole in what the listener holds, so only the cwnd
@@ -242,23 +257,26 @@ class Sender(SenderAnswers):
                 stats.payload = packer.payload
             else:
                 break
-        if probe:
-            stats.probes += 1
-            if not out:
-                out.extend(self._probe_datagrams(now))
-        pmtu = self._pmtu
-        if pmtu is not None:
-            size = pmtu.next_probe(now)
-            if size is not None:  # a path MTU probe: outside the window, not a flight
-                self._pn += 1
-                pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
-                out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key, size))
+
+    def _path_probe(self, pmtu: PathMtu, now: float, out: list[bytes]) -> None:
+        """A path MTU probe, if one is due: outside the window, not a flight."""
+        size = pmtu.next_probe(now)
+        if size is not None:
+            self._pn += 1
+            pmtu.probe_sent(self._pn, size, now, min(self.rtt.rto, 1.0))
+            out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, size))
+
+    def _sent(self, now: float, out: list[bytes], probe: bool, window: int) -> None:
+        """Account for what goes out: counters, the pacer, the timer, and whether
+        the window or the application is what holds the link back."""
+        flight = self.flight
         if out:
             nbytes = sum(map(len, out))
+            stats = self.stats
             stats.datagrams += len(out)
             stats.bytes += nbytes
-            if pacer.rate:
-                pacer.spend(nbytes)
+            if self.pacer.rate:
+                self.pacer.spend(nbytes)
             self._last_sent = now
             if self._timer is None or probe:
                 self._arm(now)
@@ -266,4 +284,3 @@ class Sender(SenderAnswers):
         self._window_held = waiting and flight.bytes >= window
         if not waiting and flight.bytes < window:
             flight.rate.set_app_limited(flight.bytes)
-        return out

@@ -216,5 +216,5 @@ class SenderAnswers(SenderSession):
                 # lost, which path MTU discovery needs to see
         self._pn += 1
         flight.probes[self._pn] = now
-        out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch, self._key))
+        out.append(wire.encode_probe(self.conn_id, self._pn, self.epoch))
         return out

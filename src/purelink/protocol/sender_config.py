@@ -21,8 +21,6 @@ class SenderConfig:
     """An anonymous producer's id (top bit set); 0 to draw one at random."""
     datagram_size: int = 1400
     """Largest datagram put on the wire."""
-    secret: bytes | None = None
-    """Key for the datagram MAC, or None."""
     pmtu: bool = False
     """Find the path MTU (DPLPMTUD, pmtu.py) and send datagrams of that size, at
     most datagram_size; off: always datagram_size (TCP, or a known path)."""

@@ -78,7 +78,6 @@ class SenderSession(SenderRecords):
     stats: SenderStats
     rtt: RttEstimator
     flight: InFlight
-    _key: bytes | None
     _pmtu: PathMtu | None
     _packer: Packer
     _events: deque[Event]
@@ -195,7 +194,7 @@ class SenderSession(SenderRecords):
             self._cookie,
             self.epoch,
         )
-        return wire.encode_hello(msg, self._key)
+        return wire.encode_hello(msg)
 
     def _on_accept(self, msg: wire.Accept, now: float) -> None:
         if msg.stored < self.stored:

@@ -244,8 +244,7 @@ class TailDecoder:
                     if layout.size != stop - body:
                         raise ProtocolError("bad_batch", f"batch at {position}: lengths")
                     records = layout.unpack_from(buf, body)
-                if wanted == 0:  # "from the first retained": whatever comes first
-                    wanted = position
+                wanted = wanted or position  # 0, "from the first retained": what comes
                 if not position <= wanted < position + count:
                     raise ProtocolError(
                         "bad_position", f"batch at {position} ({count}), expected {wanted}"

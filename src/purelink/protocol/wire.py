@@ -11,8 +11,10 @@ names are re-exported here):
   way).
 * a **datagram** wraps one message (a handshake, a batch, a piece of a batch
   larger than one datagram, an answer) in a magic, a version, a type, the
-  connection id and a trailing CRC-32C over everything before it.  With a
-  secret, a keyed BLAKE2b MAC follows the CRC.  Datagrams are version 2
+  connection id and a trailing CRC-32C over everything before it (the
+  encrypted mode seals whole datagrams a layer below: channel.py).  A type
+  with its high bit set is refused as `unauthenticated`: no mode sends one.
+  Datagrams are version 2
   (`DATAGRAM_VERSION`): a FRAGMENT carries a piece of a batch, not of a bare
   record; batches (and so the store) are still version 1 (`VERSION`).
 
@@ -24,20 +26,17 @@ per-record work in C-level calls: `array`, `b"".join`, `crc32c`.
 
 from __future__ import annotations
 
-import hmac
 import struct
 from array import array
 from collections.abc import Callable, Sequence
-from functools import lru_cache
-from hashlib import blake2b
 from typing import Final
 
 from .._crc32c import crc32c
 from ..errors import ProtocolError
 from .batch import (
-    _BATCH_TAIL,
     BATCH_HEADER,
     BATCH_MAGIC,
+    BATCH_TAIL,
     FLAG_LARGE,
     LITTLE_ENDIAN,
     MAX_SMALL_RECORD,
@@ -76,7 +75,6 @@ __all__ = [
     "FLAG_LARGE",
     "FRAGMENT_OVERHEAD",
     "LITTLE_ENDIAN",
-    "MAC_SIZE",
     "MAX_SMALL_RECORD",
     "PROBE_SIZE",
     "VERSION",
@@ -119,13 +117,12 @@ __all__ = [
 
 DATAGRAM_MAGIC: Final = b"PL"
 DATAGRAM_VERSION: Final = 2
-MAC_SIZE: Final = 16
 _U32 = struct.Struct("<I")
-_MAC_BIT: Final = 0x80
+_HIGH_BIT: Final = 0x80  # a type with it set is refused (see the module header)
 
 # -------------------------------------------------------------- datagrams
-# header: 2s magic "PL", u8 version, u8 type (| 0x80 when a MAC follows), u32 conn_id
-# trailer: u32 crc32c of everything before it; then, with a secret, a 16-byte MAC
+# header: 2s magic "PL", u8 version, u8 type, u32 conn_id
+# trailer: u32 crc32c of everything before it
 _HDR = struct.Struct("<2sBBI")
 HEADER: Final = _HDR.size  # 8
 _TRAILER: Final = 4
@@ -154,30 +151,9 @@ PROBE_SIZE: Final = HEADER + _PROBE.size + _TRAILER  # an unpadded PROBE (24 byt
 _FRAG_DATAGRAM = struct.Struct("<2sBBIQIQII")  # datagram header and fragment head
 
 
-_MAX_KEY: Final = 64  # BLAKE2b's longest key
-
-
-def _mac(key: bytes, data: bytes | memoryview) -> bytes:
-    if len(key) > _MAX_KEY:
-        key = _long_key(bytes(key))
-    return blake2b(data, key=key, digest_size=MAC_SIZE).digest()
-
-
-@lru_cache(maxsize=8)
-def _long_key(key: bytes) -> bytes:
-    """A secret longer than BLAKE2b takes as a key is hashed down to 64 bytes
-    first (HMAC does the same with long keys); shorter secrets are used as is."""
-    return blake2b(key, digest_size=_MAX_KEY, person=b"purelink.key").digest()
-
-
-def _seal(kind: int, conn_id: int, parts: Sequence[bytes], key: bytes | None) -> bytes:
-    if key is not None:
-        kind |= _MAC_BIT
+def _seal(kind: int, conn_id: int, parts: Sequence[bytes]) -> bytes:
     body = b"".join((_HDR.pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id), *parts))
-    sealed = body + _U32.pack(crc32c(body))
-    if key is None:
-        return sealed
-    return sealed + _mac(key, sealed)
+    return body + _U32.pack(crc32c(body))
 
 
 def _name(text: str) -> bytes:
@@ -187,7 +163,7 @@ def _name(text: str) -> bytes:
     return raw
 
 
-def encode_hello(msg: Hello, key: bytes | None = None) -> bytes:
+def encode_hello(msg: Hello) -> bytes:
     """HELLO: u64 nonce, u64 producer_id, u32 epoch, u16 max_datagram, u8 stream_len,
     u8 producer_len, u8 cookie_len, then the three byte strings."""
     stream, producer = _name(msg.stream), _name(msg.producer)
@@ -202,34 +178,32 @@ def encode_hello(msg: Hello, key: bytes | None = None) -> bytes:
         len(producer),
         len(msg.cookie),
     )
-    return _seal(MsgType.HELLO, 0, (head, stream, producer, msg.cookie), key)
+    return _seal(MsgType.HELLO, 0, (head, stream, producer, msg.cookie))
 
 
-def encode_retry(msg: Retry, key: bytes | None = None) -> bytes:
+def encode_retry(msg: Retry) -> bytes:
     """RETRY: u64 nonce, u8 cookie_len, cookie."""
-    return _seal(MsgType.RETRY, 0, (_RETRY.pack(msg.nonce, len(msg.cookie)), msg.cookie), key)
+    return _seal(MsgType.RETRY, 0, (_RETRY.pack(msg.nonce, len(msg.cookie)), msg.cookie))
 
 
-def encode_accept(msg: Accept, key: bytes | None = None) -> bytes:
+def encode_accept(msg: Accept) -> bytes:
     """ACCEPT: u64 nonce, u64 producer, u32 epoch, u64 stored, u64 received,
     u32 window, u32 max_record."""
     body = _ACCEPT.pack(
         msg.nonce, msg.producer, msg.epoch, msg.stored, msg.received, msg.window, msg.max_record
     )
-    return _seal(MsgType.ACCEPT, msg.conn_id, (body,), key)
+    return _seal(MsgType.ACCEPT, msg.conn_id, (body,))
 
 
-def encode_data(
-    conn_id: int, pn: int, batch: bytes, key: bytes | None = None, pad_to: int = 0
-) -> bytes:
+def encode_data(conn_id: int, pn: int, batch: bytes, pad_to: int = 0) -> bytes:
     """DATA: u64 pn, the batch, then zero padding so that the whole datagram is
     `pad_to` bytes (UDP GSO wants equal-sized segments; the batch's own length
     field tells the receiver where the batch ends, and the decoder refuses
     padding that is not all zero)."""
-    pad = pad_to - (DATA_OVERHEAD + len(batch) + (MAC_SIZE if key is not None else 0))
+    pad = pad_to - (DATA_OVERHEAD + len(batch))
     if pad > 0:
-        return _seal(MsgType.DATA, conn_id, (_PN.pack(pn), batch, bytes(pad)), key)
-    return _seal(MsgType.DATA, conn_id, (_PN.pack(pn), batch), key)
+        return _seal(MsgType.DATA, conn_id, (_PN.pack(pn), batch, bytes(pad)))
+    return _seal(MsgType.DATA, conn_id, (_PN.pack(pn), batch))
 
 
 def encode_data_batch(
@@ -240,12 +214,11 @@ def encode_data_batch(
     first_seq: int,
     records: Sequence[bytes],
     lengths: bytes | array[int] | None = None,
-    key: bytes | None = None,
     pad_to: int = 0,
     payload: bytes | None = None,
 ) -> bytes:
     """A DATA datagram carrying `records` as one batch, built in one pass:
-    the same bytes as encode_data(conn_id, pn, encode_batch(...), key, pad_to)
+    the same bytes as encode_data(conn_id, pn, encode_batch(...), pad_to)
     with one join instead of two (the link's hot path).  `payload`, if given,
     is b"".join(records) already made."""
     count = len(records)
@@ -257,27 +230,23 @@ def encode_data_batch(
     if payload is None:
         payload = b"".join(records)
     length = BATCH_HEADER + 2 * count + len(payload)
-    tail = _BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
+    tail = BATCH_TAIL.pack(BATCH_MAGIC, VERSION, 0, length, count, producer, first_seq, epoch)
     bcrc = crc32c(payload, crc32c(lengths, crc32c(tail)))
-    kind = MsgType.DATA | _MAC_BIT if key is not None else MsgType.DATA
-    head = _DATA_HEAD.pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, kind, conn_id, pn, 0, bcrc)
-    pad = pad_to - (DATA_OVERHEAD + length + (MAC_SIZE if key is not None else 0))
+    head = _DATA_HEAD.pack(DATAGRAM_MAGIC, DATAGRAM_VERSION, MsgType.DATA, conn_id, pn, 0, bcrc)
+    pad = pad_to - (DATA_OVERHEAD + length)
     if pad > 0:
         body = b"".join((head, tail, lengths, payload, _ZEROS[:pad]))
     else:
         body = b"".join((head, tail, lengths, payload))
-    sealed = body + _U32.pack(crc32c(body))
-    return sealed if key is None else sealed + _mac(key, sealed)
+    return body + _U32.pack(crc32c(body))
 
 
-def reseal(datagram: bytes, pn: int, key: bytes | None = None) -> bytes:
+def reseal(datagram: bytes, pn: int) -> bytes:
     """The DATA, FRAGMENT or PROBE datagram `datagram` again under packet number
     `pn` (a retransmission): every one of them starts its body with the pn."""
-    end = len(datagram) - _TRAILER - (MAC_SIZE if key is not None else 0)
-    body = bytearray(memoryview(datagram)[:end])
+    body = bytearray(memoryview(datagram)[: len(datagram) - _TRAILER])
     _PN.pack_into(body, HEADER, pn)
-    sealed = bytes(body) + _U32.pack(crc32c(body))
-    return sealed if key is None else sealed + _mac(key, sealed)
+    return bytes(body) + _U32.pack(crc32c(body))
 
 
 reseal_data = reseal  # the name of its first use
@@ -291,13 +260,12 @@ def encode_fragment(
     total: int,
     offset: int,
     chunk: bytes | memoryview,
-    key: bytes | None = None,
 ) -> bytes:
     """FRAGMENT: u64 pn, u32 epoch, u64 seq, u32 total, u32 offset, then the piece
     (bytes [offset, offset + len(chunk)) of the batch whose first seq is `seq`
     and whose length is `total`)."""
     head = _FRAG.pack(pn, epoch, seq, total, offset)
-    return _seal(MsgType.FRAGMENT, conn_id, (head, bytes(chunk)), key)
+    return _seal(MsgType.FRAGMENT, conn_id, (head, bytes(chunk)))
 
 
 def encode_pieces(
@@ -309,7 +277,6 @@ def encode_pieces(
     start: int,
     end: int,
     chunk: int,
-    key: bytes | None = None,
     total: int | None = None,
     origin: int = 0,
 ) -> list[bytes]:
@@ -318,7 +285,7 @@ def encode_pieces(
     as encode_fragment() of each piece, in one loop (the link's hot path).
     `batch` is the whole batch, or (with `total`, the batch's length) only its
     bytes from `origin` on: a piece being cut smaller."""
-    kind = MsgType.FRAGMENT | _MAC_BIT if key is not None else MsgType.FRAGMENT
+    kind = MsgType.FRAGMENT
     if total is None:
         total = len(batch)
     view = memoryview(batch)
@@ -336,14 +303,13 @@ def encode_pieces(
                 view[at - origin : stop - origin],
             )
         )
-        sealed = body + crc_of(crc32c(body))
-        append(sealed if key is None else sealed + _mac(key, sealed))
+        append(body + crc_of(crc32c(body)))
         pn += 1
         at = stop
     return out
 
 
-def encode_ack(msg: Ack, key: bytes | None = None) -> bytes:
+def encode_ack(msg: Ack) -> bytes:
     """ACK: u32 epoch, u64 stored, u64 received, u32 window, u64 largest_pn,
     u32 ack_delay, u8 n_ranges, u8 n_fragments, n_ranges x (u64 first, u64 last),
     then per fragment entry: u64 seq, u8 n, n x (u32 start, u32 end); then u8
@@ -366,40 +332,36 @@ def encode_ack(msg: Ack, key: bytes | None = None) -> bytes:
         parts.extend(_BYTE_RANGE.pack(a, b) for a, b in spans)
     parts.append(_U8.pack(len(msg.duplicates)))
     parts.extend(_PN.pack(pn) for pn in msg.duplicates)
-    return _seal(MsgType.ACK, msg.conn_id, parts, key)
+    return _seal(MsgType.ACK, msg.conn_id, parts)
 
 
-def encode_probe(
-    conn_id: int, pn: int, epoch: int, key: bytes | None = None, pad_to: int = 0
-) -> bytes:
+def encode_probe(conn_id: int, pn: int, epoch: int, pad_to: int = 0) -> bytes:
     """PROBE: u64 pn, u32 epoch, then zero padding so that the whole datagram is
     `pad_to` bytes (a path MTU probe; none when `pad_to` is not above the
     unpadded size)."""
-    pad = pad_to - PROBE_SIZE - (MAC_SIZE if key is not None else 0)
+    pad = pad_to - PROBE_SIZE
     if pad > 0:
-        return _seal(MsgType.PROBE, conn_id, (_PROBE.pack(pn, epoch), _ZEROS[:pad]), key)
-    return _seal(MsgType.PROBE, conn_id, (_PROBE.pack(pn, epoch),), key)
+        return _seal(MsgType.PROBE, conn_id, (_PROBE.pack(pn, epoch), _ZEROS[:pad]))
+    return _seal(MsgType.PROBE, conn_id, (_PROBE.pack(pn, epoch),))
 
 
-def encode_mtu_ack(msg: MtuAck, key: bytes | None = None) -> bytes:
+def encode_mtu_ack(msg: MtuAck) -> bytes:
     """MTU_ACK: u32 epoch, u64 pn, u16 size."""
-    return _seal(MsgType.MTU_ACK, msg.conn_id, (_MTU_ACK.pack(msg.epoch, msg.pn, msg.size),), key)
+    return _seal(MsgType.MTU_ACK, msg.conn_id, (_MTU_ACK.pack(msg.epoch, msg.pn, msg.size),))
 
 
-def encode_close(conn_id: int, epoch: int, key: bytes | None = None) -> bytes:
+def encode_close(conn_id: int, epoch: int) -> bytes:
     """CLOSE: u32 epoch."""
-    return _seal(MsgType.CLOSE, conn_id, (_CLOSE.pack(epoch),), key)
+    return _seal(MsgType.CLOSE, conn_id, (_CLOSE.pack(epoch),))
 
 
-def encode_refuse(msg: Refuse, key: bytes | None = None) -> bytes:
+def encode_refuse(msg: Refuse) -> bytes:
     """REFUSE: u64 nonce, u32 epoch, u8 reason."""
-    return _seal(
-        MsgType.REFUSE, msg.conn_id, (_REFUSE.pack(msg.nonce, msg.epoch, msg.reason),), key
-    )
+    return _seal(MsgType.REFUSE, msg.conn_id, (_REFUSE.pack(msg.nonce, msg.epoch, msg.reason),))
 
 
-def decode_datagram(data: bytes | bytearray | memoryview, key: bytes | None = None) -> Message:
-    """Decode one datagram, checking magic, version, CRC and (with a key) the MAC.
+def decode_datagram(data: bytes | bytearray | memoryview) -> Message:
+    """Decode one datagram, checking magic, version and CRC.
 
     Raises ProtocolError(reason) with reason one of: truncated, bad_magic,
     bad_version, bad_checksum, unauthenticated, unknown_type, malformed.
@@ -413,20 +375,9 @@ def decode_datagram(data: bytes | bytearray | memoryview, key: bytes | None = No
         raise ProtocolError("bad_magic", "datagram")
     if version != DATAGRAM_VERSION:
         raise ProtocolError("bad_version", f"datagram version {version}")
-    if kind & _MAC_BIT:
-        if key is None:
-            raise ProtocolError("unauthenticated", "MAC present but no secret configured")
-        if size < HEADER + _TRAILER + MAC_SIZE:
-            raise ProtocolError("truncated", "datagram shorter than its MAC")
-        end = size - MAC_SIZE
-        if not hmac.compare_digest(_mac(key, view[:end]), view[end:]):
-            raise ProtocolError("unauthenticated", "bad MAC")
-        kind &= ~_MAC_BIT
-    else:
-        if key is not None:
-            raise ProtocolError("unauthenticated", "no MAC")
-        end = size
-    body_end = end - _TRAILER
+    if kind & _HIGH_BIT:
+        raise ProtocolError("unauthenticated", f"type {kind}: no mode sends a flagged type")
+    body_end = size - _TRAILER
     (crc,) = _U32.unpack_from(view, body_end)
     if crc32c(view[:body_end]) != crc:
         raise ProtocolError("bad_checksum", "datagram")

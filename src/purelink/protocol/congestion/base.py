@@ -18,7 +18,9 @@ The algorithm (written out in each module's docstring):
     on every loss:           on_lost(sent_time, size, now)
     a loss proven spurious:  on_spurious(sent_time, now)   # undo its reduction
     a probe went unanswered: on_timeout(now)          # the path may be gone
-    the sender has nothing more to send: on_app_limited()
+
+A sample taken while the sender had nothing more to send says so
+(`RateSample.is_app_limited`): that is how a controller learns of it.
 
 A controller never reads a clock and never sees a datagram: only sizes and times.
 """
@@ -100,9 +102,6 @@ class CongestionControl(ABC):
     @abstractmethod
     def on_timeout(self, now: float) -> None:
         """Probes went unanswered: the path may be gone."""
-
-    def on_app_limited(self) -> None:  # noqa: B027 - optional
-        """The sender ran out of things to send below its window."""
 
     @property
     def minimum(self) -> int:
