@@ -71,7 +71,7 @@ def open_link(
         raise ValueError(f"unknown variant {variant!r}")
     if variant == "wake-every-record":
         link: Link = WakeEveryRecordLink(url, stream, on_stored=on_stored, **kwargs)
-        link._start()
+        link.launch()
     else:
         link = purelink.connect(url, stream=stream, on_stored=on_stored, **kwargs)
     check_internals(link)

@@ -11,7 +11,7 @@ Variants:
 * `drained accept` (the product): after one readiness event of the listening
   socket the listener accepts until EAGAIN, at most 64 (mechanism 3);
 * `one accept per event` (the "before"): the same `purelink serve`, run with
-  the listener's private `ACCEPT_BUDGET` set to 1 before it starts, so every
+  the TCP side's `ACCEPT_BUDGET` set to 1 before it starts, so every
   accept costs one epoll wakeup;
 * `uvloop echo` (the yardstick, `pip install '.[bench]'`): an asyncio
   Protocol echo server on uvloop in its own process; the same client shape
@@ -117,8 +117,9 @@ RECORD = b"r" * 128
 TIMEOUT = 60.0
 STOPPED_PREFIX = "purelink serve: stopped "
 
-# `purelink serve` with the naive accept: the private knob is set before the
-# listener is made, then the real command line runs.
+# `purelink serve` with the naive accept, one per readiness event (the "before",
+# which the product does not carry): the TCP side's bound on accepts per event is
+# set to 1 before the listener is made, then the real command line runs.
 _NAIVE_SERVE = (
     "import sys, purelink.listener.tcp as t; t.ACCEPT_BUDGET = 1; "
     "from purelink.cli.command import main; sys.exit(main(sys.argv[1:]))"

@@ -138,7 +138,7 @@ def _mac_link(url: str, on_stored: _Told) -> purelink.Link:
     the API no longer offers them, since a secret means encryption)."""
     link = purelink.Link(url, "bench", on_stored=on_stored)
     link._sender = Sender(replace(link._sender.config, secret=KEY))
-    link._start()
+    link.launch()
     return link
 
 
