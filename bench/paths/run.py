@@ -41,6 +41,7 @@ blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -285,6 +286,13 @@ def _parse(argv: Sequence[str]) -> Any:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(list(argv))
+    _check(parser, args)
+    return args
+
+
+def _check(parser: argparse.ArgumentParser, args: Any) -> None:
+    """The paths (named and --path SPEC) and transports asked for, checked and
+    resolved in `args`; the bounds; the defaults that depend on the others."""
     named = args.paths if args.paths is not None else ("" if args.path else ",".join(PATHS))
     args.paths = [p for p in named.split(",") if p]
     unknown = [p for p in args.paths if p not in PATHS]
@@ -314,7 +322,6 @@ def _parse(argv: Sequence[str]) -> Any:
     full = args.paths == list(PATHS) and args.transports == list(TRANSPORTS)
     if args.plot is None and not args.no_plot and full and not args.torture and args.size == 10:
         args.plot = CHECKOUT / "docs" / "paths.png"
-    return args
 
 
 def _from_json(args: Any) -> int:
