@@ -18,7 +18,7 @@ it:
   its way), so no wakeup is lost; it only delays one.
 
 These reach into private attributes of `Link` (`_wakeup`, `_transport`,
-`_sender`, `_start`, `_taken`): a benchmark of internals may, the product's
+`_sender`, `_taken`): a benchmark of internals may, the product's
 tests may not.  `check_internals()` names what moved if the lead renames them.
 """
 

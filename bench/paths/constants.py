@@ -22,9 +22,10 @@ __all__ = [
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 """The checkout's root: where `python -m bench.paths....` runs (bench/paths/ is two below)."""
-PEERS_MODULE = "bench.paths.peers"
-"""`python -m` this: the programs run inside the namespaces (peers.py)."""
-EMULATOR_MODULE = "bench.paths.emu"
+PEERS_MODULE = f"{__package__}.peers"
+"""`python -m` this: the programs run inside the namespaces (peers.py); the
+package's own name, so that an installed copy (purelink.bench.paths) runs its own."""
+EMULATOR_MODULE = f"{__package__}.emu"
 """`python -m` this: the router process of the emulator (emu.py)."""
 TRANSPORTS: dict[str, str] = {
     "bbr": "Linux TCP BBR",
