@@ -94,8 +94,9 @@ def check_wheel(path: Path, v: str) -> list[str]:
         )
     if "# purelink" not in meta.get_payload():
         problems.append("wheel METADATA: the README is not the description")
-    if "purelink = purelink.cli.command:main" not in entry_points:
-        problems.append("wheel: no `purelink` command in entry_points.txt")
+    command = f"purelink = {project['scripts']['purelink']}"  # as pyproject.toml names it
+    if command not in entry_points:
+        problems.append(f"wheel: no `{command}` in entry_points.txt")
     return problems
 
 
