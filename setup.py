@@ -1,4 +1,4 @@
-"""The wheel also holds the benchmark suite: bench/*.py as `purelink/bench/`.
+"""The wheel also holds the benchmark suite: bench/ as `purelink/bench/`, without its tests.
 
 Why a setup.py: `purelink bench` is a verb of the installed command, so a
 plain `pip install .` must ship the suite; its scripts stay in bench/ at the
@@ -15,17 +15,28 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 
+def bench_modules(bench: Path) -> list[Path]:
+    """Every module of the suite, its subpackages (bench/paths/) included, relative
+    to bench/: not bench/tests/ (the suite's own tests, for a checkout)."""
+    return sorted(
+        p.relative_to(bench)
+        for p in bench.rglob("*.py")
+        if "__pycache__" not in p.parts and p.relative_to(bench).parts[0] != "tests"
+    )
+
+
 class BuildPyWithBench(build_py):
-    """build_py, plus bench/*.py copied to purelink/bench/ (not for editable installs)."""
+    """build_py, plus bench/ copied to purelink/bench/ (not for editable installs)."""
 
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):
             return
+        bench = Path(__file__).parent / "bench"
         target = Path(self.build_lib) / "purelink" / "bench"
-        self.mkpath(str(target))
-        for source in sorted(Path(__file__).parent.joinpath("bench").glob("*.py")):
-            self.copy_file(str(source), str(target / source.name))
+        for module in bench_modules(bench):
+            self.mkpath(str((target / module).parent))
+            self.copy_file(str(bench / module), str(target / module))
 
 
 setup(cmdclass={"build_py": BuildPyWithBench})

@@ -5,7 +5,9 @@ Usage (from the repository root, by .ci/run): python .ci/check_dist.py DIST_DIR
 - one wheel and one sdist, of the version in src/purelink/__init__.py;
 - the wheel holds the package and its metadata only: every module of
   src/purelink, py.typed (the package is typed), the license file, the
-  `purelink` command, and no tests, benchmarks or build leftovers;
+  `purelink` command, the benchmark suite as purelink/bench/ (every module
+  of bench/ and its subpackages, such as bench/paths/, for `purelink
+  bench`), and no tests (not bench/tests/ either) or build leftovers;
 - its metadata says what pyproject.toml promises: Requires-Python, the
   license expression, the runtime dependencies, a classifier per supported
   Python (3.11 to 3.14), the README as its description;
@@ -56,9 +58,16 @@ def check_wheel(path: Path, v: str) -> list[str]:
         for p in Path("src/purelink").rglob("*.py")
         if "__pycache__" not in p.parts
     }
-    wanted = modules | {"purelink/py.typed", f"{info}/licenses/LICENSE"}
+    bench = {
+        f"purelink/bench/{p.relative_to('bench').as_posix()}"
+        for p in Path("bench").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    tests = {n for n in bench if n.startswith("purelink/bench/tests/")}
+    wanted = modules | (bench - tests) | {"purelink/py.typed", f"{info}/licenses/LICENSE"}
     problems += [f"wheel: {name} is missing" for name in sorted(wanted - names)]
     stray = [n for n in names if not n.startswith(("purelink/", f"{info}/"))]
+    stray += [n for n in names if n.startswith(("purelink/bench/tests/", "purelink/tests/"))]
     stray += [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     problems += [f"wheel: {name} does not belong in it" for name in sorted(stray)]
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
@@ -85,8 +94,9 @@ def check_wheel(path: Path, v: str) -> list[str]:
         )
     if "# purelink" not in meta.get_payload():
         problems.append("wheel METADATA: the README is not the description")
-    if "purelink = purelink.cli.command:main" not in entry_points:
-        problems.append("wheel: no `purelink` command in entry_points.txt")
+    command = f"purelink = {project['scripts']['purelink']}"  # as pyproject.toml names it
+    if command not in entry_points:
+        problems.append(f"wheel: no `{command}` in entry_points.txt")
     return problems
 
 

@@ -1,13 +1,14 @@
 """The benchmark suite of docs/performance.md: `purelink bench [NAME ...] [--json]`.
 
-Why it exists: `purelink bench` (src/purelink/cli.py) imports this package
+Why it exists: `purelink bench` (src/purelink/cli/bench.py) imports this package
 from the checkout and calls `main(argv)`; this module knows which script
 runs which workload, runs them in order, and degrades with one line when a
 script is missing (the suite is written by several people).
 
-Each workload is a module `bench/NAME.py` with `main(argv: list[str]) -> int`
-that prints a table, or with `--json` one JSON object.  Run one with its own
-options from the checkout root: `python -m bench.queue --records 50000`, or
+Each workload is a module `bench/NAME.py` (or a package, `bench/NAME/`, as
+bench/paths/ is) with `main(argv: list[str]) -> int` that prints a table, or
+with `--json` one JSON object.  Run one with its own options from the checkout
+root: `python -m bench.queue --records 50000`, or
 through the suite: `python -m bench queue --records 50000` (options after the
 names go to a single named benchmark).  With `--json` and several names the
 suite prints one object: `{"suite": [<one object per benchmark>]}`.
@@ -123,8 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _present() -> set[str]:
-    """Names whose script exists next to this file."""
+    """Names whose script (or package) exists next to this file."""
     from pathlib import Path  # noqa: PLC0415 -- only on the error path
 
     here = Path(__file__).resolve().parent
-    return {name for name in BENCHMARKS if (here / f"{name}.py").is_file()}
+    return {
+        name
+        for name in BENCHMARKS
+        if (here / f"{name}.py").is_file() or (here / name / "__init__.py").is_file()
+    }

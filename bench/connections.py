@@ -11,7 +11,7 @@ Variants:
 * `drained accept` (the product): after one readiness event of the listening
   socket the listener accepts until EAGAIN, at most 64 (mechanism 3);
 * `one accept per event` (the "before"): the same `purelink serve`, run with
-  the listener's private `ACCEPT_BUDGET` set to 1 before it starts, so every
+  the TCP side's `ACCEPT_BUDGET` set to 1 before it starts, so every
   accept costs one epoll wakeup;
 * `uvloop echo` (the yardstick, `pip install '.[bench]'`): an asyncio
   Protocol echo server on uvloop in its own process; the same client shape
@@ -69,6 +69,7 @@ Run from the checkout root: `python -m bench.connections [--links N]
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import contextlib
 import json
@@ -117,8 +118,9 @@ RECORD = b"r" * 128
 TIMEOUT = 60.0
 STOPPED_PREFIX = "purelink serve: stopped "
 
-# `purelink serve` with the naive accept: the private knob is set before the
-# listener is made, then the real command line runs.
+# `purelink serve` with the naive accept, one per readiness event (the "before",
+# which the product does not carry): the TCP side's bound on accepts per event is
+# set to 1 before the listener is made, then the real command line runs.
 _NAIVE_SERVE = (
     "import sys, purelink.listener.tcp as t; t.ACCEPT_BUDGET = 1; "
     "from purelink.cli.command import main; sys.exit(main(sys.argv[1:]))"
@@ -418,46 +420,40 @@ def _run(task: Callable[[], None], count: int, concurrency: int) -> float:
     return time.perf_counter() - start
 
 
+def _command(name: str, sync: str) -> list[str]:
+    """The server process of variant `name` ("{DATA}": its working directory's data)."""
+    scripts = {
+        "uvloop echo": [_ECHO_SERVER, "uvloop"],
+        "asyncio echo": [_ECHO_SERVER, "asyncio"],
+        "epoll echo": [_EPOLL_ECHO],
+        "durable echo": [_DURABLE_ECHO, "{DATA}"],
+        "durable 3-round echo": [_DURABLE_3_ROUND_ECHO, "{DATA}"],
+        "uvloop durable 3-round echo": [_UVLOOP_3_ROUND_ECHO, "{DATA}"],
+    }
+    if name in scripts:
+        return [sys.executable, "-c", *scripts[name]]
+    serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
+    if name == "drained accept":
+        return [sys.executable, "-m", "purelink", *serve]
+    return [sys.executable, "-c", _NAIVE_SERVE, *serve]
+
+
+def _task(name: str, address: tuple[str, int]) -> Callable[[], None]:
+    """One connection's work against variant `name`'s server at `address`."""
+    if name in THREE_ROUNDS:
+        return lambda: _three_rounds_once(address)
+    if name in ECHOES:
+        return lambda: _echo_once(address)
+    url = "tcp://%s:%d" % address
+    return lambda: _short_link(url)
+
+
 def _variant(
     name: str, links: int, concurrency: int, repeat: int, sync: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    if name == "uvloop echo":
-        command = [sys.executable, "-c", _ECHO_SERVER, "uvloop"]
-    elif name == "asyncio echo":
-        command = [sys.executable, "-c", _ECHO_SERVER, "asyncio"]
-    elif name == "epoll echo":
-        command = [sys.executable, "-c", _EPOLL_ECHO]
-    elif name == "durable echo":
-        command = [sys.executable, "-c", _DURABLE_ECHO, "{DATA}"]
-    elif name == "durable 3-round echo":
-        command = [sys.executable, "-c", _DURABLE_3_ROUND_ECHO, "{DATA}"]
-    elif name == "uvloop durable 3-round echo":
-        command = [sys.executable, "-c", _UVLOOP_3_ROUND_ECHO, "{DATA}"]
-    else:
-        serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
-        if name == "drained accept":
-            command = [sys.executable, "-m", "purelink", *serve]
-        else:
-            command = [sys.executable, "-c", _NAIVE_SERVE, *serve]
-    child = Child(command)
+    child = Child(_command(name, sync))
     try:
-        if name in THREE_ROUNDS:
-            address = child.address
-
-            def task() -> None:
-                _three_rounds_once(address)
-
-        elif name in ECHOES:
-            address = child.address
-
-            def task() -> None:
-                _echo_once(address)
-        else:
-            url = "tcp://%s:%d" % child.address
-
-            def task() -> None:
-                _short_link(url)
-
+        task = _task(name, child.address)
         _run(task, concurrency, concurrency)  # warm-up, not counted
         cpu: list[float] = []
         rate: list[float] = []
@@ -490,7 +486,7 @@ def _variant(
     return row, stats
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = base_parser("connections", "short-lived tcp:// links, listener CPU per connection")
     parser.add_argument("--links", type=int, default=10_000, help="connections per run")
     parser.add_argument("--concurrency", type=int, default=200, help="connections at a time")
@@ -499,13 +495,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}"
     )
     args = parser.parse_args(argv)
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if args.links < 1 or args.concurrency < 1 or args.repeat < 1 or set(variants) - set(VARIANTS):
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if (
+        args.links < 1
+        or args.concurrency < 1
+        or args.repeat < 1
+        or set(args.variant_list) - set(VARIANTS)
+    ):
         parser.error("--links, --concurrency and --repeat must be positive; variants as listed")
-    with contextlib.suppress(ValueError, OSError):  # 200 links take ~1,000 descriptors
-        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    report = Report(
+    return args
+
+
+def _report(args: argparse.Namespace) -> Report:
+    return Report(
         "connections",
         f"{args.links:,} short tcp:// links (connect, queue 128 B, stored, close), "
         f"{args.concurrency} at a time",
@@ -527,19 +529,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pool misses",
         ],
     )
-    cpu: dict[str, Summary] = {}
-    for name in variants:
-        if name.startswith("uvloop"):
-            try:
-                import uvloop  # noqa: F401, PLC0415 -- only to see that it is there
-            except ImportError:
-                report.notes.append(f"{name}: skipped (pip install '.[bench]')")
-                continue
-        row, stats = _variant(name, args.links, args.concurrency, args.repeat, args.sync)
-        report.add(**row)
-        cpu[name] = row["server CPU us/conn"]
-        if stats:
-            report.extra[name] = stats
+
+
+def _compare(report: Report, cpu: dict[str, Summary]) -> None:
+    """The ratios of CPU per connection: purelink against the "before" and the yardsticks."""
     after, before, echo, aio, floor, durable, shaped, uv_shaped = (cpu.get(v) for v in VARIANTS)
     if after is not None and before is not None:
         report.notes.append(
@@ -571,6 +564,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if ref is not None and echo is not None:
             report.notes.append(f"{label} / uvloop echo: {ref.median / echo.median:.2f} x")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    with contextlib.suppress(ValueError, OSError):  # 200 links take ~1,000 descriptors
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    report = _report(args)
+    cpu: dict[str, Summary] = {}
+    for name in args.variant_list:
+        if name.startswith("uvloop"):
+            try:
+                import uvloop  # noqa: F401, PLC0415 -- only to see that it is there
+            except ImportError:
+                report.notes.append(f"{name}: skipped (pip install '.[bench]')")
+                continue
+        row, stats = _variant(name, args.links, args.concurrency, args.repeat, args.sync)
+        report.add(**row)
+        cpu[name] = row["server CPU us/conn"]
+        if stats:
+            report.extra[name] = stats
+    _compare(report, cpu)
     report.emit(args.json)
     return 0
 

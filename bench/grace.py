@@ -57,21 +57,22 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from purelink.primitives import GraceDomain
+from purelink.primitives.grace import GraceDomain, GraceReader
 
 from ._common import Report, base_parser, percentile, ratio, summarize, summarize_key
 
-__all__ = ["RATIO_TARGET", "main", "run_once"]
+__all__ = ["RATIO_TARGET", "VariantDomain", "main", "make_domain", "run_once"]
 
 RATIO_TARGET = 1.3
 """updates/s with the patch / without it, on a 2-core machine (docs/performance.md)."""
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    # GraceDomain keywords: the patch, liburcu before it, and the two halves apart
-    "after": {"signal_only_waiting": True, "park_once": False},
+    # VariantDomain keywords: the patch (the product's GraceDomain itself), liburcu
+    # before it, and the two halves apart
+    "after": {},
     "before": {"signal_only_waiting": False, "park_once": True},
     "no-flags": {"signal_only_waiting": False, "park_once": False},
     "always-signal": {"signal_only_waiting": False, "park_once": False, "signal_always": True},
@@ -79,6 +80,120 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 DEFAULT_VARIANTS = ("after", "before", "no-flags", "always-signal")
 BATCH_BYTES = 4096
+
+
+class _NaiveReader(GraceReader):
+    """liburcu's reader before the patch: every quiescent state signals whenever
+    the waiter may be parked, whether or not this reader was already counted."""
+
+    __slots__ = ()
+
+    def quiescent(self) -> None:
+        domain = self._domain
+        self.ctr = domain.gp
+        if domain.futex == -1:
+            domain.wake(self)
+
+    def offline(self) -> None:
+        domain = self._domain
+        self.ctr = 0
+        if domain.futex == -1:
+            domain.wake(self)
+
+
+class _AlwaysReader(GraceReader):
+    """In neither version of liburcu: the plain reading of "without 'wake only a
+    waiter that waits'" -- every quiescent state takes the lock and notifies,
+    parked waiter or not (as the queue benchmark's "before" writes the eventfd
+    for every record)."""
+
+    __slots__ = ("_variant",)
+
+    def __init__(self, domain: VariantDomain, name: str, online: bool) -> None:
+        super().__init__(domain, name, online)
+        self._variant = domain
+
+    def quiescent(self) -> None:
+        self.ctr = self._domain.gp
+        self._variant.notify_always(self)
+
+    def offline(self) -> None:
+        self.ctr = 0
+        self._variant.notify_always(self)
+
+
+class VariantDomain(GraceDomain):
+    """The product's GraceDomain with the patch's two changes switchable:
+    `park_once=True` is the unpatched waiter (it parks at most once per grace
+    period, then busy-checks), `signal_only_waiting=False` the unpatched readers
+    (no flags: any reader signals while the waiter is parked), and
+    `signal_always=True` the readers of the "always-signal" variant."""
+
+    def __init__(
+        self,
+        *,
+        signal_only_waiting: bool = True,
+        park_once: bool = False,
+        signal_always: bool = False,
+        spins: int | None = None,
+        relax: Callable[[], object] | None = None,
+        trace: bool = False,
+    ) -> None:
+        super().__init__(spins=spins, relax=relax, trace=trace)
+        self.signal_only_waiting = signal_only_waiting
+        self.park_once = park_once
+        self.signal_always = signal_always
+        self.reader_type = (
+            _AlwaysReader if signal_always else GraceReader if signal_only_waiting else _NaiveReader
+        )
+
+    def notify_always(self, reader: GraceReader) -> None:
+        """An always-signal reader's quiescent state: the lock and a notify, always."""
+        with self._cond:
+            if self.futex == -1:
+                self._wake_by(reader)  # a parked waiter: woken and counted, as by the others
+            else:
+                self._cond.notify()  # nobody parked: the notify finds no one
+
+    def _wait_readers(self, gp: int, pending: list[GraceReader], deadline: float | None) -> bool:
+        """The product's wait, with the unpatched waiter (`park_once`: every check
+        after the one park is a busy check) and readers left unflagged."""
+        flag = self.signal_only_waiting and not self.signal_always
+        park_once = self.park_once
+        relax = self.relax
+        spins = self.spins
+        attempts = 0
+        while True:
+            pending = [r for r in pending if (c := r.ctr) and c != gp]
+            if not pending:
+                return True
+            attempts += 1
+            if attempts < spins or (park_once and attempts > spins):
+                # busy check; unpatched (park_once), every check after the one park
+                self._spins += 1
+                if attempts > spins and deadline is not None and time.monotonic() >= deadline:
+                    return False
+                if relax is not None:
+                    relax()
+                continue
+            self.futex = -1  # announce, then check again
+            if flag:
+                for reader in pending:
+                    reader.waiting = True
+            pending = [r for r in pending if (c := r.ctr) and c != gp]
+            if not pending:
+                self.futex = 0
+                return True
+            if not self._wait_gp(gp, deadline):
+                return False
+
+
+def make_domain(variant: str, spins: int | None = None, **kwargs: Any) -> GraceDomain:
+    """The domain of one of VARIANTS: the product's GraceDomain for "after"."""
+    options = VARIANTS[variant]
+    if not options:
+        return GraceDomain(spins=spins, **kwargs)
+    return VariantDomain(spins=spins, **options, **kwargs)
 
 
 class _Shared:
@@ -95,7 +210,7 @@ def run_once(
     variant: str, seconds: float, readers: int, spins: int | None = None
 ) -> dict[str, Any]:
     """One run of the workload with one of VARIANTS; a dict of raw counts and rates."""
-    domain = GraceDomain(spins=spins, **VARIANTS[variant])
+    domain = make_domain(variant, spins)
     with tempfile.TemporaryFile() as f:
         f.write(b"\x5a" * (64 << 10))
         f.flush()

@@ -1,8 +1,9 @@
 """`purelink bench jetstream`: into a 3-node R3 JetStream cluster, via purelink and nats-py.
 
 Workload, in one run: three `nats-server` processes on loopback form a
-cluster with `sync_interval: always` (bench/_nats.py: free ports, temporary
-directories, stopped at the end whatever happens).  Then, per variant, one
+cluster with `sync_interval: always` (purelink.testing.nats, the tests' own
+cluster: free ports, temporary directories, stopped at the end whatever
+happens).  Then, per variant, one
 application thread sends `--records` (200,000) distinct records of `--size`
 (61) bytes one at a time, and the clock runs from the first send to the
 moment the sender knows the last one is stored:
@@ -52,17 +53,19 @@ from pathlib import Path
 from typing import Any
 
 import purelink
+from purelink.testing.nats import NatsCluster, nats_server_binary
 
 from ._common import (
     Report,
     base_parser,
     make_records,
+    nats_cluster,
+    nats_pids,
     process_cpu_ns,
     ratio,
     serving,
     summarize_key,
 )
-from ._nats import Cluster, nats_server_binary
 from .queue import run_queue
 
 __all__ = ["EMBEDDED_TARGET", "NATS_TARGET", "VARIANTS", "main"]
@@ -299,8 +302,8 @@ async def _delete(urls: str, js_name: str) -> dict[str, int]:
 # ------------------------------------------------------------------- runs
 
 
-def _cluster_cpu(cluster: Cluster) -> int:
-    return sum(process_cpu_ns(pid) for pid in cluster.pids)
+def _cluster_cpu(cluster: NatsCluster) -> int:
+    return sum(process_cpu_ns(pid) for pid in nats_pids(cluster))
 
 
 def warm_up(url: str) -> None:
@@ -313,7 +316,7 @@ def warm_up(url: str) -> None:
 
 
 def run_purelink_jetstream(
-    cluster: Cluster, replicas: int, records: list[bytes], block: int
+    cluster: NatsCluster, replicas: int, records: list[bytes], block: int
 ) -> dict[str, Any]:
     from purelink.store.jetstream.layout import stream_name  # noqa: PLC0415
 
@@ -355,7 +358,7 @@ def run_purelink_jetstream(
 
 
 def run_direct(
-    cluster: Cluster, replicas: int, records: list[bytes], run: int, wait: bool
+    cluster: NatsCluster, replicas: int, records: list[bytes], run: int, wait: bool
 ) -> dict[str, Any]:
     nats0 = _cluster_cpu(cluster)
     seconds = asyncio.run(_direct(cluster.urls, replicas, records, run, wait))
@@ -391,7 +394,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     records = make_records(args.records, args.size)
     few = records[: args.sync_records]
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variant_list}
-    with Cluster(3, "always") as cluster:
+    with nats_cluster(3, "always") as cluster:
         asyncio.run(_until_ready(cluster.urls, args.replicas, 60.0))
         k = 0
         for r in range(args.repeat):
@@ -474,7 +477,7 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
     )
     report.notes.append(
         "failover (a listener or the stream's Raft leader SIGKILLed under a link) is measured by "
-        "tests/test_jetstream_listener.py and tests/test_jetstream_pipeline.py"
+        "tests/jetstream/test_jetstream_listener.py and tests/jetstream/test_jetstream_pipeline.py"
     )
     return report
 

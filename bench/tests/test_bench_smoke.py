@@ -169,8 +169,12 @@ def test_a_plain_install_ships_the_benchmarks(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("purelink-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    present = {p.name for p in (CHECKOUT / "bench").glob("*.py")}
-    assert {f"purelink/bench/{name}" for name in present} <= names
+    bench = CHECKOUT / "bench"
+    present = {p.relative_to(bench).as_posix() for p in bench.rglob("*.py")}
+    present = {p for p in present if "__pycache__" not in p}
+    shipped = {f"purelink/bench/{p}" for p in present if not p.startswith("tests/")}
+    assert shipped <= names  # bench/paths/ too
+    assert not any(n.startswith("purelink/bench/tests/") for n in names)
     target = tmp_path / "lib"
     subprocess.run(
         [

@@ -1,14 +1,14 @@
-"""The path emulator's own part of the path model (bench/_pathmodel.py) on a
+"""The path emulator's own part of the path model (bench/paths/model.py) on a
 hand-stepped clock.
 
 Why it exists: the emulator's figures are only worth what its model is.
 The physics (delay, jitter, bottleneck, loss, duplicates, blackouts, their
-order) is `purelink.testing.PathModel`'s, tested in tests/test_pathmodel.py;
+order) is `purelink.testing.PathModel`'s, tested in tests/sim/test_pathmodel.py;
 here is what the router adds on top: impairments in its units, what it does
 to an IPv4 packet over the MTU (ICMP "fragmentation needed", fragments), and
 its two directions sharing one heap of release times.  Explicit times and
 seeded RNGs: no devices, no sleeps.  The end-to-end test on real TUN devices
-is tests/test_paths.py (slow, root).
+is bench/tests/test_paths.py (slow, root).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 # bench/ is a package of the checkout, not of the installed distribution
 sys.path.insert(0, str(FsPath(__file__).resolve().parents[2]))
 
-from bench._pathmodel import (
+from bench.paths.model import (
     A_TO_B,
     B_TO_A,
     Impairment,

@@ -1,14 +1,14 @@
 """The path emulator end to end on real TUN devices and namespaces (slow, root).
 
 Why it exists: `purelink bench paths` is only as honest as its emulator.
-These tests run bench/pathemu.py for real and check that each impairment
+These tests run bench/paths/emu.py for real and check that each impairment
 actually happens to real packets -- the delay within a tolerance, loss and
 duplicates at their rates, jitter reorders, a blackout drops everything, the
 MTU is enforced and the kernel learns it from the ICMP error -- that a small
 purelink udp:// and tcp:// transfer through a bad path is stored exactly
 once, and that nothing is left behind (namespaces, devices, processes), also
 when the benchmark is stopped with SIGTERM.  The model itself is unit-tested
-on a fake clock in tests/test_pathemu_model.py.
+on a fake clock in bench/tests/test_pathemu_model.py.
 
 Skipped, with the reason, where the machine cannot run it (not root, no
 /dev/net/tun, no `ip`).
@@ -34,10 +34,11 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 # bench/ is a package of the checkout, not of the installed distribution
 sys.path.insert(0, str(CHECKOUT))
 
-from bench import paths as bench_paths  # noqa: E402
-from bench._pathmodel import Impairment  # noqa: E402
-from bench._pathpeers import fixed_records  # noqa: E402
-from bench.pathemu import Emulator, available, sweep_stale  # noqa: E402
+from bench.paths.constants import PEERS_MODULE  # noqa: E402
+from bench.paths.emu import Emulator, available, sweep_stale  # noqa: E402
+from bench.paths.model import Impairment  # noqa: E402
+from bench.paths.peers import fixed_records  # noqa: E402
+from bench.paths.transfers import Serve, run_plain_tcp, run_purelink  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,7 +60,7 @@ def emu() -> Iterator[Emulator]:
 
 def peer(emu: Emulator, side: int, *argv: str, timeout: float = 60) -> dict[str, Any]:
     done = subprocess.run(
-        emu.command(side, [sys.executable, "-m", "bench._pathpeers", *argv]),
+        emu.command(side, [sys.executable, "-m", PEERS_MODULE, *argv]),
         cwd=CHECKOUT,
         capture_output=True,
         text=True,
@@ -78,7 +79,7 @@ def echo(emu: Emulator) -> Iterator[None]:
             [
                 sys.executable,
                 "-m",
-                "bench._pathpeers",
+                PEERS_MODULE,
                 "echo",
                 "--bind",
                 f"{B}:9000",
@@ -189,7 +190,7 @@ def test_the_mtu_is_enforced_and_the_kernel_learns_it(emu: Emulator, echo: None)
 def test_the_bottleneck_limits_the_rate_and_bounds_its_queue(emu: Emulator) -> None:
     imp = Impairment(delay=0.01, rate=20e6, queue_bytes=64 * 1024)
     emu.set(imp)
-    result = bench_paths.run_plain_tcp(emu, "cubic", 3_000_000, 1000, limit=60)
+    result = run_plain_tcp(emu, "cubic", 3_000_000, 1000, limit=60)
     assert result["ok"], result
     kbps = 3_000_000 / result["elapsed"] / 1000
     assert 1200 < kbps < 2500  # 20 Mbit/s = 2,500 KB/s of IP packets
@@ -207,9 +208,9 @@ def test_purelink_through_a_bad_path_stores_every_record_exactly_once(
     )
     emu.set(imp)
     records = fixed_records(2000, 1000)
-    serve = bench_paths._Serve(emu, "batch")
+    serve = Serve(emu, "batch")
     try:
-        result = bench_paths.run_purelink(emu, serve, transport, "t", records, 60.0, [])
+        result = run_purelink(emu, serve, transport, "t", records, 60.0, [])
     finally:
         serve.stop()
     assert result["ok"], result.get("error")

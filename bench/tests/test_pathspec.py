@@ -1,5 +1,5 @@
 """`purelink bench paths --path SPEC`: a path written on the command line
-(bench/_pathspec.py) becomes the emulator's impairment, and a mistake is
+(bench/paths/spec.py) becomes the emulator's impairment, and a mistake is
 refused with what is wrong."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's bench/
 
-from bench._pathspec import parse_path
-from bench.paths import BASE, PATHS
+from bench.paths.spec import BASE, PATHS, parse_path
 
 
 def test_a_spec_sets_each_field_over_the_base() -> None:

@@ -171,9 +171,10 @@ class LinkHandler(logging.Handler):
         self._closing = False
         self._reset()
         self._start()  # connect now, in the background: the first log call must not wait
-        _wait_launched(self)
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _after_fork(ref))
+        self._wait_launched()
+        # a weak reference: the fork hook must not keep a closed handler alive
+        after_fork = weakref.WeakMethod(self._after_fork_in_child)
+        os.register_at_fork(after_in_child=lambda: _call_if_alive(after_fork))
 
     def _reset(self) -> None:
         """The state of a handler that has not connected yet."""
@@ -314,6 +315,22 @@ class LinkHandler(logging.Handler):
         )
         self._thread.start()
 
+    def _after_fork_in_child(self) -> None:
+        """A fork's child: start over with no link and connect now, not at the
+        child's first log call: a child that logs and exits at once would
+        otherwise start the thread during interpreter shutdown, which CPython
+        3.12.0-3.12.1 refuses (RuntimeError)."""
+        self._reset()
+        self._start()
+        self._wait_launched()
+
+    def _wait_launched(self) -> None:
+        """On CPython 3.12.0-3.12.1 only: wait until the first link's thread is started,
+        so that a program that logs and exits at once does not ask for that thread
+        at exit, where it is refused and every record would be dropped."""
+        if _EXIT_REFUSES_THREADS:
+            self._launched.wait(_LAUNCH_WAIT)
+
     def _drop(self, why: str, count: int = 1) -> None:
         with self._drop_lock:
             self.dropped += count
@@ -348,7 +365,7 @@ class LinkHandler(logging.Handler):
                 return None
             try:
                 link = Link(self.url, self.stream, timeout=min(patience, left), **self._options)
-                link._start(self._launched)  # connect(), telling when its thread is up
+                link.launch(self._launched)  # connect(), telling when its thread is up
                 break
             except ConnectError as exc:
                 if not told:
@@ -538,20 +555,8 @@ def _warn(message: str) -> None:
         pass
 
 
-def _after_fork(ref: Callable[[], LinkHandler | None]) -> None:
-    handler = ref()
-    if handler is not None:
-        handler._reset()
-        # connect now, not at the child's first log call: a child that logs and
-        # exits at once would otherwise start the thread during interpreter
-        # shutdown, which CPython 3.12.0-3.12.1 refuses (RuntimeError)
-        handler._start()
-        _wait_launched(handler)
-
-
-def _wait_launched(handler: LinkHandler) -> None:
-    """On CPython 3.12.0-3.12.1 only: wait until the first link's thread is started,
-    so that a program that logs and exits at once does not ask for that thread
-    at exit, where it is refused and every record would be dropped."""
-    if _EXIT_REFUSES_THREADS:
-        handler._launched.wait(_LAUNCH_WAIT)
+def _call_if_alive(method: weakref.WeakMethod[Callable[[], None]]) -> None:
+    """Call a weakly held bound method, unless its object is gone."""
+    bound = method()
+    if bound is not None:
+        bound()

@@ -47,7 +47,7 @@ TORTURE = NetConfig(
 
 def mixed_records(count: int, seed: int, largest: int = 20 * 1024) -> list[bytes]:
     """`count` distinct records of 0 B to `largest`, sizes log-uniform (the
-    torture benchmark's mix, bench/_pathpeers.py)."""
+    torture benchmark's mix, bench/paths/peers.py)."""
     rng = random.Random(seed)
     filler = rng.randbytes(largest)
     out = []

@@ -80,12 +80,6 @@ class Link(LinkThread):
         congestion: str = "bbr",
     ) -> None:
         self._targets = _address.parse_urls(url)  # several: tried in order (failover)
-        self._at = 0  # which of the targets the link is on
-        self._failovers = 0
-        self._sock_fd = -1
-        self._trying_since = 0.0
-        self._sending_since = 0.0  # since when datagrams are in flight (0: none)
-        self._heard = 0.0  # when the listener last sent anything
         scheme = self._targets[0][0]  # the sender is configured for the first
         if congestion not in CONGESTION:
             raise ValueError(f"congestion must be one of {', '.join(CONGESTION)}")
@@ -98,29 +92,22 @@ class Link(LinkThread):
         self._timeout = timeout
         self._close_timeout = close_timeout
         self._on_stored = on_stored
-        config = SenderConfig(
-            stream=stream,
-            producer=producer or "",
-            datagram_size=datagram_size,
-            pmtu=scheme == "udp",  # DF is set on UDP: find the path's MTU
-            # TCP never loses a HELLO (a broken connection starts a new one at
-            # once): retrying it early only makes a busy listener busier
-            handshake_rto=0.1 if scheme == "udp" else 1.0,
-            # over TCP the kernel's own congestion control paces the bytes
-            congestion=congestion if scheme == "udp" else "newreno",
+        self._sender = _new_sender(
+            scheme, stream, producer, datagram_size, congestion, secret, key_id
         )
-        if secret is None:
-            self._sender = Sender(config)
-        else:  # every datagram sealed (protocol/secure_sender.py); cryptography loads here
-            from ..protocol.secure_sender import SecureSender  # noqa: PLC0415
-
-            self._sender = SecureSender(config, secret, key_id or "")
         # bytes sealing adds to each datagram (0 without a secret): the sender
         # inside sees, counts and sizes datagrams that much smaller
         self._sealing = datagram_size - self._sender.config.datagram_size
+        self._at = 0  # which of the targets the link is on
         self._transport: Transport = self._first_transport(url)
         self._wakeup = Wakeup()
         self._parker = Parker()
+        self._init_hand_off(capacity, capacity_bytes)
+        self._init_thread_state()
+
+    def _init_hand_off(self, capacity: int, capacity_bytes: int) -> None:
+        """What queue() and the link thread share: the ring, the first grant, the
+        bounds and the counts of records and bytes in and out."""
         # the hand-off ring (ring.py): its generations, and the newest's (slots, mask)
         self._largest_ring = ring.largest(capacity)
         self._gens = ()
@@ -137,6 +124,15 @@ class Link(LinkThread):
         self._bytes_in = 0
         self._bytes_out = 0
         self._limit_bytes = capacity_bytes
+
+    def _init_thread_state(self) -> None:
+        """The link thread itself and what it keeps about the session, the
+        listeners it may fail over to and its own sleeps."""
+        self._failovers = 0
+        self._sock_fd = -1
+        self._trying_since = 0.0
+        self._sending_since = 0.0  # since when datagrams are in flight (0: none)
+        self._heard = 0.0  # when the listener last sent anything
         self._error: Error | None = None
         self._closing = False
         self._connected = threading.Event()
@@ -147,7 +143,7 @@ class Link(LinkThread):
         self._hole_since = 0.0  # since when the next seq was taken but not stored (0: no hole)
         self._hole_looks = 0  # how often the thread has looked at that hole since
         self._thread = threading.Thread(
-            target=self._run, name=f"purelink-link-{stream}", daemon=True
+            target=self._run, name=f"purelink-link-{self.stream}", daemon=True
         )
 
     def _first_transport(self, url: str) -> Transport:
@@ -409,8 +405,13 @@ class Link(LinkThread):
         )
 
     # ------------------------------------------------------- the handshake
-    def _start(self, started: threading.Event | None = None) -> None:
-        """Start the link's thread (then set `started`) and wait for the handshake."""
+    def launch(self, started: threading.Event | None = None) -> None:
+        """Start the link's thread (then set `started`) and wait for the handshake;
+        ConnectError if it fails.  `connect()` is a `Link(...)` followed by this;
+        it is here, not private, for what builds a Link itself and must know
+        when its thread is up (purelink.logging's handler, the benchmarks'
+        variants).  Not part of the public API (SPEC §3): applications call
+        `connect()`."""
         self._thread.start()
         if started is not None:
             started.set()
@@ -432,6 +433,36 @@ class Link(LinkThread):
                 f"no answer from {self.url} within {self._timeout:g} s "
                 "(no listener there, or a missing or unexpected secret?)"
             )
+
+
+def _new_sender(
+    scheme: str,
+    stream: str,
+    producer: str | None,
+    datagram_size: int,
+    congestion: str,
+    secret: bytes | None,
+    key_id: str | None,
+) -> Sender:
+    """The link's sans-IO sender, configured for the first listener's scheme;
+    with a secret, one that seals every datagram."""
+    config = SenderConfig(
+        stream=stream,
+        producer=producer or "",
+        datagram_size=datagram_size,
+        pmtu=scheme == "udp",  # DF is set on UDP: find the path's MTU
+        # TCP never loses a HELLO (a broken connection starts a new one at
+        # once): retrying it early only makes a busy listener busier
+        handshake_rto=0.1 if scheme == "udp" else 1.0,
+        # over TCP the kernel's own congestion control paces the bytes
+        congestion=congestion if scheme == "udp" else "newreno",
+    )
+    if secret is None:
+        return Sender(config)
+    # every datagram sealed (protocol/secure_sender.py); cryptography loads here
+    from ..protocol.secure_sender import SecureSender  # noqa: PLC0415
+
+    return SecureSender(config, secret, key_id or "")
 
 
 def connect(
@@ -475,5 +506,5 @@ def connect(
         close_timeout=close_timeout,
         congestion=congestion,
     )
-    link._start()
+    link.launch()
     return link

@@ -171,12 +171,7 @@ class LinkThread:
     def _loop(self) -> None:
         sender = self._sender
         wakeup = self._wakeup
-        ep = select.epoll()
-        self._sock_fd = self._transport.fileno()
-        ep.register(self._sock_fd, select.EPOLLIN)
-        self._trying_since = 0.0  # set by the first datagram to the listener tried
-        monotonic_now = time.monotonic()
-        ep.register(wakeup.fileno(), select.EPOLLIN)
+        ep = self._epoll()
         monotonic = time.monotonic
         open_ = SenderState.OPEN
         has = ring.has
@@ -189,12 +184,12 @@ class LinkThread:
             `armed`: one of the two sees the other, so a stop is never slept through."""
             return self._stop or (has(self._gens, self._taken + 1) and sender.state == open_)
 
-        sender.connect(monotonic_now)
+        sender.connect(monotonic())
         try:
             while not self._stop:
                 wakeup.begin_look()
                 now = monotonic()
-                if sender.state == SenderState.OPEN:
+                if sender.state == open_:
                     taken = self._taken
                     self._take()
                     if self._timed_out and self._taken != taken:
@@ -211,47 +206,66 @@ class LinkThread:
                 now = monotonic()
                 resume = sender.resume_time(now) if not self._stop else None
                 if resume is not None:
-                    # the window or the pacer holds everything back until an answer
-                    # or the send time: wait for those without arming the wakeup, so
-                    # queue() writes no eventfd meanwhile and nobody spins on the GIL
-                    ready = ep.poll(resume - now)
-                    now = monotonic()
-                    for fd, _ in ready:
-                        if fd == self._sock_fd:
-                            now = self._receive(now)
-                        else:
-                            wakeup.after_wake(has_next)
-                    sender.handle_timer(now)
-                    continue
-                if not wakeup.prepare_sleep(has_next):
+                    self._wait_paced(ep, resume - now, has_next)
+                elif not wakeup.prepare_sleep(has_next):
                     # more was queued meanwhile: no sleep, but answers and timers
                     # must not wait until the application pauses
-                    now = self._receive(monotonic())
-                    sender.handle_timer(now)
-                    continue
-                timer = sender.get_timer()
-                timeout = -1.0 if timer is None else max(timer - monotonic(), 0.0)
-                if self._hole_since and sender.state == open_:  # look again soon: its
-                    # writer may store it yet (not while reconnecting: no take then)
-                    timeout = HOLE_RECHECK if timeout < 0 else min(timeout, HOLE_RECHECK)
-                if len(self._targets) > 1 and sender.in_flight:  # look at the silence
-                    timeout = (
-                        FAILOVER_SILENCE / 4 if timeout < 0 else min(timeout, FAILOVER_SILENCE / 4)
-                    )
-                self._sleeps += 1
-                ready = ep.poll(timeout)
-                self._timed_out = not ready
-                wakeup.after_wake(has_next)
-                now = monotonic()
-                for fd, _ in ready:
-                    if fd == self._sock_fd:
-                        now = self._receive(now)
-                sender.handle_timer(now)
-            if self._closing and sender.state == SenderState.OPEN:
+                    sender.handle_timer(self._receive(monotonic()))
+                else:
+                    self._sleep(ep, has_next)
+            if self._closing and sender.state == open_:
                 sender.close()
                 self._transmit(monotonic())
         finally:
             ep.close()
+
+    def _epoll(self) -> select.epoll:
+        """The loop's one epoll: the socket's answers and the wakeup's eventfd."""
+        ep = select.epoll()
+        self._sock_fd = self._transport.fileno()
+        ep.register(self._sock_fd, select.EPOLLIN)
+        self._trying_since = 0.0  # set by the first datagram to the listener tried
+        ep.register(self._wakeup.fileno(), select.EPOLLIN)
+        return ep
+
+    def _wait_paced(self, ep: select.epoll, timeout: float, has_next: Callable[[], bool]) -> None:
+        """The window or the pacer holds everything back until an answer or the send
+        time: wait for those without arming the wakeup, so queue() writes no
+        eventfd meanwhile and nobody spins on the GIL."""
+        ready = ep.poll(timeout)
+        now = time.monotonic()
+        for fd, _ in ready:
+            if fd == self._sock_fd:
+                now = self._receive(now)
+            else:
+                self._wakeup.after_wake(has_next)
+        self._sender.handle_timer(now)
+
+    def _sleep(self, ep: select.epoll, has_next: Callable[[], bool]) -> None:
+        """Nothing to do (the wakeup is armed): sleep until an answer, a record
+        (the eventfd), the sender's next timer or one of the looks below."""
+        self._sleeps += 1
+        ready = ep.poll(self._sleep_timeout())
+        self._timed_out = not ready
+        self._wakeup.after_wake(has_next)
+        now = time.monotonic()
+        for fd, _ in ready:
+            if fd == self._sock_fd:
+                now = self._receive(now)
+        self._sender.handle_timer(now)
+
+    def _sleep_timeout(self) -> float:
+        """How long a sleep may last (-1: until woken): to the sender's next timer,
+        and shorter while a hole or a silent listener must be looked at again."""
+        sender = self._sender
+        timer = sender.get_timer()
+        timeout = -1.0 if timer is None else max(timer - time.monotonic(), 0.0)
+        if self._hole_since and sender.state == SenderState.OPEN:  # look again soon: its
+            # writer may store it yet (not while reconnecting: no take then)
+            timeout = HOLE_RECHECK if timeout < 0 else min(timeout, HOLE_RECHECK)
+        if len(self._targets) > 1 and sender.in_flight:  # look at the silence
+            timeout = FAILOVER_SILENCE / 4 if timeout < 0 else min(timeout, FAILOVER_SILENCE / 4)
+        return timeout
 
     def _take(self) -> None:
         """Move every record written to the ring into the sender."""

@@ -11,8 +11,8 @@ Mechanism 3 (docs/design.md), after io_uring's multishot accept: one
 readiness event of the listening socket is followed by accepts until EAGAIN,
 within `accept_budget` per event so that a connection storm never starves
 the reading of connections already open (level-triggered epoll reports the
-rest next round).  `accept_budget = 1` is the naive way, one accept per
-event, kept for the `connections` benchmark's "before" variant.  A readable
+rest next round).  (The naive way, one accept per event, is the `connections`
+benchmark's "before" variant and lives in bench/connections.py.)  A readable
 connection is likewise read until it has no more, within `read_budget`
 receives per event; a receive that returns less than it asked for means the
 socket is empty now, which saves the EAGAIN call -- unless epoll said the
@@ -189,7 +189,8 @@ class TcpServer:
         """Answer bytes the kernel has not taken, across all connections (each also
         at most `max_unsent`); past it the connection adding more is closed."""
         self.accept_budget = ACCEPT_BUDGET
-        """Accepts per readiness event; 1 is the naive way (the benchmark's "before")."""
+        """Accepts per readiness event at most (ACCEPT_BUDGET): the rest waits for
+        the next round, so a connection storm never starves open connections."""
         self.read_budget = READ_BUDGET
         """Receives per readiness event of one connection."""
         self.max_frame = pool.size - HEADER

@@ -4,8 +4,10 @@
 - `Parker` (parker.py): spin briefly, then park; wake only a waiter that waits (mechanism 2).
 - `GraceDomain` (grace.py): QSBR grace periods; the waiter spins, then parks, and a
   reader signals it only when it is parked, once per grace period (docs/store.md).
-- `BufferPool` (pool.py): O(1) reuse of buffers from a free list (mechanism 4);
-  `ScanningPool` is the naive "before" variant, for the benchmark only.
+- `BufferPool` (pool.py): O(1) reuse of buffers from a free list (mechanism 4).
+
+The benchmarks' "before" variants of these (a scanning pool, unpatched grace
+periods) live in bench/, not here: the product carries only what it uses.
 
 Each has a `statistics()` method returning a frozen snapshot of its counters.
 
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .grace import GraceDomain, GraceEvent, GraceReader, GraceStatistics
     from .parker import DEFAULT_SPINS, Parker, ParkerStatistics
-    from .pool import BufferPool, PoolStatistics, ScanningPool
+    from .pool import BufferPool, PoolStatistics
     from .wakeup import Wakeup, WakeupStatistics
 
 _WHERE = {
@@ -34,7 +36,6 @@ _WHERE = {
     "ParkerStatistics": "parker",
     "BufferPool": "pool",
     "PoolStatistics": "pool",
-    "ScanningPool": "pool",
     "Wakeup": "wakeup",
     "WakeupStatistics": "wakeup",
 }
@@ -63,7 +64,6 @@ __all__ = [
     "Parker",
     "ParkerStatistics",
     "PoolStatistics",
-    "ScanningPool",
     "Wakeup",
     "WakeupStatistics",
 ]

@@ -20,28 +20,23 @@
 #     gp_futex = 0; FUTEX_WAKE                       under the lock: futex = 0; notify
 #   rcu_thread_offline()/online(): ctr = 0 / gp    offline()/online(), blocked()
 #
-# The patch changed two things; both are kept switchable here for bench/grace.py only:
+# The patch changed two things, and this file is the patched version of both:
 #
-# 1. The waiter (`park_once`).  Unpatched, update_counter_and_wait() took the futex
-#    path exactly once, at wait_loops == RCU_QS_ACTIVE_ATTEMPTS: it parked at most once
-#    per grace period and, once woken, busy-checked (caa_cpu_relax()) until the last
-#    reader came in -- "burning CPU for long grace periods".  Patched, it announces
-#    itself and parks again after every wake.  `park_once=True` is the unpatched waiter.
-# 2. The readers (`signal_only_waiting`).  Unpatched, wake_up_gp() woke whenever
-#    gp_futex == -1 (and set it to 0 first, so one wake per park); patched, only a
-#    reader whose `waiting` flag the parked waiter raised, i.e. one still pending,
-#    once per grace period.  Without the flags, a waiter that parks again would be
-#    woken by readers already counted.  `signal_only_waiting=False` is the unpatched
-#    reader.
+# 1. The waiter.  Unpatched, update_counter_and_wait() took the futex path exactly
+#    once, at wait_loops == RCU_QS_ACTIVE_ATTEMPTS: it parked at most once per grace
+#    period and, once woken, busy-checked (caa_cpu_relax()) until the last reader
+#    came in -- "burning CPU for long grace periods".  Patched, it announces itself
+#    and parks again after every wake.
+# 2. The readers.  Unpatched, wake_up_gp() woke whenever gp_futex == -1 (and set it
+#    to 0 first, so one wake per park); patched, only a reader whose `waiting` flag
+#    the parked waiter raised, i.e. one still pending, once per grace period.
+#    Without the flags, a waiter that parks again would be woken by readers already
+#    counted.
 #
-# A third reader, in neither version of liburcu, is kept for the benchmark as the plain
-# reading of "without 'wake only a waiter that waits'": `signal_always=True` takes the
-# lock and notifies at every quiescent state, parked waiter or not (as mechanism 1's
-# "before" writes the eventfd for every record).
-#
-# So unpatched liburcu is `park_once=True, signal_only_waiting=False`, the patch is
-# the defaults (rcutorture, 10 readers and 1 updater: 302 -> 408 updates for the
-# whole patch).  One refinement: the patch raises the flags before it
+# The unpatched waiter and readers live in bench/grace.py, which measures them
+# against these (rcutorture, 10 readers and 1 updater: 302 -> 408 updates for the
+# whole patch): a GraceDomain subclass that overrides `_wait_readers` and
+# `reader_type`.  One refinement: the patch raises the flags before it
 # drops the readers seen quiescent, so a reader that just signalled may be flagged
 # once more and signal twice; here the readers seen quiescent are dropped first, so
 # each reader signals at most once per grace period.
@@ -92,8 +87,7 @@ class GraceStatistics:
     grace_periods: int
     """synchronize() calls that completed."""
     spins: int
-    """Busy checks of the readers that found some still pending (before parking;
-    with `park_once`, also every check after the one park)."""
+    """Busy checks of the readers that found some still pending (before parking)."""
     parks: int
     """Times the waiter blocked (one grace period may park more than once)."""
     unparks: int
@@ -169,27 +163,11 @@ class GraceReader:
     def unregister(self) -> None:
         """Leave the domain for good (offline first). Idempotent."""
         self.offline()
-        self._domain._unregister(self)
+        self._domain.unregister(self)
 
     def _signal(self) -> None:
         self.waiting = False
-        domain = self._domain
-        if domain.futex != -1:  # the waiter is spinning, or another reader woke it
-            return
-        with domain._cond:
-            if domain.futex != -1:
-                return
-            self._wake()
-
-    def _wake(self) -> None:
-        """With the domain's lock held and the waiter parked: wake it, count it."""
-        domain = self._domain
-        domain.futex = 0
-        domain._unparks += 1
-        self.signals += 1
-        if domain.trace is not None:
-            domain.trace.append(GraceEvent(domain.gp, self.name, "signal"))
-        domain._cond.notify()
+        self._domain.wake(self)
 
     def __enter__(self) -> GraceReader:
         return self
@@ -203,71 +181,24 @@ class GraceReader:
         return f"<GraceReader {self.name!r} ctr={self.ctr} waiting={self.waiting}>"
 
 
-class _NaiveReader(GraceReader):
-    """The "before" variant: every quiescent state signals whenever the waiter
-    may be parked, whether or not this reader was already counted.  For
-    bench/grace.py only."""
-
-    __slots__ = ()
-
-    def quiescent(self) -> None:
-        self.ctr = self._domain.gp
-        if self._domain.futex == -1:
-            self._signal()
-
-    def offline(self) -> None:
-        self.ctr = 0
-        if self._domain.futex == -1:
-            self._signal()
-
-
-class _AlwaysReader(GraceReader):
-    """The "always-signal" variant: every quiescent state takes the lock and
-    notifies, whether or not the waiter is parked.  For bench/grace.py only."""
-
-    __slots__ = ()
-
-    def quiescent(self) -> None:
-        self.ctr = self._domain.gp
-        self._signal_always()
-
-    def offline(self) -> None:
-        self.ctr = 0
-        self._signal_always()
-
-    def _signal_always(self) -> None:
-        domain = self._domain
-        with domain._cond:
-            if domain.futex == -1:
-                self._wake()  # a parked waiter: woken and counted, as by the others
-            else:
-                domain._cond.notify()  # nobody parked: the notify finds no one
-
-
 class GraceDomain:
     """Readers register and announce quiescent states; synchronize() waits until
     every reader online when it started has passed one (spin, then park)."""
+
+    reader_type: type[GraceReader] = GraceReader
+    """What register() makes (a subclass may make other readers: bench/grace.py)."""
 
     def __init__(
         self,
         *,
         spins: int | None = None,
-        signal_only_waiting: bool = True,
-        park_once: bool = False,
-        signal_always: bool = False,
         relax: Callable[[], object] | None = None,
         trace: bool = False,
     ) -> None:
-        """`spins`: busy checks before parking (default parker.DEFAULT_SPINS).
-        `signal_only_waiting=False` and `park_once=True` are the unpatched
-        readers and waiter, `signal_always=True` readers that signal at every
-        quiescent state (benchmark only, see the header); `relax` is called
-        between two busy checks (default: nothing).  `trace=True` records every
-        step in `trace` (tests)."""
+        """`spins`: busy checks before parking (default parker.DEFAULT_SPINS);
+        `relax` is called between two busy checks (default: nothing).
+        `trace=True` records every step in `trace` (tests)."""
         self.spins = DEFAULT_SPINS if spins is None else max(1, spins)
-        self.signal_only_waiting = signal_only_waiting
-        self.park_once = park_once
-        self.signal_always = signal_always
         self.relax = relax
         self.gp = 1
         """The grace-period counter (readers' `ctr` is 0 when offline, so it starts at 1)."""
@@ -294,21 +225,34 @@ class GraceDomain:
         with self._registry_lock:
             self._count += 1
             label = name if name is not None else f"reader-{self._count}"
-            cls: type[GraceReader] = (
-                _AlwaysReader
-                if self.signal_always
-                else GraceReader
-                if self.signal_only_waiting
-                else _NaiveReader
-            )
-            reader = cls(self, label, online)
+            reader = self.reader_type(self, label, online)
             self._readers.append(reader)
         return reader
 
-    def _unregister(self, reader: GraceReader) -> None:
+    def unregister(self, reader: GraceReader) -> None:
+        """Forget `reader` (GraceReader.unregister() calls this). Idempotent."""
         with self._registry_lock:
             if reader in self._readers:
                 self._readers.remove(reader)
+
+    def wake(self, reader: GraceReader) -> None:
+        """A flagged reader's signal: wake the parked waiter, once per park (the
+        first reader to get here sets `futex` back to 0; the others return)."""
+        if self.futex != -1:  # the waiter is spinning, or another reader woke it
+            return
+        with self._cond:
+            if self.futex != -1:
+                return
+            self._wake_by(reader)
+
+    def _wake_by(self, reader: GraceReader) -> None:
+        """With the lock held and the waiter parked: wake it, count it."""
+        self.futex = 0
+        self._unparks += 1
+        reader.signals += 1
+        if self.trace is not None:
+            self.trace.append(GraceEvent(self.gp, reader.name, "signal"))
+        self._cond.notify()
 
     # ---- the waiter ---------------------------------------------------------------
 
@@ -325,38 +269,39 @@ class GraceDomain:
             trace = self.trace
             if trace is not None:
                 trace.append(GraceEvent(gp, "reclaimer", "begin"))
-            flag = self.signal_only_waiting and not self.signal_always
-            park_once = self.park_once
-            relax = self.relax
-            spins = self.spins
-            attempts = 0
-            while True:
-                pending = [r for r in pending if (c := r.ctr) and c != gp]
-                if not pending:
-                    break
-                attempts += 1
-                if attempts < spins or (park_once and attempts > spins):
-                    # busy check; unpatched (park_once), every check after the one park
-                    self._spins += 1
-                    if attempts > spins and deadline is not None and time.monotonic() >= deadline:
-                        return self._timed_out(gp)
-                    if relax is not None:
-                        relax()
-                    continue
-                self.futex = -1  # announce, then check again: the header's Dekker pair
-                if flag:
-                    for reader in pending:
-                        reader.waiting = True
-                pending = [r for r in pending if (c := r.ctr) and c != gp]
-                if not pending:
-                    self.futex = 0
-                    break
-                if not self._wait_gp(gp, deadline):
-                    return self._timed_out(gp)
+            if not self._wait_readers(gp, pending, deadline):
+                return self._timed_out(gp)
             self._grace_periods += 1
             if trace is not None:
                 trace.append(GraceEvent(gp, "reclaimer", "end"))
             return True
+
+    def _wait_readers(self, gp: int, pending: list[GraceReader], deadline: float | None) -> bool:
+        """Until every reader in `pending` has stored `gp` or gone offline (True),
+        or the deadline passed (False): `spins` busy checks, then announce, raise
+        the pending readers' flags and park, again after every wake (the patch)."""
+        relax = self.relax
+        spins = self.spins
+        attempts = 0
+        while True:
+            pending = [r for r in pending if (c := r.ctr) and c != gp]
+            if not pending:
+                return True
+            attempts += 1
+            if attempts < spins:  # busy check
+                self._spins += 1
+                if relax is not None:
+                    relax()
+                continue
+            self.futex = -1  # announce, then check again: the header's Dekker pair
+            for reader in pending:
+                reader.waiting = True
+            pending = [r for r in pending if (c := r.ctr) and c != gp]
+            if not pending:
+                self.futex = 0
+                return True
+            if not self._wait_gp(gp, deadline):
+                return False
 
     def _timed_out(self, gp: int) -> bool:
         self.futex = 0
@@ -398,7 +343,4 @@ class GraceDomain:
         )
 
     def __repr__(self) -> str:
-        return (
-            f"<GraceDomain gp={self.gp} spins={self.spins} "
-            f"signal_only_waiting={self.signal_only_waiting} park_once={self.park_once}>"
-        )
+        return f"<{type(self).__name__} gp={self.gp} spins={self.spins}>"

@@ -10,14 +10,14 @@
 # `_thread_cache.py` for the idea of a small, bounded, observable cache of reusable
 # things.
 #
-# ScanningPool is the "before" variant the `pool` benchmark (docs/performance.md) compares
-# against. It is not used by the link or the listener.
+# The naive "before" the `pool` benchmark compares this with, ScanningPool, lives in
+# bench/pool.py.
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BufferPool", "PoolStatistics", "ScanningPool"]
+__all__ = ["BufferPool", "PoolStatistics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,8 @@ class PoolStatistics:
     dropped: int
     """put() calls whose buffer was let go because the pool held `limit` free already."""
     rejected: int
-    """put() calls whose buffer had the wrong length (or, ScanningPool, was free already)."""
+    """put() calls whose buffer had the wrong length (or, bench/pool.py's ScanningPool,
+    was free already)."""
     free: int
     """Free buffers held right now."""
 
@@ -100,107 +101,3 @@ class BufferPool:
 
     def __repr__(self) -> str:
         return f"<BufferPool size={self.size} limit={self.limit} free={len(self._free)}>"
-
-
-class ScanningPool:
-    """The naive way, kept as the "before" variant of the `pool` benchmark only.
-
-    Every buffer the pool ever handed out stays in one list, with an in-use flag
-    beside it, the way SMC-R kept its smc_buf_descs before the free-list patch; get()
-    scans the flags for a free one, so it costs O(buffers held). The scan is
-    `list.index(False)`, in C, so the benchmark shows the growth even at C speed.
-    put() finds the slot through a dict keyed by id(), O(1), as the kernel's
-    descriptor carried its own flag. Same interface and counters as BufferPool; not
-    thread-safe.
-    """
-
-    __slots__ = (
-        "_buffers",
-        "_free_count",
-        "_in_use",
-        "_slot",
-        "dropped",
-        "hits",
-        "limit",
-        "misses",
-        "rejected",
-        "size",
-    )
-
-    def __init__(self, size: int, limit: int) -> None:
-        if size <= 0:
-            raise ValueError(f"size must be positive, not {size}")
-        if limit < 0:
-            raise ValueError(f"limit must not be negative, not {limit}")
-        self.size = size
-        self.limit = limit
-        self._buffers: list[bytearray] = []
-        self._in_use: list[bool] = []
-        self._slot: dict[int, int] = {}  # id(buffer) -> index; the list keeps buffers alive
-        self._free_count = 0
-        self.hits = 0
-        self.misses = 0
-        self.dropped = 0
-        self.rejected = 0
-
-    def get(self) -> bytearray:
-        """Scan for a free buffer; allocate (and remember) a fresh one if none is."""
-        if self._free_count:
-            index = self._in_use.index(False)  # the scan
-            self._in_use[index] = True
-            self._free_count -= 1
-            self.hits += 1
-            return self._buffers[index]
-        self.misses += 1
-        buffer = bytearray(self.size)
-        self._slot[id(buffer)] = len(self._buffers)
-        self._buffers.append(buffer)
-        self._in_use.append(True)
-        return buffer
-
-    def put(self, buffer: bytearray) -> None:
-        """Mark `buffer` free; let it go if `limit` are free already."""
-        if len(buffer) != self.size:
-            self.rejected += 1
-            return
-        index = self._slot.get(id(buffer))  # ids of live buffers: the list keeps them alive
-        if index is None:  # a buffer this pool did not make: adopt it
-            index = len(self._buffers)
-            self._slot[id(buffer)] = index
-            self._buffers.append(buffer)
-            self._in_use.append(True)
-        elif not self._in_use[index]:
-            self.rejected += 1  # free already: a double put
-            return
-        if self._free_count >= self.limit:
-            self._remove(index)
-            self.dropped += 1
-            return
-        self._in_use[index] = False
-        self._free_count += 1
-
-    def _remove(self, index: int) -> None:
-        """Drop slot `index`: move the last slot into it (O(1))."""
-        buffers, in_use = self._buffers, self._in_use
-        del self._slot[id(buffers[index])]
-        last = len(buffers) - 1
-        if index != last:
-            buffers[index] = buffers[last]
-            in_use[index] = in_use[last]
-            self._slot[id(buffers[index])] = index
-        buffers.pop()
-        in_use.pop()
-
-    def statistics(self) -> PoolStatistics:
-        return PoolStatistics(
-            size=self.size,
-            limit=self.limit,
-            hits=self.hits,
-            misses=self.misses,
-            dropped=self.dropped,
-            rejected=self.rejected,
-            free=self._free_count,
-        )
-
-    def __repr__(self) -> str:
-        return f"<ScanningPool size={self.size} limit={self.limit} free={self._free_count}>"

@@ -3,7 +3,7 @@
 Why it exists: purelink is tested against bad paths three ways -- `FakeNet`
 (virtual time, the sans-IO tests), the loopback proxy of the live tests
 (tests/netproxy.py, real sockets) and the TUN router of `purelink bench
-paths` (bench/pathemu.py, real IP packets between two namespaces).  All
+paths` (bench/paths/emu.py, real IP packets between two namespaces).  All
 three hand every datagram to a `PathModel` and keep only what is theirs:
 a clock, a heap of what is in flight, sockets or devices.  So a path means
 the same thing in a unit test, on loopback and in the benchmark, and code
@@ -75,7 +75,7 @@ class NetConfig:
     """Extra uniform random delay up to this, seconds (this is what reorders)."""
     symmetric: bool = False
     """Jitter both ways: a delay drawn uniformly from `delay` - `jitter` to `delay`
-    + `jitter` (at least 0), as netem and bench/pathemu.py draw it, so the
+    + `jitter` (at least 0), as netem and bench/paths/emu.py draw it, so the
     smallest round trip is well below the typical one; False: `delay` to
     `delay` + `jitter`, so the smallest is the propagation delay."""
     rate: float = 0.0

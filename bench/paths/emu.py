@@ -4,7 +4,7 @@ Why it exists: loopback hides everything a real path does to a transport --
 delay, a bottleneck with a queue, loss, reordering, outages, a small MTU --
 and the kernel's netem is not available on every machine (nor in CI).  This
 emulator builds the path itself, in user space, so `purelink bench paths`
-(and tests/test_paths.py) can run Linux TCP and purelink through the same
+(and bench/tests/test_paths.py) can run Linux TCP and purelink through the same
 impaired path:
 
     netns plk-PID-a             root netns                netns plk-PID-b
@@ -36,16 +36,17 @@ left against its release time (p50/p99/max) and its own CPU time.  Control
 is one JSON object per line on its stdin ("set", "reset", "stats"), one JSON
 answer per line on stdout; EOF on stdin stops it.
 
-`python -m bench.pathemu selftest` measures the emulator's accuracy and CPU
-(see docs/performance.md, section paths); `python -m bench.pathemu model`
-what the model's decisions cost per packet, on no devices (no root needed).
+`python -m bench.paths.selftest` measures the emulator's accuracy and CPU
+(see docs/performance.md, section paths); `python -m bench.paths.selftest
+model` what the model's decisions cost per packet, on no devices (no root
+needed).  `python -m bench.paths.emu router FD_A FD_B` is the router process
+itself, which `Emulator.start` runs.
 """
 
 from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
@@ -58,12 +59,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from ._pathmodel import A_TO_B, B_TO_A, Impairment
-from ._pathmodel import Path as EmulatedPath
+from .constants import CHECKOUT, EMULATOR_MODULE, PEERS_MODULE
+from .model import A_TO_B, B_TO_A, Impairment
+from .model import Path as EmulatedPath
+from .peers import set_parent_death_signal
 
 __all__ = [
     "ADDRESSES",
@@ -74,7 +76,6 @@ __all__ = [
     "sweep_stale",
 ]
 
-CHECKOUT = Path(__file__).resolve().parents[2]
 PREFIX = "plk-"
 """Every namespace this module makes is named plk-PID-a / plk-PID-b."""
 _NAME = re.compile(r"^plk-(\d+)-[ab]$")
@@ -86,7 +87,6 @@ ROUTER_ADDRESS = bytes([10, 77, 255, 254])
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
-PR_SET_PDEATHSIG = 1
 READ_BUDGET = 256
 """Packets read from one device per turn of the loop (fairness between directions)."""
 MAX_SAMPLES = 1 << 20
@@ -108,13 +108,6 @@ def available() -> str | None:
     if shutil.which("ip") is None:
         return "needs the `ip` command (iproute2)"
     return None
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send `sig` to this process when its parent exits."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
 def _ip(*args: str, check: bool = True) -> str:
@@ -315,7 +308,7 @@ def _raise_priority(how: str) -> str:
 
 
 def _router_main(argv: Sequence[str]) -> int:
-    """`python -m bench.pathemu router FD_A FD_B`: run the loop (the Emulator starts it)."""
+    """`python -m bench.paths.emu router FD_A FD_B`: run the loop (the Emulator starts it)."""
     set_parent_death_signal()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner stops it by closing stdin
     fds = (int(argv[0]), int(argv[1]))
@@ -372,7 +365,7 @@ class Emulator:
                 _ip("-n", ns, "addr", "add", f"{addr}/16", "dev", dev)
                 self._sysctl(ns, "net.ipv6.conf.all.disable_ipv6=1")
             self.router = subprocess.Popen(
-                [sys.executable, "-m", "bench.pathemu", "router", str(fds[0]), str(fds[1])],
+                [sys.executable, "-m", EMULATOR_MODULE, "router", str(fds[0]), str(fds[1])],
                 cwd=CHECKOUT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -400,7 +393,7 @@ class Emulator:
 
     def command(self, side: int, argv: Sequence[str]) -> list[str]:
         """argv that runs `argv` in namespace `side`, killed if its starter dies."""
-        guard = [sys.executable, "-m", "bench._pathpeers", "guard", "--"]
+        guard = [sys.executable, "-m", PEERS_MODULE, "guard", "--"]
         return ["ip", "netns", "exec", self.namespaces[side], *guard, *argv]
 
     def _readline(self, timeout: float) -> str:
@@ -488,43 +481,12 @@ def terminate_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _model_cost(argv: Sequence[str]) -> int:
-    """`python -m bench.pathemu model [PACKETS]`: CPU per packet of `Path.arrive`
-    and `due` (a heap of ~200 in flight), 1,500-B packets both ways at the
-    paths' 50 Mbit/s, 25 ms, 256 KB queue; best of 5 runs."""
-    count = int(argv[0]) if argv else 200_000
-    base = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024)
-    lossy = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024, jitter=0.002, loss=0.01)
-    packet = bytes(1500)
-    gap = 1500 * 8 / 50e6 / 2  # each direction at its rate, the two interleaved
-    for name, imp in (("clean", base), ("jitter 2 ms, loss 1 %", lossy)):
-        best = float("inf")
-        for _ in range(5):
-            path = EmulatedPath(imp, imp, 0.0)
-            arrive, due = path.arrive, path.due
-            start = time.process_time()
-            for i in range(count):
-                arrive(i & 1, packet, i * gap)
-                if not i & 7:
-                    due(i * gap)
-            due(float("inf"))
-            best = min(best, (time.process_time() - start) / count)
-        print(f"{name}: {best * 1e9:,.0f} ns of CPU per packet (arrive, heap, due)")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """`router FD_A FD_B`, the router process `Emulator.start` runs."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["router"]:
         return _router_main(args[1:])
-    if args[:1] == ["selftest"]:
-        from ._pathcheck import selftest_main  # noqa: PLC0415 -- only this verb needs it
-
-        return selftest_main(args[1:])
-    if args[:1] == ["model"]:
-        return _model_cost(args[1:])
-    usage = "usage: python -m bench.pathemu selftest [--json] | model [PACKETS] | router FD_A FD_B"
-    print(usage, file=sys.stderr)
+    print("usage: python -m bench.paths.emu router FD_A FD_B", file=sys.stderr)
     return 2
 
 

@@ -1,6 +1,6 @@
 """A path of `purelink bench paths --path SPEC`, written on the command line.
 
-Why it exists: the named matrix (bench/paths.py) is one bottleneck and one
+Why it exists: the named matrix (PATHS below) is one bottleneck and one
 RTT; a transport tuned to it could lose elsewhere.  A spec describes any
 other path the emulator can make, as comma-separated KEY=VALUE items over
 the matrix's base (50 Mbit/s, 50 ms RTT, 256 KB queue, nothing else):
@@ -16,6 +16,9 @@ the matrix's base (50 Mbit/s, 50 ms RTT, 256 KB queue, nothing else):
     name=wan      what the table calls it (default: the spec itself)
 
 Both directions get the same, as on the named paths.
+
+The named paths themselves (BASE, PATHS, TORTURE) are here too: a spec is
+read over BASE, and the self-test drives BASE as the matrix does.
 """
 
 from __future__ import annotations
@@ -24,9 +27,34 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ._pathmodel import Impairment
+from .model import Impairment
 
-__all__ = ["parse_path"]
+__all__ = ["BASE", "PATHS", "TORTURE", "parse_path"]
+
+BASE = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024)
+"""Every named path: a 50 Mbit/s bottleneck, a 256 KB queue, 25 ms each way."""
+PATHS: dict[str, Impairment] = {
+    "clean": BASE,
+    "loss-0.1%": replace(BASE, loss=0.001),
+    "loss-1%": replace(BASE, loss=0.01),
+    "loss-5%": replace(BASE, loss=0.05),
+    "jitter-2ms": replace(BASE, jitter=0.002),
+    "jitter-10ms": replace(BASE, jitter=0.010),
+    "blackouts": replace(BASE, blackout_every=6.0, blackout_for=1.5, blackout_first=1.0),
+    "mtu-1280": replace(BASE, mtu=1280),
+    "mtu-1420": replace(BASE, mtu=1420),
+}
+"""Each path by name: what each direction does (model.py)."""
+TORTURE = replace(
+    BASE,
+    loss=0.10,
+    duplicate=0.05,
+    jitter=0.020,
+    blackout_every=6.0,
+    blackout_for=1.5,
+    blackout_first=1.0,
+)
+"""The torture run's path: 10 % loss, 5 % duplicates, 20 ms jitter, blackouts."""
 
 _NUMBER = re.compile(r"^([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*([a-z%]*)$")
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}

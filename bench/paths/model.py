@@ -1,13 +1,13 @@
 """The path emulator's side of the path model: IP packets, ICMP, two directions.
 
-Why it exists: `bench/pathemu.py` moves IP packets between two TUN devices
+Why it exists: `bench/paths/emu.py` moves IP packets between two TUN devices
 (two network namespaces) and must decide, for every packet, whether it is
 lost, duplicated, queued or dropped at the bottleneck, too big for the MTU,
 caught in a blackout, and when it comes out.  Those decisions are
 `purelink.testing.PathModel`'s, the one model FakeNet and the loopback
 proxy of the tests drive too (its docstring gives the order: blackout, MTU,
 loss, duplication, bottleneck, delay and jitter).  What is the router's own
-lives here, sans-IO, tested on a fake clock in tests/test_pathemu_model.py:
+lives here, sans-IO, tested on a fake clock in bench/tests/test_pathemu_model.py:
 
 * `Impairment`, a direction in the emulator's units (rate in bit/s of IP
   packets, as tc states it; 0 for "off" everywhere, so it travels as JSON

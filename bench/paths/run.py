@@ -1,7 +1,7 @@
 """`purelink bench paths`: goodput through emulated network paths (needs root).
 
 Workload (docs/performance.md, section paths): the TUN path emulator of
-bench/pathemu.py between two network namespaces; every path is a 50 Mbit/s
+bench/paths/emu.py between two network namespaces; every path is a 50 Mbit/s
 bottleneck with a 256 KB drop-tail queue and 25 ms of delay in each
 direction (50 ms RTT), plus one impairment, the same in both directions:
 
@@ -36,61 +36,28 @@ blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
     purelink bench paths --torture
 
 `--path SPEC` (repeatable) runs a path of its own besides the named ones
-(only those given, unless `--paths` names some too): bench/_pathspec.py.
+(only those given, unless `--paths` names some too): spec.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import select
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ._common import Report, base_parser, summarize
-from ._pathmodel import Impairment
-from ._pathpeers import fixed_records, mixed_records
-from ._pathspec import parse_path
-from .pathemu import CHECKOUT, Emulator, EmulatorError, available, terminate_as_exit
+from .._common import Report, base_parser, summarize
+from .constants import CHECKOUT, TRANSPORTS
+from .emu import Emulator, EmulatorError, available, terminate_as_exit
+from .peers import fixed_records, mixed_records
+from .spec import BASE, PATHS, TORTURE, parse_path
+from .transfers import Serve, run_plain_tcp, run_purelink
 
-__all__ = ["PATHS", "TRANSPORTS", "main"]
-
-BASE = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024)
-PATHS: dict[str, Impairment] = {
-    "clean": BASE,
-    "loss-0.1%": replace(BASE, loss=0.001),
-    "loss-1%": replace(BASE, loss=0.01),
-    "loss-5%": replace(BASE, loss=0.05),
-    "jitter-2ms": replace(BASE, jitter=0.002),
-    "jitter-10ms": replace(BASE, jitter=0.010),
-    "blackouts": replace(BASE, blackout_every=6.0, blackout_for=1.5, blackout_first=1.0),
-    "mtu-1280": replace(BASE, mtu=1280),
-    "mtu-1420": replace(BASE, mtu=1420),
-}
-"""Each path by name: what each direction does (bench/_pathmodel.py)."""
-TORTURE = replace(
-    BASE,
-    loss=0.10,
-    duplicate=0.05,
-    jitter=0.020,
-    blackout_every=6.0,
-    blackout_for=1.5,
-    blackout_first=1.0,
-)
-TRANSPORTS: dict[str, str] = {
-    "bbr": "Linux TCP BBR",
-    "cubic": "Linux TCP CUBIC",
-    "tcp": "purelink tcp://",
-    "udp": "purelink udp://",
-}
-PORTS = {"udp": 7400, "tcp": 7401, "plain": 7402}
-SERVE_READY = "purelink listening"
+__all__ = ["main"]
 
 
 def _available_cc() -> set[str]:
@@ -100,199 +67,6 @@ def _available_cc() -> set[str]:
         subprocess.run(["modprobe", "tcp_bbr"], capture_output=True, timeout=20, check=False)
         names = set(text.read_text().split()) if text.exists() else names
     return names
-
-
-class _Serve:
-    """`purelink serve` in side B with a temporary store (udp:// and tcp://)."""
-
-    def __init__(self, emu: Emulator, sync: str) -> None:
-        self.emu = emu
-        self.dir = Path(tempfile.mkdtemp(prefix="purelink-paths-"))
-        host = emu.addresses[1]
-        argv = [
-            sys.executable,
-            "-m",
-            "purelink",
-            "serve",
-            "--data",
-            str(self.dir / "data"),
-            "--udp",
-            f"{host}:{PORTS['udp']}",
-            "--tcp",
-            f"{host}:{PORTS['tcp']}",
-            "--sync",
-            sync,
-            "--insecure",
-        ]
-        self.log = open(self.dir / "serve.log", "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen(
-            emu.command(1, argv),
-            cwd=CHECKOUT,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            start_new_session=True,
-        )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line.startswith(SERVE_READY):
-            self.stop()
-            raise EmulatorError(f"purelink serve did not start in side B: {line.strip()!r}")
-
-    def url(self, transport: str) -> str:
-        return f"{transport}://{self.emu.addresses[1]}:{PORTS[transport]}"
-
-    def read(self, stream: str) -> list[bytes]:
-        import purelink  # noqa: PLC0415
-
-        return [payload for _, payload in purelink.Store(str(self.dir / "data")).read(stream)]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self.log.close()
-        import shutil  # noqa: PLC0415
-
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _peer(emu: Emulator, side: int, *argv: str) -> list[str]:
-    return emu.command(side, [sys.executable, "-m", "bench._pathpeers", *argv])
-
-
-def _json_line(text: str) -> dict[str, Any]:
-    for line in reversed(text.splitlines()):
-        if line.startswith("{"):
-            result: dict[str, Any] = json.loads(line)
-            return result
-    return {}
-
-
-def _run_sender(emu: Emulator, argv: list[str], limit: float) -> dict[str, Any]:
-    """Run a sender in side A: it connects and says so; then the path's clock
-    (blackouts, counters) restarts and it is told to go; its JSON line back.
-
-    The handshake keeps interpreter start-up and connection set-up out of
-    the measured time and puts the first blackout at the same point of every
-    transfer (1 s after its first byte)."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=CHECKOUT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        line = proc.stdout.readline().strip() if ready else ""
-        if line != "connected":
-            proc.kill()
-            _, err = proc.communicate(timeout=30)
-            return _json_line(line) or {"ok": False, "error": (err or line).strip()[-300:]}
-        emu.reset()
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        out, err = proc.communicate(timeout=limit + 30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return {"ok": False, "error": "the sender hung", "elapsed": limit}
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return _json_line(out) or {"ok": False, "error": err.strip()[-300:]}
-
-
-def run_plain_tcp(emu: Emulator, cc: str, total: int, record: int, limit: float) -> dict[str, Any]:
-    """One Linux TCP transfer A -> B with congestion control `cc`."""
-    to = f"{emu.addresses[1]}:{PORTS['plain']}"
-    recv = subprocess.Popen(
-        _peer(emu, 1, "tcp-recv", "--bind", to, "--bytes", str(total), "--timeout", str(limit + 5)),
-        cwd=CHECKOUT,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert recv.stdout is not None
-    emu.forget()  # each transport learns the path (its MTU) for itself
-    try:
-        if recv.stdout.readline().strip() != "ready":
-            return {"ok": False, "error": "the TCP receiver did not start"}
-        argv = _peer(
-            emu,
-            0,
-            "tcp-send",
-            "--to",
-            to,
-            "--bytes",
-            str(total),
-            "--record",
-            str(record),
-            "--cc",
-            cc,
-            "--timeout",
-            str(limit),
-        )
-        result = _run_sender(emu, argv, limit)
-        router = emu.stats()
-        if recv.poll() is None:
-            recv.send_signal(signal.SIGTERM)
-        out, _ = recv.communicate(timeout=30)
-        result.update(moved=_json_line(out).get("received", 0), router=router)
-        return result
-    finally:
-        if recv.poll() is None:
-            recv.kill()
-            recv.wait()
-        recv.stdout.close()
-
-
-def run_purelink(
-    emu: Emulator,
-    serve: _Serve,
-    transport: str,
-    stream: str,
-    records: list[bytes],
-    limit: float,
-    sender_args: Sequence[str],
-) -> dict[str, Any]:
-    """One purelink transfer A -> B; then the stream is read back and compared."""
-    argv = _peer(
-        emu,
-        0,
-        "purelink-send",
-        "--url",
-        serve.url(transport),
-        "--stream",
-        stream,
-        "--records",
-        str(len(records)),
-        "--timeout",
-        str(limit),
-        *sender_args,
-    )
-    emu.forget()  # each transport learns the path (its MTU) for itself
-    result = _run_sender(emu, argv, limit)
-    result["router"] = emu.stats()
-    stored = serve.read(stream)
-    result["exactly_once"] = stored == records
-    # what is there so far is the records' start, each once and byte-exact
-    result["intact"] = stored == records[: len(stored)]
-    result["in_store"] = len(stored)
-    result["moved"] = sum(map(len, records[: int(result.get("stored") or 0)]))
-    return result
 
 
 def _rate(result: dict[str, Any], total: int) -> float:
@@ -326,7 +100,7 @@ def run_matrix(args: Any, report: Report, transports: list[str]) -> None:
         for rep in range(args.repeat):
             for path in args.paths:
                 emu.set(args.impairments[path], seed=rep + 1)
-                serve = _Serve(emu, args.sync) if {"tcp", "udp"} & set(transports) else None
+                serve = Serve(emu, args.sync) if {"tcp", "udp"} & set(transports) else None
                 try:
                     for transport in transports:
                         if transport in ("tcp", "udp"):
@@ -423,7 +197,7 @@ def run_torture(args: Any, report: Report, transports: list[str]) -> None:
     report.parameters.update(records=len(records), mb=round(total / 1e6, 1), target_s=60)
     with Emulator(TORTURE) as emu:
         report.parameters["tcp_default_cc"] = _netns_default_cc(emu)
-        serve = _Serve(emu, args.sync)
+        serve = Serve(emu, args.sync)
         try:
             for transport in transports:
                 result = run_purelink(
@@ -512,6 +286,13 @@ def _parse(argv: Sequence[str]) -> Any:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(list(argv))
+    _check(parser, args)
+    return args
+
+
+def _check(parser: argparse.ArgumentParser, args: Any) -> None:
+    """The paths (named and --path SPEC) and transports asked for, checked and
+    resolved in `args`; the bounds; the defaults that depend on the others."""
     named = args.paths if args.paths is not None else ("" if args.path else ",".join(PATHS))
     args.paths = [p for p in named.split(",") if p]
     unknown = [p for p in args.paths if p not in PATHS]
@@ -541,7 +322,6 @@ def _parse(argv: Sequence[str]) -> Any:
     full = args.paths == list(PATHS) and args.transports == list(TRANSPORTS)
     if args.plot is None and not args.no_plot and full and not args.torture and args.size == 10:
         args.plot = CHECKOUT / "docs" / "paths.png"
-    return args
 
 
 def _from_json(args: Any) -> int:
@@ -560,7 +340,7 @@ def _from_json(args: Any) -> int:
         report.add(**cells)
         transports = [labels[k] for k in row if k in labels]
     if args.plot is not None:
-        from ._pathplot import plot  # noqa: PLC0415 -- matplotlib only when plotting
+        from .plot import plot  # noqa: PLC0415 -- matplotlib only when plotting
 
         plot(report, args.plot, transports)
     report.emit(args.json)
@@ -620,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"purelink bench paths: {exc}", file=sys.stderr)
         return 1
     if args.plot is not None and not args.torture and not args.no_plot:
-        from ._pathplot import plot  # noqa: PLC0415 -- matplotlib only when plotting
+        from .plot import plot  # noqa: PLC0415 -- matplotlib only when plotting
 
         try:
             plot(report, args.plot, transports)

@@ -1,4 +1,4 @@
-"""`python -m bench.pathemu selftest`: how accurate the path emulator is, and its CPU.
+"""`python -m bench.paths.selftest`: how accurate the path emulator is, and its CPU.
 
 Why it exists: a path emulator written in Python must show that it is not
 the bottleneck and that its timing is what it claims, at the rates the
@@ -16,6 +16,9 @@ packets/s one way plus the ACKs the other).  Two measurements, each
 
 Set PLK_ROUTER_PRIORITY=none (default "fifo") to see the router as an
 ordinary process on a loaded machine.
+
+`python -m bench.paths.selftest model [PACKETS]`: what the model's decisions
+cost per packet, on no devices (no root needed).
 """
 
 from __future__ import annotations
@@ -25,14 +28,19 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._common import Report, base_parser, percentile, summarize
-from ._pathmodel import Impairment
-from .pathemu import CHECKOUT, Emulator
+from .._common import Report, base_parser, percentile, summarize
+from .constants import CHECKOUT, PEERS_MODULE
+from .emu import Emulator
+from .model import Impairment
+from .model import Path as EmulatedPath
+from .spec import BASE
+from .transfers import run_plain_tcp
 
-__all__ = ["selftest_main"]
+__all__ = ["main", "selftest_main"]
 
 
 def _added_delay(emu: Emulator) -> dict[str, float]:
@@ -43,7 +51,7 @@ def _added_delay(emu: Emulator) -> dict[str, float]:
             [
                 sys.executable,
                 "-m",
-                "bench._pathpeers",
+                PEERS_MODULE,
                 "echo",
                 "--bind",
                 f"{emu.addresses[1]}:9000",
@@ -65,7 +73,7 @@ def _added_delay(emu: Emulator) -> dict[str, float]:
                 [
                     sys.executable,
                     "-m",
-                    "bench._pathpeers",
+                    PEERS_MODULE,
                     "ping",
                     "--to",
                     f"{emu.addresses[1]}:9000",
@@ -91,8 +99,6 @@ def _added_delay(emu: Emulator) -> dict[str, float]:
 
 
 def _full_rate(emu: Emulator) -> dict[str, Any]:
-    from .paths import BASE, run_plain_tcp  # noqa: PLC0415 -- paths imports this package
-
     emu.set(BASE)
     result = run_plain_tcp(emu, "bbr", 10_000_000, 1000, limit=60)
     router = result["router"]
@@ -135,3 +141,40 @@ def selftest_main(argv: Sequence[str]) -> int:
     )
     report.emit(args.json)
     return 0
+
+
+def _model_cost(argv: Sequence[str]) -> int:
+    """`python -m bench.paths.selftest model [PACKETS]`: CPU per packet of `Path.arrive`
+    and `due` (a heap of ~200 in flight), 1,500-B packets both ways at the
+    paths' 50 Mbit/s, 25 ms, 256 KB queue; best of 5 runs."""
+    count = int(argv[0]) if argv else 200_000
+    base = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024)
+    lossy = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024, jitter=0.002, loss=0.01)
+    packet = bytes(1500)
+    gap = 1500 * 8 / 50e6 / 2  # each direction at its rate, the two interleaved
+    for name, imp in (("clean", base), ("jitter 2 ms, loss 1 %", lossy)):
+        best = float("inf")
+        for _ in range(5):
+            path = EmulatedPath(imp, imp, 0.0)
+            arrive, due = path.arrive, path.due
+            start = time.process_time()
+            for i in range(count):
+                arrive(i & 1, packet, i * gap)
+                if not i & 7:
+                    due(i * gap)
+            due(float("inf"))
+            best = min(best, (time.process_time() - start) / count)
+        print(f"{name}: {best * 1e9:,.0f} ns of CPU per packet (arrive, heap, due)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`[--json] [--repeat N]`: the self-test; `model [PACKETS]`: the model's cost."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["model"]:
+        return _model_cost(args[1:])
+    return selftest_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

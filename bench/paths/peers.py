@@ -1,4 +1,4 @@
-"""The programs that run inside the emulator's namespaces (bench/pathemu.py).
+"""The programs that run inside the emulator's namespaces (emu.py).
 
 Why it exists: a sender and a receiver on either side of the emulated path
 must be separate processes, each in its own network namespace (`ip netns
@@ -6,7 +6,7 @@ exec`), so each is a small verb of this module that prints one JSON line
 (or "ready") on stdout and is bounded by its own `--timeout`:
 
 * `guard -- ARGV...`: exec ARGV with PR_SET_PDEATHSIG, so it dies with the
-  process that started it (what bench/pathemu.py wraps every command in);
+  process that started it (what emu.py wraps every command in);
 * `tcp-recv --bind H:P --bytes N`: accept one connection, read N bytes, send
   one byte back (the "all stored" of plain TCP: the bytes reached the
   receiving application; nothing is written to disk);
@@ -24,13 +24,14 @@ exec`), so each is a small verb of this module that prints one JSON line
   path MTU from an ICMP error; prints what it learned.
 
 Records are made before any timing starts; `mixed_records` (0 B to 20 KiB,
-log-uniform, seeded) is shared with the checker in bench/paths.py.
+log-uniform, seeded) is shared with the checker in run.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import dataclasses
 import itertools
 import json
@@ -52,6 +53,7 @@ TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 IP_MTU = getattr(socket, "IP_MTU", 14)
+PR_SET_PDEATHSIG = 1
 
 
 def fixed_records(count: int, size: int) -> list[bytes]:
@@ -88,9 +90,14 @@ def _connected_then_wait() -> None:
     sys.stdin.readline()
 
 
-def _guard(argv: Sequence[str]) -> int:
-    from .pathemu import set_parent_death_signal  # noqa: PLC0415
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent exits."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
+
+def _guard(argv: Sequence[str]) -> int:
     args = list(argv[1:] if argv[:1] == ["--"] else argv)
     set_parent_death_signal()
     os.execvp(args[0], args)
@@ -280,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["guard"]:
         return _guard(args_list[1:])
-    parser = argparse.ArgumentParser(prog="python -m bench._pathpeers")
+    parser = argparse.ArgumentParser(prog="python -m bench.paths.peers")
     sub = parser.add_subparsers(dest="verb", required=True)
     p = sub.add_parser("tcp-recv")
     p.add_argument("--bind", required=True)

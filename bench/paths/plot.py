@@ -1,4 +1,4 @@
-"""docs/paths.png: payload KB/s per transport per path (bench/paths.py).
+"""docs/paths.png: payload KB/s per transport per path (run.py).
 
 Why it exists: the paths table has 9 rows and 4 transports; one grouped bar
 chart (log scale, so 100 KB/s and 6,000 KB/s both read) shows at a glance
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import Report, Summary
+from .._common import Report, Summary
+from .constants import TRANSPORTS
 
 __all__ = ["plot"]
 
@@ -29,8 +30,6 @@ def plot(report: Report, path: Path, transports: list[str]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    from .paths import TRANSPORTS  # noqa: PLC0415 -- paths imports this module lazily
 
     labels = [TRANSPORTS[t] for t in transports]
     rows = report.rows
