@@ -1,6 +1,6 @@
 """`python -m bench.ccsweep`: BBR in virtual time over many paths and seeds, worst cells first.
 
-Why it exists: tests/test_congestion_sim.py asserts issue 14's targets on a
+Why it exists: tests/sim/test_congestion_sim.py asserts issue 14's targets on a
 handful of paths; a congestion controller tuned on those can still miss
 them on a path nobody looked at.  This program draws paths from the whole
 space (rate 2-200 Mbit/s, RTT 4-300 ms, a drop-tail queue of 0.1-2 bdp,
@@ -17,7 +17,7 @@ target, the worst first:
 and at every seed, exactly once: what reached the store is each link's
 records 1..k, once each, in order, byte for byte.
 
-Utilisation is measured as tests/test_congestion_sim.py measures it: the
+Utilisation is measured as tests/sim/test_congestion_sim.py measures it: the
 first transmissions of records that reached the listener after the warm-up
 (8 RTTs, at least 1 s), over rate x time.
 

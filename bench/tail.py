@@ -3,7 +3,7 @@
 Why it exists: `purelink.subscribe` must read a stream faster than anything
 writes it, or a consumer falls behind for good.  The listener sends stored
 batches straight from its segment files (`os.sendfile`, src/purelink/
-tail_server.py); the subscriber checks each batch's CRC-32C and slices its
+listener/tail/server.py); the subscriber checks each batch's CRC-32C and slices its
 records out (src/purelink/protocol/tail.py).
 
 Workloads (the listener is `purelink serve` in its own process, on loopback):
@@ -27,7 +27,7 @@ a listener on a 3-node R3 JetStream cluster with `sync_interval: always`
 (purelink.testing.nats), `purelink serve --data nats://...` in its own process: the
 same batches of 21 records are written into the cluster first (packed into
 messages of up to 1 MiB, docs/jetstream.md), and the listener sends their
-bodies from its pull consumer instead of by sendfile (tail_jetstream.py).
+bodies from its pull consumer instead of by sendfile (listener/tail/jetstream.py).
 The listener's CPU then leaves out the three servers'.
 
 Reported as median (min-max) of `--repeat` runs, with the CPU time of the

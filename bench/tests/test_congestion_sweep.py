@@ -1,6 +1,6 @@
 """Issue 14's targets at the corners of the path space, eight seeds each (slow).
 
-Why it exists: tests/test_congestion_sim.py holds the targets on a few
+Why it exists: tests/sim/test_congestion_sim.py holds the targets on a few
 paths; a controller can be tuned to those.  These are the extremes of the
 space `python -m bench.ccsweep` draws from (2-200 Mbit/s, 4-300 ms, queues
 of 0.1-2 bdp, loss one way or both, jitter on top of the delay or both ways

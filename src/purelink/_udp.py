@@ -6,7 +6,7 @@ options of level `SOL_UDP` in <linux/udp.h>.  CPython's socket module exports
 once, from the kernel's UAPI header, which never renumbers an option; the
 socket module's own constant is taken instead the day it has one.  A kernel
 without them refuses them (ENOPROTOOPT, EINVAL) and purelink falls back to a
-datagram per system call (tests/test_fallbacks.py); tests/test_nogil.py fails
+datagram per system call (tests/link/test_fallbacks.py); tests/link/test_nogil.py fails
 if this machine's kernel has them and they do not take effect.
 """
 

@@ -38,7 +38,7 @@ def _purelink_threads_raise_nothing(request: pytest.FixtureRequest) -> Iterator[
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A 3-node JetStream cluster of real nats-server processes, one per test module
-    that asks for it (tests/nats_cluster.py), ready when it is handed out."""
+    that asks for it (purelink.testing.nats), ready when it is handed out."""
     c = NatsCluster(tmp_path_factory.mktemp("nats"))
     try:
         c.start()

@@ -1,7 +1,7 @@
 """Records that say whose they are, the exactly-once check, and the figures log.
 
-Why it exists: the end-to-end tests (test_reliability.py, test_crash.py,
-test_limits.py) ship records through real processes and read the store back
+Why it exists: the end-to-end tests (system/test_reliability.py, system/test_crash.py,
+listener/test_limits.py) ship records through real processes and read the store back
 with the public `purelink.Store`, which gives positions and payloads only.
 So each payload carries its link's tag and its index on that link, and its
 bytes follow from those two; one reader then checks every promise of guarantee 1
@@ -62,7 +62,7 @@ def report(test: str, figures: dict[str, Any]) -> None:
 
 def summarize(path: str) -> dict[str, Any]:
     """Totals of a $PURELINK_FIGURES file, by test: runs, seeds, records,
-    faults by kind, kills.  `python tests/shipping.py FILE` prints them."""
+    faults by kind, kills.  `python tests/helpers/shipping.py FILE` prints them."""
     totals: dict[str, dict[str, Any]] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:

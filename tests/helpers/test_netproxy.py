@@ -1,4 +1,4 @@
-"""The loopback proxy (tests/netproxy.py) drives the path model on real sockets.
+"""The loopback proxy (tests/helpers/netproxy.py) drives the path model on real sockets.
 
 Why it exists: the live tests' faults are only worth what the proxy does
 with the model's answers -- the copies it sends, when, and what it counts.

@@ -1,4 +1,4 @@
-"""Subscriptions served by a listener on a JetStream cluster (tail_jetstream.py).
+"""Subscriptions served by a listener on a JetStream cluster (listener/tail/jetstream.py).
 
 Why it exists: `purelink.subscribe` / `purelink tail` against a `nats://`
 listener must read as they do against a data directory -- from the start,

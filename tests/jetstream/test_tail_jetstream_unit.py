@@ -1,6 +1,6 @@
 """What a JetStream subscription sends for the messages it is handed (no cluster).
 
-Why it exists: tail_jetstream.py turns JetStream messages into the tail
+Why it exists: listener/tail/jetstream.py turns JetStream messages into the tail
 reply -- markers skipped, parts joined, the first body cut at the batch that
 holds the start, duplicates (a consumer made again) dropped, gaps refused,
 the end of a read without follow respected.  These tests hand it messages

@@ -2,7 +2,7 @@
 
 Each test here fails on a link that hangs when it should fail loudly, learns
 of a takeover late, or reports a local mistake as a network one.  The
-listener is a real `purelink serve` process (tests/serve_process.py) where
+listener is a real `purelink serve` process (tests/helpers/serve_process.py) where
 the behaviour crosses it; the argument checks need none.
 """
 

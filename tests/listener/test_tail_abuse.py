@@ -434,7 +434,7 @@ def test_new_subscriptions_are_rate_limited_per_source_address(data: DataDir) ->
 
 
 def pread_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the bytes tail_file.py and store/log.py read with os.pread: the
+    """Count the bytes listener/tail/file.py and store/log.py read with os.pread: the
     header walks (sendfile moves the batches themselves)."""
     counted: list[int] = []
 

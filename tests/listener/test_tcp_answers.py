@@ -3,7 +3,7 @@
 Why it exists: over TCP nothing is lost on the way, so the listener holds an
 ACK that would say "received" ahead of "stored" for the sync in flight (at
 most `ack_hold`), and closes a connection whose last session said CLOSE
-instead of waiting for the peer's EOF (listener_core.py, listener_tcp.py).
+instead of waiting for the peer's EOF (protocol/listener_core.py, listener/tcp.py).
 These tests pin both, sans-IO where they can (a hand-stepped clock), and
 check that UDP peers are answered as before.  The last one stresses the sync
 thread's "wake only when asleep" hand-off (listener.py): a lost wakeup would

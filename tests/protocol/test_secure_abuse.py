@@ -3,7 +3,7 @@
 Why a file of its own: these are attacks on the layer (protocol/secure_core.py,
 secure_sender.py, channel.py, tail_seal.py, keys.py) by someone who holds a
 key or has recorded traffic, each one a test that failed before its fix.
-Sans-IO, fake clock, no sockets, like tests/test_secure_sim.py.
+Sans-IO, fake clock, no sockets, like tests/sim/test_secure_sim.py.
 """
 
 from __future__ import annotations

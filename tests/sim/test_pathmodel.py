@@ -7,7 +7,7 @@ bottleneck's queue admits, how often it loses or duplicates, when it is
 dark, what it does over the MTU, in which order, with which draws.  These
 tests give explicit times and seeded RNGs: no sockets, no devices, no
 sleeps.  The router's own part (ICMP, fragments, its heap) is
-tests/test_pathemu_model.py.
+bench/tests/test_pathemu_model.py.
 """
 
 from __future__ import annotations

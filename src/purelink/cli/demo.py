@@ -3,7 +3,7 @@
 Why it exists: `pip install . && purelink demo` is how a new machine proves
 the whole path works and how fast it is.  The demo does what a user would:
 
-1. start a listener child process (`_demo_listener.py`: serve's listener on
+1. start a listener child process (`demo_listener.py`: serve's listener on
    127.0.0.1 port 0) with a temporary store, and learn its port from the ready line;
 2. connect one link and queue N distinct records one at a time, timing only
    the `queue` calls (ns per call = time in the queue loop / N);
@@ -22,7 +22,7 @@ the link closes, the child stops, the temporary directory goes, and the exit
 code is 130, 143 or 129.  A demo killed outright (SIGKILL, or its parent's
 death taking it down) runs no code, so the child watches its stdin, a pipe
 from the demo: at its end it stops and removes the temporary directory
-itself (`_demo_listener.py`).  Arguments that cannot work are refused before
+itself (`demo_listener.py`).  Arguments that cannot work are refused before
 anything starts (exit 2): a record over the listener's max_record, more
 records than `MAX_RECORDS`, or a store larger than the free space of the
 temporary directory.

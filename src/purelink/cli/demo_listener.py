@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr
     )
-    # a signal becomes a byte here, whichever thread it lands on (_cli_common.py)
+    # a signal becomes a byte here, whichever thread it lands on (common.py)
     try:
         with signals_to_pipe(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as wake_r:
             return _serve(workdir, wake_r)

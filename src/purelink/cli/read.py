@@ -3,7 +3,7 @@
 Why it exists: `read` and `streams` open a store (a directory, or a JetStream
 cluster) read-only, beside a listener that may be writing it; `tail` reads a
 stream from a listener over TCP (subscribe.py).  All three print records or
-a table to stdout, and a closed stdout ends them quietly (cli.py's main).
+a table to stdout, and a closed stdout ends them quietly (command.py's main).
 """
 
 from __future__ import annotations

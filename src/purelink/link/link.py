@@ -1,4 +1,4 @@
-"""Link: the application-facing object (its thread: link_thread.py).
+"""Link: the application-facing object (its thread: thread.py).
 
 `queue()` is the hot path.  It takes no lock and makes no system call unless
 the link thread sleeps (mechanism 1): a seq comes from the grant, an
@@ -11,7 +11,7 @@ is written.  That is all it stores: the link thread reads the lengths off the
 records (`map(len, ...)`, in C) and finds new records by looking at the next
 ring slot, so queue() writes no mark and no length per record.
 
-The link thread (link_thread.py, mixed in) takes the records from the ring,
+The link thread (thread.py, mixed in) takes the records from the ring,
 sends them and tells the owner.
 
 The count limit is a grant: the range yields exactly the seqs that keep at

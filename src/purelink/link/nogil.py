@@ -67,7 +67,7 @@ class _CmsgHdr(ctypes.Structure):
 # library's own macro, is the header's size rounded to the platform's alignment:
 # where ours differs (a C library that declares the header otherwise), GSO goes
 # through the socket module's sendmsg instead, which builds the header itself and
-# only gives the GIL up around the call (tests/test_nogil.py covers both ways).
+# only gives the GIL up around the call (tests/link/test_nogil.py covers both ways).
 native_cmsg: bool = ctypes.sizeof(_CmsgHdr) == socket.CMSG_LEN(0)
 
 try:

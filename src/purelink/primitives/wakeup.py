@@ -34,7 +34,7 @@
 # implies a byte in the fd or on its way". The owner re-arms before every sleep, and
 # clears `armed` after every wake (after draining the fd; the order of those two does
 # not matter here, because no flag outlives the sleep it was set for).  The model
-# check in tests/test_primitives_wakeup.py runs every schedule of these loads and
+# check in tests/primitives/test_wakeup.py runs every schedule of these loads and
 # stores up to a preemption bound: no loss in this protocol, and a loss in each of
 # the two wrong orders (the owner looking before arming; a producer clearing
 # `armed` after its write).

@@ -6,7 +6,7 @@ change to it, so the listener core (listener_core.py), its fast DATA path,
 its cookies, its 3x rule and its replay rules work on the same datagrams as
 without a secret.  `SecureCore` is a ListenerCore whose `receive_datagram`
 opens and whose `datagrams_to_send` seals; the drivers (listener.py,
-listener_tcp.py) do not change.
+listener/tcp.py) do not change.
 
 What comes in (types of handshake.py):
 

@@ -2,7 +2,7 @@
 
 Why it exists: purelink is tested against bad paths three ways -- `FakeNet`
 (virtual time, the sans-IO tests), the loopback proxy of the live tests
-(tests/netproxy.py, real sockets) and the TUN router of `purelink bench
+(tests/helpers/netproxy.py, real sockets) and the TUN router of `purelink bench
 paths` (bench/paths/emu.py, real IP packets between two namespaces).  All
 three hand every datagram to a `PathModel` and keep only what is theirs:
 a clock, a heap of what is in flight, sockets or devices.  So a path means

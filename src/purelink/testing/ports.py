@@ -5,7 +5,7 @@ ephemeral range, so the next outgoing connection of any process may get it
 before the server binds it (under CI the three interpreters' suites run side
 by side) and the server cannot start.  Below the ephemeral range only a
 listener that names its port can take one; a server that lost that race
-anyway can be started again on fresh ports (nats_cluster.py does).
+anyway can be started again on fresh ports (nats.py does).
 """
 
 from __future__ import annotations

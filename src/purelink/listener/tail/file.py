@@ -88,7 +88,7 @@ class FileTailSource:
 
 
 class _FileReader:
-    """One subscriber's read of one stream log (tail_source.TailReader)."""
+    """One subscriber's read of one stream log (source.TailReader)."""
 
     def __init__(
         self, source: FileTailSource, stream_log: StreamLog, stream: str, start: int, follow: bool

@@ -93,7 +93,7 @@ class JetStreamTailSource:
 
 
 class _JetStreamTailReader:
-    """One subscriber's read of one JetStream stream (tail_source.TailReader)."""
+    """One subscriber's read of one JetStream stream (source.TailReader)."""
 
     def __init__(
         self,
