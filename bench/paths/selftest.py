@@ -111,14 +111,15 @@ def _full_rate(emu: Emulator) -> dict[str, Any]:
 
 
 def selftest_main(argv: Sequence[str]) -> int:
-    parser = base_parser("pathemu selftest", "the path emulator's accuracy and CPU", repeat=3)
+    parser = base_parser("paths selftest", "the path emulator's accuracy and CPU", repeat=3)
+    parser.prog = "python -m bench.paths.selftest"  # not one of `purelink bench`'s names
     args = parser.parse_args(list(argv))
     delays, rates = [], []
     with Emulator() as emu:
         for _ in range(args.repeat):
             delays.append(_added_delay(emu))
             rates.append(_full_rate(emu))
-    report = Report("pathemu selftest", "what the emulator adds, and what it costs")
+    report = Report("paths selftest", "what the emulator adds, and what it costs")
     report.parameters.update(
         repeat=args.repeat, priority=os.environ.get("PLK_ROUTER_PRIORITY", "fifo")
     )
