@@ -336,8 +336,6 @@ class TcpTransport:
         self._framed = False  # a frame came, on any connection: a listener is there
         self.too_large: list[int] = []  # TCP has no MTU: always empty
         self.path_too_big = 0
-        self.connects = 0
-        """Connections opened."""
         self.dropped = 0
         """Connections closed because the listener sent a frame over the limit."""
         try:
@@ -450,7 +448,6 @@ class TcpTransport:
         except OSError:
             sock.close()
             raise
-        self.connects += 1
         self._sock = sock
         self._out.clear()
         self._decoder.clear()
