@@ -15,6 +15,8 @@ and the listener that sees, replays and injects datagrams as an on-path
 attacker would.  A link's UDP socket is connected, so the kernel drops
 datagrams from any other address: only an on-path (or source-spoofing)
 attacker can reach it at all, which is why forged answers go through OnPath.
+In the flood, `Attack` drives both and counts what it sent, by kind, so the
+checks can hold the listener's counters to it.
 Every wait is a bounded poll with a deadline; every loop is bounded.
 """
 
@@ -310,109 +312,172 @@ def test_a_link_ignores_forged_answers_and_finishes(secure: purelink.Listener) -
 
 
 # ------------------------------------------------------------ the flood
+PER_ROUND = 100  # hostile datagrams a round: few enough that the kernel never drops one
+KNOWN_DROPS = {
+    "truncated", "malformed", "unauthenticated", "bad_cookie", "wrong_address",
+    "replayed", "unknown_conn", "unknown_key", "bad_secret",
+}  # fmt: skip
+
+
+class Attack:
+    """The hostile side of the flood: the attacker sockets throw a seeded mix of
+    datagrams at the listener, and the on-path relay injects forged answers down
+    and replays up; it counts what it sent, by kind, and the bytes each attacker
+    sent and got back."""
+
+    def __init__(
+        self, lst: purelink.Listener, mitm: OnPath, socks: list[socket.socket], seed: int
+    ) -> None:
+        assert lst.udp_address is not None
+        self.lst, self.mitm, self.socks, self.target = lst, mitm, socks, lst.udp_address
+        self.rng = random.Random(seed)
+        self.hellos = [d for d in mitm.up if d[3] == handshake.INIT]
+        self.plain_hello, self.cookie_hello = self.hellos[0], self.hellos[-1]
+        assert self.plain_hello != self.cookie_hello  # cookie-less first, then with one
+        self.forged = forged_answers(*session_of(mitm))
+        self.sent = self.valid = self.to_wrong_address = self.bad_cookies = 0
+        self.same_address = 0
+        self.sent_bytes = dict.fromkeys(ATTACKER_HOSTS, 0)
+        self.got_bytes = dict.fromkeys(ATTACKER_HOSTS, 0)
+
+    def round(self, n: int) -> None:
+        """`n` hostile datagrams from the attackers, forged answers at the link and
+        replays from its address; then wait until the listener has taken them all."""
+        captured = [d for d in list(self.mitm.up)[-200:] if d not in self.hellos]
+        for _ in range(n):
+            sock = self.socks[self.sent % len(self.socks)]
+            data = self.datagram(captured)
+            sock.sendto(data, self.target)
+            self.sent_bytes[sock.getsockname()[0]] += len(data)
+            self.sent += 1
+        for data in self.forged:
+            self.mitm.inject_down(data)
+        old = [d for d in list(self.mitm.up)[-20:] if d not in self.hellos]
+        for data in old[:2]:  # replays from the link's own address: the replay window
+            self.mitm.inject_up(data)
+            self.same_address += 1
+        assert wait_until(received(self.lst, self.sent, self.mitm))
+        self.drain_replies()
+
+    def datagram(self, captured: list[bytes]) -> bytes:
+        """The next hostile datagram, counted by kind where the listener counts it apart."""
+        rng = self.rng
+        roll = rng.random()
+        if self.sent % 500 == 0:
+            self.valid += 1
+            return self.plain_hello  # replayed from elsewhere: a RETRY, not a drop
+        if self.sent % 500 == 1:
+            self.bad_cookies += 1
+            return self.cookie_hello  # its cookie binds another address
+        if roll < 0.2 and captured:
+            self.to_wrong_address += 1
+            return rng.choice(captured)  # authentic, but from the wrong address
+        if roll < 0.4 and captured:
+            raw = bytearray(rng.choice(captured))
+            for bit in rng.sample(range(8 * len(raw)), rng.randrange(1, 4)):
+                raw[bit // 8] ^= 1 << (bit % 8)  # distinct bits: never the original
+            return bytes(raw)
+        if roll < 0.5 and captured:
+            data = rng.choice(captured)
+            return data[: rng.randrange(len(data))]
+        if roll < 0.6 and captured:
+            return rng.choice(captured) + rng.randbytes(rng.randrange(1, 64))
+        if roll < 0.8:
+            return rng.choice(self.forged)  # no key or a wrong one; and the wrong way
+        return rng.randbytes(rng.randrange(0, 1500))
+
+    def drain_replies(self) -> None:
+        """Count the bytes that came back to each attacker."""
+        for sock in self.socks:
+            self.got_bytes[sock.getsockname()[0]] += sum(map(len, drain(sock)))
+
+
+def open_valid_link(mitm: OnPath) -> purelink.Link:
+    """The valid link, through the on-path attacker, its first record stored (so
+    the attacker has seen both its HELLOs and its session)."""
+    link = purelink.connect(mitm.url, stream="live", secret=KEY, timeout=10)
+    link.queue(b"0")
+    assert link.wait_stored(timeout=10)
+    return link
+
+
+def feed(link: purelink.Link, queued: int, records: int, total: int) -> int:
+    """Queue the valid link's share of records for one round; returns the count queued."""
+    for _ in range(max(records * PER_ROUND // total, 1)):
+        if queued < records:
+            link.queue(b"%d" % queued + RECORD)
+            queued += 1
+    return queued
+
+
+def settle(
+    lst: purelink.Listener, mitm: OnPath, link: purelink.Link, attack: Attack
+) -> tuple[purelink.LinkStats, purelink.ListenerStats]:
+    """The valid link finishes, the listener takes every datagram still in flight,
+    and it stays up: a new link ships a record after it all.  Returns the link's
+    and the listener's stats (the latter before the new link)."""
+    assert link.close(timeout=30), "the valid link finishes"
+    link_stats = link.stats()
+    mitm.close()
+    assert wait_until(lambda: lst.stats().datagrams == mitm.relayed_up + attack.sent)
+    attack.drain_replies()
+    stats = lst.stats()
+    assert lst.error is None, "the listener stays up"
+    with purelink.connect(url(lst), stream="live", secret=KEY, timeout=10) as again:
+        again.queue(b"after")
+        assert again.wait_stored(timeout=10)
+    return link_stats, stats
+
+
+def check_shipped_once(data: Path, link_stats: purelink.LinkStats, queued: int) -> None:
+    """The valid link finished exactly once: one session, every record once, in order."""
+    assert link_stats.reconnects == 0 and link_stats.stored == link_stats.queued == queued
+    got = [p for _, p in purelink.Store(data).read("live")]
+    assert got == [b"0"] + [b"%d" % i + RECORD for i in range(1, queued)] + [b"after"]
+    assert purelink.Store(data).streams() == ["live"]  # none that no link created
+
+
+def check_every_datagram_counted(
+    stats: purelink.ListenerStats, attack: Attack, retries0: int
+) -> None:
+    """Every hostile datagram is counted: dropped by reason, or (a replayed HELLO)
+    answered; and no attacker got back more than 3x the bytes it sent."""
+    dropped = stats.dropped
+    sent = attack.sent
+    print("hostile datagrams:", sent, "dropped by reason:", dict(sorted(dropped.items())))
+    assert sum(dropped.values()) == sent - attack.valid + attack.same_address
+    assert dropped["bad_cookie"] == attack.bad_cookies
+    # from the wrong address: the authentic ones and damaged copies (the address is
+    # checked before anything is decrypted, so those count here too)
+    assert dropped["wrong_address"] >= attack.to_wrong_address
+    assert stats.retries == retries0 + attack.valid + attack.bad_cookies
+    assert set(dropped) <= KNOWN_DROPS
+    assert dropped["unauthenticated"] > sent // 4
+    assert dropped["replayed"] >= attack.same_address  # replays from the link's own address
+    for host in ATTACKER_HOSTS:  # never more than 3x the bytes to an unproven address
+        assert attack.got_bytes[host] <= 3 * attack.sent_bytes[host]
+
+
 def flood(tmp_path: Path, total: int, records: int, seed: int) -> None:
     """Throw `total` hostile datagrams at a listener with a secret while one
     valid link ships `records` records through an on-path attacker, then
     check everything docs/security.md promises about it."""
-    rng = random.Random(seed)
     with (
         purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", secret=KEY) as lst,
         OnPath(lst.udp_address) as mitm,  # type: ignore[arg-type]
         contextlib.ExitStack() as stack,
     ):
-        target = lst.udp_address
-        assert target is not None
         socks = [stack.enter_context(contextlib.closing(attacker(h))) for h in ATTACKER_HOSTS]
-        link = purelink.connect(mitm.url, stream="live", secret=KEY, timeout=10)
-        link.queue(b"0")
-        assert link.wait_stored(timeout=10)
-        hellos = [d for d in mitm.up if d[3] == handshake.INIT]
-        plain_hello, cookie_hello = hellos[0], hellos[-1]  # cookie-less first, then with one
-        assert plain_hello != cookie_hello
-        forged = forged_answers(*session_of(mitm))
+        link = open_valid_link(mitm)
+        attack = Attack(lst, mitm, socks, seed)
         retries0 = lst.stats().retries
-        sent = valid = to_wrong_address = bad_cookies = same_address = 0
-        sent_bytes = dict.fromkeys(ATTACKER_HOSTS, 0)
-        got_bytes = dict.fromkeys(ATTACKER_HOSTS, 0)
         queued = 1
-        per_round = 100  # small enough that the kernel never drops one for want of buffer
-        while sent < total:
-            for _ in range(max(records * per_round // total, 1)):
-                if queued < records:
-                    link.queue(b"%d" % queued + RECORD)
-                    queued += 1
-            captured = [d for d in list(mitm.up)[-200:] if d not in hellos]
-            for _ in range(min(per_round, total - sent)):
-                sock = socks[sent % len(socks)]
-                roll = rng.random()
-                if sent % 500 == 0:
-                    data = plain_hello  # replayed from elsewhere: a RETRY, not a drop
-                    valid += 1
-                elif sent % 500 == 1:
-                    data = cookie_hello  # its cookie binds another address
-                    bad_cookies += 1
-                elif roll < 0.2 and captured:
-                    data = rng.choice(captured)  # authentic, but from the wrong address
-                    to_wrong_address += 1
-                elif roll < 0.4 and captured:
-                    raw = bytearray(rng.choice(captured))
-                    for bit in rng.sample(range(8 * len(raw)), rng.randrange(1, 4)):
-                        raw[bit // 8] ^= 1 << (bit % 8)  # distinct bits: never the original
-                    data = bytes(raw)
-                elif roll < 0.5 and captured:
-                    data = rng.choice(captured)
-                    data = data[: rng.randrange(len(data))]
-                elif roll < 0.6 and captured:
-                    data = rng.choice(captured) + rng.randbytes(rng.randrange(1, 64))
-                elif roll < 0.8:
-                    data = rng.choice(forged)  # no key or a wrong one; and the wrong way
-                else:
-                    data = rng.randbytes(rng.randrange(0, 1500))
-                sock.sendto(data, target)
-                sent_bytes[sock.getsockname()[0]] += len(data)
-                sent += 1
-            for data in forged:
-                mitm.inject_down(data)
-            old = [d for d in list(mitm.up)[-20:] if d not in hellos]
-            for data in old[:2]:  # replays from the link's own address: the replay window
-                mitm.inject_up(data)
-                same_address += 1
-            assert wait_until(received(lst, sent, mitm))
-            for sock in socks:
-                got_bytes[sock.getsockname()[0]] += sum(map(len, drain(sock)))
-        assert link.close(timeout=30), "the valid link finishes"
-        link_stats = link.stats()
-        mitm.close()
-        assert wait_until(lambda: lst.stats().datagrams == mitm.relayed_up + sent)
-        for sock in socks:
-            got_bytes[sock.getsockname()[0]] += sum(map(len, drain(sock)))
-        stats = lst.stats()
-        assert lst.error is None, "the listener stays up"
-        with purelink.connect(url(lst), stream="live", secret=KEY, timeout=10) as again:
-            again.queue(b"after")
-            assert again.wait_stored(timeout=10)
-    # the valid link finished exactly once: one session, every record once, in order
-    assert link_stats.reconnects == 0 and link_stats.stored == link_stats.queued == queued
-    got = [p for _, p in purelink.Store(tmp_path / "d").read("live")]
-    assert got == [b"0"] + [b"%d" % i + RECORD for i in range(1, queued)] + [b"after"]
-    assert purelink.Store(tmp_path / "d").streams() == ["live"]  # none that no link created
-    # every hostile datagram is counted: dropped by reason, or (a replayed HELLO) answered
-    dropped = stats.dropped
-    print("hostile datagrams:", sent, "dropped by reason:", dict(sorted(dropped.items())))
-    assert sum(dropped.values()) == sent - valid + same_address
-    assert dropped["bad_cookie"] == bad_cookies
-    # from the wrong address: the authentic ones and damaged copies (the address is
-    # checked before anything is decrypted, so those count here too)
-    assert dropped["wrong_address"] >= to_wrong_address
-    assert stats.retries == retries0 + valid + bad_cookies
-    assert set(dropped) <= {
-        "truncated", "malformed", "unauthenticated", "bad_cookie", "wrong_address",
-        "replayed", "unknown_conn", "unknown_key", "bad_secret",
-    }  # fmt: skip
-    assert dropped["unauthenticated"] > sent // 4
-    assert dropped["replayed"] >= same_address  # replays from the link's own address
-    for host in ATTACKER_HOSTS:  # never more than 3x the bytes to an unproven address
-        assert got_bytes[host] <= 3 * sent_bytes[host]
+        while attack.sent < total:
+            queued = feed(link, queued, records, total)
+            attack.round(min(PER_ROUND, total - attack.sent))
+        link_stats, stats = settle(lst, mitm, link, attack)
+    check_shipped_once(tmp_path / "d", link_stats, queued)
+    check_every_datagram_counted(stats, attack, retries0)
 
 
 def test_a_hundred_thousand_hostile_datagrams(tmp_path: Path) -> None:

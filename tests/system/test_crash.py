@@ -80,107 +80,147 @@ class Figures:
     """Segment files at the end (rolls)."""
 
 
-def crash_run(
-    data: Path, *, seed: int, records: int, seconds: float, kills: int, sync: str
-) -> Figures:
-    rng = random.Random(seed)
-    srv = ServeProcess(data, sync=sync, extra=["--segment-bytes", str(SEGMENT_BYTES)]).start()
-    figures = Figures()
-    plan = {"named": records, "anon": records // 4}
-    links = {
-        "named": purelink.connect(srv.url, stream=STREAM, producer="crash-1", timeout=20),
-        "anon": purelink.connect(srv.url, stream=STREAM, timeout=20),
-    }
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    owed: list[tuple[purelink.Link, int]] = []  # (a link busy at a kill, its reconnects then)
-    killed = threading.Event()  # the first kill is done
+class CrashRun:
+    """One crash run's moving parts: the listener process, its two links, the
+    feeder thread that paces their records, and what the kills found."""
 
-    def feed() -> None:  # paced, so kills land while records flow (the first surely)
+    def __init__(self, data: Path, *, records: int, seconds: float, sync: str) -> None:
+        self.data = data
+        self.seconds = seconds
+        extra = ["--segment-bytes", str(SEGMENT_BYTES)]
+        self.srv = ServeProcess(data, sync=sync, extra=extra).start()
+        self.figures = Figures()
+        self.plan = {"named": records, "anon": records // 4}
+        self.links = {
+            "named": purelink.connect(self.srv.url, stream=STREAM, producer="crash-1", timeout=20),
+            "anon": purelink.connect(self.srv.url, stream=STREAM, timeout=20),
+        }
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        # (a link busy at a kill, its reconnects then)
+        self.owed: list[tuple[purelink.Link, int]] = []
+        self.killed = threading.Event()  # the first kill is done
+        self.feeder = threading.Thread(target=self._feed, name="feeder")
+
+    def _feed(self) -> None:  # paced, so kills land while records flow (the first surely)
         try:
             start = time.monotonic()
-            sent = dict.fromkeys(plan, 0)
-            while any(sent[t] < n for t, n in plan.items()) and not stop.is_set():
-                share = min((time.monotonic() - start) / seconds, 1.0 if killed.is_set() else 0.99)
-                for tag, n in plan.items():
+            sent = dict.fromkeys(self.plan, 0)
+            while any(sent[t] < n for t, n in self.plan.items()) and not self.stop.is_set():
+                progress = (time.monotonic() - start) / self.seconds
+                share = min(progress, 1.0 if self.killed.is_set() else 0.99)
+                for tag, n in self.plan.items():
                     for i in range(sent[tag], int(n * share)):
-                        links[tag].queue(payload(tag, i))
+                        self.links[tag].queue(payload(tag, i))
                     sent[tag] = max(sent[tag], int(n * share))
-                stop.wait(0.005)
+                self.stop.wait(0.005)
         except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+            self.errors.append(exc)
 
-    feeder = threading.Thread(target=feed, name="feeder")
-    feeder.start()
-    try:
-        for k in range(kills):
-            assert srv.proc is not None
-            pid = srv.proc.pid
-            phase = PHASES[k % len(PHASES)]
-            stop.wait(rng.uniform(0.1, seconds / kills))
-            wanted = {"syncing": (FDATASYNC,), "rolling": (FSYNC,)}.get(phase)
-            if wanted is not None:
-                deadline = time.monotonic() + 3.0
-                while not in_syscall(pid, wanted):
-                    if time.monotonic() > deadline:
-                        phase = "appending"  # not caught in time: a random moment then
-                        break
-            told = {tag: link.stored for tag, link in links.items()}  # just before the kill
-            reconnects = {tag: link.stats().reconnects for tag, link in links.items()}
-            # a link still connecting (to the listener the last kill restarted) goes
-            # on to open that session after this kill, and its count of reconnects
-            # (taken when a handshake starts) does not move for it: only the open
-            # ones must show a new one (the state read after the count: a link open
-            # now that was connecting at the count opened before the kill, so needs
-            # one more)
-            open_now = {t for t, link in links.items() if link._sender.state == SenderState.OPEN}
-            srv.kill()
-            killed.set()  # the feeder may queue its last records now
-            held = check_stream(data, STREAM, told)  # what the killed listener left
-            # a link with a record the store does not hold must send it to the next
-            # listener, in a new session; while the feeder runs, one soon has one
-            deadline = time.monotonic() + 10.0
-            while feeder.is_alive() and time.monotonic() < deadline:
-                if any(links[tag].queued > held[tag] for tag in links):
-                    break
-                stop.wait(0.001)
-            busy = [tag for tag, link in links.items() if link.queued > held[tag]]
-            figures.busy_kills += bool(busy)
-            owed.extend((links[tag], reconnects[tag]) for tag in busy if tag in open_now)
-            told_after = {tag: link.stored for tag, link in links.items()}
-            assert all(told_after[t] >= told[t] for t in told)
-            figures.kills[phase] = figures.kills.get(phase, 0) + 1
-            figures.told_at_kills += sum(told_after.values())
-            # (the store, read once the listener was dead, holds what it was told)
-            assert all(held[t] >= told_after[t] for t in told_after), (held, told_after)
-            figures.durable_untold += sum(held.values()) - sum(told_after.values())
-            srv.restart()  # the same port; the links are left alone
-        feeder.join(seconds + 30)
-        assert not [e for e in errors if not isinstance(e, purelink.Fenced)], errors
-        for tag, link in links.items():
+    def kill(self, phase: str, pause: float) -> None:
+        """After `pause` seconds, SIGKILL the listener in `phase`; check that the
+        store it left holds what the links were told; restart it on its port."""
+        assert self.srv.proc is not None
+        pid = self.srv.proc.pid
+        self.stop.wait(pause)
+        phase = self._moment(phase, pid)
+        told = {tag: link.stored for tag, link in self.links.items()}  # just before the kill
+        reconnects = {tag: link.stats().reconnects for tag, link in self.links.items()}
+        # a link still connecting (to the listener the last kill restarted) goes
+        # on to open that session after this kill, and its count of reconnects
+        # (taken when a handshake starts) does not move for it: only the open
+        # ones must show a new one (the state read after the count: a link open
+        # now that was connecting at the count opened before the kill, so needs
+        # one more)
+        open_now = {t for t, link in self.links.items() if link._sender.state == SenderState.OPEN}
+        self.srv.kill()
+        self.killed.set()  # the feeder may queue its last records now
+        held = check_stream(self.data, STREAM, told)  # what the killed listener left
+        busy = self._busy(held)
+        self.figures.busy_kills += bool(busy)
+        self.owed.extend((self.links[tag], reconnects[tag]) for tag in busy if tag in open_now)
+        told_after = {tag: link.stored for tag, link in self.links.items()}
+        assert all(told_after[t] >= told[t] for t in told)
+        self.figures.kills[phase] = self.figures.kills.get(phase, 0) + 1
+        self.figures.told_at_kills += sum(told_after.values())
+        # (the store, read once the listener was dead, holds what it was told)
+        assert all(held[t] >= told_after[t] for t in told_after), (held, told_after)
+        self.figures.durable_untold += sum(held.values()) - sum(told_after.values())
+        self.srv.restart()  # the same port; the links are left alone
+
+    def _moment(self, phase: str, pid: int) -> str:
+        """Wait until a thread of `pid` is inside the phase's system call; the
+        phase the kill will hit (a phase not caught in 3 s: appending)."""
+        wanted = {"syncing": (FDATASYNC,), "rolling": (FSYNC,)}.get(phase)
+        if wanted is not None:
+            deadline = time.monotonic() + 3.0
+            while not in_syscall(pid, wanted):
+                if time.monotonic() > deadline:
+                    return "appending"  # not caught in time: a random moment then
+        return phase
+
+    def _busy(self, held: dict[str, int]) -> list[str]:
+        """The links with a record the store does not hold: each must send it to
+        the next listener, in a new session; while the feeder runs, one soon has one."""
+        deadline = time.monotonic() + 10.0
+        while self.feeder.is_alive() and time.monotonic() < deadline:
+            if any(self.links[tag].queued > held[tag] for tag in self.links):
+                break
+            self.stop.wait(0.001)
+        return [tag for tag, link in self.links.items() if link.queued > held[tag]]
+
+    def finish(self) -> None:
+        """The feeder done, every link tells every record stored, unfenced; each
+        link busy at a kill reconnected since; then the links close."""
+        self.feeder.join(self.seconds + 30)
+        assert not [e for e in self.errors if not isinstance(e, purelink.Fenced)], self.errors
+        for tag, link in self.links.items():
             try:
                 assert link.wait_stored(timeout=120), f"{tag}: {link!r} {link.stats()}"
             except purelink.Fenced as exc:  # there is no other instance of the producer
                 raise AssertionError(f"{tag} was fenced: {OWN_GHOST}") from exc
-        assert not errors, errors
-        figures.reconnects = sum(link.stats().reconnects for link in links.values())
-        for link, before in owed:  # its unstored records went through a new session
+        assert not self.errors, self.errors
+        self.figures.reconnects = sum(link.stats().reconnects for link in self.links.values())
+        for link, before in self.owed:  # its unstored records went through a new session
             assert link.stats().reconnects > before, (link, before)
-        for link in links.values():
+        for link in self.links.values():
             assert link.close(timeout=30)
-    finally:
-        stop.set()
-        feeder.join(30)
-        for link in links.values():
+
+    def shut_down(self) -> None:
+        """Stop the feeder, the links and the listener, whatever happened."""
+        self.stop.set()
+        self.feeder.join(30)
+        for link in self.links.values():
             link.close(timeout=0)
-        if srv.proc is not None:
-            srv.stop()
-    figures.records = check_store(data, plan, exact=True)
-    figures.cuts = srv.stderr.count(": cut ")
-    figures.segments = len(list((data / "streams" / STREAM).glob("*.seg")))
-    assert figures.segments > kills, "--segment-bytes made the listener roll, often"
-    assert "Traceback" not in srv.stderr, srv.stderr[-3000:]
-    return figures
+        if self.srv.proc is not None:
+            self.srv.stop()
+
+    def final_checks(self, kills: int) -> Figures:
+        """Every record is in the store once; the listener rolled segments more
+        often than it was killed and never crashed on its own; the figures."""
+        self.figures.records = check_store(self.data, self.plan, exact=True)
+        self.figures.cuts = self.srv.stderr.count(": cut ")
+        self.figures.segments = len(list((self.data / "streams" / STREAM).glob("*.seg")))
+        assert self.figures.segments > kills, "--segment-bytes made the listener roll, often"
+        assert "Traceback" not in self.srv.stderr, self.srv.stderr[-3000:]
+        return self.figures
+
+
+def crash_run(
+    data: Path, *, seed: int, records: int, seconds: float, kills: int, sync: str
+) -> Figures:
+    """Ship records from two links while the listener is killed `kills` times,
+    in turn in each of PHASES, each after a random pause; check it all."""
+    rng = random.Random(seed)
+    run = CrashRun(data, records=records, seconds=seconds, sync=sync)
+    run.feeder.start()
+    try:
+        for k in range(kills):
+            run.kill(PHASES[k % len(PHASES)], pause=rng.uniform(0.1, seconds / kills))
+        run.finish()
+    finally:
+        run.shut_down()
+    return run.final_checks(kills)
 
 
 def test_sigkill_while_shipping(tmp_path: Path) -> None:

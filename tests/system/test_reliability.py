@@ -63,111 +63,165 @@ class Scenario:
     """Deadline for everything to be told stored after the last record is queued."""
 
 
-def run(tmp_path: Path, sc: Scenario) -> dict[str, Any]:
-    data = tmp_path / "data"
-    plan = {tag: sc.records if tag == "api-1" else sc.records // 2 for tag in LINKS}
-    srv = ServeProcess(data).start()
-    listener = ("127.0.0.1", srv.port)
-    proxy = NetProxy(
-        listener, seed=sc.seed, up=sc.up, down=sc.down, blackout_every=sc.blackout_every
-    ).start()
-    garbage = Garbage(listener, proxy, seed=sc.seed).start()
-    url = "udp://%s:%d" % proxy.address
-    links: dict[str, purelink.Link] = {}
-    stop = threading.Event()
-    errors: list[BaseException] = []
+class EndToEnd:
+    """One scenario's moving parts: the listener process, the faulty proxy in
+    front of it, the garbage fired at it, the links, and the feeder thread
+    that paces their records."""
 
-    def feed() -> None:  # all records but each link's last, paced
-        try:
-            start = time.monotonic()
-            sent = dict.fromkeys(plan, 0)
-            while any(sent[t] < n - 1 for t, n in plan.items()) and not stop.is_set():
-                share = min((time.monotonic() - start) / sc.seconds, 1.0)
-                for tag, n in plan.items():
-                    upto = int((n - 1) * share)
-                    for i in range(sent[tag], upto):
-                        links[tag].queue(payload(tag, i))
-                    sent[tag] = max(sent[tag], upto)
-                stop.wait(0.01)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+    def __init__(self, tmp_path: Path, sc: Scenario) -> None:
+        self.sc = sc
+        self.data = tmp_path / "data"
+        self.plan = {tag: sc.records if tag == "api-1" else sc.records // 2 for tag in LINKS}
+        self.srv = ServeProcess(self.data).start()
+        listener = ("127.0.0.1", self.srv.port)
+        self.proxy = NetProxy(
+            listener, seed=sc.seed, up=sc.up, down=sc.down, blackout_every=sc.blackout_every
+        ).start()
+        self.garbage = Garbage(listener, self.proxy, seed=sc.seed).start()
+        self.url = "udp://%s:%d" % self.proxy.address
+        self.links: dict[str, purelink.Link] = {}
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.feeder = threading.Thread(target=self._feed, name="feeder")
 
-    feeder = threading.Thread(target=feed, name="feeder")
-    try:
+    def connect(self) -> None:
+        """Open every link through the proxy; a failure says what each part was doing."""
         for tag, (stream, producer) in LINKS.items():
             try:
-                links[tag] = purelink.connect(url, stream=stream, producer=producer, timeout=60)
+                self.links[tag] = purelink.connect(
+                    self.url, stream=stream, producer=producer, timeout=60
+                )
             except purelink.ConnectError as exc:
-                alive = srv.proc is not None and srv.proc.poll() is None
+                alive = self.srv.proc is not None and self.srv.proc.poll() is None
                 raise AssertionError(
-                    f"{tag}: {exc}; listener alive: {alive}; proxy: {proxy.error!r} "
-                    f"{proxy.stats()}; garbage: {garbage.stats}"
+                    f"{tag}: {exc}; listener alive: {alive}; proxy: {self.proxy.error!r} "
+                    f"{self.proxy.stats()}; garbage: {self.garbage.stats}"
                 ) from exc
-        started = time.monotonic()
-        feeder.start()
-        if sc.outage is not None:
-            at, duration = sc.outage
-            stop.wait(max(at - (time.monotonic() - started), 0))
-            told = {tag: link.stored for tag, link in links.items()}
-            if sc.outage_signal == signal.SIGKILL:
-                srv.kill()
-            else:
-                assert srv.stop(sc.outage_signal) == 0
-            stop.wait(duration)  # the outage itself: links keep queuing meanwhile
-            for stream in ("orders", "events"):
-                check_stream(data, stream, {t: told[t] for t in LINKS if LINKS[t][0] == stream})
-            srv.restart()
-        feeder.join(sc.seconds + 60)
-        assert not errors, errors
+
+    def _feed(self) -> None:  # all records but each link's last, paced
+        try:
+            start = time.monotonic()
+            sent = dict.fromkeys(self.plan, 0)
+            while any(sent[t] < n - 1 for t, n in self.plan.items()) and not self.stop.is_set():
+                share = min((time.monotonic() - start) / self.sc.seconds, 1.0)
+                for tag, n in self.plan.items():
+                    upto = int((n - 1) * share)
+                    for i in range(sent[tag], upto):
+                        self.links[tag].queue(payload(tag, i))
+                    sent[tag] = max(sent[tag], upto)
+                self.stop.wait(0.01)
+        except BaseException as exc:  # reported by the main thread
+            self.errors.append(exc)
+
+    def outage(self, started: float, at: float, duration: float) -> None:
+        """At `at` seconds after `started`, stop the listener with the scenario's
+        signal; check the store it left holds what the links were told; after
+        `duration` seconds, restart it on its port."""
+        self.stop.wait(max(at - (time.monotonic() - started), 0))
+        told = {tag: link.stored for tag, link in self.links.items()}
+        if self.sc.outage_signal == signal.SIGKILL:
+            self.srv.kill()
+        else:
+            assert self.srv.stop(self.sc.outage_signal) == 0
+        self.stop.wait(duration)  # the outage itself: links keep queuing meanwhile
+        for stream in ("orders", "events"):
+            check_stream(self.data, stream, {t: told[t] for t in LINKS if LINKS[t][0] == stream})
+        self.srv.restart()
+
+    def finish(self) -> dict[str, purelink.LinkStats]:
+        """The feeder done and the garbage stopped, each link queues its last
+        record and tells everything stored; the listener stayed up; the links
+        close.  Returns their stats."""
+        self.feeder.join(self.sc.seconds + 60)
+        assert not self.errors, self.errors
         # the garbage stops before each link's last record goes out, so once
         # that record is stored every garbage datagram was drained before it
-        garbage.close()
-        for tag, n in plan.items():
-            links[tag].queue(payload(tag, n - 1))
-        for tag, link in links.items():
-            assert link.wait_stored(timeout=sc.timeout), f"{tag}: {link!r} {link.stats()}"
-        assert srv.proc is not None and srv.proc.poll() is None, "the listener stayed up"
-        stats = {tag: link.stats() for tag, link in links.items()}
-        for link in links.values():
+        self.garbage.close()
+        for tag, n in self.plan.items():
+            self.links[tag].queue(payload(tag, n - 1))
+        for tag, link in self.links.items():
+            assert link.wait_stored(timeout=self.sc.timeout), f"{tag}: {link!r} {link.stats()}"
+        assert self.srv.proc is not None and self.srv.proc.poll() is None, "the listener stayed up"
+        stats = {tag: link.stats() for tag, link in self.links.items()}
+        for link in self.links.values():
             assert link.close(timeout=30)
-    finally:
-        stop.set()
-        if feeder.is_alive():
-            feeder.join(30)
-        garbage.close()
-        for link in links.values():
+        return stats
+
+    def shut_down(self) -> None:
+        """Stop the feeder, the garbage, the links, the proxy and the listener,
+        whatever happened."""
+        self.stop.set()
+        if self.feeder.is_alive():
+            self.feeder.join(30)
+        self.garbage.close()
+        for link in self.links.values():
             link.close(timeout=0)
-        proxy.close()
-        if srv.proc is not None:
-            srv.stop()
-        print("listener stats at stop:", srv.last_stats)  # shown when the test fails
-    assert proxy.error is None, proxy.error
-    served = srv.last_stats
-    assert served is not None
-    for stream in ("orders", "events"):
-        check_stream(data, stream, {t: plan[t] for t in LINKS if LINKS[t][0] == stream}, exact=True)
-    assert purelink.Store(data).streams() == ["events", "orders"], "no stream that no link made"
-    assert served["fenced"] == 0, "no valid link was fenced"
-    reconnects = sum(s.reconnects for s in stats.values())
-    if sc.outage is None:
-        assert reconnects == 0, {t: s.reconnects for t, s in stats.items()}
-        assert served["sessions"] == len(LINKS)
-        # every junk datagram was counted: dropped by reason, or answered with a RETRY
-        accounted = sum(served["dropped"].values()) + served["retries"]
-        assert accounted >= garbage.stats.total, (served["dropped"], garbage.stats)
-    else:
-        assert all(s.reconnects >= 1 for s in stats.values()), stats
-    faults = proxy.stats()
-    return {
-        "records": sum(plan.values()),
-        "faults": faults.faults(),
-        "blackouts": faults.blackouts,
-        "garbage": {**garbage.stats.__dict__, "total": garbage.stats.total},
-        "dropped": served["dropped"],
-        "reconnects": reconnects,
-        "retransmits": sum(s.retransmits for s in stats.values()),
-        "violations": 0,
-    }
+        self.proxy.close()
+        if self.srv.proc is not None:
+            self.srv.stop()
+        print("listener stats at stop:", self.srv.last_stats)  # shown when the test fails
+
+    def check_store(self) -> None:
+        """Each link's records are in the store once, in order; no other stream."""
+        for stream in ("orders", "events"):
+            shipped = {t: self.plan[t] for t in LINKS if LINKS[t][0] == stream}
+            check_stream(self.data, stream, shipped, exact=True)
+        assert purelink.Store(self.data).streams() == ["events", "orders"], (
+            "no stream that no link made"
+        )
+
+    def check_listener(self, stats: dict[str, purelink.LinkStats]) -> dict[str, Any]:
+        """No link was fenced; without an outage, one session per link and every
+        garbage datagram counted; with one, every link reconnected.  Returns the
+        listener's stats at stop."""
+        served = self.srv.last_stats
+        assert served is not None
+        assert served["fenced"] == 0, "no valid link was fenced"
+        if self.sc.outage is None:
+            reconnects = sum(s.reconnects for s in stats.values())
+            assert reconnects == 0, {t: s.reconnects for t, s in stats.items()}
+            assert served["sessions"] == len(LINKS)
+            # every junk datagram was counted: dropped by reason, or answered with a RETRY
+            accounted = sum(served["dropped"].values()) + served["retries"]
+            assert accounted >= self.garbage.stats.total, (served["dropped"], self.garbage.stats)
+        else:
+            assert all(s.reconnects >= 1 for s in stats.values()), stats
+        return served
+
+    def figures(
+        self, stats: dict[str, purelink.LinkStats], served: dict[str, Any]
+    ) -> dict[str, Any]:
+        """What the run did, for docs/reliability.md."""
+        faults = self.proxy.stats()
+        return {
+            "records": sum(self.plan.values()),
+            "faults": faults.faults(),
+            "blackouts": faults.blackouts,
+            "garbage": {**self.garbage.stats.__dict__, "total": self.garbage.stats.total},
+            "dropped": served["dropped"],
+            "reconnects": sum(s.reconnects for s in stats.values()),
+            "retransmits": sum(s.retransmits for s in stats.values()),
+            "violations": 0,
+        }
+
+
+def run(tmp_path: Path, sc: Scenario) -> dict[str, Any]:
+    """Ship every link's records through the scenario, then check it all;
+    returns the run's figures."""
+    e2e = EndToEnd(tmp_path, sc)
+    try:
+        e2e.connect()
+        started = time.monotonic()
+        e2e.feeder.start()
+        if sc.outage is not None:
+            e2e.outage(started, *sc.outage)
+        stats = e2e.finish()
+    finally:
+        e2e.shut_down()
+    assert e2e.proxy.error is None, e2e.proxy.error
+    e2e.check_store()
+    served = e2e.check_listener(stats)
+    return e2e.figures(stats, served)
 
 
 def jittery(loss: float) -> Faults:
