@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import purelink
-from purelink.link.link import Link
+from purelink.link.link import Link, launch
 
 from ._common import wait_until
 
@@ -71,7 +71,7 @@ def open_link(
         raise ValueError(f"unknown variant {variant!r}")
     if variant == "wake-every-record":
         link: Link = WakeEveryRecordLink(url, stream, on_stored=on_stored, **kwargs)
-        link.launch()
+        launch(link)
     else:
         link = purelink.connect(url, stream=stream, on_stored=on_stored, **kwargs)
     check_internals(link)

@@ -80,7 +80,7 @@ from typing import Any
 from purelink import _address
 from purelink._log_json import BARE_SIZE, IMMUTABLE, JSONFormatter, decode, encode_captured
 from purelink.errors import ConnectError, Error
-from purelink.link.link import Link, connect
+from purelink.link.link import Link, connect, launch
 from purelink.link.transport import FIRST_CONNECT_WAIT
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol.names import validate_stream_name
@@ -365,7 +365,7 @@ class LinkHandler(logging.Handler):
                 return None
             try:
                 link = Link(self.url, self.stream, timeout=min(patience, left), **self._options)
-                link.launch(self._launched)  # connect(), telling when its thread is up
+                launch(link, self._launched)  # connect(), telling when its thread is up
                 break
             except ConnectError as exc:
                 if not told:

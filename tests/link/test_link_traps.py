@@ -83,7 +83,7 @@ def test_leaving_a_with_block_is_bounded_and_logs_while_it_waits(
             server.stop()
             link.queue(b"x")
 
-    with caplog.at_level(logging.WARNING, logger="purelink.link.link"):
+    with caplog.at_level(logging.WARNING, logger="purelink.link"):
         seconds, _, error = within(20, leave)
     assert isinstance(error, purelink.LinkError) and "1 record (seq 1)" in str(error)
     waiting = [r for r in caplog.records if "closing: waiting for 1 record" in r.getMessage()]
@@ -100,7 +100,7 @@ def test_an_exception_leaving_the_with_block_is_kept_and_the_loss_logged(
             link.queue(b"x")
             raise KeyError("the application's own error")
 
-    with caplog.at_level(logging.ERROR, logger="purelink.link.link"):
+    with caplog.at_level(logging.ERROR, logger="purelink.link"):
         _, _, error = within(20, leave)
     assert isinstance(error, KeyError)  # not masked by the close's LinkError
     assert any("were not stored" in r.getMessage() for r in caplog.records)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from purelink.errors import Error
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store import DataDir, DataDirReader, Store, StoreReader, open_reader
+from purelink.store.jetstream.reader import JetStreamReader
 
 
 def _write(tmp_path: Path, records: list[bytes]) -> None:
@@ -25,8 +27,19 @@ def _write(tmp_path: Path, records: list[bytes]) -> None:
 def test_a_directory_opens_a_data_dir_reader(tmp_path: Path) -> None:
     reader = open_reader(tmp_path)
     assert isinstance(reader, DataDirReader)
-    readers: list[StoreReader] = [reader]  # it is a StoreReader (mypy checks it in src)
-    assert readers[0].streams() == []
+    assert reader.streams() == []
+
+
+@pytest.mark.parametrize("reader", [DataDirReader, JetStreamReader, Store])
+def test_every_reader_has_the_interface_as_written(reader: type) -> None:
+    """Each method of StoreReader, with its signature, on both readers and on
+    the Store that delegates to them (annotations compared as written)."""
+    methods = [name for name in vars(StoreReader) if not name.startswith("_")]
+    assert methods == ["streams", "first", "last", "stream_info", "read", "close"]
+    for name in methods:
+        assert inspect.signature(getattr(reader, name)) == inspect.signature(
+            getattr(StoreReader, name)
+        ), name
 
 
 def test_store_delegates_to_its_reader(tmp_path: Path) -> None:

@@ -263,7 +263,9 @@ def _serve_until_stopped(
     """Block until SIGINT or SIGTERM (None), or until a thread of the listener
     died (a bug; it is logged): then its error, so that serve stops and exits 1
     rather than stay up deaf.  SIGHUP reloads the keys and serving goes on."""
-    failure = listener.failure_fd()
+    from ..listener.listener import failure_fd  # noqa: PLC0415 -- see the imports
+
+    failure = failure_fd(listener)
     waiting = select.poll()  # not select(): with many streams open, fds pass 1023
     waiting.register(wake_r, select.POLLIN)
     waiting.register(failure, select.POLLIN)

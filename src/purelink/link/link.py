@@ -51,7 +51,7 @@ from .transport import Transport
 
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect"]
 
-log = logging.getLogger("purelink.link.link")
+log = logging.getLogger("purelink.link")
 
 CLOSE_TIMEOUT: Final = 30.0
 """Seconds `close()` with no timeout (and leaving a `with` block) waits by default
@@ -405,13 +405,9 @@ class Link(LinkThread):
         )
 
     # ------------------------------------------------------- the handshake
-    def launch(self, started: threading.Event | None = None) -> None:
+    def _launch(self, started: threading.Event | None) -> None:
         """Start the link's thread (then set `started`) and wait for the handshake;
-        ConnectError if it fails.  `connect()` is a `Link(...)` followed by this;
-        it is here, not private, for what builds a Link itself and must know
-        when its thread is up (purelink.logging's handler, the benchmarks'
-        variants).  Not part of the public API (SPEC §3): applications call
-        `connect()`."""
+        ConnectError if it fails (module-level `launch` says who calls it)."""
         self._thread.start()
         if started is not None:
             started.set()
@@ -506,5 +502,15 @@ def connect(
         close_timeout=close_timeout,
         congestion=congestion,
     )
-    link.launch()
+    launch(link)
     return link
+
+
+def launch(link: Link, started: threading.Event | None = None) -> None:
+    """Start a link built with `Link(...)`: its thread (then set `started`), and
+    wait for the handshake; ConnectError if it fails.  `connect()` is a
+    `Link(...)` followed by this.  A function of this module, not a method, so
+    that the public `Link` shows only the API of SPEC §3; it is here for what
+    builds a Link itself and must know when its thread is up (purelink.logging's
+    handler, the benchmarks' variants)."""
+    link._launch(started)

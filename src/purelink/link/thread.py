@@ -35,7 +35,7 @@ from .transport import TcpTransport, Transport, UdpTransport
 
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "MAX_RECORD", "SMALL", "LinkThread"]
 
-log = logging.getLogger("purelink.link.link")
+log = logging.getLogger("purelink.link")
 
 HOLE_LIMIT = 5.0
 """Seconds a taken seq may stay without its record before the link fails: a

@@ -83,7 +83,7 @@ from . import nogil
 
 __all__ = ["TcpTransport", "Transport", "UdpTransport"]
 
-log = logging.getLogger("purelink.link.link")
+log = logging.getLogger("purelink.link")
 
 GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000

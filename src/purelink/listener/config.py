@@ -16,16 +16,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from .. import _address
 from ..protocol.core_parts import CoreConfig
+from ..protocol.keys import KeyTable
 from ..protocol.names import validate_stream_name
 from ..store.jetstream.layout import parse_servers
 from .limits import LIMITS, check
-
-if TYPE_CHECKING:
-    from ..protocol.keys import KeyTable
 
 __all__ = ["SYNC_MODES", "ListenerConfig"]
 
@@ -47,7 +45,8 @@ class ListenerConfig:
     sync: str
     """One of SYNC_MODES: when a data directory's writes are made durable."""
     keys: KeyTable | None
-    """The keys every datagram and frame is encrypted under; None: none."""
+    """The keys every datagram and frame is encrypted under; None: none.  Given
+    `secret`, it becomes the one key that may do everything."""
     insecure: bool
     """Whether a non-loopback address may be bound without keys."""
     segment_bytes: int
@@ -80,6 +79,8 @@ class ListenerConfig:
     """Subscriptions served at once, at most."""
     replicas: int
     """With a JetStream cluster: the copies it keeps of each stream."""
+    secret: bytes | None = None
+    """One pre-shared secret instead of `keys` (at least 16 bytes)."""
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -90,6 +91,7 @@ class ListenerConfig:
             if address is not None:
                 _address.parse_hostport(address)  # ValueError for a malformed one
         self._check_limits()
+        self._key_table()
         self._refuse_open_addresses()
         self._check_retention()
 
@@ -106,6 +108,14 @@ class ListenerConfig:
                 check("retain_bytes", bytes_)
             if age is not None:
                 check("retain_age", age)
+
+    def _key_table(self) -> None:
+        """`keys`, or `secret` as one key that may do everything (not both)."""
+        if self.secret is not None:
+            if self.keys is not None:
+                raise ValueError("give secret= or keys=, not both")
+            keys = KeyTable.single(self.secret)  # raises ValueError below 16 bytes
+            object.__setattr__(self, "keys", keys)
 
     def _refuse_open_addresses(self) -> None:
         """Without keys, only loopback addresses, unless `insecure` (docs/security.md;

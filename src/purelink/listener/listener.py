@@ -63,7 +63,7 @@ from .tcp import TCP_PREFIX, TcpServer
 
 __all__ = ["Listener", "ListenerStats"]
 
-log = logging.getLogger("purelink.listener.listener")
+log = logging.getLogger("purelink.listener")
 
 SO_RCVBUFFORCE: Final = getattr(socket, "SO_RCVBUFFORCE", 33)
 RECV_BUFFER: Final = 65536
@@ -96,7 +96,7 @@ class Listener:
     _epoll: select.epoll | None = None
     _wake_fd = -1
     _synced_fd = -1  # the store's events are waiting (backends/)
-    _failure_r = _failure_w = -1  # readable once a thread of ours died (failure_fd())
+    _failure_r = _failure_w = -1  # readable once a thread of ours died (failure_fd)
 
     def __init__(
         self,
@@ -124,7 +124,6 @@ class Listener:
         insecure: bool = False,
         replicas: int = 3,
     ) -> None:
-        keys = _key_table(secret, keys)
         # every argument checked, each limit within its bounds (config.py)
         config = ListenerConfig(
             store=data,
@@ -148,11 +147,12 @@ class Listener:
             read_timeout=read_timeout,
             max_subscriptions=max_subscriptions,
             replicas=replicas,
+            secret=secret,
         )
         self._config = config
         self.path = Path(data)
         self.sync = sync
-        self._keys = keys  # with keys every datagram is encrypted (protocol/secure_core.py)
+        self._keys = config.keys  # with keys every datagram is encrypted (protocol/secure_core.py)
         # key tables handed to the loop by set_keys(), each with the event it sets
         self._new_keys: deque[tuple[KeyTable, threading.Event]] = deque()
         # per-stream retention (store/retention.py), which set_retention() adds to
@@ -416,10 +416,8 @@ class Listener:
             with contextlib.suppress(OSError):
                 os.write(self._failure_w, b"x")
 
-    def failure_fd(self) -> int:
-        """A descriptor that becomes readable if a thread of the listener dies
-        (`error` says why): `purelink serve` waits on it with its signal pipe,
-        so a listener that stopped serving does not stay up pretending to."""
+    def _failure_fd(self) -> int:
+        """See the module-level `failure_fd`."""
         if self._failure_r < 0:
             self._failure_r, self._failure_w = os.pipe()
             if self.error is not None:
@@ -582,10 +580,10 @@ class Listener:
                 core.stats.dropped["send_failed"] = core.stats.dropped.get("send_failed", 0) + 1
 
 
-def _key_table(secret: bytes | None, keys: KeyTable | None) -> KeyTable | None:
-    """The listener's keys: `keys`, or `secret` as one key that may do everything."""
-    if secret is not None and keys is not None:
-        raise ValueError("give secret= or keys=, not both")
-    if secret is not None:
-        return KeyTable.single(secret)  # raises ValueError below 16 bytes
-    return keys
+def failure_fd(listener: Listener) -> int:
+    """A descriptor that becomes readable if a thread of `listener` dies (its
+    `error` says why): `purelink serve` waits on it with its signal pipe, so a
+    listener that stopped serving does not stay up pretending to.  A function of
+    this module, not a method, so that the public `Listener` shows only the API
+    of SPEC §3."""
+    return listener._failure_fd()

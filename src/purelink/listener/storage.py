@@ -46,7 +46,7 @@ from ..protocol.listener_core import ListenerCore
 
 __all__ = ["FENCED", "STORED", "Backend", "StorageDriver", "StorageEvent"]
 
-log = logging.getLogger("purelink.listener.listener")
+log = logging.getLogger("purelink.listener")
 
 STORED: Final = 0
 FENCED: Final = 1

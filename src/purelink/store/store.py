@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from .datadir_reader import DataDirReader
 from .reader import StoreReader, StreamInfo
@@ -41,12 +42,15 @@ class Store:
     One Store may be shared by threads.
     """
 
-    __slots__ = ("_reader", "_where")
+    __slots__ = ("_reader", "_where", "path")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Open the store at `path`: a data directory, or `nats://...`."""
-        self._where = os.fspath(path)
         self._reader = open_reader(path)
+        where = os.fspath(path)
+        self.path: Path | None = None if where.startswith("nats://") else Path(where)
+        """The data directory (None for a JetStream cluster)."""
+        self._where = where if self.path is None else str(self.path)
 
     def __repr__(self) -> str:
         return f"<Store {self._where!r}>"

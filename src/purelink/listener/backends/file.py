@@ -41,7 +41,7 @@ from ..storage import STORED, StorageEvent
 
 __all__ = ["DataDirProducers", "FileBackend"]
 
-log = logging.getLogger("purelink.listener.listener")
+log = logging.getLogger("purelink.listener")
 
 
 class DataDirProducers:

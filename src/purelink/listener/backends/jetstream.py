@@ -32,7 +32,7 @@ from ..storage import FENCED, STORED, StorageEvent
 
 __all__ = ["JetStreamBackend"]
 
-log = logging.getLogger("purelink.listener.listener")
+log = logging.getLogger("purelink.listener")
 
 
 class JetStreamBackend:

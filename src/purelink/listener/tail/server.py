@@ -90,7 +90,7 @@ __all__ = [
     "Take",
 ]
 
-log = logging.getLogger("purelink.listener.listener")
+log = logging.getLogger("purelink.listener")
 
 HEARTBEAT: Final = 5.0
 """Seconds between a parked follower's looks at its socket, where the hang-up watch
