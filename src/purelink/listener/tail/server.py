@@ -138,7 +138,8 @@ class TailStatistics:
 
     * ``tail_bad_request``: a request that does not decode (preamble,
       checksum, unknown flags, stream name);
-    * ``tail_unauthenticated``: no MAC, or a wrong one, on a listener with a secret;
+    * ``tail_unauthenticated``: a request that is not sealed, on a listener with keys
+      (one sealed with the wrong secret for its key counts as ``tail_bad_secret``);
     * ``tail_request_timeout``: no whole request within `request_timeout` seconds;
     * ``tail_truncated_request``: the peer hung up (or reset) before its request was whole;
     * ``tail_trailing_bytes``: bytes after the request (a subscriber sends
