@@ -36,13 +36,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from purelink.protocol import wire
 from purelink.protocol.listener_core import CoreConfig
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
 
 from ._common import Report
 
-__all__ = ["Cell", "Outcome", "arrived", "draw_cells", "failures", "main", "run_cell"]
+__all__ = ["Cell", "Outcome", "draw_cells", "failures", "main", "run_cell"]
 
 DATAGRAM = 1400
 MIXES = ("1000 B", "61 B", "uniform 0-20 KB", "log-uniform 1 B-20 KB")
@@ -138,21 +137,6 @@ def records(mix: str, total: int, rng: random.Random) -> list[bytes]:
     return out
 
 
-def arrived(sim: Simulation, link: SimLink) -> int:
-    """Payload bytes of a link that reached the listener: written, or held out of
-    order (the link's own "stored" lags by an answer, and a gap holds back
-    everything behind it until its repair arrives)."""
-    pid = link.sender.producer_id
-    assert sim.core is not None
-    held = sum(
-        h.length - wire.BATCH_HEADER - 2 * h.count
-        for p in sim.core.producers()
-        if p.pid == pid
-        for _, h in p.held.values()
-    )
-    return sim.store.written.get(pid, 0) + held
-
-
 def _exactly_once(sim: Simulation, links: list[SimLink], sent: list[list[bytes]]) -> bool:
     """Each link's stored records are its records 1..k, once each, in order, byte for byte."""
     seen: dict[int, list[tuple[int, bytes]]] = {}
@@ -211,14 +195,14 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
         sent.append(recs)
         links.append(sim.add_link("s", recs, anonymous_id=(1 << 63) | (seed << 8) | (i + 1)))
     sim.run(lambda: sim.clock.now >= start + warm, max_time=warm + stagger + 1)
-    before = [arrived(sim, link) for link in links]
+    before = [sim.arrived(link) for link in links]
     t0 = sim.clock.now
     sim.run(lambda: sim.clock.now >= t0 + measured, max_time=measured + 1)
     util = []
     for link, b0 in zip(links, before, strict=True):
         s = link.sender
         first = (s.stats.bytes - s.stats.retransmit_bytes) / max(s.payload_bytes, 1)
-        util.append((arrived(sim, link) - b0) * first / (rate * measured))
+        util.append((sim.arrived(link) - b0) * first / (rate * measured))
     s = links[0].sender
     return Outcome(
         seed=seed,

@@ -127,7 +127,9 @@ class VariantDomain(GraceDomain):
     `park_once=True` is the unpatched waiter (it parks at most once per grace
     period, then busy-checks), `signal_only_waiting=False` the unpatched readers
     (no flags: any reader signals while the waiter is parked), and
-    `signal_always=True` the readers of the "always-signal" variant."""
+    `signal_always=True` the readers of the "always-signal" variant.  Only those
+    steps are overridden (`_park`, `_raise_flags`, `reader_type`); everything else,
+    the patch's waiter included, is the product's code."""
 
     def __init__(
         self,
@@ -143,6 +145,8 @@ class VariantDomain(GraceDomain):
         self.signal_only_waiting = signal_only_waiting
         self.park_once = park_once
         self.signal_always = signal_always
+        self.flags = signal_only_waiting and not signal_always
+        """The readers have the patch's flag (else the waiter has none to raise)."""
         self.reader_type = (
             _AlwaysReader if signal_always else GraceReader if signal_only_waiting else _NaiveReader
         )
@@ -155,37 +159,39 @@ class VariantDomain(GraceDomain):
             else:
                 self._cond.notify()  # nobody parked: the notify finds no one
 
-    def _wait_readers(self, gp: int, pending: list[GraceReader], deadline: float | None) -> bool:
-        """The product's wait, with the unpatched waiter (`park_once`: every check
-        after the one park is a busy check) and readers left unflagged."""
-        flag = self.signal_only_waiting and not self.signal_always
-        park_once = self.park_once
+    def _raise_flags(self, pending: list[GraceReader]) -> None:
+        """Unpatched readers have no flag: the waiter raises none."""
+        if self.flags:
+            super()._raise_flags(pending)
+
+    def _park(self, gp: int, pending: list[GraceReader], deadline: float | None) -> bool:
+        """The patch's waiter (the product's `_park`), or with `park_once` liburcu's
+        before the patch: announce and park once (wait_loops == RCU_QS_ACTIVE_ATTEMPTS),
+        then busy-check (bare, as caa_cpu_relax(), or `relax`) until the last reader
+        is in."""
+        if not self.park_once:
+            return super()._park(gp, pending, deadline)
+        pending = [r for r in pending if (c := r.ctr) and c != gp]
+        if not pending:
+            return True
+        self.futex = -1  # announce, then check again
+        self._raise_flags(pending)
+        pending = [r for r in pending if (c := r.ctr) and c != gp]
+        if not pending:
+            self.futex = 0
+            return True
+        if not self._wait_gp(gp, deadline):
+            return False
         relax = self.relax
-        spins = self.spins
-        attempts = 0
-        while True:
+        while True:  # every check after the one park is a busy check
             pending = [r for r in pending if (c := r.ctr) and c != gp]
             if not pending:
                 return True
-            attempts += 1
-            if attempts < spins or (park_once and attempts > spins):
-                # busy check; unpatched (park_once), every check after the one park
-                self._spins += 1
-                if attempts > spins and deadline is not None and time.monotonic() >= deadline:
-                    return False
-                if relax is not None:
-                    relax()
-                continue
-            self.futex = -1  # announce, then check again
-            if flag:
-                for reader in pending:
-                    reader.waiting = True
-            pending = [r for r in pending if (c := r.ctr) and c != gp]
-            if not pending:
-                self.futex = 0
-                return True
-            if not self._wait_gp(gp, deadline):
+            self._spins += 1
+            if deadline is not None and time.monotonic() >= deadline:
                 return False
+            if relax is not None:
+                relax()
 
 
 def make_domain(variant: str, spins: int | None = None, **kwargs: Any) -> GraceDomain:

@@ -39,6 +39,7 @@ import structlog
 import purelink
 from helpers.serve_process import ServeProcess
 from purelink.logging import LinkHandler, decode
+from purelink.testing.ports import free_port
 
 
 @pytest.fixture
@@ -113,12 +114,6 @@ def _python(*args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -190,7 +185,7 @@ def test_with_the_listener_down_calls_stay_fast_and_drops_are_counted(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     log, handler = _logged_to(
-        f"udp://127.0.0.1:{_free_udp_port()}", "down", capacity=100, timeout=0.5
+        f"udp://127.0.0.1:{free_port(socket.SOCK_DGRAM)}", "down", capacity=100, timeout=0.5
     )
     started = time.perf_counter()
     for i in range(1_000):
@@ -210,7 +205,7 @@ def test_with_the_listener_down_calls_stay_fast_and_drops_are_counted(
 
 
 def test_records_logged_before_the_listener_is_up_are_stored_in_order(tmp_path: Path) -> None:
-    port = _free_udp_port()
+    port = free_port(socket.SOCK_DGRAM)
     log, handler = _logged_to(f"udp://127.0.0.1:{port}", "late", timeout=20)
     for i in range(300):
         log.info("early %d", i)
@@ -286,7 +281,7 @@ def test_where_exit_refuses_threads_the_handler_starts_its_links_thread_at_once(
 
 def test_exit_with_the_listener_down_waits_only_the_timeout() -> None:
     started = time.monotonic()
-    done = _python(EXITING, f"udp://127.0.0.1:{_free_udp_port()}", "1")
+    done = _python(EXITING, f"udp://127.0.0.1:{free_port(socket.SOCK_DGRAM)}", "1")
     assert done.returncode == 0
     assert time.monotonic() - started < 15
     err = done.stderr.decode()
@@ -550,7 +545,7 @@ def test_records_logged_while_close_runs_are_stored_or_counted_never_lost(
 def test_the_message_and_extra_values_are_those_of_the_call(tmp_path: Path) -> None:
     """Encoded after the mutations below (nothing is taken from the hand-off until
     the listener is up): the stored record still shows the call's values."""
-    port = _free_udp_port()
+    port = free_port(socket.SOCK_DGRAM)
     log, handler = _logged_to(f"udp://127.0.0.1:{port}", "frozen", timeout=20)
     items = ["a"]
     user = {"id": 1}

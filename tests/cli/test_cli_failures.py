@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,8 @@ import pytest
 import purelink
 from helpers.cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
 from helpers.processes import in_syscall
-from helpers.serve_process import ServeProcess, unused_port
+from helpers.serve_process import ServeProcess
+from purelink.testing.ports import free_port
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
@@ -47,11 +49,6 @@ def stored(data: Path, stream: str) -> int:
         return purelink.Store(data).last(stream)
     except purelink.Error:
         return 0
-
-
-def free_port() -> int:
-    """A port nobody listens on, and nobody takes meanwhile (serve_process.py)."""
-    return unused_port()
 
 
 # --- point 1: no traceback at the command line --------------------------------------------
@@ -292,7 +289,7 @@ def test_send_to_a_closed_tcp_port_says_connection_refused_at_once() -> None:
 
 def test_send_to_a_closed_udp_port_says_connection_refused_at_once() -> None:
     started = time.monotonic()
-    url = f"udp://127.0.0.1:{free_port()}"
+    url = f"udp://127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
     result = run("send", url, "--stream", "s", "--timeout", "60", stdin=b"x\n")
     line = assert_one_line_error(result, 1)
     assert "connection refused" in line.lower(), line

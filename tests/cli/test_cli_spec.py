@@ -41,9 +41,9 @@ from helpers.cli import (
     run,
     serving,
 )
-from helpers.serve_process import unused_port
 from purelink.cli import command as cli
 from purelink.cli.bench import _bench_suite
+from purelink.testing.ports import free_port, free_ports
 
 # --- names and defaults ---------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ def test_send_moves_on_to_the_next_listener_when_the_first_cannot_be_reached(
     with serving(tmp_path / "data", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0") as srv:
         live = re.search(rf"{scheme}=(\S+)", srv.line)
         assert live
-        urls = f"{scheme}://127.0.0.1:{unused_port()},{scheme}://{live.group(1)}"
+        urls = f"{scheme}://127.0.0.1:{free_port(both=True)},{scheme}://{live.group(1)}"
         sent = run("send", urls, "--stream", "many", stdin=b"a\nb\nc\n")
         assert sent.returncode == 0, sent.stderr
         out = run("read", "--data", str(srv.data), "--stream", "many")
@@ -194,7 +194,7 @@ def test_send_moves_on_to_the_next_listener_when_the_first_cannot_be_reached(
 
 
 def test_send_where_no_listener_of_several_answers_is_one_line_exit_1() -> None:
-    urls = f"tcp://127.0.0.1:{unused_port()},tcp://127.0.0.1:{unused_port()}"
+    urls = ",".join(f"tcp://127.0.0.1:{port}" for port in free_ports(2))
     line = assert_one_line_error(run("send", urls, "--stream", "s", stdin=b"x\n"), 1)
     assert "refused" in line.lower()
 
@@ -273,7 +273,7 @@ def test_a_missing_keys_file_is_one_line_exit_2(tmp_path: Path) -> None:
     ids=["send-udp-unknown-host", "send-tcp-unknown-host", "tail-unknown-host", "tail-closed"],
 )
 def test_a_wrong_address_is_one_line_exit_1(argv: list[str]) -> None:
-    port = str(unused_port())
+    port = str(free_port())
     result = run(*(a.replace("{port}", port) for a in argv), stdin=b"x\n")
     assert assert_one_line_error(result, 1).startswith("purelink: error: cannot ")
 
@@ -335,7 +335,7 @@ def test_ctrl_c_stops_tail_follow_quietly_with_130(tmp_path: Path) -> None:
 
 
 def test_the_python_api_says_the_same_of_several_unreachable_listeners() -> None:
-    urls = f"tcp://127.0.0.1:{unused_port()},tcp://127.0.0.1:{unused_port()}"
+    urls = ",".join(f"tcp://127.0.0.1:{port}" for port in free_ports(2))
     with pytest.raises(purelink.ConnectError, match="refused"):
         purelink.connect(urls, stream="s", timeout=5)
 

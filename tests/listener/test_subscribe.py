@@ -53,6 +53,7 @@ from purelink.protocol.wire import batch_records, encode_batch, position_bytes, 
 from purelink.store import DataDir
 from purelink.store.log import StreamLog
 from purelink.subscribe import Subscription
+from purelink.testing.ports import free_port
 
 TIMEOUT = 20.0
 PURELINK = [sys.executable, "-m", "purelink"]
@@ -706,10 +707,7 @@ def test_bad_arguments_and_an_unreachable_listener() -> None:
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="reconnect"):
             purelink.subscribe("tcp://127.0.0.1:9", "s", reconnect=bad)
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nobody listens there now
+    port = free_port()  # nobody listens there now
     with pytest.raises(purelink.ConnectError):
         purelink.subscribe(f"tcp://127.0.0.1:{port}", "s", timeout=2)
 

@@ -16,19 +16,12 @@ more of them and more seeds.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from helpers.shipping import report
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
-
-# bench/ is a package of the checkout, not of the installed distribution
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.ccsweep import arrived
 
 RECORD = 1000
 
@@ -85,14 +78,14 @@ def ship(
         )
         made.append(link)
     sim.run(lambda: sim.clock.now >= start + warm, max_time=seconds + 1)
-    before = [arrived(sim, link) for link in made]
+    before = [sim.arrived(link) for link in made]
     sim.run(lambda: sim.clock.now >= start + seconds, max_time=seconds + 1)
     util = []
     for link, b0 in zip(made, before, strict=True):
         s = link.sender
         # wire bytes per payload byte of first transmissions (records are all RECORD long)
         first = (s.stats.bytes - s.stats.retransmit_bytes) / max((s._next - 1) * RECORD, 1)
-        util.append((arrived(sim, link) - b0) * first / (rate * (seconds - warm)))
+        util.append((sim.arrived(link) - b0) * first / (rate * (seconds - warm)))
     return Run(made, net, sim, util)
 
 

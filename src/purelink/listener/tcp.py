@@ -9,7 +9,7 @@ calls each round, `timeout()` before it sleeps and `expire()` after it wakes.
 
 Mechanism 3 (docs/design.md), after io_uring's multishot accept: one
 readiness event of the listening socket is followed by accepts until EAGAIN,
-within `accept_budget` per event so that a connection storm never starves
+within `ACCEPT_BUDGET` per event so that a connection storm never starves
 the reading of connections already open (level-triggered epoll reports the
 rest next round).  (The naive way, one accept per event, is the `connections`
 benchmark's "before" variant and lives in bench/connections.py.)  A readable
@@ -94,6 +94,9 @@ __all__ = ["TCP_PREFIX", "Loop", "TcpServer"]
 TCP_PREFIX: Final = "tcp:"
 """Prefix of a TCP peer's host in the keys the core and `Listener.routes` use."""
 ACCEPT_BUDGET: Final = 64
+"""Accepts per readiness event of the listening socket at most: the rest waits
+for the next round (level-triggered epoll reports it again), so a connection
+storm never starves the reading of connections already open."""
 READ_BUDGET: Final = 16
 FRAME_BUDGET: Final = 1024
 """Frames fed to the core per readiness event of one connection, about: no more
@@ -188,9 +191,6 @@ class TcpServer:
         self.max_unsent_total = max_unsent_total
         """Answer bytes the kernel has not taken, across all connections (each also
         at most `max_unsent`); past it the connection adding more is closed."""
-        self.accept_budget = ACCEPT_BUDGET
-        """Accepts per readiness event at most (ACCEPT_BUDGET): the rest waits for
-        the next round, so a connection storm never starves open connections."""
         self.read_budget = READ_BUDGET
         """Receives per readiness event of one connection."""
         self.max_frame = pool.size - HEADER
@@ -284,7 +284,7 @@ class TcpServer:
 
     # ------------------------------------------------------------ accept
     def _on_accept(self, now: float, mask: int) -> None:
-        """Accept until EAGAIN, at most `accept_budget` (mechanism 3)."""
+        """Accept until EAGAIN, at most `ACCEPT_BUDGET` (mechanism 3)."""
         lsock = self._sock
         if lsock is None:
             return
@@ -294,7 +294,7 @@ class TcpServer:
         # ~1.5 us more per connection than the private _accept under it, ~1 % of the
         # listener's CPU per connection (docs/performance.md, connections)
         accept = lsock.accept
-        for _ in range(self.accept_budget):
+        for _ in range(ACCEPT_BUDGET):
             try:
                 sock, peer = accept()
             except (BlockingIOError, InterruptedError):

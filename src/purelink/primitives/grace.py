@@ -8,9 +8,9 @@
 #
 #   update_counter_and_wait()                      -> GraceDomain.synchronize()
 #     readers with ctr == gp_ctr leave the list      pending = [r ... r.ctr not in (0, gp)]
-#     wait_loops >= RCU_QS_ACTIVE_ATTEMPTS:          attempts >= spins:
+#     wait_loops >= RCU_QS_ACTIVE_ATTEMPTS:          after spins - 1 busy checks, _park():
 #       gp_futex = -1                                  self.futex = -1
-#       for each reader still in registry:             for each reader still pending:
+#       for each reader still in registry:             _raise_flags(): each still pending:
 #           reader->waiting = 1                            reader.waiting = True
 #     list empty: gp_futex = 0, done                 none pending after that: futex = 0, done
 #     else wait_gp(): futex wait while -1            else _wait_gp(): Condition wait while -1
@@ -35,11 +35,12 @@
 #
 # The unpatched waiter and readers live in bench/grace.py, which measures them
 # against these (rcutorture, 10 readers and 1 updater: 302 -> 408 updates for the
-# whole patch): a GraceDomain subclass that overrides `_wait_readers` and
-# `reader_type`.  One refinement: the patch raises the flags before it
-# drops the readers seen quiescent, so a reader that just signalled may be flagged
-# once more and signal twice; here the readers seen quiescent are dropped first, so
-# each reader signals at most once per grace period.
+# whole patch): a GraceDomain subclass that overrides `_park` (the waiter),
+# `_raise_flags` and `reader_type` (the readers) and runs the rest of this file as
+# it is.  One refinement: the patch raises the flags before it drops the readers
+# seen quiescent, so a reader that just signalled may be flagged once more and
+# signal twice; here the readers seen quiescent are dropped first, so each reader
+# signals at most once per grace period.
 #
 # Theory of operation.  `gp` is the grace-period counter, bumped by synchronize();
 # a reader's `ctr` is 0 when offline, else the `gp` it saw at its last quiescent state
@@ -278,30 +279,41 @@ class GraceDomain:
 
     def _wait_readers(self, gp: int, pending: list[GraceReader], deadline: float | None) -> bool:
         """Until every reader in `pending` has stored `gp` or gone offline (True),
-        or the deadline passed (False): `spins` busy checks, then announce, raise
-        the pending readers' flags and park, again after every wake (the patch)."""
+        or the deadline passed (False): `spins` checks, all but the last busy, then
+        `_park`."""
         relax = self.relax
-        spins = self.spins
-        attempts = 0
+        for _ in range(self.spins - 1):  # busy checks
+            pending = [r for r in pending if (c := r.ctr) and c != gp]
+            if not pending:
+                return True
+            self._spins += 1
+            if relax is not None:
+                relax()
+        return self._park(gp, pending, deadline)
+
+    def _park(self, gp: int, pending: list[GraceReader], deadline: float | None) -> bool:
+        """The wait after the busy checks, the patch's waiter: check; announce,
+        raise the pending readers' flags and park; again after every wake.  True
+        once none is pending, False at the deadline.  (bench/grace.py's "before"
+        overrides it with the unpatched waiter: park once, then busy checks.)"""
         while True:
             pending = [r for r in pending if (c := r.ctr) and c != gp]
             if not pending:
                 return True
-            attempts += 1
-            if attempts < spins:  # busy check
-                self._spins += 1
-                if relax is not None:
-                    relax()
-                continue
             self.futex = -1  # announce, then check again: the header's Dekker pair
-            for reader in pending:
-                reader.waiting = True
+            self._raise_flags(pending)
             pending = [r for r in pending if (c := r.ctr) and c != gp]
             if not pending:
                 self.futex = 0
                 return True
             if not self._wait_gp(gp, deadline):
                 return False
+
+    def _raise_flags(self, pending: list[GraceReader]) -> None:
+        """Flag the readers still pending, so that each signals once when it comes
+        in (the patch's readers; bench/grace.py's unpatched readers have no flag)."""
+        for reader in pending:
+            reader.waiting = True
 
     def _timed_out(self, gp: int) -> bool:
         self.futex = 0

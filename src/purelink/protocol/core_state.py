@@ -77,21 +77,15 @@ class SessionState(enum.Enum):
     """Ended: it said CLOSE, expired, lost its connection or its key."""
 
 
-_NEW: Final = SessionState.NEW
-_WAITING: Final = SessionState.WAITING
-_OPEN: Final = SessionState.OPEN
-_FENCED: Final = SessionState.FENCED
-_CLOSED: Final = SessionState.CLOSED
-
 MOVES: Final = frozenset(
     {
-        (_NEW, _WAITING),
-        (_NEW, _OPEN),
-        (_WAITING, _OPEN),
-        (_WAITING, _FENCED),
-        (_WAITING, _CLOSED),
-        (_OPEN, _FENCED),
-        (_OPEN, _CLOSED),
+        (SessionState.NEW, SessionState.WAITING),
+        (SessionState.NEW, SessionState.OPEN),
+        (SessionState.WAITING, SessionState.OPEN),
+        (SessionState.WAITING, SessionState.FENCED),
+        (SessionState.WAITING, SessionState.CLOSED),
+        (SessionState.OPEN, SessionState.FENCED),
+        (SessionState.OPEN, SessionState.CLOSED),
     }
 )
 """The legal moves of a session's state; `CoreSessions._move` refuses any other."""
@@ -112,7 +106,7 @@ class Session:
     had no cookie, over TCP)."""
     proven: bool
     """Its transport proved the address (TCP): nothing is lost on the way."""
-    state: SessionState = _NEW
+    state: SessionState = SessionState.NEW
     """Changed only by `CoreSessions._move`."""
     ack_due: bool = False
     """It owes an ACK (then it is in the core's `_ack_due`)."""

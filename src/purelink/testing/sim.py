@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..listener.storage import StorageDriver
-from ..protocol import events
+from ..protocol import events, wire
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
@@ -243,3 +243,18 @@ class Simulation:
     def all_done(self) -> bool:
         """Every link finished."""
         return all(link.done for link in self.links.values())
+
+    def arrived(self, link: SimLink) -> int:
+        """Payload bytes of a link that reached the listener: written, or held out of
+        order (the link's own "stored" lags by an answer, and a gap holds back
+        everything behind it until its repair arrives).  What the congestion
+        tests and the ccsweep benchmark measure goodput by."""
+        pid = link.sender.producer_id
+        assert self.core is not None
+        held = sum(
+            h.length - wire.BATCH_HEADER - 2 * h.count
+            for p in self.core.producers()
+            if p.pid == pid
+            for _, h in p.held.values()
+        )
+        return self.store.written.get(pid, 0) + held

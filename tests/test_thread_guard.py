@@ -1,4 +1,4 @@
-"""The harness guard of thread_guard.py catches what purelink's threads swallow.
+"""The harness guard (tests/helpers/thread_guard.py) catches what purelink's threads swallow.
 
 Each test runs the guard inside the one conftest.py gives it, so the inner
 guard sees the failure and the outer one (the marker) expects it explicitly.
