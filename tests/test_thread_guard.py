@@ -61,7 +61,7 @@ def test_a_crashed_listener_thread_fails_the_test(
         lst._thread.join(10)  # type: ignore[attr-defined]
         lst.close()
     [failure] = guard.failures()
-    assert "purelink.listener.listener logged an exception on thread 'purelink-listener'" in failure
+    assert "purelink.listener logged an exception on thread 'purelink-listener'" in failure
     assert "RuntimeError: a bug in the loop" in failure
 
 
@@ -88,7 +88,7 @@ def test_an_expected_exception_that_never_came_fails_the_test() -> None:
 
 def test_error_lines_without_an_exception_and_other_loggers_pass() -> None:
     with thread_guard.guarded() as guard:
-        logging.getLogger("purelink.link.link").error("a fenced link: a condition, not a bug")
+        logging.getLogger("purelink.link").error("a fenced link: a condition, not a bug")
         try:
             raise OSError("elsewhere")
         except OSError:
