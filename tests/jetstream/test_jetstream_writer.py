@@ -181,7 +181,10 @@ def test_a_node_killed_under_load_loses_and_repeats_nothing(cluster: NatsCluster
 
 
 def test_too_many_replicas_is_refused_clearly(cluster: NatsCluster) -> None:
-    w = JetStreamWriter(NatsThread(cluster.urls), replicas=5, on_stored=print, on_fenced=print)
+    # a long client timeout: a loaded machine must not turn the answer into a timeout
+    w = JetStreamWriter(
+        NatsThread(cluster.urls, timeout=20.0), replicas=5, on_stored=print, on_fenced=print
+    )
     with pytest.raises(Error, match="cannot keep 5 replicas") as refused:
         w.check()
     assert "Timeout" not in str(refused.value)  # the cluster said so: it was not silent
