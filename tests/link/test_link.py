@@ -375,6 +375,40 @@ def test_connect_to_a_closed_port_says_refused_at_once(transport: str) -> None:
     assert time.monotonic() - started < 10  # not the 30 s handshake timeout
 
 
+def test_a_list_of_listeners_that_all_refuse_fails_as_fast_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each refusal moves the link on to the next listener at once, not after the
+    failover wait (made longer than the handshake timeout here, so a link that
+    waited for it would time out instead); the last one fails it, naming what
+    each said."""
+    monkeypatch.setattr(link_module, "FAILOVER_AFTER", 60.0)
+    ports = [free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)]
+    urls = f"udp://127.0.0.1:{ports[0]},tcp://127.0.0.1:{ports[1]}"
+    started = time.monotonic()
+    with pytest.raises(purelink.ConnectError, match="every listener refused") as refused:
+        purelink.connect(urls, stream="s", timeout=30)
+    took = time.monotonic() - started
+    for port in ports:
+        assert f"127.0.0.1:{port}: connection refused" in str(refused.value)
+    assert took < 10, took  # not the 30 s handshake timeout
+
+
+def test_a_refusing_listener_in_the_list_is_passed_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(link_module, "FAILOVER_AFTER", 60.0)  # as above
+    closed = free_port(socket.SOCK_DGRAM)
+    with (
+        serve(tmp_path / "d", "udp") as lst,
+        purelink.connect(f"udp://127.0.0.1:{closed},{url(lst)}", stream="s", timeout=30) as link,
+    ):
+        link.queue(b"one")
+        assert link.wait_stored(timeout=30)
+        assert link._failovers == 1
+    assert read_all(lst, "s") == [b"one"]
+
+
 # Listener(...) refuses a limit out of its bounds, naming them, as `serve` does
 BAD_LIMITS = [
     ("max_record", 2**32, ValueError, "max_record must be from 1 to 16,777,216"),

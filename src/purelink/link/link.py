@@ -99,6 +99,8 @@ class Link(LinkThread):
         # inside sees, counts and sizes datagrams that much smaller
         self._sealing = datagram_size - self._sender.config.datagram_size
         self._at = 0  # which of the targets the link is on
+        self._refused_by: dict[int, str] = {}  # targets that refused it before it connected
+        self._move_on = False  # the target tried refused: the next one, now
         self._transport: Transport = self._first_transport(url)
         self._wakeup = Wakeup()
         self._parker = Parker()
@@ -158,6 +160,7 @@ class Link(LinkThread):
                 if len(self._targets) > 1:
                     log.info("link %s: cannot reach %s://%s:%d: %s", url, scheme, host, port, exc)
                 error = exc
+                self._refused_by[at] = (exc.strerror or str(exc)).lower()
                 continue
             self._at = at
             return transport

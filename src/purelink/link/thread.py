@@ -82,6 +82,8 @@ class LinkThread:
     _transport: Transport
     _targets: list[tuple[str, str, int]]
     _at: int
+    _refused_by: dict[int, str]
+    _move_on: bool
     _failovers: int
     _sock_fd: int
     _trying_since: float
@@ -201,7 +203,7 @@ class LinkThread:
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
                     break
-                if len(self._targets) > 1 and self._should_fail_over(now):
+                if len(self._targets) > 1 and (self._move_on or self._should_fail_over(now)):
                     self._failover(ep, now)
                 now = monotonic()
                 resume = sender.resume_time(now) if not self._stop else None
@@ -357,6 +359,7 @@ class LinkThread:
         link's URL.  Listeners that share a JetStream cluster know the producer's
         stored seq (docs/jetstream.md), so the new one resumes it exactly."""
         old = self._transport
+        self._move_on = False
         self._at = (self._at + 1) % len(self._targets)
         scheme, host, port = self._targets[self._at]
         try:
@@ -364,6 +367,7 @@ class LinkThread:
         except OSError as exc:  # e.g. no route to it: the next one, next time
             log.info("link %s: cannot reach %s:%d: %s", self.url, host, port, exc)
             self._trying_since = now  # the next one, FAILOVER_AFTER from now
+            self._refused((exc.strerror or str(exc)).lower())
             return
         ep.unregister(self._sock_fd)
         old.close()
@@ -375,6 +379,26 @@ class LinkThread:
         self._failovers += 1
         log.info("link %s: no answer; trying %s://%s:%d", self.url, scheme, host, port)
         self._sender.reset_session(now, "failover")
+
+    def _refused(self, why: str) -> None:
+        """The listener tried refused the link before it ever connected: fail the
+        link with ConnectError if every listener of its URL has (a single one: at
+        once), else move on to the next one now, not after FAILOVER_AFTER."""
+        self._refused_by[self._at] = why
+        if len(self._refused_by) < len(self._targets):
+            self._move_on = True
+            return
+        if len(self._targets) == 1:
+            message = why
+        else:
+            said = "; ".join(
+                f"{scheme}://{host}:{port}: {self._refused_by[k]}"
+                for k, (scheme, host, port) in enumerate(self._targets)
+            )
+            message = f"every listener refused ({said})"
+        self._error = ConnectError(message)
+        self._stop = True
+        self._connected.set()
 
     def _make_transport(self, scheme: str, host: str, port: int) -> Transport:
         return UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -397,17 +421,17 @@ class LinkThread:
         transport.receive(heard)
         now = max(now, self._heard)
         self._path_too_big()
-        if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
+        if transport.refused and not self._connected.is_set():
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
             # unreachable"), or another service does: say so now, not after the
-            # handshake timeout
-            self._error = ConnectError(
+            # handshake timeout -- or, given several listeners, move on to the next
+            # at once, and say so once every one of them refused
+            transport.refused = False
+            self._refused(
                 "it answered what no purelink listener sends (is it a purelink listener's port?)"
                 if transport.foreign
                 else "connection refused"
             )
-            self._stop = True
-            self._connected.set()
             return now
         if transport.broken:
             self._sender.reset_session(now, "broken")
