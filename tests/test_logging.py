@@ -422,6 +422,27 @@ def test_key_id_is_passed_only_where_connect_takes_it(listener: purelink.Listene
             LinkHandler(_url(listener), "keyed", key_id="k1")
 
 
+def test_a_refusal_that_cannot_heal_is_not_retried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong secret: the handler says so on stderr at once, stops trying, drops
+    and counts what it held and what comes later, and says so again at close."""
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0", secret=b"s" * 32) as lst:
+        log, handler = _logged_to(_url(lst), "wrong", secret=b"w" * 32, timeout=60)
+        log.info("held, then dropped")
+        assert handler._up.wait(30)  # given up: not retrying for the 60 s close would wait
+        assert handler.link is None
+        log.info("after it gave up")
+        assert handler.dropped == 2
+        started = time.monotonic()
+        handler.close()
+        assert time.monotonic() - started < 5  # nothing to wait for
+        assert lst.stats().dropped == {"bad_secret": 1}  # one try, not one per backoff
+    err = capsys.readouterr().err
+    assert "refused the handler for good" in err and "wrong secret" in err
+    assert "closed with 2 log records for stream 'wrong' dropped" in err
+
+
 def test_secret_file(tmp_path: Path) -> None:
     secret = b"s" * 32
     (tmp_path / "secret").write_bytes(secret + b"\n")

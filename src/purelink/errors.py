@@ -28,7 +28,18 @@ class Closed(Error):
 
 
 class ConnectError(Error):
-    """The handshake did not complete: the listener is unreachable or refused us."""
+    """The handshake did not complete: the listener is unreachable or refused us.
+
+    `permanent` is True when trying again cannot help without a change on one
+    side -- a wrong secret, an unknown, expired or revoked key, a stream the key
+    may not use, a stream or producer name the rules refuse, a port where
+    another service answers -- and False for what can heal by itself: no
+    answer, a connection refused (a listener restarting), a listener at its
+    limits, a store error, a producer name a live session still holds."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class LinkError(Error):

@@ -39,7 +39,10 @@ Theory of operation:
   unstored record through listener restarts and outages (up to `capacity`);
   past that `queue` raises `Full`, and the record is counted the same way.
 * The thread first connects (with backoff, for as long as it takes), so the
-  application's first log call never waits for a handshake.  Until the link
+  application's first log call never waits for a handshake.  A refusal that
+  cannot heal (ConnectError.permanent: a wrong secret, a key that may not
+  write the stream, a bad name) is not retried: the handler says so on
+  stderr at once, and drops and counts what it held and what comes later.  Until the link
   is up the thread does not take from the hand-off: records wait there, in
   order, bounded by `capacity` and `capacity_bytes` (their text), counted
   under `_gate`, a lock that only the records emitted before the connection
@@ -368,6 +371,11 @@ class LinkHandler(logging.Handler):
                 launch(link, self._launched)  # connect(), telling when its thread is up
                 break
             except ConnectError as exc:
+                if exc.permanent:  # a wrong secret, a forbidden stream: never heals
+                    why = f"{self.url} refused the handler for good ({exc})"
+                    _warn(f"error: {why}; its log records are dropped and counted")
+                    self._give_up(why)
+                    return None
                 if not told:
                     told = True
                     _warn(
@@ -518,6 +526,11 @@ class LinkHandler(logging.Handler):
                         thread.join(1.0)
             self._drained = True
             self._strand()
+            if self._failure is not None and self.dropped:  # never connected: say so again
+                _warn(
+                    f"closed with {self.dropped:,} log records for stream {self.stream!r} "
+                    f"dropped: {self._failure}"
+                )
             link = self._link
             if link is not None:
                 left = max(self._deadline - time.monotonic(), 0.0)

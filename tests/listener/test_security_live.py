@@ -226,9 +226,10 @@ def test_a_missing_or_unexpected_secret_fails_within_the_timeout(
 def test_a_wrong_secret_is_refused_at_once_with_its_reason(tmp_path: Path) -> None:
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", secret=KEY) as lst:
         started = time.monotonic()
-        with pytest.raises(purelink.ConnectError, match="wrong secret"):
+        with pytest.raises(purelink.ConnectError, match="wrong secret") as refused:
             purelink.connect(url(lst), stream="s", secret=WRONG, timeout=60)
         assert time.monotonic() - started < 30  # answered, not timed out
+        assert refused.value.permanent
         stats = lst.stats()
         assert stats.dropped == {"bad_secret": 1}
         assert stats.links == 0 and stats.sessions == 0
@@ -520,8 +521,9 @@ def test_handshakes_are_rate_limited_per_source_live(tmp_path: Path) -> None:
 def test_stream_and_link_limits_live(tmp_path: Path) -> None:
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_streams=1, max_links=2) as lst:
         a = purelink.connect(url(lst), stream="a", timeout=5)
-        with pytest.raises(purelink.ConnectError, match="refused the link: max_streams"):
+        with pytest.raises(purelink.ConnectError, match="refused the link: max_streams") as full:
             purelink.connect(url(lst), stream="b", timeout=5)
+        assert not full.value.permanent  # retention may make room; a later try may pass
         assert lst.stats().dropped.get("stream_limit", 0) >= 1
         b = purelink.connect(url(lst), stream="a", timeout=5)
         with pytest.raises(purelink.ConnectError, match="refused the link: max_links"):

@@ -100,6 +100,7 @@ class Link(LinkThread):
         self._sealing = datagram_size - self._sender.config.datagram_size
         self._at = 0  # which of the targets the link is on
         self._refused_by: dict[int, str] = {}  # targets that refused it before it connected
+        self._refused_for_good: set[int] = set()  # of those, the ones trying again cannot help
         self._move_on = False  # the target tried refused: the next one, now
         self._transport: Transport = self._first_transport(url)
         self._wakeup = Wakeup()
@@ -500,10 +501,11 @@ def launch(link: Link, started: threading.Event | None = None) -> None:
         link._thread.join(5.0)
         link._transport.close()
         link._wakeup.close()
-        if isinstance(error, Fenced):
+        if isinstance(error, Fenced):  # the session holding the name may end: not permanent
             raise ConnectError(f"{link.url}: {error}")
         if error is not None:
-            raise ConnectError(f"{link.url}: {error}") from None
+            permanent = isinstance(error, ConnectError) and error.permanent
+            raise ConnectError(f"{link.url}: {error}", permanent=permanent) from None
         # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
         # without drops an INIT unanswered, and a keyed one drops plaintext, so
         # silence is all a link can observe then

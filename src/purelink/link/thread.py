@@ -83,6 +83,7 @@ class LinkThread:
     _targets: list[tuple[str, str, int]]
     _at: int
     _refused_by: dict[int, str]
+    _refused_for_good: set[int]
     _move_on: bool
     _failovers: int
     _sock_fd: int
@@ -380,11 +381,14 @@ class LinkThread:
         log.info("link %s: no answer; trying %s://%s:%d", self.url, scheme, host, port)
         self._sender.reset_session(now, "failover")
 
-    def _refused(self, why: str) -> None:
+    def _refused(self, why: str, permanent: bool = False) -> None:
         """The listener tried refused the link before it ever connected: fail the
         link with ConnectError if every listener of its URL has (a single one: at
-        once), else move on to the next one now, not after FAILOVER_AFTER."""
+        once), else move on to the next one now, not after FAILOVER_AFTER.  The
+        error is permanent when every refusal was."""
         self._refused_by[self._at] = why
+        if permanent:
+            self._refused_for_good.add(self._at)
         if len(self._refused_by) < len(self._targets):
             self._move_on = True
             return
@@ -396,7 +400,8 @@ class LinkThread:
                 for k, (scheme, host, port) in enumerate(self._targets)
             )
             message = f"every listener refused ({said})"
-        self._error = ConnectError(message)
+        permanent = len(self._refused_for_good) == len(self._targets)
+        self._error = ConnectError(message, permanent=permanent)
         self._stop = True
         self._connected.set()
 
@@ -427,11 +432,14 @@ class LinkThread:
             # handshake timeout -- or, given several listeners, move on to the next
             # at once, and say so once every one of them refused
             transport.refused = False
-            self._refused(
-                "it answered what no purelink listener sends (is it a purelink listener's port?)"
-                if transport.foreign
-                else "connection refused"
-            )
+            if transport.foreign:  # another service's port: no use trying it again
+                self._refused(
+                    "it answered what no purelink listener sends "
+                    "(is it a purelink listener's port?)",
+                    permanent=True,
+                )
+            else:
+                self._refused("connection refused")
             return now
         if transport.broken:
             self._sender.reset_session(now, "broken")
@@ -479,7 +487,7 @@ class LinkThread:
                 self._parker.unpark()
             elif isinstance(ev, events.Failed):
                 if ev.kind == "refused" and not self._connected.is_set():
-                    self._error = ConnectError(ev.message)
+                    self._error = ConnectError(ev.message, permanent=ev.permanent)
                 else:
                     self._error = LinkError(ev.message)
                 self._set_limits()

@@ -58,6 +58,8 @@ class Failed:
     """"refused" (handshake refused), "lost" (the listener lost told records), "conflict"."""
     message: str
     """One line for the application."""
+    permanent: bool = False
+    """Trying again cannot help (messages.RefuseReason.PERMANENT)."""
 
 
 Event = Connected | StoredAdvanced | Reconnecting | Fenced | Failed

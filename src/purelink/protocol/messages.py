@@ -100,6 +100,13 @@ class RefuseReason:
         15: "bad_datagram_size",
     }
     """Each reason's name, as a link reports it ("the listener refused the link: max_links")."""
+    PERMANENT: Final = frozenset(
+        {BAD_STREAM, BAD_REQUEST, FORBIDDEN, REVOKED, UNKNOWN_KEY, BAD_SECRET, EXPIRED_KEY}
+        | {BAD_PRODUCER, BAD_DATAGRAM_SIZE}
+    )
+    """Refusals that trying again cannot heal without a change on one side (a key,
+    a name, a setting); the others (a limit, a store error, fenced, unknown) can
+    heal by themselves, and a link may be tried again."""
     MEANINGS: Final = {
         "bad_stream": "the stream name is not valid",
         "limit": "a limit of the listener was reached",

@@ -242,8 +242,7 @@ class SenderSession(SenderRecords):
                 self._move(SenderState.FENCED)
                 self._events.append(Fenced(self.epoch))
             else:
-                name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
-                self._fail("refused", f"the listener refused the link: {name}")
+                self._refused(reason)
             return
         if self.state != SenderState.OPEN or msg.conn_id != self.conn_id:
             self.stats.dropped += 1
@@ -257,12 +256,16 @@ class SenderSession(SenderRecords):
         elif reason == wire.RefuseReason.UNKNOWN:
             self._reconnect(now, "unknown")
         else:
-            name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
-            self._fail("refused", f"the listener refused the link: {name}")
+            self._refused(reason)
 
-    def _fail(self, kind: str, message: str) -> None:
+    def _refused(self, reason: int) -> None:
+        name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
+        permanent = reason in wire.RefuseReason.PERMANENT
+        self._fail("refused", f"the listener refused the link: {name}", permanent)
+
+    def _fail(self, kind: str, message: str, permanent: bool = False) -> None:
         self._move(SenderState.FAILED)
-        self._events.append(Failed(kind, message))
+        self._events.append(Failed(kind, message, permanent))
         self._timer = None
 
     def _reconnect(self, now: float, reason: str) -> None:
