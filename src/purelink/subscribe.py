@@ -340,7 +340,8 @@ class Subscription:
             if first and self._sealed is None and exc.reason != "bad_checksum":
                 raise ConnectError(  # its first bytes: neither a batch nor a word
                     f"cannot subscribe at {self.url}: it answered what no "
-                    f"purelink listener sends{FOREIGN}"
+                    f"purelink listener sends{FOREIGN}",
+                    permanent=True,
                 ) from None
             raise Error(f"subscription to {self.stream!r}: {exc}") from None
 
