@@ -46,6 +46,7 @@ _LINK_COUNTERS = (
     ("probes", "link_probes", "Probes sent because answers stopped."),
     ("acks", "link_acks", "Answers received from the listener."),
     ("reconnects", "link_reconnects", "New handshakes after a lost session."),
+    ("disk_full", "link_disk_full", "Refusals for now: the listener's disk had no room."),
     ("parks", "link_parks", "Times a wait_stored() caller parked."),
     ("unparks", "link_unparks", "Times the link thread woke a parked waiter."),
     ("send_errors", "link_send_errors", "Datagrams the kernel refused to send."),
@@ -190,6 +191,22 @@ class ListenerCollector:
             sizes.add_metric([stream], stats.stream_bytes.get(stream, 0))
         yield records
         yield sizes
+        no_room = core.GaugeMetricFamily(
+            "purelink_stream_no_room",
+            "1 while the store has no room for a stream (why: disk_full or min_free).",
+            labels=["stream", "why"],
+        )
+        for stream, why in sorted(stats.no_room.items()):
+            no_room.add_metric([stream, why], 1)
+        yield no_room
+        free = core.GaugeMetricFamily(
+            "purelink_stream_free_bytes",
+            "Bytes free on the file system of a stream, as last looked at.",
+            labels=["stream"],
+        )
+        for stream, count in sorted(stats.free_bytes.items()):
+            free.add_metric([stream], count)
+        yield free
         received = core.CounterMetricFamily(
             "purelink_datagrams_received",
             "UDP datagrams and TCP frames received.",

@@ -571,6 +571,7 @@ def test_constants() -> None:
         13: "store_error",
         14: "bad_producer",
         15: "bad_datagram_size",
+        16: "disk_full",
     }
     assert set(RefuseReason.MEANINGS) <= set(RefuseReason.NAMES.values())
 

@@ -142,8 +142,12 @@ class _Send:
         if stalled >= STALL_NOTICE and not self._waiting:
             self._waiting = True
             unstored = link.queued - stored
+            waiting = link.stats().waiting
+            why = {"disk_full": " (it has no room on its disk)"}.get(waiting, "")
+            if waiting == "stream_failed":
+                why = " (its store failed on the stream: it needs a restart)"
             self.progress.note(
-                f"{PROG} send: waiting for the listener at {self.url}: "
+                f"{PROG} send: waiting for the listener at {self.url}{why}: "
                 f"{unstored:,} record{_s(unstored)} not yet stored "
                 f"(giving up after {self.timeout:g} s without progress)"
             )

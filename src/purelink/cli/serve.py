@@ -95,6 +95,14 @@ def _add_store(p: argparse.ArgumentParser) -> None:
     """How a data directory is written: syncs, segments, retention."""
     p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
     p.add_argument(
+        "--min-free",
+        type=_min_free,
+        default="1%",
+        metavar="BYTES|P%",
+        help="keep this much free on the data directory's file systems: below it a "
+        "stream there stores nothing more (its links wait) until there is room (default 1%%)",
+    )
+    p.add_argument(
         "--segment-bytes",
         type=int_at_least(*INTEGER_LIMITS["segment_bytes"]),
         default=64 << 20,
@@ -203,6 +211,17 @@ def _check(args: argparse.Namespace) -> KeyTable | None:
     return keys
 
 
+def _min_free(text: str) -> str:
+    """--min-free: BYTES or P% (checked as the listener will)."""
+    from ..listener.config import parse_min_free  # noqa: PLC0415 -- see the imports
+
+    try:
+        parse_min_free(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("min_free", "--min-free")) from None
+    return text
+
+
 def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
     """The listener the options describe (not started yet)."""
     from ..listener.listener import Listener  # noqa: PLC0415 -- see the imports
@@ -229,6 +248,7 @@ def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
             max_subscriptions=args.max_subscriptions,
             insecure=args.insecure,
             replicas=args.replicas,
+            min_free=args.min_free,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None

@@ -46,7 +46,7 @@ from ..protocol.congestion import NAMES as CONGESTION
 from ..protocol.sender import Sender, SenderConfig, SenderState
 from . import ring
 from .stats import LinkStats, check_arguments
-from .thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread
+from .thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread, held_reason
 from .transport import Transport
 
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect"]
@@ -102,6 +102,7 @@ class Link(LinkThread):
         self._refused_by: dict[int, str] = {}  # targets that refused it before it connected
         self._refused_for_good: set[int] = set()  # of those, the ones trying again cannot help
         self._move_on = False  # the target tried refused: the next one, now
+        self._held = ""  # the listener refused the link for now, and why (disk_full)
         self._transport: Transport = self._first_transport(url)
         self._wakeup = Wakeup()
         self._parker = Parker()
@@ -326,6 +327,8 @@ class Link(LinkThread):
             cwnd=s.cc.cwnd,
             send_errors=self._transport.send_errors,
             late_pickups=self._late_pickups,
+            disk_full=s.stats.disk_full,
+            waiting=self._held,
         )
 
     def close(self, timeout: float | None = None) -> bool:
@@ -506,6 +509,10 @@ def launch(link: Link, started: threading.Event | None = None) -> None:
         if error is not None:
             permanent = isinstance(error, ConnectError) and error.permanent
             raise ConnectError(f"{link.url}: {error}", permanent=permanent) from None
+        if link._held:
+            raise ConnectError(
+                f"{link.url}: {held_reason(link._held, link.stream)}; try again later"
+            )
         # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
         # without drops an INIT unanswered, and a keyed one drops plaintext, so
         # silence is all a link can observe then

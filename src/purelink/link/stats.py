@@ -99,3 +99,8 @@ class LinkStats:
     ended.  A diagnostic: a lost wakeup would show here, but so does a record
     queued in the instant the timer fired (the lost-wakeup test runs with no
     timers at all, where a lost wakeup would hang instead)."""
+    disk_full: int = 0
+    """Refusals for now because the listener's disk had no room for the stream."""
+    waiting: str = ""
+    """Why the link waits now, as the listener said ("disk_full"), until it is
+    storing again; "" otherwise."""

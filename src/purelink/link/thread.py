@@ -64,6 +64,18 @@ SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 MAX_RECORD: Final = 16 << 20
 
 
+def held_reason(reason: str, stream: str) -> str:
+    """Why a listener refused a link for now, for people."""
+    if reason == "disk_full":
+        return f"the listener has no room on its disk for stream {stream!r}"
+    if reason == "stream_failed":
+        return (
+            f"the listener's store failed on stream {stream!r} (see its log): "
+            "it takes nothing more there until it is restarted"
+        )
+    return f"the listener refused the link for now ({reason})"
+
+
 class _Grant(Protocol):
     """What the grant is: an iterator over a `range` of seqs (PEP 424's length hint
     says how many it has not handed out yet)."""
@@ -84,6 +96,7 @@ class LinkThread:
     _at: int
     _refused_by: dict[int, str]
     _refused_for_good: set[int]
+    _held: str
     _move_on: bool
     _failovers: int
     _sock_fd: int
@@ -454,7 +467,17 @@ class LinkThread:
                 self._bytes_out = sender.stored_bytes
                 self._set_limits()
                 advanced = True
+            elif isinstance(ev, events.Held):
+                self._held = ev.reason
+                log.warning(
+                    "link %s: %s; waiting: what it did not store is sent again once it can",
+                    self.url,
+                    held_reason(ev.reason, self.stream),
+                )
             elif isinstance(ev, events.Connected):
+                if self._held:
+                    self._held = ""
+                    log.warning("link %s: the listener is storing again", self.url)
                 self._max_record = min(ev.max_record, MAX_RECORD)
                 self._small = min(SMALL, self._max_record + 1)
                 if not self._connected.is_set():

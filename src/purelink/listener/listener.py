@@ -53,7 +53,7 @@ from ..store.datadir import DataDir, validate_stream_name
 from ..store.retention import RetentionPolicy
 from .backends.file import FileBackend
 from .backends.jetstream import JetStreamBackend
-from .config import ListenerConfig
+from .config import DEFAULT_MIN_FREE, ListenerConfig
 from .stats import ListenerStats, SyncTimes
 from .storage import StorageDriver
 from .tail.file import FileTailSource
@@ -123,6 +123,7 @@ class Listener:
         max_subscriptions: int = 64,
         insecure: bool = False,
         replicas: int = 3,
+        min_free: int | str = DEFAULT_MIN_FREE,
     ) -> None:
         # every argument checked, each limit within its bounds (config.py)
         config = ListenerConfig(
@@ -148,6 +149,7 @@ class Listener:
             max_subscriptions=max_subscriptions,
             replicas=replicas,
             secret=secret,
+            min_free=min_free,
         )
         self._config = config
         self.path = Path(data)
@@ -223,7 +225,9 @@ class Listener:
 
             self._core = SecureCore(store, self._core_config, self._keys, time.time)
         self._driver = StorageDriver(
-            self._core, self._files if self._files is not None else self.jetstream
+            self._core,
+            self._files if self._files is not None else self.jetstream,
+            config.min_free_mark(),
         )
 
     def _open_sockets(self) -> None:
@@ -376,6 +380,8 @@ class Listener:
             stream_bytes=dict(driver.stream_bytes) if driver is not None else {},
             sync_seconds=tuple(sync_times.counts),
             sync_seconds_sum=sync_times.sum,
+            no_room=driver.rooms() if driver is not None else {},
+            free_bytes=driver.free_by_stream() if driver is not None else {},
         )
 
     # -------------------------------------------------------------- sockets
@@ -435,6 +441,11 @@ class Listener:
                     owed = tcp.timeout(t)
                     if owed >= 0 and (timeout < 0 or owed < timeout):
                         timeout = owed
+                room = driver.check(t)  # the free space, and streams waiting for room
+                if room is not None:
+                    wait = max(room - t, 0.0)
+                    if timeout < 0 or wait < timeout:
+                        timeout = wait
                 ready = ep.poll(timeout)
                 now = monotonic()
                 for fd, mask in ready:

@@ -89,6 +89,12 @@ class ListenerStats:
     that long, and longer than the bound before), then one for the rest."""
     sync_seconds_sum: float = 0.0
     """Seconds spent in fdatasync calls, all together."""
+    no_room: dict[str, str] = field(default_factory=dict)
+    """Streams the store has no room for now, and why: "disk_full" (a write
+    failed with ENOSPC or EDQUOT) or "min_free" (below the --min-free mark).
+    Their links wait; the streams go on by themselves once there is room."""
+    free_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes free on the file system of each stream written, as last looked at."""
 
 
 class SyncTimes:

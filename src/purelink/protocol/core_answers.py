@@ -22,6 +22,15 @@ moves them to the stream's queue of writes waiting for a sync, at the log
 position their last one ended at; `synced` raises each producer's `stored`
 as the sync passes those positions, asks for its ACK, and accepts the new
 sessions that waited for their producer's records to be durable.
+
+No room.  When the store has no room for a stream (`write_full`: a full disk,
+or below its min-free mark) the writes taken for it are not stored: each of
+its producers goes back to what the store holds (`received` = its last seq
+written there; what was held out of order is dropped), its session ends with
+REFUSE(disk_full), and new HELLOs for the stream are refused so until
+`stream_resumed`.  The links wait and ask again; their next session resends
+everything after the `stored` its ACCEPT says, so nothing is lost and
+nothing is stored twice.
 """
 
 from __future__ import annotations
@@ -39,11 +48,62 @@ __all__ = ["CoreAnswers"]
 class CoreAnswers(CoreSessions):
     """Durability in, answers out."""
 
-    def write_failed(self, stream: str) -> None:
-        """The writes taken for `stream` could not be stored, nor will any later
-        one be (the driver stops writing there): forget whose they were, so that
-        nothing ever says they are stored."""
+    def write_full(self, stream: str, ticket: int | None = None) -> None:
+        """The store has no room for the writes taken for `stream`: see "No room"
+        in the module header.  `ticket`: the store did write a part of them, up
+        to there (they become durable with it, and count as received).
+        Refusals go out at the next datagrams_to_send."""
         self._write_owners.pop(stream, None)
+        self._writes.pop(stream, None)
+        self._full.add(stream)
+        for (name, pid), producer in list(self._producers.items()):
+            if name != stream:
+                continue
+            _, written = self.store.producer_state(stream, pid)
+            if ticket is not None and written > producer.stored:
+                self._pending_sync.setdefault(stream, deque()).append(
+                    (ticket, [(producer, written)])
+                )
+            producer.received = max(written, producer.stored)
+            producer.reset_volatile()
+            self._account(producer)
+        self._end_sessions(stream, wire.RefuseReason.DISK_FULL)
+
+    def stream_failed(self, stream: str) -> None:
+        """The store failed on `stream` for good (a failed fsync, a write error):
+        nothing more is written there, nothing not yet durable is told stored,
+        and its sessions end with REFUSE(stream_failed) -- their links wait for
+        a restart of the listener, which recovers the stream from its files."""
+        self._write_owners.pop(stream, None)
+        self._writes.pop(stream, None)
+        self._pending_sync.pop(stream, None)
+        self._failed_streams.add(stream)
+        self._end_sessions(stream, wire.RefuseReason.STREAM_FAILED)
+
+    def _end_sessions(self, stream: str, reason: int) -> None:
+        """End every session of `stream`, each told why (a refusal for now)."""
+        for (name, _), producer in list(self._producers.items()):
+            conn = producer.conn
+            if name != stream or not isinstance(conn, Session):
+                continue
+            if conn.state is SessionState.WAITING:  # never accepted: answer its HELLO
+                refuse = wire.Refuse(0, conn.nonce, 0, reason)
+            elif conn.state is SessionState.OPEN:
+                refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, reason)
+            else:
+                continue
+            self._move(conn, SessionState.CLOSED)
+            self._out.append((wire.encode_refuse(refuse), conn.addr))
+            self._drop(wire.RefuseReason.NAMES[reason])
+
+    def stream_resumed(self, stream: str) -> None:
+        """The store has room for `stream` again: its links may come back."""
+        self._full.discard(stream)
+
+    @property
+    def full_streams(self) -> frozenset[str]:
+        """Streams the store has no room for (their links are refused for now)."""
+        return frozenset(self._full)
 
     def written(self, stream: str, last_position: int) -> None:
         """The writes taken for `stream` are in the log, up to `last_position`."""

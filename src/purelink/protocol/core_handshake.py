@@ -53,6 +53,12 @@ class CoreHandshake(CoreSessions):
         pid = self._requested_producer(hello, addr, size)
         if pid is None:
             return
+        if self._full and hello.stream in self._full:  # no room: come back later
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.DISK_FULL, "disk_full")
+            return
+        if self._failed_streams and hello.stream in self._failed_streams:  # until a restart
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.STREAM_FAILED, "stream_failed")
+            return
         if now >= self._next_sweep or len(self._conns) >= self.config.max_links:
             self._expire_idle(now)
         if len(self._conns) >= self.config.max_links:

@@ -134,6 +134,8 @@ class CoreState:
         self._hellos: dict[tuple[Address, int], int] = {}  # (addr, nonce) -> conn_id
         self._writes: dict[str, list[Write]] = {}
         self._write_owners: dict[str, list[tuple[Producer, int]]] = {}
+        self._full: set[str] = set()  # streams the store has no room for (core_answers.py)
+        self._failed_streams: set[str] = set()  # streams the store failed on for good
         self._pending_sync: dict[str, deque[tuple[int, list[tuple[Producer, int]]]]] = {}
         self._out: list[tuple[bytes, Address]] = []
         self._ack_due: set[int] = set()

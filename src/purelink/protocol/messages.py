@@ -81,6 +81,16 @@ class RefuseReason:
     """The producer name is not valid (the stream name's rule)."""
     BAD_DATAGRAM_SIZE = 15
     """The HELLO's `max_datagram` is below 128."""
+    DISK_FULL = 16
+    """The listener's disk has no room for the stream (full, or below its
+    --min-free mark): it stores nothing more there until it has room.  A link
+    waits and tries its HELLO again (an open session ends with it: the link
+    reconnects, and resends what was not stored)."""
+    STREAM_FAILED = 17
+    """The listener's store failed on this stream (an fsync failed: what was
+    written after the last good one cannot be trusted) and takes nothing more
+    there until it is restarted, which recovers the stream from its files.  A
+    link waits and tries its HELLO again, as for DISK_FULL."""
 
     NAMES: Final = {
         1: "fenced",
@@ -98,8 +108,12 @@ class RefuseReason:
         13: "store_error",
         14: "bad_producer",
         15: "bad_datagram_size",
+        16: "disk_full",
+        17: "stream_failed",
     }
     """Each reason's name, as a link reports it ("the listener refused the link: max_links")."""
+    FOR_NOW: Final = frozenset({DISK_FULL, STREAM_FAILED})
+    """Refusals a link waits out: it tries its HELLO again on its backoff."""
     PERMANENT: Final = frozenset(
         {BAD_STREAM, BAD_REQUEST, FORBIDDEN, REVOKED, UNKNOWN_KEY, BAD_SECRET, EXPIRED_KEY}
         | {BAD_PRODUCER, BAD_DATAGRAM_SIZE}
@@ -118,6 +132,10 @@ class RefuseReason:
         "session (see the listener's log)",
         "bad_producer": "the producer name is not valid",
         "bad_datagram_size": "the link's datagram size is below 128 bytes",
+        "disk_full": "the listener's disk has no room for the stream (full, or below its "
+        "--min-free); the link waits and tries again",
+        "stream_failed": "the listener's store failed on the stream (see its log) and "
+        "takes nothing more there until it is restarted; the link waits and tries again",
     }
     """What a refusal means, by name, for people (the command line prints it)."""
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..listener.storage import StorageDriver
+from ..listener.storage import MinFree, StorageDriver
 from ..protocol import events, wire
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
@@ -68,6 +68,8 @@ class Simulation:
         keys: KeyTable | None = None,
         rekey: RekeyPolicy | None = None,
         replication: Replication | None = None,
+        disk: int | None = None,
+        min_free: MinFree | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.keys = keys
@@ -79,12 +81,13 @@ class Simulation:
         self.net = net
         self.store = MemoryStore()
         self.backend: MemoryBackend | ReplicatedBackend = (
-            MemoryBackend(self.store, self.clock, sync_interval)
+            MemoryBackend(self.store, self.clock, sync_interval, disk)
             if replication is None
             else ReplicatedBackend(self.store, self.clock, replication)
         )
         """The backend behind the storage driver; the core's ProducerTable is `store` itself."""
         self.core_config = core_config or CoreConfig()
+        self.min_free = min_free or MinFree()
         self.core: ListenerCore | None = None
         self.driver: StorageDriver | None = None
         self._start_core()
@@ -104,7 +107,7 @@ class Simulation:
             wall = lambda: self.wall  # noqa: E731 - the listener's Unix time, set by tests
             core = SecureCore(self.store, self.core_config, self.keys, wall, self.rekey)
         self.core = core
-        self.driver = StorageDriver(core, self.backend)
+        self.driver = StorageDriver(core, self.backend, self.min_free, lambda: self.clock.now)
 
     def add_link(
         self,
@@ -201,7 +204,10 @@ class Simulation:
         for link in links[turn:] + links[:turn]:
             self._push(link)
             self._flush_link(link, now)
-        candidates = [t for t in (self.net.next_due(), self.backend.next_due()) if t is not None]
+        due_room = self.driver.check(now) if self.driver is not None else None
+        candidates = [
+            t for t in (self.net.next_due(), self.backend.next_due(), due_room) if t is not None
+        ]
         for link in self.links.values():
             t = link.sender.get_timer()
             if t is not None:

@@ -115,6 +115,10 @@ class JetStreamBackend:
     def append(self, stream: str, writes: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
         return self.writer.append(stream, writes)
 
+    def space(self, stream: str) -> tuple[int, int, int] | None:
+        """None: the cluster keeps its own disks (JetStream refuses when they fill)."""
+        return None
+
     def flush(self) -> None:
         pass  # the writer publishes as messages come
 

@@ -1,0 +1,100 @@
+"""A real file system that fills up: `purelink serve` on a small tmpfs.
+
+Why it exists: a full disk is a fault that heals (listener/storage.py).  The
+listener must cut the stream back to its last whole batch, tell its links why
+they wait, and go on by itself once there is room: no restart, nothing lost,
+nothing stored twice.  A tmpfs with a ballast file is a disk that fills for
+real (ENOSPC from write(2)); mounting one needs root, which these machines
+and CI have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import purelink
+from helpers.grace import wait_until
+from helpers.serve_process import ServeProcess
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+
+MiB = 1 << 20
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of `size` bytes mounted at `where`, unmounted after."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def free(path: Path) -> int:
+    fs = os.statvfs(path)
+    return fs.f_bavail * fs.f_frsize
+
+
+def ballast(path: Path, leave: int) -> None:
+    """Fill the file system of `path` until `leave` bytes are free."""
+    with open(path, "wb") as f:
+        f.write(b"\0" * max(free(path.parent) - leave, 0))
+
+
+def test_a_full_disk_holds_the_link_and_the_stream_goes_on_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    with small_disk(tmp_path / "disk", 24 * MiB) as disk:
+        ballast(disk / "ballast", 3 * MiB)
+        records = [b"%07d:" % i + b"r" * 993 for i in range(8_000)]  # 8 MB, 1 KB each
+        with ServeProcess(disk / "data", extra=["--min-free", "0"]) as srv:
+            link = purelink.connect(srv.url, stream="full", producer="p", timeout=10)
+            for r in records:
+                link.queue(r)
+            wait_until(lambda: link.stats().waiting == "disk_full", timeout=60)
+            held_at = link.stored
+            assert held_at < len(records)
+            assert link.stats().disk_full >= 1
+            (disk / "ballast").unlink()  # the operator makes room
+            assert link.wait_stored(timeout=60), link.stats()
+            assert link.stats().waiting == ""
+            link.close()
+            assert srv.stop() == 0
+        assert "no room on the disk" in srv.stderr and "has room again" in srv.stderr
+        assert "Traceback" not in srv.stderr
+        store = purelink.Store(disk / "data")
+        got = list(store.read("full"))
+        assert [p for _, p in got] == records  # exactly once, in order
+        assert [pos for pos, _ in got] == list(range(1, len(records) + 1))
+
+
+def test_below_min_free_the_stream_stops_with_room_left_and_goes_on_above_it(
+    tmp_path: Path,
+) -> None:
+    with small_disk(tmp_path / "disk", 24 * MiB) as disk:
+        ballast(disk / "ballast", 8 * MiB)
+        records = [b"%07d:" % i + b"m" * 993 for i in range(6_000)]  # 6 MB
+        with ServeProcess(disk / "data", extra=["--min-free", str(5 * MiB)]) as srv:
+            link = purelink.connect(srv.url, stream="low", timeout=10)
+            for r in records:
+                link.queue(r)
+            wait_until(lambda: link.stats().waiting == "disk_full", timeout=60)
+            assert free(disk) > 4 * MiB  # stopped near the mark, not at a full disk
+            stalled = link.stored
+            time.sleep(0.5)  # a while below the mark: nothing more is stored (asserted)
+            assert link.stored == stalled
+            (disk / "ballast").unlink()
+            assert link.wait_stored(timeout=60), link.stats()
+            link.close()
+            srv.stop()
+        assert "below the min-free mark" in srv.stderr
+        assert [p for _, p in purelink.Store(disk / "data").read("low")] == records
