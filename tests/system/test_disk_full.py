@@ -32,7 +32,14 @@ MiB = 1 << 20
 def small_disk(where: Path, size: int) -> Iterator[Path]:
     """A tmpfs of `size` bytes mounted at `where`, unmounted after."""
     where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:  # root without CAP_SYS_ADMIN (a container): nothing to test on
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         yield where
     finally:

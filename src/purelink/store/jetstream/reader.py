@@ -24,16 +24,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import logging
 import time
-from collections.abc import Coroutine, Generator, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Generator, Iterator
+from typing import Any, Final, TypeVar
 
 from purelink.errors import Error
 from purelink.protocol.batch import batch_records, verify_batch
 from purelink.protocol.names import validate_stream_name
 
 from ..reader import StreamInfo
-from .client import NatsThread, say
+from .client import NatsThread, NoAnswer, say
 from .feed import GIVE_UP, WAIT, Feed
 from .layout import (
     METADATA_KEY,
@@ -119,15 +121,31 @@ def _length_at(view: memoryview, offset: int) -> int:
     return int.from_bytes(view[offset + 16 : offset + 20], "little")
 
 
+log = logging.getLogger("purelink.store")
+
+RETRY_FOR: Final = 30.0
+"""Seconds a read asks again while the cluster does not answer or has no
+leader: several times a JetStream election (a few seconds each)."""
+
+
 class JetStreamReader:
     """The reader of the streams kept in the JetStream cluster at `url`
     (`nats://h1:4222,...`): a `StoreReader` (store/reader.py), the body of
     `Store("nats://...")`."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0, nats: NatsThread | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        nats: NatsThread | None = None,
+        retry_for: float = RETRY_FOR,
+    ) -> None:
         """Connects to `url`, or reads over `nats`, a connection someone else
-        owns and closes (a listener's, whose subscriptions read through it)."""
+        owns and closes (a listener's, whose subscriptions read through it).
+        `retry_for`: seconds a read asks again through an election (`_call`)."""
         self.url = url
+        self.retry_for = retry_for
         self._owned = nats is None
         self._nats = NatsThread(url, timeout=timeout) if nats is None else nats
         self._js: Any = self._nats.js
@@ -168,7 +186,7 @@ class JetStreamReader:
                     out.append(meta[METADATA_KEY])
             return sorted(out)
 
-        return list(self._call(names()))
+        return list(self._call(names))
 
     def _info(self, stream: str) -> Any:
         """The JetStream stream's info, or None when it does not exist."""
@@ -181,21 +199,23 @@ class JetStreamReader:
             except nats.js.errors.NotFoundError:
                 return None
 
-        return self._call(info())
+        return self._call(info)
 
     def last(self, stream: str) -> int:
         """Position of the last record stored (0 when empty or unknown)."""
         info = self._info(stream)
         if info is None or not info.state.messages:
             return 0
-        return int(self._call(self._last_end(stream_name(stream), info.state.last_seq))) - 1
+        return int(self._call(lambda: self._last_end(stream_name(stream), info.state.last_seq))) - 1
 
     def first(self, stream: str) -> int:
         """Position of the first record retained (0 when empty or unknown)."""
         info = self._info(stream)
         if info is None or not info.state.messages:
             return 0
-        found = self._call(self._batch_at_or_after(stream_name(stream), info.state.first_seq))
+        found = self._call(
+            lambda: self._batch_at_or_after(stream_name(stream), info.state.first_seq)
+        )
         return 0 if found is None else found[1].position
 
     def stream_info(self, stream: str) -> StreamInfo:
@@ -231,7 +251,9 @@ class JetStreamReader:
             return None
         state = info.state
         first = (
-            self._call(self._batch_at_or_after(name, state.first_seq)) if state.messages else None
+            self._call(lambda: self._batch_at_or_after(name, state.first_seq))
+            if state.messages
+            else None
         )
         if first is None:  # nothing yet, or epoch markers only
             return state.last_seq + 1, 0 if start <= 1 else start, state.last_seq
@@ -242,7 +264,7 @@ class JetStreamReader:
             raise BelowRetained(
                 f"stream {stream!r}: records retained start at {retained}, cannot read from {start}"
             )
-        seq = self._call(self._seek(name, state.first_seq, state.last_seq, start))
+        seq = self._call(lambda: self._seek(name, state.first_seq, state.last_seq, start))
         return seq, start, state.last_seq
 
     def _read(
@@ -302,13 +324,15 @@ class JetStreamReader:
         parts = BatchParts(stream)
         while position < limit:
             if seq <= end_seq:  # stored when the read began (or when it last looked)
-                msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+                ahead = min(end_seq, seq + AHEAD - 1)
+                msgs = self._call(functools.partial(self._fetch, name, seq, ahead))
             elif not follow:
                 return
             else:  # caught up: from here on the cluster tells when there is more
                 if not feeds:
                     feeds.append(Feed(self._js, name, seq, AHEAD))
-                msgs = self._call(feeds[0].fetch(), timeout=WAIT + 3 * self._nats.timeout)
+                feed = feeds[0]
+                msgs = self._call(feed.fetch, timeout=WAIT + 3 * self._nats.timeout)
                 if not msgs:
                     continue
                 end_seq = max(end_seq, msgs[-1][0])
@@ -427,13 +451,49 @@ class JetStreamReader:
         except ValueError as exc:
             raise Error(f"JetStream message {seq}: {exc}") from None
 
-    def _call(self, coro: Any, timeout: float | None = None) -> Any:
-        try:
-            return self._nats.call(coro, timeout)
-        except Error:
-            raise
-        except Exception as exc:
-            raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]], timeout: float | None = None) -> T:
+        """Run the coroutine `make()` gives on the connection's loop, and return its
+        result.  Through a leader election or a node going down -- no answer in
+        time, "no responders", JetStream unavailable -- it asks again (a new
+        `make()`: every call here only reads) for up to `retry_for` seconds, and
+        says so at debug level; anything else, or still no answer after that,
+        raises purelink.Error."""
+        deadline: float | None = None
+        pause = 0.05
+        while True:
+            try:
+                return self._nats.call(make(), timeout)
+            except Exception as exc:
+                if not _transient(exc):
+                    if isinstance(exc, Error):
+                        raise
+                    raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.retry_for
+                if now >= deadline:
+                    raise Error(
+                        f"JetStream at {self.url}: {say(exc)} "
+                        f"(asked again for {self.retry_for:g} s)"
+                    ) from None
+                log.debug("JetStream at %s: %s; asking again", self.url, say(exc))
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 1.0)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed read may pass if asked again: no answer in time, no
+    responders, JetStream unavailable (a meta or stream leader election)."""
+    if isinstance(exc, NoAnswer | TimeoutError):
+        return True
+    nats = _nats_module()
+    return isinstance(
+        exc,
+        nats.errors.TimeoutError
+        | nats.errors.NoRespondersError
+        | nats.errors.ConnectionReconnectingError
+        | nats.js.errors.ServiceUnavailableError,
+    )
 
 
 def _nats_module() -> Any:
