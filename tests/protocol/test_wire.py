@@ -572,6 +572,7 @@ def test_constants() -> None:
         14: "bad_producer",
         15: "bad_datagram_size",
         16: "disk_full",
+        17: "stream_failed",
     }
     assert set(RefuseReason.MEANINGS) <= set(RefuseReason.NAMES.values())
 

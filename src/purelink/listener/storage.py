@@ -199,7 +199,7 @@ class StorageDriver:
                 continue
             if stream in failed:  # see the module header: nothing more is written there
                 self.store_errors += len(writes)
-                core.stream_failed(stream)
+                core.stream_failed(stream, final=False)
                 continue
             if self._low and self._device_of(stream) in self._low:
                 self._out_of_room(stream, "min_free", None)
@@ -213,7 +213,7 @@ class StorageDriver:
                     continue
                 self.store_errors += len(writes)
                 failed.add(stream)
-                core.stream_failed(stream)
+                core.stream_failed(stream, final=False)
                 log.error(
                     "purelink: stream %s is stopped: %s; its links wait, and a restart of "
                     "the listener recovers it from its files",
@@ -348,4 +348,4 @@ class StorageDriver:
                 core.fence_producer(stream, n)
             else:  # the backend said why, loudly
                 self.backend.failed.add(stream)
-                core.stream_failed(stream)
+                core.stream_failed(stream, final=True)

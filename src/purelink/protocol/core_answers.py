@@ -69,19 +69,25 @@ class CoreAnswers(CoreSessions):
             self._account(producer)
         self._end_sessions(stream, wire.RefuseReason.DISK_FULL)
 
-    def stream_failed(self, stream: str) -> None:
-        """The store failed on `stream` for good (a failed fsync, a write error):
-        nothing more is written there, nothing not yet durable is told stored,
+    def stream_failed(self, stream: str, final: bool) -> None:
+        """The store failed on `stream` for good: nothing more is written there,
         and its sessions end with REFUSE(stream_failed) -- their links wait for
-        a restart of the listener, which recovers the stream from its files."""
+        a restart of the listener, which recovers the stream from its files.
+        `final` (a failed sync): nothing written and not yet durable ever will
+        be, so nothing more is told stored and the sessions end now; else (a
+        failed write) what was written before it may still become durable, and
+        the sessions end once it has, told so first."""
         self._write_owners.pop(stream, None)
         self._writes.pop(stream, None)
-        self._pending_sync.pop(stream, None)
         self._failed_streams.add(stream)
-        self._end_sessions(stream, wire.RefuseReason.STREAM_FAILED)
+        if final:
+            self._pending_sync.pop(stream, None)
+        if not self._pending_sync.get(stream):
+            self._end_sessions(stream, wire.RefuseReason.STREAM_FAILED)
 
     def _end_sessions(self, stream: str, reason: int) -> None:
-        """End every session of `stream`, each told why (a refusal for now)."""
+        """End every session of `stream`, each told why (a refusal for now), an
+        open one told first what is stored (its last ACK)."""
         for (name, _), producer in list(self._producers.items()):
             conn = producer.conn
             if name != stream or not isinstance(conn, Session):
@@ -89,6 +95,7 @@ class CoreAnswers(CoreSessions):
             if conn.state is SessionState.WAITING:  # never accepted: answer its HELLO
                 refuse = wire.Refuse(0, conn.nonce, 0, reason)
             elif conn.state is SessionState.OPEN:
+                self._out.append((self._encode_ack(conn, 0), conn.addr))
                 refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, reason)
             else:
                 continue
@@ -124,6 +131,8 @@ class CoreAnswers(CoreSessions):
                         self._want_ack(conn)
                     elif producer in self._closed_unsynced:
                         self._forget_closed(producer)
+        if self._failed_streams and stream in self._failed_streams and not queue:
+            self._end_sessions(stream, wire.RefuseReason.STREAM_FAILED)  # told, then ended
         waiting = self._accept_waiting.pop(stream, None)
         if waiting:
             still = []
@@ -162,26 +171,31 @@ class CoreAnswers(CoreSessions):
                 conn.ack_due = False
                 sent += 1
                 delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
-                ack = wire.Ack(
-                    conn.conn_id,
-                    conn.epoch,
-                    p.stored,
-                    p.received,
-                    p.window,
-                    conn.largest_pn,
-                    max(delay, 0),
-                    p.ranges(),
-                    p.fragment_spans(),
-                    tuple(conn.duplicates),
-                )
-                conn.largest_pn = 0
-                if conn.duplicates:
-                    conn.duplicates.clear()
-                out.append((wire.encode_ack(ack), conn.addr))
+                out.append((self._encode_ack(conn, delay), conn.addr))
             self.stats.acks += sent
             self._ack_due = held
             self._hold_until = hold_until
         return out
+
+    def _encode_ack(self, conn: Session, delay: int) -> bytes:
+        """The ACK that says where `conn`'s producer stands (and what it saw)."""
+        p = conn.producer
+        ack = wire.Ack(
+            conn.conn_id,
+            conn.epoch,
+            p.stored,
+            p.received,
+            p.window,
+            conn.largest_pn,
+            max(delay, 0),
+            p.ranges(),
+            p.fragment_spans(),
+            tuple(conn.duplicates),
+        )
+        conn.largest_pn = 0
+        if conn.duplicates:
+            conn.duplicates.clear()
+        return wire.encode_ack(ack)
 
     def timeout(self, now: float) -> float:
         """Seconds until a held ACK is due (the driver calls `datagrams_to_send`
