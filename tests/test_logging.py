@@ -443,6 +443,31 @@ def test_a_refusal_that_cannot_heal_is_not_retried(
     assert "closed with 2 log records for stream 'wrong' dropped" in err
 
 
+def test_a_listener_that_refuses_for_now_is_said_once_each_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The listener's store fails on the handler's stream (an fsync, injected):
+    the handler says on stderr that its records wait, and why."""
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if "/held/" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "Input/output error (injected)")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0") as lst:
+        log, handler = _logged_to(_url(lst), "held", timeout=0.5)
+        log.info("never stored")
+        wait_until = time.monotonic() + 30
+        while "refused stream 'held' for now" not in (err := capsys.readouterr().err):
+            assert time.monotonic() < wait_until, "the handler said nothing"
+            log.info("and another")  # a wake: the handler looks at its link
+            time.sleep(0.05)  # paces the log calls; the stderr line is what is waited for
+        assert "(stream_failed)" in err
+        handler.close()
+
+
 def test_secret_file(tmp_path: Path) -> None:
     secret = b"s" * 32
     (tmp_path / "secret").write_bytes(secret + b"\n")

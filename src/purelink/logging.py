@@ -102,6 +102,7 @@ _LAUNCH_WAIT = FIRST_CONNECT_WAIT + 1.0
 first link's thread: the address resolved, a socket made (for tcp://, its
 connection, up to FIRST_CONNECT_WAIT), a thread started -- not a handshake."""
 _IDLE_MS = 1000  # the thread's sleep, at most: a backstop, a wakeup is never lost
+_LOOK_EVERY = 0.25  # seconds between looks at whether the listener refuses the link for now
 _LINGER = 0.002  # after taking records, the thread looks again this much later, unarmed
 _FIELDS_SIZE = 100  # what the JSON adds to a held record's text: keys, time, names
 
@@ -416,7 +417,13 @@ class LinkHandler(logging.Handler):
         def ready() -> bool:
             return bool(handoff)
 
+        waiting = ""  # why the link waits, as last said on stderr
+        looked = 0.0
         while not self._abort:
+            now = time.monotonic()
+            if now - looked >= _LOOK_EVERY:
+                looked = now
+                waiting = self._say_waiting(link, waiting)
             wakeup.begin_look()
             took = False
             while handoff and not self._abort:
@@ -433,6 +440,22 @@ class LinkHandler(logging.Handler):
             if wakeup.prepare_sleep(ready):
                 poller.poll(_IDLE_MS)  # a finite backstop (primitives/wakeup.py)
                 wakeup.after_wake(ready)
+
+    def _say_waiting(self, link: Link, said: str) -> str:
+        """Say on stderr once when the listener refuses the link for now (its disk
+        has no room, its store failed on the stream) and once when it stores
+        again; looked at after a wake, at most every _LOOK_EVERY (and at least
+        every _IDLE_MS)."""
+        waiting = link.stats().waiting
+        if waiting != said:
+            if waiting:
+                _warn(
+                    f"the listener at {self.url} refused stream {self.stream!r} for now "
+                    f"({waiting}); log records wait on the link, up to its capacity"
+                )
+            else:
+                _warn(f"the listener at {self.url} is storing stream {self.stream!r} again")
+        return waiting
 
     def _send(self, link: Link, item: Any) -> None:
         cls = item.__class__
