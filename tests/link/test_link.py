@@ -410,6 +410,27 @@ def test_a_refusing_listener_in_the_list_is_passed_at_once(
     assert read_all(lst, "s") == [b"one"]
 
 
+def test_a_connected_link_rides_out_every_listener_of_its_list_refusing(tmp_path: Path) -> None:
+    """Refusals fail a link only before it first connected: afterwards every
+    listener of its list may be down at once (a restart), and it waits."""
+    port, closed = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_STREAM)
+    urls = f"tcp://127.0.0.1:{port},tcp://127.0.0.1:{closed}"
+    first = purelink.Listener(tmp_path / "d", udp=None, tcp=f"127.0.0.1:{port}")
+    first.start()
+    try:
+        link = purelink.connect(urls, stream="s", timeout=10)
+        link.queue(b"one")
+        assert link.wait_stored(timeout=30)
+    finally:
+        first.close()
+    link.queue(b"two")  # both refuse now: the link fails over, round and round
+    assert not link.wait_stored(timeout=1.0)
+    with purelink.Listener(tmp_path / "d", udp=None, tcp=f"127.0.0.1:{port}"):
+        assert link.wait_stored(timeout=30), "the link gave up while its listener restarted"
+        link.close()
+    assert [p for _, p in Store(tmp_path / "d").read("s")] == [b"one", b"two"]
+
+
 # Listener(...) refuses a limit out of its bounds, naming them, as `serve` does
 BAD_LIMITS = [
     ("max_record", 2**32, ValueError, "max_record must be from 1 to 16,777,216"),

@@ -381,7 +381,8 @@ class LinkThread:
         except OSError as exc:  # e.g. no route to it: the next one, next time
             log.info("link %s: cannot reach %s:%d: %s", self.url, host, port, exc)
             self._trying_since = now  # the next one, FAILOVER_AFTER from now
-            self._refused((exc.strerror or str(exc)).lower())
+            if not self._connected.is_set():  # once connected, listeners may restart
+                self._refused((exc.strerror or str(exc)).lower())
             return
         ep.unregister(self._sock_fd)
         old.close()
@@ -475,6 +476,8 @@ class LinkThread:
                     held_reason(ev.reason, self.stream),
                 )
             elif isinstance(ev, events.Connected):
+                self._refused_by.clear()  # counted only on the way to a first connection
+                self._refused_for_good.clear()
                 if self._held:
                     self._held = ""
                     log.warning("link %s: the listener is storing again", self.url)

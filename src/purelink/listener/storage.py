@@ -185,6 +185,7 @@ class StorageDriver:
         self._low: set[int] = set()  # file systems below the min-free mark
         self._wrote = False  # since the last look at the free space
         self._next_space = 0.0
+        self._last_wait: dict[str, tuple[float, float]] = {}  # stream: (its last wait, resumed at)
         self._bytes_since = 0  # written since the last look at the free space
         self._look_after = 0  # bytes: look again before half the room to the mark is gone
 
@@ -254,6 +255,7 @@ class StorageDriver:
             if now >= state.next_look:
                 if self._has_room(stream, state):
                     del self.no_room[stream]
+                    self._last_wait[stream] = (state.wait, now)
                     self.core.stream_resumed(stream)
                     log.warning("purelink: stream %s has room again: storing", stream)
                     continue
@@ -326,7 +328,12 @@ class StorageDriver:
             return
         space = self.backend.space(stream)
         device = space[0] if space is not None else None
-        self.no_room[stream] = _NoRoom(why, device, self._clock() + _BACKOFF[0], _BACKOFF[0])
+        now = self._clock()
+        # out of room again soon after it went on (a quota statvfs does not show,
+        # a batch larger than the room): the wait goes on doubling, not from 0.1 s
+        wait, resumed = self._last_wait.pop(stream, (0.0, -1e18))
+        wait = min(wait * 2, _BACKOFF[1]) if now - resumed < 4 * _BACKOFF[1] else _BACKOFF[0]
+        self.no_room[stream] = _NoRoom(why, device, now + wait, wait)
         self.full_episodes += 1
         if exc is not None:
             log.warning(

@@ -99,6 +99,9 @@ class CoreAnswers(CoreSessions):
                 refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, reason)
             else:
                 continue
+            # refused for now, not ended for good: its link sends the same HELLO
+            # again (a waiting one keeps its nonce), which must not read as a replay
+            conn.replay_until = None
             self._move(conn, SessionState.CLOSED)
             self._out.append((wire.encode_refuse(refuse), conn.addr))
             self._drop(wire.RefuseReason.NAMES[reason])

@@ -56,10 +56,13 @@ from .receiver import Producer, Write
 __all__ = ["AMPLIFICATION", "MOVES", "CoreState", "Session", "SessionState"]
 
 AMPLIFICATION: Final = 3
-_NOT_JUNK: Final = frozenset({"session_expired", "unknown_conn", "stale_epoch", "not_accepted"})
+_NOT_JUNK: Final = frozenset(
+    {"session_expired", "unknown_conn", "stale_epoch", "not_accepted", "disk_full", "stream_failed"}
+)
 """Drop reasons a real link can cause: a session expired or fenced under it (its
-next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), or a
-DATA racing its ACCEPT.  Every other reason means bytes no link sends."""
+next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), a
+DATA racing its ACCEPT, or a HELLO the listener refuses for now (its disk,
+its store).  Every other reason means bytes no link sends."""
 
 
 class SessionState(enum.Enum):

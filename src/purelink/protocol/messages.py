@@ -88,7 +88,8 @@ class RefuseReason:
     reconnects, and resends what was not stored)."""
     STREAM_FAILED = 17
     """The listener's store failed on this stream (an fsync failed: what was
-    written after the last good one cannot be trusted) and takes nothing more
+    written after the last good one cannot be trusted; or a write failed for
+    another reason than room) and takes nothing more
     there until it is restarted, which recovers the stream from its files.  A
     link waits and tries its HELLO again, as for DISK_FULL."""
 

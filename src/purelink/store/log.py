@@ -213,6 +213,7 @@ class StreamLog:
         self._failed: OSError | None = None
         self._first, self._active, self._last = recover(self.folder, name, self.producers)
         self._synced = self._last
+        self._synced_size = self._active.size  # the active segment's bytes known durable
         try:
             self._epochs = EpochsFile(self.folder / EPOCHS_FILE)
         except BaseException:
@@ -348,6 +349,7 @@ class StreamLog:
                 self._failed = exc
                 raise Error(f"stream {self.name!r}: fdatasync of {old.path} failed: {exc}") from exc
             self._synced = self._last
+            self._synced_size = old.size
             try:
                 new = SegmentWriter.create(self.folder, base)
             except OSError as exc:
@@ -357,6 +359,7 @@ class StreamLog:
             with contextlib.suppress(OSError):
                 write_summary(self.folder, old.base, old.size, base, self.producers)
             self._active = new
+            self._synced_size = new.size
             with self._index_lock:  # the old index stays findable while it is swapped
                 self._keep_closed_index(self._index)
                 self._index = BatchIndex(base, (base, 0), 0, self._every)
@@ -409,6 +412,12 @@ class StreamLog:
         """Whether `close` was called."""
         return self._closed
 
+    @property
+    def failed(self) -> bool:
+        """Whether the log refuses all work: an fsync failed, or a write that
+        failed could not be cut back."""
+        return self._failed is not None
+
     def sync(self) -> int:
         """fdatasync what was appended so far; return the position now durable.
 
@@ -422,17 +431,38 @@ class StreamLog:
                 return self._synced
             last = self._last
             if last > self._synced:
+                active = self._active
+                size = active.size  # with `last`: what this sync makes durable
                 try:
-                    os.fdatasync(self._active.fd)
+                    os.fdatasync(active.fd)
                 except OSError as exc:
                     self._failed = exc
+                    cut = self._cut_unsynced(active)
                     raise Error(
-                        f"stream {self.name!r}: fdatasync of {self._active.path} failed: {exc}"
+                        f"stream {self.name!r}: fdatasync of {active.path} failed: {exc}{cut}"
                     ) from exc
                 self._synced = last
+                self._synced_size = size
             synced = self._synced
         self.synced_parker.unpark()  # subscribers wait for stored, not written, records
         return synced
+
+    def _cut_unsynced(self, active: SegmentWriter) -> str:
+        """After a failed fdatasync the kernel may have dropped the dirty pages and
+        marked them clean (fsyncgate): the bytes after the last good sync may
+        read back as written yet never reach the disk.  Cut them off, durably,
+        so that a restart recovers only what was durable (its links resend the
+        rest); the log refuses all work from here on.  What to add to the error."""
+        try:
+            os.ftruncate(active.fd, self._synced_size)
+            os.fdatasync(active.fd)
+        except OSError as exc:
+            return (
+                f"; its unsynced tail could not be cut ({exc}): a restart may read "
+                "records that were never made durable"
+            )
+        active.size = self._synced_size
+        return f"; cut back to position {self._synced}, the last one made durable"
 
     def _check(self) -> None:
         if self._failed is not None:

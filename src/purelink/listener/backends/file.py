@@ -114,7 +114,7 @@ class FileBackend:
         try:
             last = log_.append(writes)
         except Error as exc:
-            if not no_room(exc):
+            if not no_room(exc) or log_.failed:  # a failed fsync, or a write not cut back
                 raise
             # the log cut the write back to its last whole batch; what it did write
             # before that is made durable as any other, and the driver is told
@@ -122,7 +122,10 @@ class FileBackend:
             if written > before:
                 self._made(stream, log_, written)
             raise NoRoom(str(exc), written if written > before else None) from exc
-        self._made(stream, log_, last)
+        try:
+            self._made(stream, log_, last)
+        except Error as exc:
+            raise Error(str(exc)) from None  # an fsync's ENOSPC is no "no room": see storage.py
         return last
 
     def _made(self, stream: str, log_: StreamLog, last: int) -> None:
@@ -144,7 +147,10 @@ class FileBackend:
             fs = os.statvfs(folder)
         except OSError:
             return None
-        return device, fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
+        free = fs.f_bavail * fs.f_frsize
+        if fs.f_files and not fs.f_favail:  # no inode left: no new segment either
+            free = 0
+        return device, free, fs.f_blocks * fs.f_frsize
 
     def flush(self) -> None:
         if self._pending:

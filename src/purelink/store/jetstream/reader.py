@@ -331,8 +331,7 @@ class JetStreamReader:
             else:  # caught up: from here on the cluster tells when there is more
                 if not feeds:
                     feeds.append(Feed(self._js, name, seq, AHEAD))
-                feed = feeds[0]
-                msgs = self._call(feed.fetch, timeout=WAIT + 3 * self._nats.timeout)
+                msgs = self._follow(feeds, name, seq)
                 if not msgs:
                     continue
                 end_seq = max(end_seq, msgs[-1][0])
@@ -347,6 +346,27 @@ class JetStreamReader:
                     return
             if not msgs:
                 seq = end_seq + 1
+
+    def _follow(self, feeds: list[Feed], name: str, seq: int) -> list[Any]:
+        """The feed's next messages.  Through an election the feed is made again
+        from `seq` (not asked again: a fetch cut short may have pulled messages
+        it never handed over), for up to `retry_for` seconds."""
+        deadline = time.monotonic() + self.retry_for
+        pause = 0.05
+        while True:
+            try:
+                return list(self._nats.call(feeds[0].fetch(), WAIT + 3 * self._nats.timeout))
+            except Exception as exc:
+                if not _transient(exc) or time.monotonic() >= deadline:
+                    if isinstance(exc, Error):
+                        raise
+                    raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+                log.debug("JetStream at %s: %s; following again from %d", self.url, say(exc), seq)
+                with contextlib.suppress(Exception):
+                    self._nats.call(feeds[0].close())
+                feeds[:] = [Feed(self._js, name, seq, AHEAD)]
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _message_records(
         self,
