@@ -183,6 +183,7 @@ class StorageDriver:
         """(free, size) bytes of each file system written, as last looked at."""
         self._device: dict[str, int] = {}
         self._low: set[int] = set()  # file systems below the min-free mark
+        self._need: dict[int, int] = {}  # a low one's drain that did not fit above the mark
         self._wrote = False  # since the last look at the free space
         self._next_space = 0.0
         self._last_wait: dict[str, tuple[float, float]] = {}  # stream: (its last wait, resumed at)
@@ -202,6 +203,9 @@ class StorageDriver:
                 self.store_errors += len(writes)
                 core.stream_failed(stream, final=False)
                 continue
+            size = sum([h.length for _, h in writes])
+            if self._bytes_since + size >= self._look_after:  # near the mark: look first
+                self._look_at_space(stream, size)
             if self._low and self._device_of(stream) in self._low:
                 self._out_of_room(stream, "min_free", None)
                 continue
@@ -225,11 +229,8 @@ class StorageDriver:
             self._wrote = True
             core.written(stream, ticket)
             records[stream] = records.get(stream, 0) + sum([h.count for _, h in writes])
-            size = sum([h.length for _, h in writes])
             sizes[stream] = sizes.get(stream, 0) + size
             self._bytes_since += size
-            if self._bytes_since >= self._look_after:  # fast writes: look before the mark
-                self._look_at_space()
         backend.flush()
 
     # ------------------------------------------------------------ room
@@ -267,14 +268,19 @@ class StorageDriver:
             due = self._next_space
         return due
 
-    def _look_at_space(self) -> None:
-        """Below the min-free mark, a file system's streams have no room.  The next
-        look comes after SPACE_EVERY, or sooner: once half the room left above
-        the mark on any file system is written (at least 64 KiB later)."""
+    def _look_at_space(self, writing: str | None = None, pending: int = 0) -> None:
+        """Below the min-free mark, a file system's streams have no room (with
+        `pending` bytes about to be written to `writing`'s: a drain that would
+        pass the mark is not written).  The next look comes after SPACE_EVERY, or sooner: before a
+        write that would take half the room left above the mark on any file
+        system (or 64 KiB, whichever is more)."""
         self._bytes_since = 0
         margin: int | None = None
         looked: set[int] = set()
-        for stream in list(self.stream_records):
+        streams = list(self.stream_records)
+        if writing is not None and writing not in self.stream_records:
+            streams.append(writing)  # its first write
+        for stream in streams:
             space = self.backend.space(stream)
             if space is None:
                 continue
@@ -287,8 +293,10 @@ class StorageDriver:
             mark = self.min_free.of(total)
             if margin is None or free - mark < margin:
                 margin = free - mark
-            if free < mark and device not in self._low:
+            need = pending if mark and stream == writing else 0  # mark 0: the write tells
+            if free - need < mark and device not in self._low:
                 self._low.add(device)
+                self._need[device] = need
                 log.warning(
                     "purelink: %s bytes free, below the min-free mark (%s): its streams "
                     "store nothing more until there is room",
@@ -306,9 +314,11 @@ class StorageDriver:
             return True
         device, free, total = space
         self.free[device] = (free, total)
-        room = free >= self.min_free.of(total) + min(RESUME_ROOM, total // 64)
+        extra = max(min(RESUME_ROOM, total // 64), self._need.get(device, 0))
+        room = free >= self.min_free.of(total) + extra
         if room:
             self._low.discard(device)
+            self._need.pop(device, None)
         return room
 
     def _device_of(self, stream: str) -> int | None:
