@@ -113,3 +113,26 @@ def test_a_failed_sync_stops_its_stream_until_a_restart_and_loses_nothing() -> N
     assert sim.run(sim.all_done, max_time=120)
     assert_exactly_once(sim, "s", [(a, ra)])
     assert_exactly_once(sim, "t", [(b, rb)])
+
+
+def test_a_full_disk_with_keys_holds_and_resumes_the_encrypted_links() -> None:
+    """The same with every datagram sealed (SecureCore): the refusals reach the
+    links through the handshake's sealing, and nothing is lost or repeated."""
+    from purelink.protocol.keys import Key, KeyTable  # noqa: PLC0415 - needs cryptography
+
+    rng = random.Random(11)
+    secret = b"k" * 32
+    sim = Simulation(_net(11), keys=KeyTable([Key("", secret)]), disk=1 << 30, min_free=MinFree())
+    sim.backend.free = 120_000  # type: ignore[union-attr]
+    ra, rb = records_for(rng, 1200), records_for(rng, 1200)
+    a = sim.add_link("s", ra, producer="a", secret=secret)
+    b = sim.add_link("s", rb, secret=secret)
+    assert sim.core is not None
+    assert sim.run(lambda: "s" in sim.core.full_streams, max_time=60)
+    assert sim.run(
+        lambda: all(any(isinstance(e, events.Held) for e in x.events) for x in (a, b)),
+        max_time=30,
+    )
+    sim.backend.free += 10_000_000  # type: ignore[union-attr]
+    assert sim.run(sim.all_done, max_time=120)
+    assert_exactly_once(sim, "s", [(a, ra), (b, rb)])
