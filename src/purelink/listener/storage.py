@@ -131,7 +131,6 @@ class _NoRoom:
     """A stream the store has no room for, and when to look again."""
 
     why: str  # "disk_full" or "min_free"
-    device: int | None
     next_look: float
     wait: float
 
@@ -177,8 +176,6 @@ class StorageDriver:
         self.stream_bytes: dict[str, int] = {}
         self.no_room: dict[str, _NoRoom] = {}
         """Streams the store has no room for now (their links wait)."""
-        self.full_episodes = 0
-        """Times a stream ran out of room (counted once per episode)."""
         self.free: dict[int, tuple[int, int]] = {}
         """(free, size) bytes of each file system written, as last looked at."""
         self._device: dict[str, int] = {}
@@ -336,15 +333,12 @@ class StorageDriver:
         self.core.write_full(stream, ticket)
         if stream in self.no_room:
             return
-        space = self.backend.space(stream)
-        device = space[0] if space is not None else None
         now = self._clock()
         # out of room again soon after it went on (a quota statvfs does not show,
         # a batch larger than the room): the wait goes on doubling, not from 0.1 s
         wait, resumed = self._last_wait.pop(stream, (0.0, -1e18))
         wait = min(wait * 2, _BACKOFF[1]) if now - resumed < 4 * _BACKOFF[1] else _BACKOFF[0]
-        self.no_room[stream] = _NoRoom(why, device, now + wait, wait)
-        self.full_episodes += 1
+        self.no_room[stream] = _NoRoom(why, now + wait, wait)
         if exc is not None:
             log.warning(
                 "purelink: stream %s: no room on the disk (%s); its links wait, and it "
