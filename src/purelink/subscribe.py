@@ -52,7 +52,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from types import TracebackType
 from typing import Any, Final
@@ -87,6 +87,7 @@ def subscribe(
     key_id: str | None = None,
     timeout: float = 10.0,
     reconnect: float = 0.0,
+    on_held: Callable[[str | None], None] | None = None,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
     from position `start`; iterate the result for (position, payload).
@@ -98,6 +99,12 @@ def subscribe(
     `reconnect`: seconds to keep trying to resume after the connection breaks
     (0: raise at once), and to reach the listener in the first place.  See the
     module header.
+
+    `on_held(why)`: called (on the iterating thread) when the listener says the
+    stream stores nothing now -- `why` is "disk_full" (no room on its disk, or
+    below its --min-free) or "stream_failed" (a failed write or fsync, until the
+    listener restarts) -- and with None once it stores again; `held` is the
+    same, as a property.  Only a follower is told.
 
     Raises ValueError for a bad URL, stream name, start or reconnect, and
     ConnectError if the listener cannot be reached within `timeout` seconds
@@ -117,6 +124,7 @@ def subscribe(
     # 1 is the beginning, which the request says as 0: "the first retained"
     begin = 0 if start == 1 else start
     sub = Subscription(url, stream, begin, follow, secret, timeout, reconnect, key_id or "")
+    sub.on_held = on_held
     sub._first_connect()
     return sub
 
@@ -140,6 +148,9 @@ class Subscription:
         """The stream subscribed to."""
         self.resumes = 0
         """Times the subscription connected again after a break."""
+        self.on_held: Callable[[str | None], None] | None = None
+        """Called when `held` changes (see `subscribe`)."""
+        self._held: str | None = None
         self._follow = follow
         self._secret = secret
         self._key_id = key_id
@@ -245,10 +256,17 @@ class Subscription:
                 continue
             if self._sock is None or self._closed.is_set():
                 return False
-            self._decoder = TailDecoder(self._decoder.next_position)
+            # held as it was until the new connection's first NOTICE says otherwise
+            self._decoder = TailDecoder(self._decoder.next_position, self._decoder.held)
             self.resumes += 1
             self._resumed_at = time.monotonic()
             return True
+
+    @property
+    def held(self) -> str | None:
+        """Why the stream stores nothing now, as the listener last said
+        ("disk_full", "stream_failed"), or None."""
+        return self._held
 
     @property
     def next_position(self) -> int:
@@ -290,6 +308,10 @@ class Subscription:
                         continue
                     return
                 records = self._decode(decoder, data, first=first)
+                if decoder.held != self._held:
+                    self._held = decoder.held
+                    if self.on_held is not None:
+                        self.on_held(self._held)
                 if records:
                     self._outage_deadline = 0.0  # delivering again: any outage is over
                     yield records

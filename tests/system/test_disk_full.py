@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -26,6 +31,7 @@ from helpers.serve_process import ServeProcess
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
 MiB = 1 << 20
+PURELINK = [sys.executable, "-W", "error", "-m", "purelink"]
 
 
 @contextlib.contextmanager
@@ -105,3 +111,56 @@ def test_below_min_free_the_stream_stops_with_room_left_and_goes_on_above_it(
             srv.stop()
         assert "below the min-free mark" in srv.stderr
         assert [p for _, p in purelink.Store(disk / "data").read("low")] == records
+
+
+def line_within(pipe: IO[bytes], timeout: float) -> bytes:
+    """The next line of a child's pipe, or fail after `timeout` seconds."""
+    ready, _, _ = select.select([pipe], [], [], timeout)
+    assert ready, f"no line within {timeout} s"
+    return pipe.readline()
+
+
+def test_tail_says_when_its_stream_is_held_and_when_it_goes_on(tmp_path: Path) -> None:
+    """`purelink tail --follow` hears of the hold from the listener (a NOTICE),
+    says so on stderr, and prints every record once the stream goes on."""
+    with small_disk(tmp_path / "disk", 24 * MiB) as disk:
+        ballast(disk / "ballast", 3 * MiB)
+        records = [b"%07d:" % i + b"t" * 993 for i in range(6_000)]  # 6 MB
+        with ServeProcess(disk / "data", extra=["--min-free", "0"], transport="tcp") as srv:
+            tail = subprocess.Popen(
+                [*PURELINK, "tail", srv.url, "--stream", "held", "--follow"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            assert tail.stdout is not None and tail.stderr is not None
+            out: list[bytes] = []  # read on a thread: a full pipe would stop the tail
+            reading = threading.Thread(target=lambda: out.extend(tail.stdout or ()))
+            reading.start()
+            try:
+                link = purelink.connect(srv.url, stream="held", timeout=10)
+                link.queue(records[0])
+                wait_until(lambda: len(out) == 1, timeout=30)  # it follows
+                for r in records[1:]:
+                    link.queue(r)
+                wait_until(lambda: link.stats().waiting == "disk_full", timeout=60)
+                held = line_within(tail.stderr, 30).decode()
+                (disk / "ballast").unlink()
+                going = line_within(tail.stderr, 60).decode()
+                assert link.wait_stored(timeout=60), link.stats()
+                link.close()
+                wait_until(lambda: len(out) == len(records), timeout=30)
+            finally:
+                tail.send_signal(signal.SIGINT)
+                tail.wait(timeout=20)
+                reading.join(timeout=20)
+                err = tail.stderr.read()
+                tail.stdout.close()
+                tail.stderr.close()
+            srv.stop()
+        assert held.startswith(
+            "purelink tail: stream held stores nothing for now: the listener has no room on "
+            "its disk"
+        )
+        assert going == "purelink tail: stream held is storing again\n"
+        assert out == [r + b"\n" for r in records]
+        assert "Traceback" not in err.decode()

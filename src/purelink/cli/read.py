@@ -24,7 +24,7 @@ from .args import (
     stream_type,
     url_type,
 )
-from .common import UsageError, client_secret
+from .common import PROG, UsageError, client_secret
 
 __all__ = [
     "add_read_arguments",
@@ -158,6 +158,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             key_id=args.key_id,
             timeout=args.timeout,
             reconnect=args.reconnect,
+            on_held=_say_held(args.stream),
         )
     except ValueError as exc:  # not a tcp:// URL
         raise UsageError(str(exc)) from None
@@ -168,6 +169,25 @@ def cmd_tail(args: argparse.Namespace) -> int:
             _print_records(write, chunk, args.format)
             out.flush()
     return 0
+
+
+HELD: dict[str | None, str] = {
+    "disk_full": "stores nothing for now: the listener has no room on its disk (full, "
+    "or below its --min-free); its records follow once there is room",
+    "stream_failed": "stores nothing more: the listener's store failed on it (see the "
+    "listener's log); a restart of the listener recovers it",
+    None: "is storing again",
+}
+"""What `tail` says on stderr when the listener says a stream is held, or goes on."""
+
+
+def _say_held(stream: str) -> Callable[[str | None], None]:
+    def say(why: str | None) -> None:
+        text = HELD.get(why, f"stores nothing for now ({why})")
+        sys.stderr.write(f"{PROG} tail: stream {stream} {text}\n")
+        sys.stderr.flush()
+
+    return say
 
 
 def cmd_streams(args: argparse.Namespace) -> int:

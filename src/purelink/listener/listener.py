@@ -242,7 +242,7 @@ class Listener:
         if self._sock is not None:
             self.add_source(self._sock.fileno(), self._drain)
         if config.tcp is not None:
-            assert self._core is not None
+            assert self._core is not None and self._driver is not None
             self._tcp = TcpServer(
                 self,
                 self._core,
@@ -257,7 +257,9 @@ class Listener:
                 self._tail_source(),
                 keys=self._keys,
                 max_subscribers=config.max_subscriptions,
+                hold=self._driver.hold,
             )
+            self._driver.on_hold = self._tail.held_changed  # followers hear of a hold
             self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
 
     def _tail_source(self) -> TailSource:

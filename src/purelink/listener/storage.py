@@ -186,6 +186,9 @@ class StorageDriver:
         self._last_wait: dict[str, tuple[float, float]] = {}  # stream: (its last wait, resumed at)
         self._bytes_since = 0  # written since the last look at the free space
         self._look_after = 0  # bytes: look again before half the room to the mark is gone
+        self.on_hold: Callable[[str], None] | None = None
+        """Called (on the loop thread) when a stream is held or goes on: the
+        subscription server tells the stream's followers (`hold`)."""
 
     def write(self) -> None:
         """Hand the core's in-order batches to the store (after each drain)."""
@@ -214,8 +217,7 @@ class StorageDriver:
                     self._out_of_room(stream, "disk_full", exc, part)
                     continue
                 self.store_errors += len(writes)
-                failed.add(stream)
-                core.stream_failed(stream, final=False)
+                self._fail(stream, final=False)
                 log.error(
                     "purelink: stream %s is stopped: %s; its links wait, and a restart of "
                     "the listener recovers it from its files",
@@ -229,6 +231,23 @@ class StorageDriver:
             sizes[stream] = sizes.get(stream, 0) + size
             self._bytes_since += size
         backend.flush()
+
+    # ------------------------------------------------------------ held streams
+    def hold(self, stream: str) -> str | None:
+        """Why `stream` stores nothing now -- "stream_failed" or "disk_full" (no
+        room, or below the min-free mark) -- or None (any thread)."""
+        if stream in self.backend.failed:
+            return "stream_failed"
+        return "disk_full" if stream in self.no_room else None
+
+    def _held(self, stream: str) -> None:
+        if self.on_hold is not None:
+            self.on_hold(stream)
+
+    def _fail(self, stream: str, *, final: bool) -> None:
+        self.backend.failed.add(stream)
+        self.core.stream_failed(stream, final=final)
+        self._held(stream)
 
     # ------------------------------------------------------------ room
     def rooms(self) -> dict[str, str]:
@@ -256,6 +275,7 @@ class StorageDriver:
                     self._last_wait[stream] = (state.wait, now)
                     self.core.stream_resumed(stream)
                     log.warning("purelink: stream %s has room again: storing", stream)
+                    self._held(stream)
                     continue
                 state.wait = min(state.wait * 2, _BACKOFF[1])
                 state.next_look = now + state.wait
@@ -339,6 +359,7 @@ class StorageDriver:
         wait, resumed = self._last_wait.pop(stream, (0.0, -1e18))
         wait = min(wait * 2, _BACKOFF[1]) if now - resumed < 4 * _BACKOFF[1] else _BACKOFF[0]
         self.no_room[stream] = _NoRoom(why, now + wait, wait)
+        self._held(stream)
         if exc is not None:
             log.warning(
                 "purelink: stream %s: no room on the disk (%s); its links wait, and it "
@@ -358,5 +379,4 @@ class StorageDriver:
             elif kind == FENCED:
                 core.fence_producer(stream, n)
             else:  # the backend said why, loudly
-                self.backend.failed.add(stream)
-                core.stream_failed(stream, final=True)
+                self._fail(stream, final=True)

@@ -31,6 +31,10 @@ Reply, listener to client: items back to back until the listener closes.
     control  u64 0, u32 kind, u32 n, n bytes of UTF-8 text, u32 crc32c of kind..text
              END (1): everything asked for was sent (follow=False); the listener closes
              ERROR (2): the subscription failed (text says why); the listener closes
+             NOTICE (3): to a follower, whether the stream stores now: text "" (it does),
+                 "disk_full" (no room on the listener's disk, or below its --min-free)
+                 or "stream_failed" (a failed write or fsync; until a restart).  One
+                 comes before the follower first waits, then one at each change.
 
 A batch is sent only once it is stored (synced, with sync="batch"/"always"),
 so a subscriber never sees a record a link was not, or could not yet be, told
@@ -60,6 +64,7 @@ __all__ = [
     "FLAG_SEALED",
     "MAX_INIT",
     "MAX_ITEM",
+    "NOTICE",
     "PREAMBLE",
     "Request",
     "TailDecoder",
@@ -77,6 +82,7 @@ MAX_INIT: Final = 1024
 """Largest INIT a sealed request may carry."""
 END: Final = 1
 ERROR: Final = 2
+NOTICE: Final = 3
 
 _FIXED = struct.Struct("<8sQBB")  # preamble, start, flags, name length
 _U32 = struct.Struct("<I")
@@ -142,7 +148,7 @@ def decode_request(data: bytes) -> Request:
 
 
 def encode_control(kind: int, text: str = "") -> bytes:
-    """An END or ERROR item."""
+    """An END, ERROR or NOTICE item."""
     raw = text.encode("utf-8")[:_MAX_TEXT]
     body = _CONTROL.pack(0, kind, len(raw)) + raw
     return body + _U32.pack(crc32c(body[8:]))
@@ -154,7 +160,7 @@ class TailDecoder:
     `feed(data)` takes the next bytes received (as `bytes`: records are sliced
     straight out of them, one copy each, no intermediate buffer) and returns
     the records of every batch now complete, from `start` on.  `ended` is set
-    by an END item; an ERROR item raises `ProtocolError("refused", text)`; a
+    by an END item, `held` by a NOTICE; an ERROR item raises `ProtocolError("refused", text)`; a
     batch that fails its checks, or a position that does not follow on, raises
     ProtocolError too.  Memory: the bytes of one incomplete item at most
     (`MAX_ITEM`).
@@ -164,13 +170,16 @@ class TailDecoder:
     per batch: the per-batch cost is what bounds a subscriber's records/s.
     """
 
-    __slots__ = ("_rest", "ended", "next_position")
+    __slots__ = ("_rest", "ended", "held", "next_position")
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, held: str | None = None) -> None:
         self.next_position = start
         """The position of the next record wanted (0: the first one retained)."""
         self.ended = False
         """An END item came: the reply is complete."""
+        self.held = held
+        """Why the stream stores nothing now, as the last NOTICE said ("disk_full",
+        "stream_failed"), or None."""
         self._rest = b""  # the start of an item not complete yet
 
     @property
@@ -276,6 +285,9 @@ class TailDecoder:
             return size
         if kind == ERROR:
             raise ProtocolError("refused", text)
+        if kind == NOTICE:
+            self.held = text or None
+            return size
         raise ProtocolError("bad_control", f"kind {kind}")
 
 

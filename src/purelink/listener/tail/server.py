@@ -55,6 +55,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -66,6 +67,7 @@ from ...protocol.tail import (
     END,
     ERROR,
     FLAG_SEALED,
+    NOTICE,
     PREAMBLE,
     Request,
     decode_request,
@@ -172,12 +174,18 @@ class TailStatistics:
 class _Alarm:
     """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
 
-    __slots__ = ("parker", "rung", "watching")
+    __slots__ = ("news", "parker", "rung", "watching")
 
     def __init__(self, parker: Parker) -> None:
         self.parker = parker
         self.rung = False
         self.watching = False
+        self.news = False  # the stream was held or went on: tell the follower
+
+    def tell(self) -> None:
+        """On the listener's loop thread: the stream's hold changed."""
+        self.news = True
+        self.parker.unpark()
 
     def ring(self) -> None:
         """On the watch thread: flag, then unpark (the parker's order: state first)."""
@@ -198,9 +206,14 @@ class TailServer:
         request_timeout: float = REQUEST_TIMEOUT,
         subscribe_rate: float = SUBSCRIBE_RATE,
         subscribe_burst: float = SUBSCRIBE_BURST,
+        hold: Callable[[str], str | None] | None = None,
     ) -> None:
-        """`subscribe_rate` 0: no rate limit."""
+        """`subscribe_rate` 0: no rate limit.  `hold(stream)`: why the stream
+        stores nothing now, or None (StorageDriver.hold); followers are told
+        (a NOTICE) before they first wait and whenever `held_changed` says so."""
         self._source = source
+        self._hold = hold
+        self._followers: dict[str, set[_Alarm]] = {}
         self.keys = keys
         """With keys, every subscription is encrypted (protocol/tail_seal.py) and
         a key reads only the streams it may; swapped whole by a reload."""
@@ -287,6 +300,14 @@ class TailServer:
             self._unpend(not whole)
             mine.close()
         return TAKEN
+
+    def held_changed(self, stream: str) -> None:
+        """The stream was held or goes on (the listener's loop thread): wake its
+        followers to tell them."""
+        with self._lock:
+            alarms = list(self._followers.get(stream, ()))
+        for alarm in alarms:
+            alarm.tell()
 
     def set_keys(self, keys: KeyTable) -> int:
         """Use `keys` for new subscriptions; end those whose key is gone, expired or
@@ -456,14 +477,33 @@ class TailServer:
             out.send(encode_control(END))
             return
         alarm = _Alarm(reader.parker)
+        with self._lock:
+            self._followers.setdefault(stream, set()).add(alarm)
+        told: str | None = "?"  # nothing told yet
         try:
             while not reader.send(out):
+                told = self._tell(out, stream, alarm, told)
                 self._wait(sock, reader, alarm)
             out.send(encode_control(END))
         finally:
+            with self._lock:
+                followers = self._followers[stream]
+                followers.discard(alarm)
+                if not followers:
+                    del self._followers[stream]
             if alarm.watching:
                 self._hangups.unwatch(sock)
             reader.close()
+
+    def _tell(self, out: _Out, stream: str, alarm: _Alarm, told: str | None) -> str | None:
+        """Send a NOTICE if the stream's hold is not what the follower was told."""
+        if self._hold is None:
+            return told
+        alarm.news = False  # first: a change after the look below wakes it again
+        held = self._hold(stream)
+        if held != told:
+            out.send(encode_control(NOTICE, held or ""))
+        return held
 
     def _open(
         self, sock: socket.socket, stream: str, start: int, follow: bool
@@ -497,7 +537,7 @@ class TailServer:
         its slot now).  Looks first too: one that left at once never parks."""
 
         def ready() -> bool:
-            return alarm.rung or reader.ready() or self._sent.closing
+            return alarm.rung or alarm.news or reader.ready() or self._sent.closing
 
         if _hung_up(sock, 0):
             raise _Gone
@@ -512,7 +552,7 @@ class TailServer:
                     raise _Gone
                 if alarm.watching:
                     self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
-            if reader.ready() or self._sent.closing:
+            if alarm.news or reader.ready() or self._sent.closing:
                 break
         if self._sent.closing or reader.ended():
             raise _Gone
