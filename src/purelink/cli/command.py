@@ -156,12 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # The library logs (store recovery, reconnects) through `logging`; a
-    # listener's INFO lines are worth seeing, a sender's are noise.
-    logging.basicConfig(
-        level=logging.INFO if args.command == "serve" else logging.WARNING,
-        format="%(name)s: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # sender's INFO lines are noise.  serve sets up its own (logs.py:
+    # --log-format, --log-level).
+    if args.command != "serve":
+        logging.basicConfig(
+            level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr
+        )
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -5,28 +5,30 @@ it can before binding (a transport, the metrics extra, a loopback address
 without a secret), prints exactly one ready line once the listener is bound
 and recovered (what scripts and tests wait for), turns signals into a byte
 on a pipe that the main thread waits on, and on the way out closes the
-listener (flush, sync) and prints its counters as one JSON line on stderr.
+listener (flush, sync) and logs one human line of what it did (its counters
+ride along as the record's `stats` field: `--log-format json` shows them).
+Everything it says after parsing goes through `logging`, formatted by logs.py
+(`--log-format`, `--log-level`), each line starting with its UTC time.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import select
 import signal
-import sys
+import time
 from typing import TYPE_CHECKING
 
 from .. import _address
 from ..listener.limits import INTEGER_LIMITS, LIMITS
+from . import logs
 from .args import bind_address, data_dir, int_at_least, seconds
 from .common import (
     PROG,
     UsageError,
-    fail,
     format_address,
     read_secret,
     signals_to_pipe,
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_serve_arguments", "cmd_serve", "read_keys"]
 
+log = logging.getLogger("purelink.serve")
+
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """serve's options (README: Command line; the limits: docs/security.md)."""
@@ -47,6 +51,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     _add_security(p)
     _add_store(p)
     _add_limits(p)
+    _add_logs(p)
 
 
 def _add_addresses(p: argparse.ArgumentParser) -> None:
@@ -163,7 +168,27 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_logs(p: argparse.ArgumentParser) -> None:
+    """serve's own log lines on stderr (logs.py; docs/logging.md)."""
+    p.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=logs.FORMATS,
+        default="text",
+        help="stderr lines as 'TIME LEVEL LOGGER: MESSAGE', or one JSON object each (text)",
+    )
+    p.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=logs.LEVELS,
+        default="info",
+        help="log from this level up (info)",
+    )
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    logs.configure(args.log_format, args.log_level)
     keys = _check(args)
     listener = _listener(args, keys)
     crashed: BaseException | None = None
@@ -182,12 +207,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if exporter is not None:
                 exporter.close()
             listener.close()
-    stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
-    sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
     if crashed is not None:
-        fail(f"serve: the listener stopped serving: {crashed!r}")
-        return 1
-    return 0
+        log.error("the listener stopped serving: %r", crashed)
+    stats = listener.stats()
+    log.info(
+        "%s",
+        logs.stop_summary(stats, time.monotonic() - started),
+        extra={"stats": dataclasses.asdict(stats)},
+    )
+    return 0 if crashed is None else 1
 
 
 def _check(args: argparse.Namespace) -> KeyTable | None:
@@ -258,8 +286,7 @@ def _export_metrics(listener: Listener, address: str) -> MetricsServer:
     from ..metrics import MetricsServer  # noqa: PLC0415 -- see the imports
 
     exporter = MetricsServer(listener, address)
-    shown = format_address(exporter.address)
-    logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
+    log.info("metrics at http://%s/metrics", format_address(exporter.address))
     return exporter
 
 
@@ -300,19 +327,20 @@ def _serve_until_stopped(
 
 
 def _reload(listener: Listener, args: argparse.Namespace, keyed: bool) -> None:
-    """SIGHUP: read the keys (or secret) file again and hand it to the listener; a
-    bad file keeps the keys in use and says why, in one line."""
+    """SIGHUP: read the keys (or secret) file again and hand it to the listener
+    (which logs the reload, once); a bad file keeps the keys in use and says why,
+    in one line."""
     if not keyed:
-        sys.stderr.write(f"{PROG} serve: SIGHUP ignored: no --keys-file or --secret-file\n")
+        log.warning("SIGHUP ignored: no --keys-file or --secret-file")
         return
     try:
         keys = read_keys(args)
     except UsageError as exc:
-        sys.stderr.write(f"{PROG} serve: reload failed, the keys in use stay: {exc}\n")
+        log.error("reload failed, the keys in use stay: %s", exc)
         return
     assert keys is not None
-    listener.set_keys(keys)
-    sys.stderr.write(f"{PROG} serve: keys reloaded ({len(keys)} keys)\n")
+    if not listener.set_keys(keys):
+        log.warning("the new keys are not in use yet after 5 s: the listener's loop is late")
 
 
 def read_keys(args: argparse.Namespace) -> KeyTable | None:

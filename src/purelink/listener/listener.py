@@ -510,7 +510,13 @@ class Listener:
         core = self._core
         if isinstance(core, SecureCore):
             ended = core.set_keys(keys, now)
-            log.info("purelink: keys reloaded (%d keys); %d sessions ended", len(keys), ended)
+            log.info(
+                "purelink: keys reloaded (%d key%s); %d sessions ended",
+                len(keys),
+                "" if len(keys) == 1 else "s",
+                ended,
+                extra={"keys": len(keys), "sessions_ended": ended},
+            )
         if self._tail is not None:
             self._tail.set_keys(keys)
 

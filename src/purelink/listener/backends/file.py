@@ -180,7 +180,8 @@ class FileBackend:
             try:
                 self._timed_sync(self.data.stream(name, create=False))
             except (OSError, Error) as exc:  # a failed log refuses: sync the others
-                log.error("purelink: stream %s was not synced at close: %s", name, exc)
+                if name not in self.failed and name not in self._sync_failed:  # said already
+                    log.error("purelink: stream %s was not synced at close: %s", name, exc)
 
     # ------------------------------------------------------------ group commit
     def _timed_sync(self, log_: StreamLog) -> int:
