@@ -67,10 +67,12 @@ class JSONLineFormatter(JSONFormatter):
 
 def configure(log_format: str, level: str) -> None:
     """Send every log record of the process to stderr in `log_format` ("text" or
-    "json"), from `level` ("debug", "info", "warning" or "error") up."""
+    "json"), from `level` ("debug", "info", "warning" or "error") up.  As
+    `logging.basicConfig`, which it calls: a process whose root logger has
+    handlers already (`main()` called from a program, or a test) keeps them."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONLineFormatter() if log_format == "json" else TextFormatter())
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def duration(seconds: float) -> str:
