@@ -67,7 +67,7 @@ def test_serve_metrics_counts_rise_as_records_are_stored(tmp_path: Path) -> None
         assert first[("purelink_stream_records_stored_total", orders)] == 1000
         assert first[("purelink_stream_stored_bytes_total", orders)] > 1000 * 13
         assert first[("purelink_records_stored_total", ())] == 1000
-        assert first[("purelink_datagrams_received_total", (("transport", "udp"),))] > 0
+        assert first[("purelink_udp_datagrams_received_total", ())] > 0
         syncs = first[("purelink_syncs_total", ())]
         assert syncs >= 1
         assert first[("purelink_sync_seconds_count", ())] == syncs
@@ -166,8 +166,13 @@ def test_link_collector_exports_link_and_handler_stats(tmp_path: Path) -> None:
             assert handler.wait_stored(10)
             samples = _parse(generate_latest(registry).decode())
             handler.close()
-    app = (("stream", "app"), ("url", url))
-    logs = (("stream", "logs"), ("url", url))
+    producers = {
+        dict(labels)["stream"]: dict(labels)["producer"] for _, labels in samples if labels
+    }
+    assert producers["app"].startswith("anonymous-") and producers["logs"].startswith("anonymous-")
+    assert producers["app"] != producers["logs"]
+    app = (("producer", producers["app"]), ("stream", "app"), ("url", url))
+    logs = (("producer", producers["logs"]), ("stream", "logs"), ("url", url))
     assert samples[("purelink_link_records_queued_total", app)] == 100
     assert samples[("purelink_link_records_stored_total", app)] == 100
     assert samples[("purelink_link_records_unstored", app)] == 0
@@ -203,7 +208,7 @@ def test_listener_collector_counts_subscriptions_and_tcp_frames(tmp_path: Path) 
                 break
             time.sleep(0.01)
     assert during[("purelink_subscriptions", ())] == 1
-    assert during[("purelink_datagrams_received_total", (("transport", "tcp"),))] > 0
-    assert during[("purelink_datagrams_received_total", (("transport", "udp"),))] == 0
+    assert during[("purelink_tcp_frames_received_total", ())] > 0
+    assert during[("purelink_udp_datagrams_received_total", ())] == 0
     assert during[("purelink_stream_records_stored_total", (("stream", "s"),))] == 10
     assert after[("purelink_subscriptions", ())] == 0

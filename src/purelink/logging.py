@@ -161,6 +161,8 @@ class LinkHandler(logging.Handler):
             self._options["key_id"] = key_id
         self.url = url
         self.stream = stream
+        self.producer = producer or None
+        """The producer's name (None: anonymous)."""
         self.timeout = timeout
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes

@@ -37,7 +37,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..listener.listener import Listener
-    from ..metrics import MetricsServer
+    from ..metrics_http import MetricsServer
     from ..protocol.keys import KeyTable
 
 __all__ = ["add_serve_arguments", "cmd_serve", "read_keys"]
@@ -283,7 +283,7 @@ def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
 
 
 def _export_metrics(listener: Listener, address: str) -> MetricsServer:
-    from ..metrics import MetricsServer  # noqa: PLC0415 -- see the imports
+    from ..metrics_http import MetricsServer  # noqa: PLC0415 -- see the imports
 
     exporter = MetricsServer(listener, address)
     log.info("metrics at http://%s/metrics", format_address(exporter.address))
@@ -330,12 +330,15 @@ def _reload(listener: Listener, args: argparse.Namespace, keyed: bool) -> None:
     """SIGHUP: read the keys (or secret) file again and hand it to the listener
     (which logs the reload, once); a bad file keeps the keys in use and says why,
     in one line."""
+    from ..listener.listener import key_reload_failed  # noqa: PLC0415 -- see the imports
+
     if not keyed:
         log.warning("SIGHUP ignored: no --keys-file or --secret-file")
         return
     try:
         keys = read_keys(args)
     except UsageError as exc:
+        key_reload_failed(listener)  # purelink_key_reload_failures_total
         log.error("reload failed, the keys in use stay: %s", exc)
         return
     assert keys is not None

@@ -106,6 +106,11 @@ class JetStreamBackend:
             time.sleep(0.005)
         return True
 
+    def connected(self) -> bool:
+        """Whether the connection to the cluster is up now (any thread)."""
+        nats = self._nats
+        return nats is not None and bool(nats.nc.is_connected)
+
     def close(self) -> None:
         if self._nats is not None:
             self._nats.close()
