@@ -10,21 +10,26 @@ key may read (every stream without keys), then END, in pieces of at most
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from ...protocol.keys import KeyTable
 from ...protocol.tail import END, encode_control
 from ...protocol.tail_list import ListedStream, encode_stream
 from .out import Out
-from .source import TailSource
+from .source import Refused, TailSource
 
 __all__ = ["send_listing"]
 
 _PIECE = 64 << 10  # tail_seal.CHUNK: a sealed frame's plaintext at most
 
 
-def send_listing(out: Out, source: TailSource, may_read: Callable[[str], bool]) -> int:
-    """Send the streams of `source` that `may_read` lets through, then END;
-    return how many were listed."""
+def send_listing(out: Out, source: TailSource, keys: KeyTable | None, key_id: str | None) -> int:
+    """Send the streams of `source` that key `key_id` may read (every one when the
+    request was not sealed: `key_id` None), then END; return how many were listed."""
+    may_read = _everything
+    if key_id is not None:
+        key = None if keys is None else keys.get(key_id)
+        if key is None:  # removed by a reload since the request opened
+            raise Refused("tail_key_revoked", "key revoked")
+        may_read = key.may_read
     pieces: list[bytes] = []
     held = 0
     listed = 0
@@ -43,3 +48,7 @@ def send_listing(out: Out, source: TailSource, may_read: Callable[[str], bool]) 
     pieces.append(encode_control(END))
     out.send(b"".join(pieces))
     return listed
+
+
+def _everything(stream: str) -> bool:
+    return True

@@ -4,7 +4,9 @@ Why it exists: `purelink.subscribe` / `purelink tail` read a stream from a
 listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  This
 server does what every store needs alike; where the batches come from is
 its `TailSource` (source.py): a data directory's segments by sendfile
-(file.py) or a JetStream stream's messages (jetstream.py).
+(file.py) or a JetStream stream's messages (jetstream.py).  A listing
+request (`purelink streams tcp://...`) is served the same way, its reply
+built by listing.py.
 
 How a connection gets here: the listener's TCP server reads the first bytes
 of every connection as a link's frame; `PREAMBLE` read as a frame length is
@@ -158,7 +160,7 @@ class TailStatistics:
     """
 
     subscriptions: int
-    """Subscriptions accepted (requests that decoded and got a slot)."""
+    """Subscriptions accepted (requests that decoded and got a slot; listings too)."""
     subscribers: int
     """Subscribers served now (each holds a slot of `max_subscribers`)."""
     refused: int
@@ -406,8 +408,8 @@ class TailServer:
                 subscribed = True
             if exchange is not None:
                 out = self._seal(sock, request, exchange)
-            if request.listing:
-                self._list(out, exchange)
+            if request.listing:  # the streams the key may read (all, without keys)
+                send_listing(out, self._source, self.keys, exchange and exchange[2])
             else:
                 self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
@@ -443,17 +445,6 @@ class TailServer:
         resp, channel = respond(hs, e_i, time.monotonic())
         sock.sendall(resp)
         return _SealedOut(self._sent, sock, channel)
-
-    def _list(self, out: _Out, exchange: Any) -> None:
-        """A listing: the streams the request's key may read (all, without keys)."""
-        may_read: Callable[[str], bool] = _everything
-        if exchange is not None:
-            keys = self.keys
-            key = None if keys is None else keys.get(exchange[2])
-            if key is None:
-                raise _Refused("tail_key_revoked", "key revoked")
-            may_read = key.may_read
-        send_listing(out, self._source, may_read)
 
     def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
@@ -624,10 +615,6 @@ def _revoked(keys: KeyTable, key_id: str, stream: str | None, wall: float) -> bo
     if key is None or key.expired(wall):
         return True
     return stream is not None and not key.may_read(stream)
-
-
-def _everything(stream: str) -> bool:
-    return True
 
 
 _KEY_REASONS: Final = frozenset(
