@@ -232,9 +232,10 @@ def test_send_from_a_file_appends_and_streams_lists_it(server: Server, tmp_path:
     assert out.stdout == b"record 1000\n" + source.read_bytes()
 
 
-def test_read_unknown_stream_is_empty_and_exit_0(tmp_path: Path) -> None:
+def test_read_unknown_stream_is_empty_and_exit_0_said_on_stderr(tmp_path: Path) -> None:
     out = run("read", "--data", str(tmp_path), "--stream", "nothing-here")
-    assert (out.returncode, out.stdout, out.stderr) == (0, b"", b"")
+    said = f"purelink read: no stream 'nothing-here' in {tmp_path}\n".encode()
+    assert (out.returncode, out.stdout, out.stderr) == (0, b"", said)
 
 
 def test_streams_of_an_empty_store_is_the_header(tmp_path: Path) -> None:
