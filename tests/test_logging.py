@@ -15,7 +15,6 @@ call, a full hand-off counted in the call, flush, and no lock taken.
 
 from __future__ import annotations
 
-import base64
 import inspect
 import json
 import logging
@@ -363,7 +362,7 @@ def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) 
     )
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["position"] for line in lines] == [1, 2]
-    records = [decode(base64.b64decode(line["payload"])) for line in lines]
+    records = [decode(line["payload"].encode()) for line in lines]  # JSON logs: as text
     assert [(r["message"], r["n"]) for r in records] == [("one", 1), ("two", 2)]
 
 

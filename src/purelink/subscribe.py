@@ -269,6 +269,12 @@ class Subscription:
         return self._held
 
     @property
+    def unknown_stream(self) -> bool:
+        """Whether the listener said the stream does not exist (with follow=False:
+        the reply then ends at once; a follower waits for the stream instead)."""
+        return self._decoder.unknown_stream
+
+    @property
     def next_position(self) -> int:
         """The position of the next record to come (where to resume after a failure)."""
         return self._decoder.next_position

@@ -9,7 +9,6 @@ with a temporary store.  Waits are bounded reads with `select`, never sleeps.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import signal
@@ -194,9 +193,9 @@ def test_send_then_read_both_formats_and_slices(server: Server) -> None:
     assert out.returncode == 0
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [r["position"] for r in rows] == [1, 2, 3, 4, 5]
-    payloads = [base64.b64decode(r["payload"]) for r in rows]
-    assert payloads == [b"alpha", b"beta", b"", b"gamma\r", b"last"]
-    assert out.stdout.splitlines()[0] == b'{"position": 1, "payload": "YWxwaGE="}'
+    payloads = [r["payload"] for r in rows]  # UTF-8: as text
+    assert payloads == ["alpha", "beta", "", "gamma\r", "last"]
+    assert out.stdout.splitlines()[0] == b'{"position": 1, "payload": "alpha"}'
 
     for args, want in [
         (["--from", "2", "--to", "3"], b"beta\n\n"),
@@ -232,9 +231,10 @@ def test_send_from_a_file_appends_and_streams_lists_it(server: Server, tmp_path:
     assert out.stdout == b"record 1000\n" + source.read_bytes()
 
 
-def test_read_unknown_stream_is_empty_and_exit_0(tmp_path: Path) -> None:
+def test_read_unknown_stream_is_empty_and_exit_0_said_on_stderr(tmp_path: Path) -> None:
     out = run("read", "--data", str(tmp_path), "--stream", "nothing-here")
-    assert (out.returncode, out.stdout, out.stderr) == (0, b"", b"")
+    said = f"purelink read: no stream 'nothing-here' in {tmp_path}\n".encode()
+    assert (out.returncode, out.stdout, out.stderr) == (0, b"", said)
 
 
 def test_streams_of_an_empty_store_is_the_header(tmp_path: Path) -> None:

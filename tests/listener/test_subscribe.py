@@ -116,7 +116,7 @@ def test_request_with_a_secret() -> None:
     raw, _ = encode_sealed_request("s", 1, False, "app", key)
     assert request_size(raw) == len(raw)
     request, *_ = open_sealed_request(raw, keys, 0.0)
-    assert request == ("s", 1, False)
+    assert request == ("s", 1, False, False)  # not a listing
     with pytest.raises(ProtocolError, match="unauthenticated"):
         open_sealed_request(encode_request("s", 1, False), keys, 0.0)  # plaintext
     with pytest.raises(ProtocolError, match="bad_secret"):

@@ -10,7 +10,7 @@ Exit codes, for every verb (the README's command line):
 * 0   success;
 * 1   the operation failed: an unreachable listener (`ConnectError`), any other
       `purelink.Error`, an OS error such as an address in use, a demo whose
-      read-back differs;
+      read-back differs, a stream that does not exist with `--must-exist`;
 * 2   bad arguments: argparse errors, a malformed address, stream or producer
       name, a number out of range, a missing file, a refused non-loopback bind,
       a --data that is empty or not a store;
@@ -115,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = verb(
         "streams",
-        "list the streams of a store: first and last position, records, and bytes "
-        "on disk (segment files, batch headers included: more than send's payload bytes)",
+        "list the streams of a store, or of a listener over TCP: first and last position, "
+        "records, and bytes on disk (segment files, batch headers included: more than "
+        "send's payload bytes)",
         cmd_streams,
     )
     add_streams_arguments(p)

@@ -38,6 +38,7 @@ from ...errors import Error
 from ...primitives.parker import Parker
 from ...store.datadir import DataDir
 from ...store.log import StreamLog, walk_batches
+from ...store.reader import StreamInfo
 from .out import Out
 from .source import Refused
 
@@ -75,6 +76,14 @@ class FileTailSource:
         except KeyError:
             return None
         return _FileReader(self, stream_log, stream, start, follow)
+
+    def streams(self) -> list[StreamInfo]:
+        infos = []
+        for name in self.data.streams():
+            stream_log = self.data.open_log(name)
+            if stream_log is not None:
+                infos.append(_info(stream_log, self.stored(stream_log)))
+        return infos
 
     def wake(self) -> None:
         for name in self.data.streams():
@@ -189,6 +198,18 @@ def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
         )
     except Error as exc:
         raise Refused("tail_damaged", f"segment {cursor.path}: {exc}") from None
+
+
+def _info(stream_log: StreamLog, stored: int) -> StreamInfo:
+    """A stream's listing up to its stored position; bytes: its segment files."""
+    segments = stream_log.segments
+    first = segments[0][0] if segments and stored >= segments[0][0] else 0
+    size = 0
+    for _, path in segments:
+        with contextlib.suppress(FileNotFoundError):  # retention removed it meanwhile
+            size += path.stat().st_size
+    records = stored - first + 1 if first else 0
+    return StreamInfo(stream_log.name, first, stored if first else 0, records, size)
 
 
 def _last(stream_log: StreamLog) -> int:

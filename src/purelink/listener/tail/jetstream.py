@@ -46,6 +46,7 @@ from ...store.jetstream.layout import (
     stream_name,
 )
 from ...store.jetstream.reader import BatchParts, BelowRetained, JetStreamReader
+from ...store.reader import StreamInfo
 from .out import Out
 from .source import Refused
 
@@ -81,6 +82,9 @@ class JetStreamTailSource:
     def forget(self, reader: _JetStreamTailReader) -> None:
         with self._lock:
             self._readers.discard(reader)
+
+    def streams(self) -> list[StreamInfo]:
+        return [self.store.stream_info(name) for name in self.store.streams()]
 
     def wake(self) -> None:
         with self._lock:

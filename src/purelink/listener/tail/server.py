@@ -4,7 +4,9 @@ Why it exists: `purelink.subscribe` / `purelink tail` read a stream from a
 listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  This
 server does what every store needs alike; where the batches come from is
 its `TailSource` (source.py): a data directory's segments by sendfile
-(file.py) or a JetStream stream's messages (jetstream.py).
+(file.py) or a JetStream stream's messages (jetstream.py).  A listing
+request (`purelink streams tcp://...`) is served the same way, its reply
+built by listing.py.
 
 How a connection gets here: the listener's TCP server reads the first bytes
 of every connection as a link's frame; `PREAMBLE` read as a frame length is
@@ -67,6 +69,7 @@ from ...protocol.tail import (
     END,
     ERROR,
     FLAG_SEALED,
+    NO_STREAM,
     NOTICE,
     PREAMBLE,
     Request,
@@ -75,6 +78,7 @@ from ...protocol.tail import (
     request_size,
 )
 from .hangups import HangUps
+from .listing import send_listing
 from .out import Gone as _Gone
 from .out import Out as _Out
 from .out import OutCounters
@@ -156,7 +160,7 @@ class TailStatistics:
     """
 
     subscriptions: int
-    """Subscriptions accepted (requests that decoded and got a slot)."""
+    """Subscriptions accepted (requests that decoded and got a slot; listings too)."""
     subscribers: int
     """Subscribers served now (each holds a slot of `max_subscribers`)."""
     refused: int
@@ -403,18 +407,11 @@ class TailServer:
                 self._subscriptions += 1
                 subscribed = True
             if exchange is not None:
-                from ...protocol.tail_seal import respond  # noqa: PLC0415
-
-                hs, e_i, key_id = exchange
-                with self._lock:  # a reload since _decode has not seen this one: check
-                    self._keyed[sock] = (key_id, request.stream)
-                    keys = self.keys
-                    if keys is None or _revoked(keys, key_id, request.stream, time.time()):
-                        raise _Refused("tail_key_revoked", "key revoked")
-                resp, channel = respond(hs, e_i, time.monotonic())
-                sock.sendall(resp)
-                out = _SealedOut(self._sent, sock, channel)
-            self._stream(out, request.stream, request.start, request.follow)
+                out = self._seal(sock, request, exchange)
+            if request.listing:  # the streams the key may read (all, without keys)
+                send_listing(out, self._source, self.keys, exchange and exchange[2])
+            else:
+                self._stream(out, request.stream, request.start, request.follow)
         except ProtocolError as exc:
             self._refuse(out, _bad_request(exc))
         except _Refused as exc:
@@ -431,6 +428,23 @@ class TailServer:
                 self._keyed.pop(sock, None)
                 self._subscribers -= subscribed
             sock.close()
+
+    def _seal(self, sock: socket.socket, request: Request, exchange: Any) -> _SealedOut:
+        """Answer a sealed request's exchange: the Out that seals the reply.  A
+        subscription is remembered by key and stream (`set_keys` may end it)."""
+        from ...protocol.tail_seal import respond  # noqa: PLC0415
+
+        hs, e_i, key_id = exchange
+        stream = None if request.listing else request.stream
+        with self._lock:  # a reload since _decode has not seen this one: check
+            if stream is not None:
+                self._keyed[sock] = (key_id, stream)
+            keys = self.keys
+            if keys is None or _revoked(keys, key_id, stream, time.time()):
+                raise _Refused("tail_key_revoked", "key revoked")
+        resp, channel = respond(hs, e_i, time.monotonic())
+        sock.sendall(resp)
+        return _SealedOut(self._sent, sock, channel)
 
     def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
@@ -473,8 +487,8 @@ class TailServer:
     def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
         sock = out.sock
         reader = self._open(sock, stream, start, follow)
-        if reader is None:  # an unknown stream is empty
-            out.send(encode_control(END))
+        if reader is None:  # an unknown stream is empty, and said so
+            out.send(encode_control(END, NO_STREAM))
             return
         alarm = _Alarm(reader.parker)
         with self._lock:
@@ -594,10 +608,13 @@ def _source(sock: socket.socket) -> object:
     return peer[0] if isinstance(peer, tuple) else peer
 
 
-def _revoked(keys: KeyTable, key_id: str, stream: str, wall: float) -> bool:
-    """Whether `keys` no longer let key `key_id` read `stream` (gone, expired, narrowed)."""
+def _revoked(keys: KeyTable, key_id: str, stream: str | None, wall: float) -> bool:
+    """Whether `keys` no longer let key `key_id` read `stream` (gone, expired, narrowed);
+    stream None (a listing): whether the key is gone or expired."""
     key = keys.get(key_id)
-    return key is None or key.expired(wall) or not key.may_read(stream)
+    if key is None or key.expired(wall):
+        return True
+    return stream is not None and not key.may_read(stream)
 
 
 _KEY_REASONS: Final = frozenset(
