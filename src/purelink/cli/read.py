@@ -63,14 +63,14 @@ def add_tail_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=10.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="bounds each connect, and without --follow the wait for the first answer (10)",
     )
     p.add_argument(
         "--reconnect",
         type=seconds,
         default=0.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="if the connection breaks, resume where it stopped, trying for this long",
     )
 
