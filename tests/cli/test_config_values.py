@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _parsed(args: list[str], env: dict[str, str]) -> argparse.Namespace:
     p = _parser()
-    return p.parse_args(with_config(p, args, env))
+    return p.parse_args(with_config(p._actions, args, env))
 
 
 def test_env_names_are_the_option_upper_cased_with_underscores() -> None:
@@ -191,18 +191,18 @@ def test_a_bad_file_or_value_names_where_it_came_from(
     config = tmp_path / "c.toml"
     config.write_text(text)
     with pytest.raises(UsageError) as caught:
-        with_config(_parser(), ["--config", str(config)], env)
+        with_config(_parser()._actions, ["--config", str(config)], env)
     assert message in str(caught.value).replace(str(tmp_path) + "/", "")
 
 
 def test_a_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"cannot read --config '.*nope.toml': No such file"):
-        with_config(_parser(), [f"--config={tmp_path / 'nope.toml'}"], {})
+        with_config(_parser()._actions, [f"--config={tmp_path / 'nope.toml'}"], {})
 
 
 def test_help_is_not_held_up_by_a_bad_environment() -> None:
     args = ["--help"]
-    assert with_config(_parser(), args, {"PURELINK_RETAIN_BYTES": "1X"}) == args
+    assert with_config(_parser()._actions, args, {"PURELINK_RETAIN_BYTES": "1X"}) == args
 
 
 def test_unknown_purelink_variables_are_left_alone() -> None:

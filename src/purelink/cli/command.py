@@ -74,6 +74,10 @@ class _Parser(argparse.ArgumentParser):
         fail(message)
         raise SystemExit(2)
 
+    def actions(self) -> list[argparse.Action]:
+        """Every argument the parser takes, as argparse holds it (config.py walks them)."""
+        return list(self._actions)
+
 
 # --- demo and bench ---
 
@@ -93,7 +97,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # --- the parser ---
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         description="Ship records to durable storage and learn exactly which are stored.",
@@ -149,11 +153,12 @@ def _connect_error(text: str) -> str:
     return f"cannot reach the listener: {text}" if text else "cannot reach the listener"
 
 
-def _verb(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The sub-parser of the verb `name`."""
-    for action in parser._actions:
+def _verb(parser: _Parser, name: str) -> _Parser:
+    """The sub-parser of the verb `name` (argparse makes it of the parser's class)."""
+    for action in parser.actions():
         if isinstance(action, argparse._SubParsersAction):
-            sub: argparse.ArgumentParser = action.choices[name]
+            sub = action.choices[name]
+            assert isinstance(sub, _Parser)
             return sub
     raise LookupError(name)
 
@@ -164,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:  # its options from the environment and --config too
         try:
-            argv[1:] = with_config(_verb(parser, "serve"), argv[1:], os.environ)
+            argv[1:] = with_config(_verb(parser, "serve").actions(), argv[1:], os.environ)
         except UsageError as exc:
             fail(str(exc))
             return 2

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .common import UsageError
@@ -67,14 +67,15 @@ def env_name(option: str) -> str:
 
 
 def with_config(
-    parser: argparse.ArgumentParser, args: Sequence[str], environ: Mapping[str, str]
+    actions: Iterable[argparse.Action], args: Sequence[str], environ: Mapping[str, str]
 ) -> list[str]:
     """`args` (a verb's arguments, after its name) with the values of the
     --config file and of the environment put before them, as `--name=value`
-    (see the module).  UsageError for a bad file, key or value, naming it."""
+    (see the module); `actions` are the verb's parser's.  UsageError for a bad
+    file, key or value, naming it."""
     if "-h" in args or "--help" in args:
         return list(args)
-    options = _options(parser)
+    options = _options(actions)
     chosen: dict[str, tuple[_Option, str | None]] = {}
     path = _config_path(args, environ)
     if path is not None:
@@ -86,10 +87,10 @@ def with_config(
     return [*before, *args]
 
 
-def _options(parser: argparse.ArgumentParser) -> dict[str, _Option]:
-    """The parser's options that take one value or none, by name (its long flag)."""
+def _options(actions: Iterable[argparse.Action]) -> dict[str, _Option]:
+    """The options that take one value or none, by name (their long flag)."""
     found: dict[str, _Option] = {}
-    for action in parser._actions:
+    for action in actions:
         longs = [o for o in action.option_strings if o.startswith("--")]
         if not longs or action.nargs not in (None, 0):
             continue
