@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .. import ConnectError, Error, __version__
-from .args import int_at_least
+from .args import int_at_least, size_at_least
 from .bench import cmd_bench
 from .common import (
     PROG,
@@ -42,6 +43,7 @@ from .common import (
     fail,
     silence_stdout,
 )
+from .config import with_config
 from .read import (
     add_read_arguments,
     add_streams_arguments,
@@ -72,6 +74,10 @@ class _Parser(argparse.ArgumentParser):
         fail(message)
         raise SystemExit(2)
 
+    def actions(self) -> list[argparse.Action]:
+        """Every argument the parser takes, as argparse holds it (config.py walks them)."""
+        return list(self._actions)
+
 
 # --- demo and bench ---
 
@@ -91,7 +97,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # --- the parser ---
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         description="Ship records to durable storage and learn exactly which are stored.",
@@ -125,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("demo", "the main job in one command, with a summary", _cmd_demo)
     p.add_argument("--records", type=int_at_least(1), default=1_000_000, metavar="N")
     p.add_argument(
-        "--size", type=int_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
+        "--size", type=size_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
     )
 
     p = verb("bench", "run the benchmark suite (options after one NAME go to it)", cmd_bench)
@@ -148,9 +154,26 @@ def _connect_error(text: str) -> str:
     return f"cannot reach the listener: {text}" if text else "cannot reach the listener"
 
 
+def _verb(parser: _Parser, name: str) -> _Parser:
+    """The sub-parser of the verb `name` (argparse makes it of the parser's class)."""
+    for action in parser.actions():
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[name]
+            assert isinstance(sub, _Parser)
+            return sub
+    raise LookupError(name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its options from the environment and --config too
+        try:
+            argv[1:] = with_config(_verb(parser, "serve").actions(), argv[1:], os.environ)
+        except UsageError as exc:
+            fail(str(exc))
+            return 2
     args, extra = parser.parse_known_args(argv)
     if args.command == "bench":  # a benchmark's own options pass through
         args.options = extra

@@ -94,7 +94,7 @@ def add_tail_arguments(p: argparse.ArgumentParser) -> None:
         "--reconnect",
         type=seconds,
         default=0.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="if the connection breaks, resume where it stopped, trying for this long",
     )
 
@@ -107,7 +107,7 @@ def add_key_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=10.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="bounds each connect, and without --follow the wait for the first answer (10)",
     )
 

@@ -311,7 +311,7 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=10.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="give up (exit 1) after this long without an answer at connect, "
         "or without progress while records wait to be stored (10)",
     )

@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING
 from .. import _address
 from ..listener.limits import INTEGER_LIMITS, LIMITS
 from . import logs
-from .args import bind_address, data_dir, int_at_least, seconds
+from .args import (
+    DURATION_HELP,
+    SIZE_HELP,
+    bind_address,
+    data_dir,
+    int_at_least,
+    seconds,
+    size,
+    size_at_least,
+)
 from .common import (
     PROG,
     UsageError,
@@ -46,7 +55,19 @@ log = logging.getLogger("purelink.serve")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    """serve's options (README: Command line; the limits: docs/security.md)."""
+    """serve's options (README: Command line; the limits: docs/security.md).
+    Each can also come from the environment or a --config file (config.py)."""
+    p.epilog = (
+        "Every option can also be set in the environment, PURELINK_ + its name in capitals "
+        "with - as _ (PURELINK_RETAIN_BYTES=1G), or in the TOML file --config names "
+        '(retain-bytes = "1G"); a flag wins over the environment, the environment over '
+        f"the file. {SIZE_HELP[0].upper()}{SIZE_HELP[1:]}; {DURATION_HELP}."
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read options from this TOML file, its keys the options' names (docs/deploy.md)",
+    )
     _add_addresses(p)
     _add_security(p)
     _add_store(p)
@@ -103,29 +124,33 @@ def _add_store(p: argparse.ArgumentParser) -> None:
         "--min-free",
         type=_min_free,
         default="1%",
-        metavar="BYTES|P%",
+        metavar="SIZE|P%",
         help="keep this much free on the data directory's file systems: below it a "
         "stream there stores nothing more (its links wait) until there is room (default 1%%)",
     )
     p.add_argument(
         "--segment-bytes",
-        type=int_at_least(*INTEGER_LIMITS["segment_bytes"]),
+        type=size_at_least(*INTEGER_LIMITS["segment_bytes"]),
         default=64 << 20,
-        metavar="N",
-        help="roll to a new segment file past N bytes (default 64 MiB)",
+        metavar="SIZE",
+        help="roll to a new segment file past this size (default 64M)",
     )
     p.add_argument(
         "--retain-bytes",
-        type=int_at_least(*INTEGER_LIMITS["retain_bytes"]),
-        metavar="N",
-        help="remove the oldest segments of a stream past N bytes (default: keep all)",
+        type=size_at_least(*INTEGER_LIMITS["retain_bytes"]),
+        metavar="SIZE",
+        help="remove the oldest segments of a stream past this size, e.g. 10G (default: keep all)",
     )
     p.add_argument(
         "--retain-age",
         type=seconds,
-        metavar="SECONDS",
-        help="remove segments whose last record is older than this (default: keep all)",
+        metavar="DURATION",
+        help="remove segments whose last record is older than this, e.g. 7d (default: keep all)",
     )
+
+
+_SIZES = {"--max-record": "16M", "--max-reorder": "4M", "--max-memory": "1G"}
+"""The limits that are sizes, and their defaults as --help shows them."""
 
 
 def _add_limits(p: argparse.ArgumentParser) -> None:
@@ -136,7 +161,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     for flag, default, text in (
         ("--max-links", 100_000, "most links open at once"),
         ("--max-streams", 10_000, "most streams in the store"),
-        ("--max-record", 16 << 20, "largest record accepted, bytes, at most 16 MiB"),
+        ("--max-record", 16 << 20, "largest record accepted, at most 16M"),
         ("--max-reorder", 4 << 20, "bytes held out of order per link"),
         ("--max-memory", 1 << 30, "bytes held out of order across all links"),
         ("--max-connections", 10_000, "TCP connections open at once"),
@@ -144,12 +169,13 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         ("--replicas", 3, "with --data nats://: copies JetStream keeps of each stream"),
     ):
         low, high = INTEGER_LIMITS[flag.removeprefix("--").replace("-", "_")]
+        is_size = flag in _SIZES
         p.add_argument(
             flag,
-            type=int_at_least(low, high),
+            type=(size_at_least if is_size else int_at_least)(low, high),
             default=default,
-            metavar="N",
-            help=f"{text} ({default})",
+            metavar="SIZE" if is_size else "N",
+            help=f"{text} ({_SIZES.get(flag, default)})",
         )
     rate = LIMITS["handshake_rate"]
     p.add_argument(
@@ -163,8 +189,8 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         "--read-timeout",
         type=seconds,
         default=10.0,
-        metavar="SECONDS",
-        help="a TCP connection's time to finish a frame, or to open a session (10)",
+        metavar="DURATION",
+        help="a TCP connection's time to finish a frame, or to open a session (10s)",
     )
 
 
@@ -239,15 +265,16 @@ def _check(args: argparse.Namespace) -> KeyTable | None:
     return keys
 
 
-def _min_free(text: str) -> str:
-    """--min-free: BYTES or P% (checked as the listener will)."""
+def _min_free(text: str) -> int | str:
+    """--min-free: a size (bytes) or P% (checked as the listener will)."""
     from ..listener.config import parse_min_free  # noqa: PLC0415 -- see the imports
 
+    value: int | str = text if text.strip().endswith("%") else size(text)
     try:
-        parse_min_free(text)
+        parse_min_free(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).replace("min_free", "--min-free")) from None
-    return text
+    return value
 
 
 def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
