@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import subscribe
 from .args import (
     add_from,
+    add_stream,
     data_dir,
     int_at_least,
     require_store,
     seconds,
-    stream_type,
     url_type,
 )
 from .common import PROG, UsageError, client_secret
@@ -36,6 +36,15 @@ __all__ = [
 ]
 
 
+def add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        choices=("lines", "json"),
+        default="lines",
+        help="lines = each payload and a newline (default); json = one object per record",
+    )
+
+
 def add_read_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
@@ -44,19 +53,19 @@ def add_read_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR|nats://...",
         help="store directory, or a NATS JetStream cluster",
     )
-    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_stream(p)
     add_from(p)
     p.add_argument("--to", type=int_at_least(1), metavar="M", help="last position (inclusive)")
     p.add_argument("--follow", action="store_true", help="keep printing new records")
-    p.add_argument("--format", choices=("lines", "json"), default="lines")
+    add_format(p)
 
 
 def add_tail_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", type=url_type, metavar="URL", help="the listener's tcp://HOST:PORT")
-    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_stream(p)
     add_from(p)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
-    p.add_argument("--format", choices=("lines", "json"), default="lines")
+    add_format(p)
     p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
     p.add_argument("--key-id", metavar="ID", help="the key's id in the listener's --keys-file")
     p.add_argument(

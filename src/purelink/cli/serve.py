@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from .. import _address
+from .. import Error, _address
 from ..listener.limits import INTEGER_LIMITS, LIMITS
 from .args import bind_address, data_dir, int_at_least, seconds
 from .common import (
@@ -93,7 +93,14 @@ def _add_security(p: argparse.ArgumentParser) -> None:
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     """How a data directory is written: syncs, segments, retention."""
-    p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
+    p.add_argument(
+        "--sync",
+        choices=("batch", "always", "none"),
+        default="batch",
+        help="when a record counts as stored: batch = after the fsync of each drain's "
+        "writes (default), always = an fsync per batch, none = once written (no fsync: "
+        "a power cut may lose what was told stored)",
+    )
     p.add_argument(
         "--min-free",
         type=_min_free,
@@ -185,7 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
     sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
     if crashed is not None:
-        fail(f"serve: the listener stopped serving: {crashed!r}")
+        fail(f"the listener stopped serving: {crashed!r}", f"{PROG} serve")
         return 1
     return 0
 
@@ -199,7 +206,7 @@ def _check(args: argparse.Namespace) -> KeyTable | None:
         from .. import metrics  # noqa: PLC0415 -- see the imports
 
         if not metrics.available():
-            raise UsageError(f"--metrics needs prometheus-client: {metrics.INSTALL}")
+            raise Error(f"--metrics needs prometheus-client: {metrics.INSTALL}")
     keys = read_keys(args)
     if keys is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
