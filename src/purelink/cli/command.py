@@ -19,11 +19,11 @@ Exit codes, for every verb (the README's command line):
       a demo stopped by SIGTERM or SIGHUP exits 143 or 129, cleaned up.
 
 Every failure is ONE line on stderr, `purelink VERB: error: what went wrong:
-why` (common.fail), never a usage dump and never a traceback.  A closed stdout (`purelink read ... | head`) exits 0
-quietly.  This module holds the parser, `demo` and the exit codes; each other
-verb lives in a module of its own with its options: serve.py, send.py,
-read.py (read, tail, streams), bench.py; the argument types they share
-are in args.py.
+why` (common.fail), never a usage dump and never a traceback.  A closed
+stdout (`purelink read ... | head`) exits 0 quietly.  This module holds the
+parser, `demo` and the exit codes; each other verb lives in a module of its
+own with its options: serve.py, send.py, read.py (read, tail, streams),
+bench.py; the argument types they share are in args.py.
 """
 
 from __future__ import annotations
