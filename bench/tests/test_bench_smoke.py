@@ -140,7 +140,7 @@ def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
     )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("purelink: error: "), result.stderr
+    assert len(lines) == 1 and lines[0].startswith("purelink bench: error: "), result.stderr
     assert "bench/" in lines[0]
 
 

@@ -8,7 +8,16 @@ application at all: it is dropped and counted (docs/security.md).
 
 from __future__ import annotations
 
-__all__ = ["Closed", "ConnectError", "Error", "Fenced", "Full", "LinkError", "ProtocolError"]
+__all__ = [
+    "Closed",
+    "ConnectError",
+    "Error",
+    "Fenced",
+    "Full",
+    "LinkError",
+    "ProtocolError",
+    "os_reason",
+]
 
 
 class Error(Exception):
@@ -53,3 +62,10 @@ class ProtocolError(Error):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+def os_reason(exc: OSError) -> str:
+    """What an OS error says, for people: "connection refused", not
+    "[Errno 111] Connection refused" (the same words whoever reports it)."""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return text[:1].lower() + text[1:]

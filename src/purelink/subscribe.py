@@ -58,7 +58,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _address
-from .errors import ConnectError, Error, ProtocolError
+from .errors import ConnectError, Error, ProtocolError, os_reason
 from .protocol.tail import TailDecoder, encode_request
 
 __all__ = ["RECEIVE_SIZE", "Subscription", "subscribe"]
@@ -190,7 +190,7 @@ class Subscription:
             family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
             sock = socket.socket(family, socket.SOCK_STREAM)
         except OSError as exc:
-            raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
+            raise ConnectError(f"cannot subscribe at {self.url}: {os_reason(exc)}") from None
         try:
             sock.settimeout(self._timeout)
             sock.connect(sockaddr)
@@ -200,7 +200,7 @@ class Subscription:
             sock.settimeout(None if self._follow else self._timeout)
         except OSError as exc:
             sock.close()
-            raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
+            raise ConnectError(f"cannot subscribe at {self.url}: {os_reason(exc)}") from None
         self._sock = sock
         self._fresh = True
         if self._closed.is_set():  # closed meanwhile, from another thread: its
@@ -365,7 +365,10 @@ class Subscription:
         except ProtocolError as exc:
             if exc.reason == "refused":
                 raise Error(str(exc).removeprefix("refused: ")) from None
-            if first and self._sealed is None and exc.reason != "bad_checksum":
+            # first bytes that are neither a listener's frame nor its plaintext refusal
+            sealed_foreign = ("bad_frame", "unauthenticated")
+            foreign = exc.reason in sealed_foreign if self._sealed else exc.reason != "bad_checksum"
+            if first and foreign:
                 raise ConnectError(  # its first bytes: neither a batch nor a word
                     f"cannot subscribe at {self.url}: it answered what no "
                     f"purelink listener sends{FOREIGN}",

@@ -31,7 +31,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
 # --- bad arguments: one line, exit 2, no traceback, for every verb ---
 
 BAD_ARGUMENTS = [
-    [],
     ["nope"],
     ["--bogus"],
     ["serve"],
@@ -77,7 +76,7 @@ BAD_ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize("args", BAD_ARGUMENTS, ids=lambda a: " ".join(a)[:60] or "(none)")
+@pytest.mark.parametrize("args", BAD_ARGUMENTS, ids=lambda a: " ".join(a)[:60])
 def test_bad_arguments_give_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
     assert_one_line_error(run(*(a.replace("{tmp}", str(tmp_path)) for a in args)), 2)
 

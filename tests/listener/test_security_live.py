@@ -609,5 +609,5 @@ def test_cli_limits_are_checked(
         cli.main(["serve", "--data", str(tmp_path), flag, value])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("purelink: error: ") and flag in err[0]
+    assert len(err) == 1 and err[0].startswith("purelink serve: error: ") and flag in err[0]
     assert not any(tmp_path.iterdir())

@@ -29,6 +29,7 @@ from .common import UsageError
 __all__ = [
     "MAX_POSITION",
     "add_from",
+    "add_stream",
     "bind_address",
     "data_dir",
     "duration",
@@ -83,6 +84,16 @@ def producer_type(text: str) -> str:
 
 MAX_POSITION = (1 << 64) - 1
 """The largest position there can be (a u64 on the wire and in the store)."""
+
+
+def add_stream(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--stream",
+        required=True,
+        type=stream_type,
+        metavar="S",
+        help="the stream: 1-200 characters of A-Z a-z 0-9 . _ -, not starting with '.'",
+    )
 
 
 def add_from(p: argparse.ArgumentParser) -> None:

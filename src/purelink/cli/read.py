@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 from .. import subscribe
 from .args import (
     add_from,
+    add_stream,
     data_dir,
     int_at_least,
     require_store,
     seconds,
-    stream_type,
     url_type,
 )
 from .common import PROG, UsageError, client_secret
@@ -53,7 +53,7 @@ def add_read_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR|nats://...",
         help="store directory, or a NATS JetStream cluster",
     )
-    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_stream(p)
     add_from(p)
     add_to(p)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
@@ -84,7 +84,7 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_tail_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", type=url_type, metavar="URL", help="the listener's tcp://HOST:PORT")
-    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_stream(p)
     add_from(p)
     add_to(p)
     p.add_argument("--follow", action="store_true", help="keep printing new records")

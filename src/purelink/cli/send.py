@@ -44,7 +44,7 @@ from types import FrameType
 from typing import IO, Final
 
 from .. import Error, Full, Link, connect
-from .args import producer_type, seconds, stream_type, url_type
+from .args import add_stream, producer_type, seconds, url_type
 from .common import PROG, UsageError, client_secret
 from .progress import Progress
 
@@ -297,7 +297,7 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
         help="udp://HOST:PORT or tcp://HOST:PORT; several listeners, comma-separated, "
         "are tried in order (failover)",
     )
-    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_stream(p)
     p.add_argument(
         "--producer",
         type=producer_type,

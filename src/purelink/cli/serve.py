@@ -22,7 +22,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from .. import _address
+from .. import Error, _address
 from ..listener.limits import INTEGER_LIMITS, LIMITS
 from . import logs
 from .args import (
@@ -119,7 +119,14 @@ def _add_security(p: argparse.ArgumentParser) -> None:
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     """How a data directory is written: syncs, segments, retention."""
-    p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
+    p.add_argument(
+        "--sync",
+        choices=("batch", "always", "none"),
+        default="batch",
+        help="when a record counts as stored: batch = after the fsync of each drain's "
+        "writes (default), always = an fsync per batch, none = once written (no fsync: "
+        "a power cut may lose what was told stored)",
+    )
     p.add_argument(
         "--min-free",
         type=_min_free,
@@ -253,7 +260,7 @@ def _check(args: argparse.Namespace) -> KeyTable | None:
         from .. import metrics  # noqa: PLC0415 -- see the imports
 
         if not metrics.available():
-            raise UsageError(f"--metrics needs prometheus-client: {metrics.INSTALL}")
+            raise Error(f"--metrics needs prometheus-client: {metrics.INSTALL}")
     keys = read_keys(args)
     if keys is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):

@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from .. import _address
-from ..errors import Closed, ConnectError, Error, Fenced, Full, LinkError
+from ..errors import Closed, ConnectError, Error, Fenced, Full, LinkError, os_reason
 from ..primitives.parker import Parker
 from ..primitives.wakeup import Wakeup
 from ..protocol.congestion import NAMES as CONGESTION
@@ -162,11 +162,12 @@ class Link(LinkThread):
                 if len(self._targets) > 1:
                     log.info("link %s: cannot reach %s://%s:%d: %s", url, scheme, host, port, exc)
                 error = exc
-                self._refused_by[at] = (exc.strerror or str(exc)).lower()
+                self._refused_by[at] = os_reason(exc).lower()
                 continue
             self._at = at
             return transport
-        raise ConnectError(f"cannot reach {url}: {error}")
+        assert error is not None  # there is at least one target
+        raise ConnectError(f"cannot reach {url}: {os_reason(error)}")
 
     # ------------------------------------------------------------ the API
     def queue(self, record: bytes, seq: int | None = None) -> int:
