@@ -10,6 +10,7 @@ import socket
 
 __all__ = [
     "addresses",
+    "connect_tcp",
     "expand",
     "format_hostport",
     "is_loopback",
@@ -141,3 +142,27 @@ def expand(targets: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
             host, port, socket.SOCK_STREAM if scheme == "tcp" else socket.SOCK_DGRAM
         )
     ]
+
+
+def connect_tcp(host: str, port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to the first of `addresses(host)` that accepts one (each
+    given `timeout`), left with that timeout; the last failure's OSError if none
+    does."""
+    error: OSError | None = None
+    for address in addresses(host, port, socket.SOCK_STREAM):
+        try:
+            family, sockaddr = resolve(address, port, socket.SOCK_STREAM)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            error = exc
+            continue
+        try:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    assert error is not None  # addresses() is never empty
+    raise error

@@ -66,3 +66,15 @@ def test_addresses() -> None:
         ("udp", "::1", 7),
         ("tcp", "127.0.0.2", 8),
     ]
+
+
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback here")
+def test_subscribing_at_localhost_finds_a_listener_on_ipv6_only(tmp_path: Path) -> None:
+    with purelink.Listener(tmp_path / "data", udp="[::1]:0", tcp="[::1]:0") as lst:
+        assert lst.udp_address is not None and lst.tcp_address is not None
+        with purelink.connect(f"udp://localhost:{lst.udp_address[1]}", stream="s") as link:
+            link.queue(b"back")
+            assert link.wait_stored(timeout=10)
+        url = f"tcp://localhost:{lst.tcp_address[1]}"
+        with purelink.subscribe(url, "s", follow=False, timeout=5) as sub:
+            assert [record for _, record in sub] == [b"back"]
