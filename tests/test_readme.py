@@ -67,6 +67,7 @@ def test_a_readme_example_runs_as_written(tmp_path: Path, line: int, code: str) 
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert done.returncode == 0, f"README.md:{line}\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr, done.stderr
