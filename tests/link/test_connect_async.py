@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import purelink
+import purelink.link.transport
 from purelink.store.store import Store
 
 
@@ -166,4 +167,52 @@ def test_leaving_async_with_waits_for_stored_without_holding_the_loop(tmp_path: 
     ticks, took = asyncio.run(main())
     assert took >= 0.6
     assert ticks >= 25, ticks  # the loop ran through the close's wait
+    assert link_threads() == []
+
+
+def test_a_build_cancelled_in_the_executor_is_closed_once_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A URL that names its host is built in the loop's executor (the lookup may
+    block): cancelled meanwhile, the link built there is closed when it is done."""
+    looked_up = threading.Event()
+    release = threading.Event()
+    built: list[str] = []
+
+    def slow_lookup(host: str, port: int, kind: int = socket.SOCK_DGRAM) -> list[str]:
+        looked_up.set()
+        assert release.wait(10)
+        built.append(host)
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(purelink._address, "addresses", slow_lookup)
+    closed: list[bool] = []
+    real_close = purelink.link.transport.UdpTransport.close
+
+    def close(self: purelink.link.transport.UdpTransport) -> None:
+        real_close(self)
+        closed.append(True)
+
+    monkeypatch.setattr(purelink.link.transport.UdpTransport, "close", close)
+
+    async def main() -> None:
+        fds = open_fds()
+        ticker = Ticker()
+        attempt = asyncio.ensure_future(purelink.connect_async("udp://slow.example:9", stream="s"))
+        while not looked_up.is_set():
+            await asyncio.sleep(0.01)
+            assert ticker.ticks < 500
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+        release.set()  # the build goes on in the executor, and ends: its socket is closed
+        for _ in range(1_000):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        assert built and closed, "the build finished, and what it built was closed"
+        assert open_fds() <= fds
+        ticker.stop()
+
+    asyncio.run(main())
     assert link_threads() == []
