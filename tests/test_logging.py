@@ -369,7 +369,7 @@ def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) 
 def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
     log, handler = _logged_to(_url(listener), "structlog")
     structlog.configure(
-        processors=[structlog.stdlib.add_log_level, structlog.stdlib.render_to_log_kwargs],
+        processors=[structlog.stdlib.render_to_log_kwargs],  # as docs/logging.md
         logger_factory=lambda *args: log,
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
@@ -381,6 +381,8 @@ def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
     (record,) = _stored(handler, 10, listener.path, "structlog")
     assert record["message"] == "paid"
     assert (record["order"], record["request"], record["level"]) == (7, "r-1", "INFO")
+    # the fields docs/logging.md's sample shows, and nothing more (no extra.level)
+    assert set(record) == {"time", "level", "logger", "message", "thread", "order", "request"}
 
 
 def test_loguru_sends_through_it(listener: purelink.Listener) -> None:

@@ -186,14 +186,11 @@ class Subscription:
                 self._secret,
             )
             self._sealed = SealedReader(init, time.monotonic)
-        try:
-            family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
-            sock = socket.socket(family, socket.SOCK_STREAM)
+        try:  # localhost, or a name with several addresses: the first that accepts
+            sock = _address.connect_tcp(host, port, self._timeout)
         except OSError as exc:
             raise ConnectError(f"cannot subscribe at {self.url}: {os_reason(exc)}") from None
         try:
-            sock.settimeout(self._timeout)
-            sock.connect(sockaddr)
             sock.sendall(request)
             # a listener answers a request that does not follow at once (records
             # or END): only a follower's reply may be silent for long (FOREIGN)

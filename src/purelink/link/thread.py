@@ -25,6 +25,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from .._address import format_hostport
 from ..errors import ConnectError, Error, Fenced, LinkError
 from ..primitives.parker import Parker
 from ..primitives.wakeup import Wakeup
@@ -122,6 +123,8 @@ class LinkThread:
     _error: Error | None
     _stop: bool
     _closing: bool
+    _ended: bool
+    _pin: bool
     _stored: int
     _told: int
     _taken: int
@@ -182,6 +185,8 @@ class LinkThread:
             self._error = LinkError(f"the link thread crashed: {exc!r}")
             self._set_limits()
             self._connected.set()
+        finally:
+            self._ended = True  # what an asyncio close or connect waits for
             self._parker.unpark()
 
     def _loop(self) -> None:
@@ -379,7 +384,7 @@ class LinkThread:
         try:
             new = self._make_transport(scheme, host, port)
         except OSError as exc:  # e.g. no route to it: the next one, next time
-            log.info("link %s: cannot reach %s:%d: %s", self.url, host, port, exc)
+            log.info("link %s: cannot reach %s: %s", self.url, format_hostport(host, port), exc)
             self._trying_since = now  # the next one, FAILOVER_AFTER from now
             if not self._connected.is_set():  # once connected, listeners may restart
                 self._refused((exc.strerror or str(exc)).lower())
@@ -392,7 +397,8 @@ class LinkThread:
         self._trying_since = 0.0
         self._sending_since = 0.0
         self._failovers += 1
-        log.info("link %s: no answer; trying %s://%s:%d", self.url, scheme, host, port)
+        where = format_hostport(host, port)
+        log.info("link %s: no answer; trying %s://%s", self.url, scheme, where)
         self._sender.reset_session(now, "failover")
 
     def _refused(self, why: str, permanent: bool = False) -> None:
@@ -410,10 +416,11 @@ class LinkThread:
             message = why
         else:
             said = "; ".join(
-                f"{scheme}://{host}:{port}: {self._refused_by[k]}"
+                f"{scheme}://{format_hostport(host, port)}: {self._refused_by[k]}"
                 for k, (scheme, host, port) in enumerate(self._targets)
             )
-            message = f"every listener refused ({said})"
+            whom = "every address" if self._pin else "every listener"
+            message = f"{whom} refused ({said})"
         permanent = len(self._refused_for_good) == len(self._targets)
         self._error = ConnectError(message, permanent=permanent)
         self._stop = True
@@ -459,6 +466,36 @@ class LinkThread:
             self._sender.reset_session(now, "broken")
         return now
 
+    def _on_connected(self, ev: events.Connected) -> bool:
+        """A handshake succeeded: the first (the link is connected now: its seqs
+        start after what the listener has stored), or a reconnection; returns
+        whether `stored` advanced."""
+        self._refused_by.clear()  # counted only on the way to a first connection
+        self._refused_for_good.clear()
+        if self._held:
+            self._held = ""
+            log.warning("link %s: the listener is storing again", self.url)
+        self._max_record = min(ev.max_record, MAX_RECORD)
+        self._small = min(SMALL, self._max_record + 1)
+        if not self._connected.is_set():
+            self._gens = ()
+            self._new_ring(ev.stored + 1, len(self._slots[0]))
+            self._new_grant(ev.stored + 1, ev.stored + 1 + min(self._capacity, len(self._slots[0])))
+            self._stored = self._told = self._taken = ev.stored
+            self._set_limits()
+            if self._pin:  # one listener, several addresses: this one answered
+                self._targets = [self._targets[self._at]]
+                self._at = 0
+            self._connected.set()
+            self._parker.unpark()  # an asyncio connect waits on the parker
+            return False
+        if ev.stored > self._stored:
+            self._stored = ev.stored
+            self._bytes_out = self._sender.stored_bytes
+            self._set_limits()
+            return True
+        return False
+
     def _handle_events(self) -> None:
         sender = self._sender
         advanced = False
@@ -476,27 +513,7 @@ class LinkThread:
                     held_reason(ev.reason, self.stream),
                 )
             elif isinstance(ev, events.Connected):
-                self._refused_by.clear()  # counted only on the way to a first connection
-                self._refused_for_good.clear()
-                if self._held:
-                    self._held = ""
-                    log.warning("link %s: the listener is storing again", self.url)
-                self._max_record = min(ev.max_record, MAX_RECORD)
-                self._small = min(SMALL, self._max_record + 1)
-                if not self._connected.is_set():
-                    self._gens = ()
-                    self._new_ring(ev.stored + 1, len(self._slots[0]))
-                    self._new_grant(
-                        ev.stored + 1, ev.stored + 1 + min(self._capacity, len(self._slots[0]))
-                    )
-                    self._stored = self._told = self._taken = ev.stored
-                    self._set_limits()
-                    self._connected.set()
-                elif ev.stored > self._stored:
-                    self._stored = ev.stored
-                    self._bytes_out = sender.stored_bytes
-                    self._set_limits()
-                    advanced = True
+                advanced = self._on_connected(ev) or advanced
             elif isinstance(ev, events.Reconnecting):
                 self._trying_since = 0.0
                 self._transport.reset()
