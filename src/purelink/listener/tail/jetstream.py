@@ -166,7 +166,9 @@ class _JetStreamTailReader:
             if self._feed is not None:
                 self._source.store.submit(self._feed.close(wait=True))
 
-    def _take(self, out: Out, seq: int, headers: dict[str, str], part: bytes) -> None:
+    def _take(
+        self, out: Out, seq: int, headers: dict[str, str], part: bytes, _: float | None
+    ) -> None:
         """Send what message `seq` holds past the position wanted next."""
         if seq < self._next_seq:
             return  # delivered twice (a consumer made again)
