@@ -13,6 +13,7 @@ import base64
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 
 from .. import subscribe
 from .args import (
@@ -25,6 +26,7 @@ from .args import (
     url_type,
 )
 from .common import PROG, UsageError, client_secret
+from .when import add_since, format_time
 
 __all__ = [
     "add_read_arguments",
@@ -47,6 +49,7 @@ def add_read_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", required=True, type=stream_type, metavar="S")
     add_from(p)
     p.add_argument("--to", type=int_at_least(1), metavar="M", help="last position (inclusive)")
+    add_since(p, until=True)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
 
@@ -55,6 +58,7 @@ def add_tail_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", type=url_type, metavar="URL", help="the listener's tcp://HOST:PORT")
     p.add_argument("--stream", required=True, type=stream_type, metavar="S")
     add_from(p)
+    add_since(p, until=False)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     p.add_argument("--format", choices=("lines", "json"), default="lines")
     p.add_argument("--secret-file", metavar="F", help="the secret (of the key --key-id names)")
@@ -98,9 +102,16 @@ def cmd_read(args: argparse.Namespace) -> int:
 
     if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
+    _check_times(args)
     store = open_reader(str(require_store(args.data)))
     stream = args.stream
     stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
+    if args.since is not None:  # found by seeking (docs/store.md): a position from here on
+        args.start = store.position_at(stream, args.since)
+        if args.start > store.last(stream) and not args.follow:
+            return 0
+    if args.until is not None:
+        stop = store.position_at(stream, args.until)
     out = sys.stdout.buffer
     write = out.write
     # Default start: the first record retained; with --follow on an empty (or
@@ -117,6 +128,16 @@ def cmd_read(args: argparse.Namespace) -> int:
     _print_records(write, records, args.format)
     out.flush()
     return 0
+
+
+def _check_times(args: argparse.Namespace) -> None:
+    """--since/--until do what --from/--to do, by time: one or the other."""
+    if args.since is not None and args.start is not None:
+        raise UsageError("give --from or --since, not both")
+    if args.until is not None and args.to is not None:
+        raise UsageError("give --to or --until, not both")
+    if args.since is not None and args.until is not None and args.until < args.since:
+        raise UsageError("--until is before --since")
 
 
 def _flushing(
@@ -148,6 +169,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
     """Print a stream's records read from a listener over TCP (subscribe.py):
     from --from (default: the first retained), and with --follow, for ever."""
     secret = client_secret(args)
+    if args.since is not None and args.start is not None:
+        raise UsageError("give --from or --since, not both")
+    since = None if args.since is None else datetime.fromtimestamp(args.since, UTC)
     try:
         subscription = subscribe(
             args.url,
@@ -159,6 +183,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             reconnect=args.reconnect,
             on_held=_say_held(args.stream),
+            since=since,
         )
     except ValueError as exc:  # not a tcp:// URL
         raise UsageError(str(exc)) from None
@@ -197,8 +222,14 @@ def cmd_streams(args: argparse.Namespace) -> int:
     store = Store(str(directory))
     infos = [store.stream_info(name) for name in store.streams()]
     rows = [(i.name, i.first, i.last, i.records, i.bytes) for i in infos]
-    header = ("stream", "first", "last", "records", "bytes")
-    cells = [header, *[(r[0], *(str(n) for n in r[1:])) for r in rows]]
+    header = ("stream", "first", "last", "records", "bytes", "last stored")
+    cells = [
+        header,
+        *[
+            (r[0], *(str(n) for n in r[1:]), format_time(i.last_time))
+            for r, i in zip(rows, infos, strict=True)
+        ],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         left = row[0].ljust(widths[0])

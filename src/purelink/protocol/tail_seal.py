@@ -61,10 +61,10 @@ _MAX_FRAME: Final = CHUNK + OVERHEAD + 1024
 
 
 def encode_sealed_request(
-    stream: str, start: int, follow: bool, key_id: str, secret: bytes
+    stream: str, start: int, follow: bool, key_id: str, secret: bytes, since: bool = False
 ) -> tuple[bytes, Initiator]:
     """The request's bytes and the exchange they open. ValueError for bad arguments."""
-    init = Initiator(key_id, secret, encode_request(stream, start, follow))
+    init = Initiator(key_id, secret, encode_request(stream, start, follow, since))
     body = _FIXED.pack(PREAMBLE, len(init.message), FLAG_SEALED, 0) + init.message
     return body + _U32.pack(crc32c(body)), init
 

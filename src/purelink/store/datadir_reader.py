@@ -180,7 +180,8 @@ class DataDirReader:
         segments = self._segments(stream)
         if not segments:
             return 1
-        return seek_time(stream, [(s.base, s.path) for s in segments], math.ceil(when * 1000), end)
+        ms = math.ceil(when * 1000 - 1e-6)  # a time given in whole ms stays that ms
+        return seek_time(stream, [(s.base, s.path) for s in segments], ms, end)
 
     def last_time(self, stream: str) -> float | None:
         """When the newest batch of the stream was stored (Unix seconds; None

@@ -37,6 +37,7 @@ from pathlib import Path
 from ...errors import Error
 from ...primitives.parker import Parker
 from ...store.datadir import DataDir
+from ...store.datadir_reader import DataDirReader
 from ...store.log import StreamLog, walk_batches
 from .out import Out
 from .source import Refused
@@ -62,6 +63,7 @@ class FileTailSource:
 
     def __init__(self, data: DataDir, *, sync: str) -> None:
         self.data = data
+        self._reader = DataDirReader(data.path)
         self.stored: Callable[[StreamLog], int]
         self.parker_of: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -75,6 +77,9 @@ class FileTailSource:
         except KeyError:
             return None
         return _FileReader(self, stream_log, stream, start, follow)
+
+    def position_at(self, stream: str, when: float) -> int:
+        return self._reader.position_at(stream, when)  # the writer's segment table
 
     def wake(self) -> None:
         for name in self.data.streams():

@@ -78,6 +78,9 @@ class JetStreamTailSource:
             self._readers.add(reader)
         return reader
 
+    def position_at(self, stream: str, when: float) -> int:
+        return self.store.position_at(stream, when)
+
     def forget(self, reader: _JetStreamTailReader) -> None:
         with self._lock:
             self._readers.discard(reader)

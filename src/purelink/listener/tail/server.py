@@ -414,7 +414,10 @@ class TailServer:
                 resp, channel = respond(hs, e_i, time.monotonic())
                 sock.sendall(resp)
                 out = _SealedOut(self._sent, sock, channel)
-            self._stream(out, request.stream, request.start, request.follow)
+            start = request.start
+            if request.since:  # a time: the subscriber's thread seeks to it
+                start = self._source.position_at(request.stream, start / 1000)
+            self._stream(out, request.stream, start, request.follow)
         except ProtocolError as exc:
             self._refuse(out, _bad_request(exc))
         except _Refused as exc:

@@ -78,6 +78,11 @@ class TailSource(Protocol):
         None while the stream does not exist.  Raises Refused (below retained)."""
         ...
 
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record of `stream` stored at or after `when`
+        (Unix seconds), by seeking; purelink.Error if that cannot be told."""
+        ...
+
     def wake(self) -> None:
         """Unpark every parked reader (the server is closing)."""
         ...
