@@ -170,7 +170,7 @@ class _JetStreamTailReader:
                 self._source.store.submit(self._feed.close(wait=True))
 
     def _take(
-        self, out: Out, seq: int, headers: dict[str, str], part: bytes, _: float | None
+        self, out: Out, seq: int, headers: dict[str, str], part: bytes, _: float | None = None
     ) -> None:
         """Send what message `seq` holds past the position wanted next."""
         if seq < self._next_seq:
