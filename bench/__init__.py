@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, str] = {
     "paths": "goodput through emulated lossy, reordering, dark and small-MTU paths (root)",
     "handshake": "seconds from connect to OPEN through loss both ways, in virtual time",
     "jetstream": "200,000 x 61 B into a 3-node R3 JetStream cluster: purelink beside nats-py",
+    "since": "where since=T starts in a stream of many segments: seek vs read from 1",
 }
 """Every benchmark by name, in the order the whole suite runs them."""
 

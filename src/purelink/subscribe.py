@@ -49,6 +49,7 @@ back to the listener's subscription thread, never to the listener's writers.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import threading
 import time
@@ -58,6 +59,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _address
+from ._when import When, unix_seconds
 from .errors import ConnectError, Error, ProtocolError, os_reason
 from .protocol.tail import TailDecoder, encode_request
 
@@ -88,6 +90,7 @@ def subscribe(
     timeout: float = 10.0,
     reconnect: float = 0.0,
     on_held: Callable[[str | None], None] | None = None,
+    since: When | None = None,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
     from position `start`; iterate the result for (position, payload).
@@ -106,6 +109,11 @@ def subscribe(
     listener restarts) -- and with None once it stores again; `held` is the
     same, as a property.  Only a follower is told.
 
+    `since`: instead of `start`, begin at the first record stored at or after
+    a time -- a `datetime` (no zone: UTC) or seconds ago -- which the listener
+    finds by seeking (docs/store.md).  A listener that keeps no times refuses
+    it (iterating raises `purelink.Error`).
+
     Raises ValueError for a bad URL, stream name, start or reconnect, and
     ConnectError if the listener cannot be reached within `timeout` seconds
     (within `reconnect` seconds, if that is given); iterating raises it if the
@@ -123,7 +131,13 @@ def subscribe(
     encode_request(stream, start, follow)  # checks name and start
     # 1 is the beginning, which the request says as 0: "the first retained"
     begin = 0 if start == 1 else start
+    since_ms = None
+    if since is not None:
+        if start not in (0, 1):
+            raise ValueError("give start or since, not both")
+        since_ms = max(0, math.ceil(unix_seconds(since) * 1000 - 1e-6))
     sub = Subscription(url, stream, begin, follow, secret, timeout, reconnect, key_id or "")
+    sub._since_ms = since_ms
     sub.on_held = on_held
     sub._first_connect()
     return sub
@@ -168,22 +182,22 @@ class Subscription:
         self._backoff = BACKOFF_FIRST
         self._resumed_at = 0.0
         self._decoder = TailDecoder(start)
+        self._since_ms: int | None = None  # ask by time until a first record came
         self._records = chain.from_iterable(self._receive())  # C-level, per record
 
     def _connect(self) -> None:
         """Connect and send the request for the records from next_position."""
         _, host, port = _address.parse_url(self.url)
+        start, since = self._decoder.next_position, False
+        if start == 0 and self._since_ms is not None:
+            start, since = self._since_ms, True
         if self._secret is None:
-            request = encode_request(self.stream, self._decoder.next_position, self._follow)
+            request = encode_request(self.stream, start, self._follow, since)
         else:  # the request is an INIT; the reply comes sealed (protocol/tail_seal.py)
             from .protocol.tail_seal import SealedReader, encode_sealed_request  # noqa: PLC0415
 
             request, init = encode_sealed_request(
-                self.stream,
-                self._decoder.next_position,
-                self._follow,
-                self._key_id,
-                self._secret,
+                self.stream, start, self._follow, self._key_id, self._secret, since
             )
             self._sealed = SealedReader(init, time.monotonic)
         try:  # localhost, or a name with several addresses: the first that accepts

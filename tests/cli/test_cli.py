@@ -219,10 +219,11 @@ def test_send_from_a_file_appends_and_streams_lists_it(server: Server, tmp_path:
     table = run("streams", "--data", str(server.data))
     assert table.returncode == 0, table.stderr
     rows = [line.split() for line in table.stdout.decode().splitlines()]
-    assert rows[0] == ["stream", "first", "last", "records", "bytes"]
+    assert rows[0] == ["stream", "first", "last", "records", "bytes", "last", "stored"]
     by_name = {row[0]: row[1:] for row in rows[1:]}
     assert set(by_name) == {"file-test", "other"}
-    first, last, records, size = map(int, by_name["file-test"])
+    first, last, records, size = map(int, by_name["file-test"][:4])
+    assert by_name["file-test"][4].endswith("Z")  # the last stored time, ISO-8601 UTC
     assert (first, last, records) == (1, 2000, 2000)
     assert size >= 2 * (source.stat().st_size - 1000)  # at least the payload bytes
 
@@ -239,7 +240,15 @@ def test_read_unknown_stream_is_empty_and_exit_0_said_on_stderr(tmp_path: Path) 
 def test_streams_of_an_empty_store_is_the_header(tmp_path: Path) -> None:
     out = run("streams", "--data", str(tmp_path))
     assert out.returncode == 0
-    assert out.stdout.split() == [b"stream", b"first", b"last", b"records", b"bytes"]
+    assert out.stdout.split() == [
+        b"stream",
+        b"first",
+        b"last",
+        b"records",
+        b"bytes",
+        b"last",
+        b"stored",
+    ]
 
 
 def test_read_follow_prints_new_records_until_sigint(server: Server) -> None:

@@ -99,7 +99,10 @@ def test_request_round_trip_and_checks() -> None:
         decode_request(bytes(bad))
     with pytest.raises(ProtocolError, match="truncated"):
         decode_request(raw[:-1])
-    for flags in (0x02, 0x40, 0x7E):  # a bit the listener does not know is not ignored
+    since = decode_request(encode_request("o", 1_700_000_000_123, True, since=True))
+    assert (since.start, since.follow, since.since) == (1_700_000_000_123, True, True)
+    assert not request.since
+    for flags in (0x04, 0x40, 0x7C):  # a bit the listener does not know is not ignored
         body = struct.pack("<8sQBB", PREAMBLE, 1, flags, 1) + b"s"
         with pytest.raises(ProtocolError, match="bad_flags"):
             decode_request(body + struct.pack("<I", crc32c(body)))
@@ -116,7 +119,9 @@ def test_request_with_a_secret() -> None:
     raw, _ = encode_sealed_request("s", 1, False, "app", key)
     assert request_size(raw) == len(raw)
     request, *_ = open_sealed_request(raw, keys, 0.0)
-    assert request == ("s", 1, False, False)  # not a listing
+    assert request == ("s", 1, False, False, False)  # not a listing, not a time
+    raw, _ = encode_sealed_request("s", 1_700_000_000_000, False, "app", key, since=True)
+    assert open_sealed_request(raw, keys, 0.0)[0] == ("s", 1_700_000_000_000, False, False, True)
     with pytest.raises(ProtocolError, match="unauthenticated"):
         open_sealed_request(encode_request("s", 1, False), keys, 0.0)  # plaintext
     with pytest.raises(ProtocolError, match="bad_secret"):

@@ -13,8 +13,12 @@ gives the text and a record that is not text is never mistaken for one.
 `record_object` builds it; a record's stored time, where a store keeps one,
 goes in there too (its `time` argument) -- the one place for it.
 
+`read` gives each record its stored time, `"time": "2026-01-02T03:04:05.678Z"`
+(ISO-8601 UTC to the ms), left out for a record stored without one (a store
+written before times were kept) and by `tail` (a subscription carries no times).
+
 A stream in `--format json` is one object per line too: `{"stream", "first",
-"last", "records", "bytes"}`, the table's columns (`stream_object`).
+"last", "records", "bytes", "last_time"}`, the table's columns (`stream_object`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from .when import format_time
+
 if TYPE_CHECKING:  # the store is imported by the verbs that read one (command.py)
     from ..store.reader import StreamInfo
 
@@ -32,6 +38,7 @@ __all__ = [
     "STREAM_FORMATS",
     "print_records",
     "print_streams",
+    "print_timed_records",
     "record_object",
     "stream_object",
 ]
@@ -69,6 +76,17 @@ def print_records(
         write(line.encode("utf-8") + b"\n")
 
 
+def print_timed_records(
+    write: Callable[[bytes], object], records: Iterable[tuple[int, float | None, bytes]]
+) -> None:
+    """`json` with each record's stored time (`read`: Store.read_timed)."""
+    dumps = json.dumps
+    for position, when, payload in records:
+        stamp = None if when is None else format_time(when)
+        line = dumps(record_object(position, payload, stamp), ensure_ascii=False)
+        write(line.encode("utf-8") + b"\n")
+
+
 def stream_object(info: StreamInfo) -> dict[str, object]:
     """One stream as `streams --format json` prints it."""
     return {
@@ -77,6 +95,7 @@ def stream_object(info: StreamInfo) -> dict[str, object]:
         "last": info.last,
         "records": info.records,
         "bytes": info.bytes,
+        "last_time": None if info.last_time is None else format_time(info.last_time),
     }
 
 
@@ -86,8 +105,11 @@ def print_streams(write: Callable[[str], object], infos: Sequence[StreamInfo], f
         for info in infos:
             write(json.dumps(stream_object(info)) + "\n")
         return
-    header = ("stream", "first", "last", "records", "bytes")
-    rows = [(i.name, str(i.first), str(i.last), str(i.records), str(i.bytes)) for i in infos]
+    header = ("stream", "first", "last", "records", "bytes", "last stored")
+    rows = [
+        (i.name, str(i.first), str(i.last), str(i.records), str(i.bytes), format_time(i.last_time))
+        for i in infos
+    ]
     cells = [header, *rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:

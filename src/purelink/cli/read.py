@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypeVar
 
 from .. import subscribe
 from .args import (
@@ -30,10 +31,17 @@ from .args import (
     url_type,
 )
 from .common import PROG, UsageError, client_secret
-from .output import RECORD_FORMATS, STREAM_FORMATS, print_records, print_streams
+from .output import (
+    RECORD_FORMATS,
+    STREAM_FORMATS,
+    print_records,
+    print_streams,
+    print_timed_records,
+)
 
 if TYPE_CHECKING:  # the store is imported by the verbs that read one (command.py)
     from ..store.reader import StreamInfo
+from .when import add_since
 
 __all__ = [
     "add_read_arguments",
@@ -43,6 +51,8 @@ __all__ = [
     "cmd_streams",
     "cmd_tail",
 ]
+
+_Item = TypeVar("_Item")
 
 
 def add_read_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +66,7 @@ def add_read_arguments(p: argparse.ArgumentParser) -> None:
     add_stream(p)
     add_from(p)
     add_to(p)
+    add_since(p, until=True)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     add_output_arguments(p)
 
@@ -87,6 +98,7 @@ def add_tail_arguments(p: argparse.ArgumentParser) -> None:
     add_stream(p)
     add_from(p)
     add_to(p)
+    add_since(p, until=False)
     p.add_argument("--follow", action="store_true", help="keep printing new records")
     add_output_arguments(p)
     add_key_arguments(p)
@@ -143,6 +155,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 
     if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
+    _check_times(args)
     store = open_reader(str(require_store(args.data)))
     stream = args.stream
     first = store.first(stream)
@@ -150,19 +163,37 @@ def cmd_read(args: argparse.Namespace) -> int:
     if missing and _no_stream("read", stream, f"in {args.data}", args.must_exist, args.follow):
         return 1
     stop = None if args.to is None else args.to + 1  # Store.read's stop is exclusive
+    if args.since is not None:  # found by seeking (docs/store.md): a position from here on
+        args.start = store.position_at(stream, args.since)
+        if args.start > store.last(stream) and not args.follow:
+            return 0
+    if args.until is not None:
+        stop = store.position_at(stream, args.until)
     out = sys.stdout.buffer
     # Default start: the first record retained; with --follow on an empty (or
     # unknown) stream, the next record to come.
     start: int = args.start or first or (store.last(stream) + 1 if args.follow else 0)
     if not start:
         return 0
-    if args.follow and isinstance(store, DataDirReader):  # inotify (store/follow.py), flushing
-        records = follow_records(store, stream, start, stop, on_wait=out.flush)
+    if args.format == "json":  # with each record's stored time
+        if args.follow and isinstance(store, DataDirReader):
+            timed = follow_records(
+                store, stream, start, stop, on_wait=out.flush, read=store.read_timed
+            )
+        elif args.follow:
+            timed = _flushing(store.read_timed(stream, start, stop, follow=True), out.flush)
+        else:
+            timed = store.read_timed(stream, start, stop)
+        print_timed_records(out.write, timed)
+    elif args.follow and isinstance(store, DataDirReader):  # inotify (store/follow.py), flushing
+        print_records(
+            out.write, follow_records(store, stream, start, stop, on_wait=out.flush), "lines"
+        )
     elif args.follow:  # a JetStream cluster: each record as it comes
         records = _flushing(store.read(stream, start=start, stop=stop, follow=True), out.flush)
+        print_records(out.write, records, "lines")
     else:
-        records = store.read(stream, start=start, stop=stop)
-    print_records(out.write, records, args.format)
+        print_records(out.write, store.read(stream, start=start, stop=stop), "lines")
     out.flush()
     return 0
 
@@ -175,9 +206,17 @@ def _no_stream(verb: str, stream: str, where: str, must_exist: bool, follow: boo
     return must_exist
 
 
-def _flushing(
-    records: Iterable[tuple[int, bytes]], flush: Callable[[], object]
-) -> Iterator[tuple[int, bytes]]:
+def _check_times(args: argparse.Namespace) -> None:
+    """--since/--until do what --from/--to do, by time: one or the other."""
+    if args.since is not None and args.start is not None:
+        raise UsageError("give --from or --since, not both")
+    if args.until is not None and args.to is not None:
+        raise UsageError("give --to or --until, not both")
+    if args.since is not None and args.until is not None and args.until < args.since:
+        raise UsageError("--until is before --since")
+
+
+def _flushing(records: Iterable[_Item], flush: Callable[[], object]) -> Iterator[_Item]:
     """The records, with `flush()` after each (what follows a store that gives no
     signal before it waits)."""
     for record in records:
@@ -195,6 +234,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     where = f"at {args.url}"
     if args.follow and args.must_exist and not _remote_exists(args, secret):
         return int(_no_stream("tail", args.stream, where, True, True))
+    since = None if args.since is None else datetime.fromtimestamp(args.since, UTC)
     try:
         subscription = subscribe(
             args.url,
@@ -206,6 +246,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             reconnect=args.reconnect,
             on_held=_say_held(args.stream),
+            since=since,
         )
     except ValueError as exc:  # not a tcp:// URL
         raise UsageError(str(exc)) from None

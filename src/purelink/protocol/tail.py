@@ -21,6 +21,8 @@ Request, client to listener, little-endian, sent once:
     u8   flags        0x01 follow: wait for more instead of ending;
                       0x02 list: the listener's streams, not a stream's records
                       (tail_list.py: start 0, no name, no follow);
+                      0x04 since: `start` is a time, milliseconds since the Unix epoch:
+                           start at the first record stored at or after it;
                       0x40 sealed (tail_seal.py); any other bit: refused (bad_flags)
     u8   n            length of the stream name
     n    name         the stream (the README's naming rule)
@@ -67,6 +69,7 @@ __all__ = [
     "FLAG_FOLLOW",
     "FLAG_LIST",
     "FLAG_SEALED",
+    "FLAG_SINCE",
     "MAX_INIT",
     "MAX_ITEM",
     "MAX_TEXT",
@@ -88,6 +91,8 @@ PREAMBLE: Final = b"PLTAIL01"
 FLAG_FOLLOW: Final = 0x01
 FLAG_LIST: Final = 0x02
 """The request asks for the listener's streams (tail_list.py)."""
+FLAG_SINCE: Final = 0x04
+"""`start` holds a time (ms since the Unix epoch), not a position."""
 FLAG_SEALED: Final = 0x40
 """The request is an INIT (tail_seal.py): the reply comes encrypted."""
 MAX_INIT: Final = 1024
@@ -117,19 +122,23 @@ class Request(NamedTuple):
     stream: str
     """The stream ("" in a listing)."""
     start: int
+    """The first position wanted (0: the first retained), or with `since` a time."""
     follow: bool
     listing: bool = False
     """A listing: the listener's streams (FLAG_LIST), not a stream's records."""
+    since: bool = False
+    """`start` is a time: milliseconds since the Unix epoch."""
 
 
-def encode_request(stream: str, start: int, follow: bool) -> bytes:
-    """The request's bytes. Raises ValueError for a bad name or start."""
+def encode_request(stream: str, start: int, follow: bool, since: bool = False) -> bytes:
+    """The request's bytes (with `since`, `start` is a time in ms since the Unix
+    epoch). Raises ValueError for a bad name or start."""
     name = validate_stream_name(stream).encode("ascii")
     if not 0 <= start <= _MAX_SEQ:
-        raise ValueError(
-            f"start must be a position, 1 to {_MAX_SEQ} (or 0: the first retained), not {start}"
-        )
-    body = _FIXED.pack(PREAMBLE, start, FLAG_FOLLOW if follow else 0, len(name)) + name
+        what = "a time, ms since the Unix epoch," if since else "a position,"
+        raise ValueError(f"start must be {what} 0 to {_MAX_SEQ}, not {start}")
+    flags = (FLAG_FOLLOW if follow else 0) | (FLAG_SINCE if since else 0)
+    body = _FIXED.pack(PREAMBLE, start, flags, len(name)) + name
     return body + _U32.pack(crc32c(body))
 
 
@@ -161,7 +170,7 @@ def decode_request(data: bytes) -> Request:
     end = _FIXED.size + n
     if crc32c(data[:end]) != _U32.unpack_from(data, end)[0]:
         raise ProtocolError("bad_checksum", "request")
-    if flags & ~(FLAG_FOLLOW | FLAG_LIST):  # a bit this listener does not know: not ignored
+    if flags & ~(FLAG_FOLLOW | FLAG_LIST | FLAG_SINCE):  # a bit this listener does not know
         raise ProtocolError("bad_flags", f"flags {flags:#04x}")
     if flags & FLAG_LIST:
         if flags != FLAG_LIST or start or n:
@@ -173,7 +182,7 @@ def decode_request(data: bytes) -> Request:
         raise ProtocolError("bad_name", str(exc)) from None
     if start < 0:  # pragma: no cover - a u64 cannot be negative
         raise ProtocolError("bad_start", f"start {start}")
-    return Request(stream, start, bool(flags & FLAG_FOLLOW))
+    return Request(stream, start, bool(flags & FLAG_FOLLOW), since=bool(flags & FLAG_SINCE))
 
 
 def encode_control(kind: int, text: str | bytes = "") -> bytes:

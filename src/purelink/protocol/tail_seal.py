@@ -62,10 +62,10 @@ _MAX_FRAME: Final = CHUNK + OVERHEAD + 1024
 
 
 def encode_sealed_request(
-    stream: str, start: int, follow: bool, key_id: str, secret: bytes
+    stream: str, start: int, follow: bool, key_id: str, secret: bytes, since: bool = False
 ) -> tuple[bytes, Initiator]:
     """The request's bytes and the exchange they open. ValueError for bad arguments."""
-    return seal_request(encode_request(stream, start, follow), key_id, secret)
+    return seal_request(encode_request(stream, start, follow, since), key_id, secret)
 
 
 def seal_request(plain: bytes, key_id: str, secret: bytes) -> tuple[bytes, Initiator]:

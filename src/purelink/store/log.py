@@ -40,6 +40,7 @@ import contextlib
 import os
 import struct
 import threading
+import time
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -51,8 +52,9 @@ from purelink.primitives.parker import Parker
 from purelink.protocol.wire import BATCH_HEADER, BatchHeader, position_bytes
 
 from .epochs import EpochsFile
-from .format import EPOCHS_FILE, ProducerState
+from .format import EPOCHS_FILE, ProducerState, segment_name
 from .segment import SegmentWriter, list_segments, recover, write_summary
+from .times import TimesWriter, last_ms, recover_times
 
 __all__ = ["INDEX_EVERY", "IOV_MAX", "BatchIndex", "ProducerState", "StreamLog", "walk_batches"]
 
@@ -197,8 +199,17 @@ class StreamLog:
     listener's); `sync` may be called from any thread at any time.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], name: str, *, segment_bytes: int) -> None:
-        """Open (and recover) the stream in `folder`, which must exist."""
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        name: str,
+        *,
+        segment_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Open (and recover) the stream in `folder`, which must exist.  `clock`
+        (Unix seconds) stamps each chunk of batches with its stored time
+        (times.py)."""
         if segment_bytes < 1:
             raise ValueError("segment_bytes must be positive")
         self.name = name
@@ -214,10 +225,17 @@ class StreamLog:
         self._first, self._active, self._last = recover(self.folder, name, self.producers)
         self._synced = self._last
         self._synced_size = self._active.size  # the active segment's bytes known durable
+        self._clock = clock
+        try:
+            self._times = self._recover_times()
+        except BaseException:
+            self._active.close()
+            raise
         try:
             self._epochs = EpochsFile(self.folder / EPOCHS_FILE)
         except BaseException:
             self._active.close()
+            self._times.close()
             raise
         owners = self._epochs.owners
         for producer, epoch in self._epochs.epochs.items():
@@ -248,6 +266,20 @@ class StreamLog:
 
     def __repr__(self) -> str:
         return f"<StreamLog {self.name!r} last={self._last} synced={self._synced}>"
+
+    def _recover_times(self) -> TimesWriter:
+        """The active segment's times file, cut to the batches recovery kept;
+        times go on from the newest one stamped (the closed segment's if none)."""
+        active = self._active
+        before = 0
+        if active.base > self._first:
+            segments = list_segments(self.folder)
+            older = [path for base, path in segments if base < active.base]
+            before = last_ms(older[-1]) if older else 0
+        try:
+            return recover_times(active.path, self._last, active.size, before)
+        except OSError as exc:
+            raise Error(f"stream {self.name!r}: cannot open times of {active.path}: {exc}") from exc
 
     @property
     def last_position(self) -> int:
@@ -321,9 +353,15 @@ class StreamLog:
     ) -> None:
         """Write one chunk of batches, then publish it (index, producers, last)."""
         offset = seg.size
+        times = self._times
+        try:
+            mark = times.stamp(self._last + 1, offset, self._clock())
+        except OSError as exc:  # the time goes first: nothing of the chunk is written
+            raise Error(f"stream {self.name!r}: writing {times.path} failed: {exc}") from exc
         try:
             seg.write(iov, total)
         except OSError as exc:
+            times.cut(mark)
             if os.fstat(seg.fd).st_size > seg.size:  # could not cut the partial write back
                 self._failed = exc
             raise Error(f"stream {self.name!r}: writing {seg.path} failed: {exc}") from exc
@@ -344,16 +382,26 @@ class StreamLog:
         with self._lock:
             old = self._active
             try:
+                self._times.sync()
                 os.fdatasync(old.fd)
             except OSError as exc:
                 self._failed = exc
                 raise Error(f"stream {self.name!r}: fdatasync of {old.path} failed: {exc}") from exc
             self._synced = self._last
             self._synced_size = old.size
+            try:  # the times file first: the segment's creation makes both names durable
+                times = TimesWriter.open(
+                    self.folder / segment_name(base), 0, self._times.last_ms, new=True
+                )
+            except OSError as exc:
+                raise Error(f"stream {self.name!r}: cannot create a times file: {exc}") from exc
             try:
                 new = SegmentWriter.create(self.folder, base)
             except OSError as exc:
+                times.close()
                 raise Error(f"stream {self.name!r}: cannot create a segment: {exc}") from exc
+            self._times.close()
+            self._times = times
             # the summary speeds up the next open, and retention keeps the newest
             # removed one as the producers' state; recovery scans without it
             with contextlib.suppress(OSError):
@@ -434,6 +482,7 @@ class StreamLog:
                 active = self._active
                 size = active.size  # with `last`: what this sync makes durable
                 try:
+                    self._times.sync()  # a durable batch has a durable time
                     os.fdatasync(active.fd)
                 except OSError as exc:
                     self._failed = exc
@@ -509,6 +558,7 @@ class StreamLog:
                 return
             self._closed = True
             self._active.close()
+            self._times.close()
             self._epochs.close()
         self.parker.unpark()  # followers in this process move on to watching the files
         self.synced_parker.unpark()

@@ -67,6 +67,7 @@ from purelink.primitives.grace import GraceDomain
 from .format import SEGMENT_SUFFIX, SUMMARY_SUFFIX, decode_summary, parse_segment_name
 from .log import StreamLog
 from .segment import fsync_dir
+from .times import times_path
 
 __all__ = [
     "Retention",
@@ -258,6 +259,8 @@ class Retention:
                 os.unlink(path)
             except FileNotFoundError:
                 continue
+            with contextlib.suppress(FileNotFoundError):  # its stored times go with it
+                os.unlink(times_path(path))
             self._segments_removed += 1
             self._bytes_removed += size
         keep = victims[-1][1].with_suffix(SUMMARY_SUFFIX)

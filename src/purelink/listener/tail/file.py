@@ -37,6 +37,7 @@ from pathlib import Path
 from ...errors import Error
 from ...primitives.parker import Parker
 from ...store.datadir import DataDir
+from ...store.datadir_reader import DataDirReader
 from ...store.log import StreamLog, walk_batches
 from ...store.reader import StreamInfo
 from .out import Out
@@ -63,6 +64,7 @@ class FileTailSource:
 
     def __init__(self, data: DataDir, *, sync: str) -> None:
         self.data = data
+        self._reader = DataDirReader(data.path)
         self.stored: Callable[[StreamLog], int]
         self.parker_of: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -84,6 +86,9 @@ class FileTailSource:
             if stream_log is not None:
                 infos.append(_info(stream_log, self.stored(stream_log)))
         return infos
+
+    def position_at(self, stream: str, when: float) -> int:
+        return self._reader.position_at(stream, when)  # the writer's segment table
 
     def wake(self) -> None:
         for name in self.data.streams():

@@ -411,7 +411,10 @@ class TailServer:
             if request.listing:  # the streams the key may read (all, without keys)
                 send_listing(out, self._source, self.keys, exchange and exchange[2])
             else:
-                self._stream(out, request.stream, request.start, request.follow)
+                start = request.start
+                if request.since:  # a time: the subscriber's thread seeks to it
+                    start = self._source.position_at(request.stream, start / 1000)
+                self._stream(out, request.stream, start, request.follow)
         except ProtocolError as exc:
             self._refuse(out, _bad_request(exc))
         except _Refused as exc:

@@ -84,6 +84,11 @@ class TailSource(Protocol):
         bytes (a listing, protocol/tail_list.py)."""
         ...
 
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record of `stream` stored at or after `when`
+        (Unix seconds), by seeking; purelink.Error if that cannot be told."""
+        ...
+
     def wake(self) -> None:
         """Unpark every parked reader (the server is closing)."""
         ...

@@ -36,7 +36,7 @@ from purelink.protocol.names import validate_stream_name
 
 from ..reader import StreamInfo
 from .client import NatsThread, NoAnswer, say
-from .feed import GIVE_UP, WAIT, Feed
+from .feed import GIVE_UP, WAIT, Feed, Message
 from .layout import (
     METADATA_KEY,
     STREAM_PREFIX,
@@ -224,7 +224,19 @@ class JetStreamReader:
         if info is None:
             return StreamInfo(stream, 0, 0, 0, 0)
         first, last = self.first(stream), self.last(stream)
-        return StreamInfo(stream, first, last, last - first + 1 if first else 0, info.state.bytes)
+        newest = (
+            self._call(lambda: self._get(stream_name(stream), info.state.last_seq))
+            if info.state.messages
+            else None
+        )
+        return StreamInfo(
+            stream,
+            first,
+            last,
+            last - first + 1 if first else 0,
+            info.state.bytes,
+            newest[3] if newest is not None else None,
+        )
 
     # ------------------------------------------------------------ reading
     def read(
@@ -233,10 +245,30 @@ class JetStreamReader:
         """(position, payload) from `start` (inclusive) to `stop` (exclusive;
         None = all stored when called), as the file store's `read`: `start` 0 or
         1 is the first record retained; a later start below it raises."""
+        return ((p, r) for p, _, r in self.read_timed(stream, start, stop, follow))
+
+    def read_timed(
+        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
+    ) -> Iterator[tuple[int, float | None, bytes]]:
+        """As `read`, with when each record was stored: the JetStream message's
+        own time (the cluster stamps every message it stores), Unix seconds."""
         if start < 0:
             raise ValueError(f"start must be >= 0, not {start}")
         validate_stream_name(stream)
         return self._read(stream, start, stop, follow)
+
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record stored at or after `when` (Unix
+        seconds): a binary search over the messages' own times, ~log2(messages)
+        gets; the position after the last record when none is that recent, 1
+        for an unknown stream."""
+        validate_stream_name(stream)
+        info = self._info(stream)
+        if info is None:
+            return 1
+        name, state = stream_name(stream), info.state
+        found = self._call(lambda: self._seek_time(name, state.first_seq, state.last_seq, when))
+        return found if found is not None else self.last(stream) + 1
 
     def locate(self, stream: str, start: int) -> tuple[int, int, int] | None:
         """Where a read from position `start` (0 or 1: the first retained) begins:
@@ -269,7 +301,7 @@ class JetStreamReader:
 
     def _read(
         self, stream: str, start: int, stop: int | None, follow: bool
-    ) -> Iterator[tuple[int, bytes]]:
+    ) -> Iterator[tuple[int, float | None, bytes]]:
         name = stream_name(stream)
         limit = stop if stop is not None else 1 << 64
         if limit <= start:
@@ -320,7 +352,7 @@ class JetStreamReader:
         limit: int,
         follow: bool,
         feeds: list[Feed],
-    ) -> Iterator[tuple[int, bytes]]:
+    ) -> Iterator[tuple[int, float | None, bytes]]:
         parts = BatchParts(stream)
         while position < limit:
             if seq <= end_seq:  # stored when the read began (or when it last looked)
@@ -335,12 +367,12 @@ class JetStreamReader:
                 if not msgs:
                     continue
                 end_seq = max(end_seq, msgs[-1][0])
-            for mseq, headers, part in msgs:
+            for mseq, headers, part, when in msgs:
                 if mseq < seq:
                     continue  # a feed made again may bring a message twice
                 seq = mseq + 1
                 position = yield from self._message_records(
-                    stream, mseq, headers, part, parts, position, limit
+                    stream, (mseq, headers, part, when), parts, position, limit
                 )
                 if position >= limit:
                     return
@@ -371,15 +403,14 @@ class JetStreamReader:
     def _message_records(
         self,
         stream: str,
-        mseq: int,
-        headers: dict[str, str],
-        part: bytes,
+        message: Message,
         parts: BatchParts,
         position: int,
         limit: int,
-    ) -> Generator[tuple[int, bytes], None, int]:
-        """Yield the records of message `mseq` from `position` (0: from the
+    ) -> Generator[tuple[int, float | None, bytes], None, int]:
+        """Yield the records of a message from `position` (0: from the
         first batch's) up to `limit`; return the position wanted next."""
+        mseq, headers, part, when = message
         if decode_marker(headers) is not None:
             return position  # an epoch marker holds no records
         h = self._headers(headers, mseq)
@@ -401,24 +432,25 @@ class JetStreamReader:
                 if p >= limit:
                     return position
                 if p >= position:
-                    yield p, record
+                    yield p, when, record
                     position = p + 1
         return position
 
     # ------------------------------------------------------------ on the loop
-    async def _get(self, name: str, seq: int) -> tuple[int, dict[str, str], bytes] | None:
+    async def _get(self, name: str, seq: int) -> Message | None:
         """The message at `seq` or the next one after it; None past the end."""
         nats = _nats_module()
         try:
             msg = await self._js.get_msg(name, seq, next=True)
         except nats.js.errors.NotFoundError:
             return None
-        return msg.seq, dict(msg.headers or {}), msg.data or b""
+        when = msg.time.timestamp() if msg.time is not None else None
+        return msg.seq, dict(msg.headers or {}), msg.data or b"", when
 
-    async def _fetch(self, name: str, lo: int, hi: int) -> list[tuple[int, dict[str, str], bytes]]:
+    async def _fetch(self, name: str, lo: int, hi: int) -> list[Message]:
         """Messages lo..hi in order (fewer where some were removed)."""
         got = await asyncio.gather(*(self._get(name, s) for s in range(lo, hi + 1)))
-        out: list[tuple[int, dict[str, str], bytes]] = []
+        out: list[Message] = []
         last = lo - 1
         for m in got:
             if m is not None and m[0] > last:  # `next` may return the same later message twice
@@ -445,6 +477,24 @@ class JetStreamReader:
                 return self._headers(m[1], seq).end
             seq -= 1
         return 1
+
+    async def _seek_time(self, name: str, lo: int, hi: int, when: float) -> int | None:
+        """The position of the first batch in a message stored at or after
+        `when`, by a binary search over the sequences lo..hi; None if none."""
+        first = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            m = await self._get(name, mid)
+            if m is None or m[0] > hi:
+                hi = mid - 1
+            elif m[3] is not None and m[3] >= when:
+                first, hi = m[0], mid - 1
+            else:
+                lo = m[0] + 1
+        if first is None:
+            return None
+        found = await self._batch_at_or_after(name, first)  # past epoch markers
+        return found[1].position if found is not None else None
 
     async def _seek(self, name: str, lo: int, hi: int, position: int) -> int:
         """The first sequence whose batch may hold `position` (the last batch
