@@ -146,7 +146,10 @@ class CoreHandshake(CoreSessions):
                 max_reorder=self.config.max_reorder,
                 max_record=self.config.max_record,
             )
-            producer.owner = self.store.epoch_owner(stream, pid)
+            # an anonymous producer's id is its link instance's: every epoch of it
+            # went to that link, whatever the store remembers (a segment's summary
+            # keeps an epoch handed out but never heard of, and no owner)
+            producer.owner = self.store.epoch_owner(stream, pid) or (pid if pid >> 63 else 0)
         except ValueError:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_STREAM)
             return None
