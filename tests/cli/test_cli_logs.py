@@ -120,7 +120,7 @@ def test_a_key_reload_is_logged_once(tmp_path: Path) -> None:
     assert code == 0, rest
     reloads = [r for r in json_lines(said + rest) if "reload" in r["message"]]
     assert len(reloads) == 1, said + rest
-    assert reloads[0]["message"] == "purelink: keys reloaded (2 keys); 0 sessions ended"
+    assert reloads[0]["message"] == "keys reloaded (2 keys); 0 sessions ended"
     assert (reloads[0]["keys"], reloads[0]["sessions_ended"]) == (2, 0)
 
 

@@ -292,7 +292,7 @@ class Listener:
             if self._thread is not None:
                 self._thread.join()
             if self._jetstream is not None and not self._jetstream.drain(CLOSE_DRAIN):
-                log.error("purelink: JetStream did not acknowledge everything before close")
+                log.error("JetStream did not acknowledge everything before close")
             if self._files is not None:  # its sync thread stops, every stream is synced
                 self._files.close()
         finally:
@@ -539,7 +539,7 @@ class Listener:
         if isinstance(core, SecureCore):
             ended = core.set_keys(keys, now)
             log.info(
-                "purelink: keys reloaded (%d key%s); %d sessions ended",
+                "keys reloaded (%d key%s); %d sessions ended",
                 len(keys),
                 "" if len(keys) == 1 else "s",
                 ended,

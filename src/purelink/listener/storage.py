@@ -219,7 +219,7 @@ class StorageDriver:
                 self.store_errors += len(writes)
                 self._fail(stream, final=False)
                 log.error(
-                    "purelink: stream %s is stopped: %s; its links wait, and a restart of "
+                    "stream %s is stopped: %s; its links wait, and a restart of "
                     "the listener recovers it from its files",
                     stream,
                     exc,
@@ -274,7 +274,7 @@ class StorageDriver:
                     del self.no_room[stream]
                     self._last_wait[stream] = (state.wait, now)
                     self.core.stream_resumed(stream)
-                    log.warning("purelink: stream %s has room again: storing", stream)
+                    log.warning("stream %s has room again: storing", stream)
                     self._held(stream)
                     continue
                 state.wait = min(state.wait * 2, _BACKOFF[1])
@@ -315,7 +315,7 @@ class StorageDriver:
                 self._low.add(device)
                 self._need[device] = need
                 log.warning(
-                    "purelink: %s bytes free, below the min-free mark (%s): its streams "
+                    "%s bytes free, below the min-free mark (%s): its streams "
                     "store nothing more until there is room",
                     f"{free:,}",
                     self.min_free,
@@ -362,7 +362,7 @@ class StorageDriver:
         self._held(stream)
         if exc is not None:
             log.warning(
-                "purelink: stream %s: no room on the disk (%s); its links wait, and it "
+                "stream %s: no room on the disk (%s); its links wait, and it "
                 "goes on once there is room",
                 stream,
                 exc,

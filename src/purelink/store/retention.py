@@ -227,7 +227,7 @@ class Retention:
             try:
                 self.run_once()
             except Exception:  # a disk error: log it, keep the listener serving
-                log.exception("purelink: retention pass failed")
+                log.exception("retention pass failed")
 
     # ---- one pass -------------------------------------------------------------------
 

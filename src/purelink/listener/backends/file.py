@@ -181,7 +181,7 @@ class FileBackend:
                 self._timed_sync(self.data.stream(name, create=False))
             except (OSError, Error) as exc:  # a failed log refuses: sync the others
                 if name not in self.failed and name not in self._sync_failed:  # said already
-                    log.error("purelink: stream %s was not synced at close: %s", name, exc)
+                    log.error("stream %s was not synced at close: %s", name, exc)
 
     # ------------------------------------------------------------ group commit
     def _timed_sync(self, log_: StreamLog) -> int:
@@ -220,7 +220,7 @@ class FileBackend:
                     if stream not in self._sync_failed:
                         self._sync_failed.add(stream)
                         log.error(
-                            "purelink: stream %s is stopped: %s; nothing written after "
+                            "stream %s is stopped: %s; nothing written after "
                             "position %d is told stored, its links wait, and a restart "
                             "of the listener recovers it from its files",
                             stream,

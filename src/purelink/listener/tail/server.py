@@ -424,7 +424,7 @@ class TailServer:
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
-            log.exception("purelink: subscription failed")
+            log.exception("subscription failed")
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
