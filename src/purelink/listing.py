@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from . import _address
-from .errors import ConnectError, Error, ProtocolError
+from .errors import ConnectError, Error, ProtocolError, os_reason
 from .protocol.tail import encode_list_request
 from .protocol.tail_list import ListDecoder
 from .store.reader import StreamInfo
@@ -75,23 +75,24 @@ def list_streams(
             except ProtocolError as exc:
                 raise _refusal(exc, url, first=first and sealed is None) from None
             first = False
-            infos.extend(StreamInfo(*item) for item in listed)
+            infos.extend(
+                StreamInfo(*item[:5], item.last_ms / 1000 if item.last_ms else None)
+                for item in listed
+            )
     return infos
 
 
 def _connect(url: str, host: str, port: int, request: bytes, timeout: float) -> socket.socket:
+    """Connect (each address of `host` in turn: `localhost` is 127.0.0.1 or ::1) and ask."""
     try:
-        family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = _address.connect_tcp(host, port, timeout)
     except OSError as exc:
-        raise ConnectError(f"cannot reach the listener at {url}: {exc}") from None
+        raise ConnectError(f"cannot reach the listener at {url}: {os_reason(exc)}") from None
     try:
-        sock.settimeout(timeout)
-        sock.connect(sockaddr)
         sock.sendall(request)
     except OSError as exc:
         sock.close()
-        raise ConnectError(f"cannot reach the listener at {url}: {exc}") from None
+        raise ConnectError(f"cannot reach the listener at {url}: {os_reason(exc)}") from None
     return sock
 
 
@@ -103,7 +104,7 @@ def _receive(sock: socket.socket, url: str, timeout: float) -> bytes:
             f"cannot reach the listener at {url}: no answer within {timeout:g} s{_FOREIGN}"
         ) from None
     except OSError as exc:
-        raise ConnectError(f"the listing from {url} broke: {exc}") from None
+        raise ConnectError(f"the listing from {url} broke: {os_reason(exc)}") from None
 
 
 def _refusal(exc: ProtocolError, url: str, *, first: bool) -> Error:

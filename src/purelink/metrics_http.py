@@ -97,6 +97,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = 10.0  # seconds a client may take to send its request: no thread held for ever
 
     def do_GET(self) -> None:
         self._reply(body=True)

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,8 @@ def test_send_then_read_both_formats_and_slices(server: Server) -> None:
     assert [r["position"] for r in rows] == [1, 2, 3, 4, 5]
     payloads = [r["payload"] for r in rows]  # UTF-8: as text
     assert payloads == ["alpha", "beta", "", "gamma\r", "last"]
-    assert out.stdout.splitlines()[0] == b'{"position": 1, "payload": "alpha"}'
+    assert list(rows[0]) == ["position", "time", "payload"]  # read says when it was stored
+    assert datetime.fromisoformat(rows[0]["time"]).tzinfo == UTC
 
     for args, want in [
         (["--from", "2", "--to", "3"], b"beta\n\n"),

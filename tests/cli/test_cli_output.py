@@ -13,6 +13,7 @@ import base64
 import json
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,11 @@ def test_json_gives_text_payloads_as_text_and_others_as_base64(server: Server) -
     data = str(server.data)
     for verb in (["read", "--data", data], ["tail", tcp_url(server)]):
         rows = json_lines(run(*verb, "--stream", "app-logs", "--format", "json"))
+        times = [r.pop("time", None) for r in rows]  # read says when each was stored
+        if verb[0] == "read":
+            assert all(datetime.fromisoformat(str(t)).tzinfo == UTC for t in times), times
+        else:  # a subscription carries no times
+            assert times == [None, None]
         assert rows == [
             {"position": 1, "payload": LOG_RECORDS[0].decode()},
             {"position": 2, "payload": LOG_RECORDS[1].decode()},
@@ -62,6 +68,8 @@ def test_json_gives_text_payloads_as_text_and_others_as_base64(server: Server) -
         assert [json.loads(str(r["payload"]))["level"] for r in rows] == ["info", "warn"]
 
         rows = json_lines(run(*verb, "--stream", "blobs", "--format", "json"))
+        for r in rows:
+            r.pop("time", None)
         assert [r["position"] for r in rows] == [1, 2, 3]
         assert [set(r) for r in rows] == [
             {"position", "payload_base64"},
@@ -83,7 +91,8 @@ def test_streams_table_and_json(server: Server) -> None:
     table = run("streams", "--data", data)
     assert table.returncode == 0, table.stderr
     cells = [row.split() for row in table.stdout.decode().splitlines()]
-    assert cells[0] == ["stream", "first", "last", "records", "bytes"]
+    assert cells[0] == ["stream", "first", "last", "records", "bytes", "last", "stored"]
+    assert all(datetime.fromisoformat(c[6]).tzinfo == UTC for c in cells[1:]), cells
     assert [c[:4] for c in cells[1:]] == [["app-logs", "1", "2", "2"], ["blobs", "1", "3", "3"]]
     # the same, asked of the listener over its TCP port
     url = tcp_url(server)

@@ -102,7 +102,9 @@ def test_since_on_a_store_without_times_fails_clearly(tmp_path: Path) -> None:
         path.unlink()  # as a purelink that kept no times left it
     out = run("read", "--data", str(tmp_path), "--stream", "s", "--since", "1h")
     assert out.returncode == 1
-    assert out.stderr.decode().startswith("purelink: error: stream 's': records before position")
+    assert out.stderr.decode().startswith(
+        "purelink read: error: stream 's': records before position"
+    )
     assert "stored without a time" in out.stderr.decode()
     assert run("read", "--data", str(tmp_path), "--stream", "s").stdout == b"old\n"
 

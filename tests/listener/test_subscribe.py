@@ -102,7 +102,7 @@ def test_request_round_trip_and_checks() -> None:
     since = decode_request(encode_request("o", 1_700_000_000_123, True, since=True))
     assert (since.start, since.follow, since.since) == (1_700_000_000_123, True, True)
     assert not request.since
-    for flags in (0x04, 0x40, 0x7C):  # a bit the listener does not know is not ignored
+    for flags in (0x08, 0x40, 0x7C):  # a bit the listener does not know is not ignored
         body = struct.pack("<8sQBB", PREAMBLE, 1, flags, 1) + b"s"
         with pytest.raises(ProtocolError, match="bad_flags"):
             decode_request(body + struct.pack("<I", crc32c(body)))

@@ -183,6 +183,28 @@ def test_a_torn_times_file_is_cut_on_open_and_times_go_on(tmp_path: Path) -> Non
         assert [t for _, t, _ in store.read_timed("s")][::3] == [T0 + 1, T0 + 2, T0 + 3, T0 + 4]
 
 
+def test_a_segment_whose_times_never_reached_the_disk_gets_a_late_time(tmp_path: Path) -> None:
+    """A power cut can keep a new segment's batches and lose its times file's
+    pages: recovery gives them the segment's last change (no earlier than any
+    was stored), so `since` may start early there, never miss a record."""
+    fill(tmp_path, [float(i) for i in range(20)])  # many segments of 300 bytes
+    segments = sorted(folder(tmp_path).glob("*.seg"))
+    active = segments[-1]
+    active.with_suffix(".times").write_bytes(b"")  # its entries never reached the disk
+    stored = datetime(2026, 1, 2, tzinfo=UTC).timestamp()
+    os.utime(active, (stored, stored))
+    with DataDir(tmp_path) as data:
+        assert data.stream("s").last_position == 60
+    with Store(tmp_path) as store:
+        timed = list(store.read_timed("s"))
+        base = int(active.stem)
+        assert {t for p, t, _ in timed if p >= base} == {stored}
+        assert all(t == T0 + (p - 1) // 3 for p, t, _ in timed if p < base)
+        assert store.position_at("s", T0 + 19) <= base  # seeks, early rather than late
+        since = datetime.fromtimestamp(stored, UTC)
+        assert [p for p, _ in store.read("s", since=since)] == list(range(base, 61))
+
+
 def test_times_of_batches_cut_as_a_torn_tail_are_cut_too(tmp_path: Path) -> None:
     clock = fill(tmp_path, [1, 2, 3], segment_bytes=1 << 20)
     segment = folder(tmp_path) / "00000000000000000001.seg"

@@ -157,7 +157,7 @@ def _from_file(path: str, options: Mapping[str, _Option]) -> Iterator[tuple[_Opt
             table = tomllib.load(file)
     except OSError as exc:
         raise UsageError(f"cannot read --config {path!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
     seen: dict[str, str] = {}
     for key, value in table.items():
@@ -198,7 +198,7 @@ def _checked(source: str, option: _Option, text: str) -> str:
     if callable(action.type):
         try:
             value = action.type(text)
-        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+        except (argparse.ArgumentTypeError, ValueError, TypeError, OverflowError) as exc:
             raise UsageError(f"{source}: {exc}") from None
     if action.choices is not None and value not in action.choices:
         choices = ", ".join(map(str, action.choices))

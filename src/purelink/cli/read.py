@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
@@ -84,7 +85,8 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
         choices=RECORD_FORMATS,
         default="lines",
         help="lines: each payload and a newline; json: one object per line "
-        '({"position", "payload"} when the payload is UTF-8, else "payload_base64")',
+        '({"position", "time" (read), "payload"} when the payload is UTF-8, else '
+        '"payload_base64")',
     )
     p.add_argument(
         "--must-exist",
@@ -137,7 +139,12 @@ def add_streams_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR|nats://...|tcp://...",
         help="store directory, a NATS JetStream cluster, or a listener's TCP address",
     )
-    p.add_argument("--format", choices=STREAM_FORMATS, default="table")
+    p.add_argument(
+        "--format",
+        choices=STREAM_FORMATS,
+        default="table",
+        help="table (default), or json: one object per stream and line",
+    )
     add_key_arguments(p)
 
 
@@ -214,6 +221,11 @@ def _check_times(args: argparse.Namespace) -> None:
         raise UsageError("give --to or --until, not both")
     if args.since is not None and args.until is not None and args.until < args.since:
         raise UsageError("--until is before --since")
+    if args.follow and args.until is not None and args.until > time.time():
+        raise UsageError(
+            "--until names a time to come: with --follow it must be past (a record's "
+            "time is known once it is stored; stop a follower with Ctrl-C or --to)"
+        )
 
 
 def _flushing(records: Iterable[_Item], flush: Callable[[], object]) -> Iterator[_Item]:

@@ -19,6 +19,7 @@ import logging
 import os
 import select
 import signal
+import textwrap
 import time
 from typing import TYPE_CHECKING
 
@@ -57,12 +58,13 @@ log = logging.getLogger("purelink.serve")
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """serve's options (README: Command line; the limits: docs/security.md).
     Each can also come from the environment or a --config file (config.py)."""
-    p.epilog = (
+    config = (
         "Every option can also be set in the environment, PURELINK_ + its name in capitals "
         "with - as _ (PURELINK_RETAIN_BYTES=1G), or in the TOML file --config names "
         '(retain-bytes = "1G"); a flag wins over the environment, the environment over '
         f"the file. {SIZE_HELP[0].upper()}{SIZE_HELP[1:]}; {DURATION_HELP}."
     )
+    p.epilog = "\n".join([*textwrap.wrap(config, 78), "", p.epilog or ""]).rstrip()
     p.add_argument(
         "--config",
         metavar="FILE",

@@ -19,9 +19,11 @@ __all__ = ["add_since", "format_time", "time_arg"]
 def time_arg(text: str) -> float:
     """argparse type: a time (Unix seconds) from a duration ago or an ISO-8601 time."""
     try:
-        return parse_time(text)
-    except (ValueError, OverflowError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        when = max(parse_time(text), 0.0)  # nothing was stored before 1970
+        datetime.fromtimestamp(when, UTC)  # a time the calendar has (not 10**14 days ago)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} ({exc})") from None
+    return when
 
 
 def add_since(p: argparse.ArgumentParser, *, until: bool) -> None:

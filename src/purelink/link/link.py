@@ -31,6 +31,7 @@ thread, and with several the bound holds up to one record per racing thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -374,12 +375,21 @@ class Link(LinkThread):
             return self._closed_again()
         target = self.queued
         limit = self._close_timeout if timeout is None else timeout
-        if self._error is None:
-            self._wakeup.mark_and_signal()
-            await self._wait_closing_async(target, limit)
-        ok = self._stored >= target
-        error = self._shut()
-        await self._parker.wait_async(lambda: self._ended or not self._thread.is_alive(), 5.0)
+        error: Error | None = None
+        try:
+            if self._error is None:
+                self._wakeup.mark_and_signal()
+                await self._wait_closing_async(target, limit)
+            ok = self._stored >= target
+            error = self._shut()
+            await self._parker.wait_async(lambda: self._ended or not self._thread.is_alive(), 5.0)
+        except BaseException:  # cancelled: close now, as close(timeout=0) would, and go on
+            error = error if self._closing else self._shut()
+            if self._thread.is_alive():
+                self._thread.join(5.0)  # told to stop: a moment
+            with contextlib.suppress(Error):
+                self._release(False, error, target, limit, 0.0)
+            raise
         if self._thread.is_alive():
             self._thread.join(5.0)  # past its loop: a moment, if anything
         return self._release(ok, error, target, limit, timeout)
@@ -686,8 +696,10 @@ async def _launch_async(link: Link) -> None:
         return
     error = link._error
     _halt(link)
-    await link._parker.wait_async(ended, 5.0)
-    _free(link)
+    try:
+        await link._parker.wait_async(ended, 5.0)
+    finally:  # cancelled meanwhile, too: the sockets go
+        _free(link)
     raise _connect_error(link, error)
 
 

@@ -21,6 +21,7 @@ item's body, little-endian:
     u64  bytes     bytes the store holds for the stream
     u8   n         length of the name
     n    name      the stream
+    u64  last_ms   when its newest record was stored, ms since the Unix epoch (0: not known)
     ...            fields a later listener adds: a reader skips what it does not know
 
 Positions are *stored* ones (synced, with sync="batch"/"always"): a listing
@@ -52,13 +53,15 @@ class ListedStream(NamedTuple):
     last: int
     records: int
     bytes: int
+    last_ms: int = 0
+    """When the newest record was stored, ms since the Unix epoch (0: not known)."""
 
 
 def encode_stream(stream: ListedStream) -> bytes:
     """One STREAM item."""
     name = stream.name.encode("ascii")
     fields = _STREAM.pack(stream.first, stream.last, stream.records, stream.bytes, len(name))
-    return encode_control(STREAM, fields + name)
+    return encode_control(STREAM, fields + name + _U64.pack(stream.last_ms))
 
 
 def _decode_stream(body: bytes) -> ListedStream:
@@ -72,7 +75,8 @@ def _decode_stream(body: bytes) -> ListedStream:
         name = validate_stream_name(body[_STREAM.size : end].decode("ascii"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("bad_name", str(exc)) from None
-    return ListedStream(name, first, last, records, size)
+    last_ms = _U64.unpack_from(body, end)[0] if len(body) >= end + _U64.size else 0
+    return ListedStream(name, first, last, records, size, last_ms)
 
 
 class ListDecoder:

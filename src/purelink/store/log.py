@@ -271,12 +271,12 @@ class StreamLog:
         """The active segment's times file, cut to the batches recovery kept;
         times go on from the newest one stamped (the closed segment's if none)."""
         active = self._active
-        before = 0
-        if active.base > self._first:
-            segments = list_segments(self.folder)
-            older = [path for base, path in segments if base < active.base]
-            before = last_ms(older[-1]) if older else 0
         try:
+            before = 0
+            if active.base > self._first:
+                segments = list_segments(self.folder)
+                older = [path for base, path in segments if base < active.base]
+                before = last_ms(older[-1]) if older else 0
             return recover_times(active.path, self._last, active.size, before)
         except OSError as exc:
             raise Error(f"stream {self.name!r}: cannot open times of {active.path}: {exc}") from exc

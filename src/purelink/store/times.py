@@ -44,6 +44,7 @@ from typing import Final
 from purelink.errors import Error
 
 from .._crc32c import crc32c
+from .format import parse_segment_name
 from .segment import fsync_dir
 
 __all__ = [
@@ -151,7 +152,11 @@ def seek_time(stream: str, segments: Sequence[tuple[int, Path]], ms: int, end: i
 
     def first(i: int) -> tuple[int, int] | None:
         if i not in firsts:
-            firsts[i] = first_time(segments[i][1])
+            base, path = segments[i]
+            found = first_time(path)
+            if found is None and not path.exists():  # retention removed it meanwhile:
+                found = (base, -1)  # older than any time, not a segment without times
+            firsts[i] = found
         return firsts[i]
 
     lo, hi = 0, len(segments)  # k = segments whose first time is before ms (untimed count)
@@ -284,6 +289,15 @@ def recover_times(
         if len(data) != keep:
             os.ftruncate(writer.fd, keep)
             os.fdatasync(writer.fd)
+        if not keep and segment_size and (existed or floor_ms):
+            # the segment's first entry did not reach the disk (a power cut before
+            # the times file's pages did): its batches take the segment's last
+            # change, no earlier than any of them was stored -- a `since` may then
+            # start early, never late
+            base = parse_segment_name(segment.name)
+            if base is not None:
+                writer.stamp(base, 0, max(floor_ms / 1000, segment.stat().st_mtime))
+                writer.sync()
         if not existed:
             fsync_dir(segment.parent)
     except BaseException:

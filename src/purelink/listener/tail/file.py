@@ -40,6 +40,7 @@ from ...store.datadir import DataDir
 from ...store.datadir_reader import DataDirReader
 from ...store.log import StreamLog, walk_batches
 from ...store.reader import StreamInfo
+from ...store.times import last_time
 from .out import Out
 from .source import Refused
 
@@ -214,7 +215,8 @@ def _info(stream_log: StreamLog, stored: int) -> StreamInfo:
         with contextlib.suppress(FileNotFoundError):  # retention removed it meanwhile
             size += path.stat().st_size
     records = stored - first + 1 if first else 0
-    return StreamInfo(stream_log.name, first, stored if first else 0, records, size)
+    when = last_time([path for _, path in segments]) if first else None
+    return StreamInfo(stream_log.name, first, stored if first else 0, records, size, when)
 
 
 def _last(stream_log: StreamLog) -> int:

@@ -37,7 +37,14 @@ def send_listing(out: Out, source: TailSource, keys: KeyTable | None, key_id: st
         if not may_read(info.name):
             continue
         item = encode_stream(
-            ListedStream(info.name, info.first, info.last, info.records, info.bytes)
+            ListedStream(
+                info.name,
+                info.first,
+                info.last,
+                info.records,
+                info.bytes,
+                round(info.last_time * 1000) if info.last_time is not None else 0,
+            )
         )
         if held + len(item) > _PIECE:
             out.send(b"".join(pieces))
