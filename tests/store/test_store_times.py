@@ -225,6 +225,9 @@ def test_retention_removes_a_segments_times_with_it(tmp_path: Path) -> None:
     fill(tmp_path, [float(i) for i in range(40)])
     before = sorted(p.stem for p in folder(tmp_path).glob("*.seg"))
     assert sorted(p.stem for p in folder(tmp_path).glob("*.times")) == before
+    first = folder(tmp_path) / f"{before[0]}.seg"
+    first.unlink()  # a crash between a segment's unlink and its times': an orphan
+    assert first.with_suffix(".times").exists()
     with DataDir(tmp_path, segment_bytes=300, retain_bytes=1000) as data:
         assert data.retention.run_once() > 0
         assert sorted(p.stem for p in folder(tmp_path).glob("*.times")) == sorted(
