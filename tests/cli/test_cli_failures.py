@@ -192,15 +192,16 @@ def _listener_goes_away(
     srv: ServeProcess, sender: subprocess.Popen[bytes], more: bytes
 ) -> tuple[str, float]:
     """With "one" stored, the listener stops; then `more` lines and the end of
-    input go to the sender.  The first line it says on stderr, and when the
-    listener was gone (time.monotonic)."""
+    input go to the sender.  The first line it says on stderr, and a moment no
+    later than the sender's last progress (time.monotonic before "one" went:
+    its --timeout counts from that progress, which came before the stop)."""
     assert sender.stdin is not None and sender.stderr is not None
+    before = time.monotonic()
     _send_lines(srv.data, sender, b"one\n")
     assert srv.stop() == 0
-    gone = time.monotonic()
     sender.stdin.write(more)
     sender.stdin.close()
-    return read_line(sender.stderr.fileno(), TIMEOUT).decode(), gone
+    return read_line(sender.stderr.fileno(), TIMEOUT).decode(), before
 
 
 def _rest_of_stderr(proc: subprocess.Popen[bytes]) -> str:
@@ -217,9 +218,9 @@ def test_send_says_it_waits_for_a_listener_that_went_away_and_gives_up(tmp_path:
         ServeProcess(tmp_path / "data") as srv,
         _sending(srv.url, "--timeout", "3") as sender,
     ):
-        waiting, started = _listener_goes_away(srv, sender, b"two\nthree\n")
+        waiting, progressed = _listener_goes_away(srv, sender, b"two\nthree\n")
         err = _rest_of_stderr(sender)
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - progressed  # --timeout counts from the last progress
     assert sender.returncode == 1, err
     assert "Traceback" not in err
     (line,) = err.splitlines()
