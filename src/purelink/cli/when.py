@@ -12,6 +12,7 @@ import argparse
 from datetime import UTC, datetime
 
 from .._when import parse_time
+from .logs import utc_time
 
 __all__ = ["add_since", "format_time", "time_arg"]
 
@@ -46,7 +47,4 @@ def add_since(p: argparse.ArgumentParser, *, until: bool) -> None:
 
 def format_time(when: float | None) -> str:
     """A stored time as `streams` prints it: ISO-8601 UTC to the ms, or '-'."""
-    if when is None:
-        return "-"
-    moment = datetime.fromtimestamp(when, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return "-" if when is None else utc_time(when)
