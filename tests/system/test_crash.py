@@ -307,9 +307,22 @@ BATCHES = workload_batches()
 EXPECTED = [r for raw, h in BATCHES for r in batch_records(raw, h)]
 
 
+class Ticks:
+    """A wall clock that moves 2 ms each time it is read: the store stamps a new
+    time entry for every chunk, and makes the same system calls in every run
+    (with the real clock, how many entries a run writes depends on the speed)."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        self.now += 0.002
+        return self.now
+
+
 def workload(path: Path, progress: dict[str, int]) -> None:
     """Appends (rolling every ~1 KiB), syncs, and named-producer epochs."""
-    with DataDir(path, segment_bytes=1024) as data:
+    with DataDir(path, segment_bytes=1024, clock=Ticks()) as data:
         log = data.stream("s")
         for i, batch in enumerate(BATCHES):
             if i % 8 == 0:
@@ -331,7 +344,7 @@ def recovered(path: Path) -> tuple[int, list[bytes], int]:
 
 def resume(path: Path, last: int) -> None:
     """Append the workload's batches after position `last` (a batch boundary)."""
-    with killed_at(0), DataDir(path, segment_bytes=1024) as data:
+    with killed_at(0), DataDir(path, segment_bytes=1024, clock=Ticks()) as data:
         log = data.stream("s")
         done = 0
         for raw, header in BATCHES:
