@@ -41,7 +41,7 @@ from .output import (
 )
 
 if TYPE_CHECKING:  # the store is imported by the verbs that read one (command.py)
-    from ..store.reader import StreamInfo
+    from ..store.reader import StoreReader, StreamInfo
 from .when import add_since
 
 __all__ = [
@@ -53,7 +53,9 @@ __all__ = [
     "cmd_tail",
 ]
 
-_Item = TypeVar("_Item")
+_Item = TypeVar(
+    "_Item", tuple[int, bytes], tuple[int, float | None, bytes]
+)  # a record, or a timed one
 
 
 def add_read_arguments(p: argparse.ArgumentParser) -> None:
@@ -156,9 +158,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     into being with its first record, so "unknown" and "empty" are the same
     state, as `Store.first/last` = 0, 0 say.
     """
-    from ..store.datadir_reader import DataDirReader  # noqa: PLC0415 -- see the imports
-    from ..store.follow import follow_records  # noqa: PLC0415
-    from ..store.store import open_reader  # noqa: PLC0415
+    from ..store.store import open_reader  # noqa: PLC0415 -- see the imports
 
     if args.to is not None and args.start is not None and args.to < args.start:
         raise UsageError(f"--to {args.to} is before --from {args.start}")
@@ -182,27 +182,39 @@ def cmd_read(args: argparse.Namespace) -> int:
     start: int = args.start or first or (store.last(stream) + 1 if args.follow else 0)
     if not start:
         return 0
+    flush = out.flush
     if args.format == "json":  # with each record's stored time
-        if args.follow and isinstance(store, DataDirReader):
-            timed = follow_records(
-                store, stream, start, stop, on_wait=out.flush, read=store.read_timed
-            )
-        elif args.follow:
-            timed = _flushing(store.read_timed(stream, start, stop, follow=True), out.flush)
-        else:
-            timed = store.read_timed(stream, start, stop)
-        print_timed_records(out.write, timed)
-    elif args.follow and isinstance(store, DataDirReader):  # inotify (store/follow.py), flushing
-        print_records(
-            out.write, follow_records(store, stream, start, stop, on_wait=out.flush), "lines"
+        print_timed_records(
+            out.write, _items(store, store.read_timed, stream, start, stop, args.follow, flush)
         )
-    elif args.follow:  # a JetStream cluster: each record as it comes
-        records = _flushing(store.read(stream, start=start, stop=stop, follow=True), out.flush)
-        print_records(out.write, records, "lines")
     else:
-        print_records(out.write, store.read(stream, start=start, stop=stop), "lines")
+        print_records(
+            out.write, _items(store, store.read, stream, start, stop, args.follow, flush), "lines"
+        )
     out.flush()
     return 0
+
+
+def _items(
+    store: StoreReader,
+    read: Callable[..., Iterator[_Item]],
+    stream: str,
+    start: int,
+    stop: int | None,
+    follow: bool,
+    flush: Callable[[], object],
+) -> Iterator[_Item]:
+    """`read`'s items (Store.read or read_timed) from `start`; with `follow`, for
+    ever, flushing the output before each wait: on a data directory by inotify
+    (store/follow.py), on a cluster after each item (it gives no signal first)."""
+    from ..store.datadir_reader import DataDirReader  # noqa: PLC0415 -- see the imports
+    from ..store.follow import follow_records  # noqa: PLC0415
+
+    if not follow:
+        return read(stream, start, stop)
+    if isinstance(store, DataDirReader):
+        return follow_records(store, stream, start, stop, on_wait=flush, read=read)
+    return _flushing(read(stream, start, stop, follow=True), flush)
 
 
 def _no_stream(verb: str, stream: str, where: str, must_exist: bool, follow: bool) -> bool:
