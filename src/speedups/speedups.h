@@ -1,0 +1,32 @@
+/* purelink._speedups: what the parts of the compiled core share.
+ *
+ * Why: the extension is one module built from one C file per part (the
+ * link's queue and ring, packing and CRC-32C, the in-flight ledger, the
+ * listener's intake); each part adds its types and functions to the module
+ * in its own exec function, so the parts are written and reviewed apart.
+ *
+ * The limited API of CPython 3.11 (Py_LIMITED_API, set by setup.py): one
+ * binary per platform serves 3.11 and every later CPython (an abi3 wheel).
+ * Not built for a free-threaded CPython: the ring is not audited for it, so
+ * such an interpreter runs the pure-Python path (setup.py).
+ */
+#ifndef PURELINK_SPEEDUPS_H
+#define PURELINK_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* Each part's exec function: add its names to the module; 0, or -1 with an
+ * exception set. */
+int pl_crc32c_exec(PyObject *module);
+int pl_ring_exec(PyObject *module);
+int pl_pack_exec(PyObject *module);
+int pl_ledger_exec(PyObject *module);
+int pl_intake_exec(PyObject *module);
+
+/* CRC-32C (Castagnoli) of len bytes at data, continuing from crc (0 to
+ * start); the CPU's instruction where present, a table otherwise
+ * (crc32c.c).  No Python calls: safe without the GIL. */
+uint32_t pl_crc32c(uint32_t crc, const void *data, size_t len);
+
+#endif
