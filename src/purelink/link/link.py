@@ -39,7 +39,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import _address
+from .. import _address, native
 from ..errors import Closed, ConnectError, Error, Fenced, Full, LinkError, os_reason
 from ..primitives.parker import Parker
 from ..primitives.wakeup import Wakeup
@@ -57,6 +57,15 @@ __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect", "connec
 
 log = logging.getLogger("purelink.link")
 
+_core = native.part("ring")
+if TYPE_CHECKING or _core is None:
+
+    class _HandOff:
+        """Pure Python: Link.queue below and LinkThread's grant are the hand-off."""
+
+else:  # the compiled core: queue(), the grant and the ring's newest list in C
+    _HandOff = _core.HandOff  # (src/speedups/ring.c; Link.queue below is then not defined)
+
 CLOSE_TIMEOUT: Final = 30.0
 """Seconds `close()` with no timeout (and leaving a `with` block) waits by default
 for the records still unstored before it fails loudly (connect's `close_timeout`)."""
@@ -64,7 +73,7 @@ CLOSE_QUIET: Final = 1.0  # close() waits this long before it logs that it waits
 CLOSE_LOG_EVERY: Final = 5.0  # ... and then logs again this often
 
 
-class Link(LinkThread):
+class Link(_HandOff, LinkThread):
     """One producer session writing to one stream.  Create it with `connect()`."""
 
     def __init__(
@@ -182,28 +191,30 @@ class Link(LinkThread):
         raise ConnectError(f"cannot reach {url}: {os_reason(error)}")
 
     # ------------------------------------------------------------ the API
-    def queue(self, record: bytes, seq: int | None = None) -> int:
-        """Queue one record; returns its seq.  Never blocks.  Raises Full.
-        `seq=`: the seq this record must get (queued + 1, else ValueError); it is
-        checked and taken under a lock, so it means something only when no other
-        thread queues at the same time."""
-        if seq is None and record.__class__ is bytes:
-            n = len(record)
-            if n < self._small and self._bytes_in + n <= self._limit_bytes:
-                try:
-                    s = self._next_seq()
-                except StopIteration:  # the grant is used up: see the module header
-                    return self._queue_slow(record, None)
-                ring, mask = self._slots  # one load: a list and its own mask
-                ring[s & mask] = record
-                # one statement with no call in it, so no other thread runs between
-                # the load and the store (a total kept in a local across the call
-                # above lost other threads' bytes)
-                self._bytes_in += n
-                if self._wakeup.armed:
-                    self._wakeup.signal()
-                return s
-        return self._queue_slow(record, seq)
+    if _core is None:  # else HandOff.queue, the same in C, called as link.queue(record)
+
+        def queue(self, record: bytes, seq: int | None = None) -> int:
+            """Queue one record; returns its seq.  Never blocks.  Raises Full.
+            `seq=`: the seq this record must get (queued + 1, else ValueError); it is
+            checked and taken under a lock, so it means something only when no other
+            thread queues at the same time."""
+            if seq is None and record.__class__ is bytes:
+                n = len(record)
+                if n < self._small and self._bytes_in + n <= self._limit_bytes:
+                    try:
+                        s = self._next_seq()
+                    except StopIteration:  # the grant is used up: see the module header
+                        return self._queue_slow(record, None)
+                    ring, mask = self._slots  # one load: a list and its own mask
+                    ring[s & mask] = record
+                    # one statement with no call in it, so no other thread runs between
+                    # the load and the store (a total kept in a local across the call
+                    # above lost other threads' bytes)
+                    self._bytes_in += n
+                    if self._wakeup.armed:
+                        self._wakeup.signal()
+                    return s
+            return self._queue_slow(record, seq)
 
     def _queue_slow(self, record: Any, seq: int | None) -> int:
         """Everything queue() does not do inline: errors, large records, copies."""

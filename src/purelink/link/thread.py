@@ -25,6 +25,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from .. import native
 from .._address import format_hostport
 from ..errors import ConnectError, Error, Fenced, LinkError
 from ..primitives.parker import Parker
@@ -37,6 +38,11 @@ from .transport import TcpTransport, Transport, UdpTransport
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "MAX_RECORD", "SMALL", "LinkThread"]
 
 log = logging.getLogger("purelink.link")
+
+_core = native.part("ring")
+# the link thread's look at the ring and its take: ring.py's, or the same in C
+_ring_has = ring.has if _core is None else _core.ring_has
+_ring_take = ring.take if _core is None else _core.ring_take
 
 HOLE_LIMIT = 5.0
 """Seconds a taken seq may stay without its record before the link fails: a
@@ -195,7 +201,7 @@ class LinkThread:
         ep = self._epoll()
         monotonic = time.monotonic
         open_ = SenderState.OPEN
-        has = ring.has
+        has = _ring_has
 
         def has_next() -> bool:
             """Whether the thread has work: the next record it reads is in the ring
@@ -295,7 +301,7 @@ class LinkThread:
         if end < start:
             return
         gens = self._gens  # loaded after `end`: see ring.py
-        chunk = ring.take(gens, start, end)
+        chunk = _ring_take(gens, start, end)
         if not chunk:  # a writer took its seq and has not stored its record yet
             if not self._hole_since:
                 self._hole_since = time.monotonic()

@@ -63,10 +63,26 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .. import native
 
 __all__ = ["Wakeup", "WakeupStatistics"]
 
 _EVENTFD_ONE = (1).to_bytes(8, "little")
+
+_core = native.part("ring")
+if TYPE_CHECKING or _core is None:
+
+    class _Flag:
+        """Pure Python: `armed`, `writes`, `_closed` and the fds are Wakeup's own slots."""
+
+        __slots__ = ()
+
+    _FLAG_SLOTS: tuple[str, ...] = ("_closed", "_read_fd", "_write_fd", "armed", "writes")
+else:  # the compiled core: they live in a C base, where the link's queue() in C
+    _Flag = _core.WakeFlag  # reads and writes the same flag (src/speedups/ring.c)
+    _FLAG_SLOTS = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,26 +104,14 @@ class WakeupStatistics:
     whose item the owner had already taken."""
 
 
-class Wakeup:
+class Wakeup(_Flag):
     """An eventfd (or a pipe) written only when its owner sleeps, and only once.
 
     `armed` and `pending` are plain attributes on purpose: the link's queue() reads
     `armed` inline. See the module header for the protocol.
     """
 
-    __slots__ = (
-        "_closed",
-        "_read_fd",
-        "_write_fd",
-        "armed",
-        "backend",
-        "drains",
-        "pending",
-        "rechecks",
-        "sleeps",
-        "spurious",
-        "writes",
-    )
+    __slots__ = ("backend", "drains", "pending", "rechecks", "sleeps", "spurious", *_FLAG_SLOTS)
 
     def __init__(self, use_eventfd: bool | None = None) -> None:
         """Open the fd: an eventfd if available (or `use_eventfd=True`), else a pipe."""
