@@ -12,6 +12,11 @@ What is reported, per variant, as the median (and min-max) of `--repeat` runs:
   median over blocks is the typical cost of one `queue()` call (including the
   `for` loop that makes it, as an application's would), and blocks in which
   the link thread took the GIL show up only in the mean;
+* empty call ns: the same loop timed the same way, calling an empty Python
+  function instead of `queue()` (just before the run, on the same records),
+  and queue / empty call, the ratio the compiled core's target is set in
+  (`queue()` <= 2x an empty call); which path runs (compiled core or pure
+  Python) is in the title;
 * queue ns (mean): the whole loop's time / records;
 * records/s: records / (first queue -> the link is told the last one stored),
   the time taken from `on_stored`, which runs on the link thread;
@@ -41,6 +46,7 @@ from typing import Any
 
 from purelink import Full
 from purelink.link.link import Link
+from purelink.native import IMPLEMENTATION
 
 from ._common import (
     Report,
@@ -56,9 +62,17 @@ from ._common import (
 )
 from ._links import VARIANTS, held, open_link
 
-__all__ = ["QUEUE_NS_TARGET", "RATE_TARGET", "RSS_TARGET", "main", "run_queue"]
+__all__ = [
+    "QUEUE_NS_TARGET",
+    "QUEUE_PER_CALL_TARGET",
+    "RATE_TARGET",
+    "RSS_TARGET",
+    "main",
+    "run_queue",
+]
 
 QUEUE_NS_TARGET = 100.0
+QUEUE_PER_CALL_TARGET = 2.0
 RATE_TARGET = 2_000_000.0
 RSS_TARGET = 100 << 20
 TOLD_TIMEOUT = 120.0
@@ -76,6 +90,32 @@ class _Told:
         self.calls += 1
         if seq >= self.last and not self.at:
             self.at = time.perf_counter_ns()
+
+
+def _empty(record: bytes) -> None:
+    """The baseline: a Python function call that does nothing."""
+
+
+def _empty_blocks(records: list[bytes], block: int) -> float:
+    """The median ns per call of `_empty` over blocks: the loop of _queue_blocks,
+    timed the same way, with the empty function in place of queue()."""
+    call = _empty
+    clock = time.perf_counter_ns
+    per_call: list[float] = []
+    for start in range(0, len(records), block):
+        chunk = records[start : start + block]
+        it = iter(chunk)
+        t0 = clock()
+        while True:
+            try:
+                for record in it:
+                    call(record)
+                break
+            except Full:  # never: the same loop as queue()'s, try block and all
+                continue
+        per_call.append((clock() - t0) / len(chunk))
+    per_call.sort()
+    return per_call[len(per_call) // 2]
 
 
 def _queue_blocks(link: Link, records: list[bytes], block: int) -> tuple[list[float], int, int]:
@@ -118,6 +158,7 @@ def run_queue(url: str, variant: str, records: list[bytes], block: int) -> dict[
     told = _Told(n)
     link = open_link(url, variant, on_stored=told)
     try:
+        empty_ns = _empty_blocks(records, block)
         reset_peak_rss()
         cpu0 = self_cpu_ns()
         t_first = time.perf_counter_ns()
@@ -132,6 +173,8 @@ def run_queue(url: str, variant: str, records: list[bytes], block: int) -> dict[
     per_call.sort()
     return {
         "queue_ns": per_call[len(per_call) // 2],
+        "empty_call_ns": empty_ns,
+        "queue_per_empty_call": per_call[len(per_call) // 2] / empty_ns,
         "queue_ns_mean": loop_ns / n,
         "rate": n / ((t_told - t_first) / 1e9),
         "seconds": (t_told - t_first) / 1e9,
@@ -203,7 +246,7 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
     report = Report(
         "queue",
         f"one app thread queues {args.records:,} records of {args.size} B one at a time; "
-        "listener process, sync=batch",
+        f"listener process, sync=batch; {IMPLEMENTATION}",
         parameters={
             "records": args.records,
             "size": args.size,
@@ -217,6 +260,8 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
         report.add(
             variant=variant,
             queue_ns=summarize_key(rs, "queue_ns", "ns"),
+            empty_call_ns=summarize_key(rs, "empty_call_ns", "ns"),
+            queue_per_call=summarize_key(rs, "queue_per_empty_call", "x"),
             queue_ns_mean=summarize_key(rs, "queue_ns_mean", "ns"),
             records_per_s=summarize_key(rs, "rate", "records/s"),
             wakeups=summarize_key(rs, "wakeups"),
@@ -235,8 +280,9 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
             peak_rss_mb=summarize_key(backlog, "peak_rss", "MB", 1 / (1 << 20)),
         )
     report.columns = [
-        "variant", "queue_ns", "queue_ns_mean", "records_per_s", "wakeups", "wakeups_per_1000",
-        "datagrams", "send_calls", "syncs", "send_cpu_ns", "peak_rss_mb",
+        "variant", "queue_ns", "empty_call_ns", "queue_per_call", "queue_ns_mean", "records_per_s",
+        "wakeups", "wakeups_per_1000", "datagrams", "send_calls", "syncs", "send_cpu_ns",
+        "peak_rss_mb",
     ]  # fmt: skip
     report.extra = {"runs": runs, "backlog": backlog}
     after = runs.get("after")
@@ -246,6 +292,12 @@ def build_report(args: argparse.Namespace, measured: dict[str, Any]) -> Report:
         report.notes.append(
             f"queue() median {q:.0f} ns (target <= {QUEUE_NS_TARGET:.0f}): "
             + ("met" if q <= QUEUE_NS_TARGET else "NOT met")
+        )
+        per_call = summarize_key(after, "queue_per_empty_call").median
+        report.notes.append(
+            f"queue() / an empty Python call in the same loop: x{per_call:.2f} "
+            f"(target <= x{QUEUE_PER_CALL_TARGET:.0f}, {IMPLEMENTATION}): "
+            + ("met" if per_call <= QUEUE_PER_CALL_TARGET else "NOT met")
         )
         report.notes.append(
             f"first queue -> last told {rate:,.0f} records/s (target >= {RATE_TARGET:,.0f}): "

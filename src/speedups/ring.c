@@ -589,8 +589,11 @@ static PyGetSetDef handoff_getset[] = {
 
 static PyMethodDef handoff_methods[] = {
     {"queue", (PyCFunction)(void (*)(void))handoff_queue, METH_FASTCALL | METH_KEYWORDS,
-     "queue(record, seq=None) -> int\n--\n\nQueue one record; returns its seq.  Never blocks.  "
-     "Raises Full."},
+     "queue($self, /, record, seq=None)\n--\n\n"
+     "Queue one record; returns its seq.  Never blocks.  Raises Full.\n"
+     "`seq=`: the seq this record must get (queued + 1, else ValueError); it is\n"
+     "checked and taken under a lock, so it means something only when no other\n"
+     "thread queues at the same time."},
     {"_next_seq", handoff_next_seq, METH_NOARGS, "The grant's next seq; StopIteration once used up."},
     {"_new_grant", (PyCFunction)(void (*)(void))handoff_new_grant, METH_FASTCALL,
      "Hand out seqs first .. stop - 1 from now on."},
@@ -693,7 +696,8 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
 {
     Py_ssize_t last = n - 1;
     for (Py_ssize_t k = 0; k < n; k++) {
-        long long lo = start > g[k].since ? start : g[k].since;
+        /* one list: all of start .. end is in it (ring.py's common case) */
+        long long lo = n == 1 || start > g[k].since ? start : g[k].since;
         long long hi = end;
         if (k != last && g[k + 1].since - 1 < hi) {
             hi = g[k + 1].since - 1;

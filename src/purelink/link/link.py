@@ -27,6 +27,15 @@ ring never reuses a slot whose record may be unread, and the grant is where
 the ring is replaced by a bigger or smaller one (ring.py).  The byte bound
 is checked inline before the seq is taken; it is exact for one application
 thread, and with several the bound holds up to one record per racing thread.
+
+With the compiled core (purelink.native, part "ring"), Link's first base is
+`_speedups.HandOff` and `queue()` is its C method: the same fast path (a
+bytes record, small, under the byte limit, a seq left in the grant) in C
+with no Python frame, everything else through `_queue_slow` below; the grant
+is two C integers behind the same `_next_seq()`, `_new_grant()` and `queued`,
+and `_slots`, `_bytes_in`, `_limit_bytes`, `_small` and `_wakeup` are C fields
+behind the same names (src/speedups/ring.c).  This module's `queue` is the
+pure-Python reference, defined when the core is not in use.
 """
 
 from __future__ import annotations

@@ -41,6 +41,10 @@ that finds it under 1/16 full shrinks it to four times the backlog (see
 `size_for`).  Below the largest size every grant leaves at least half the ring
 free, so the slow path that makes grants runs once per half a ring of records
 at most.
+
+With the compiled core, the link thread's take() and has() are
+`_speedups.ring_take` and `ring_has` (src/speedups/ring.c), the same over
+the same generations; the functions here are the reference.
 """
 
 from __future__ import annotations

@@ -44,6 +44,12 @@
 # costs the owner one spurious wake later. Neither loses work; both are counted
 # (writes, spurious).
 #
+# With the compiled core (purelink.native, part "ring"), `armed`, `writes`, `_closed`
+# and the fds live in a C base type, WakeFlag (src/speedups/ring.c), so that the
+# link's queue() in C loads and clears the same flag and writes the same fd, in the
+# same order (store the record, load `armed`; clear `armed`, then write).  This
+# class's code is the same either way.
+#
 # What is assumed of the interpreter. Under the GIL (CPython 3.11, the target) every
 # attribute store and load here is one bytecode on a plain instance attribute, and
 # the GIL hand-off between threads is a mutex, so all threads see one total order of
@@ -108,7 +114,7 @@ class Wakeup(_Flag):
     """An eventfd (or a pipe) written only when its owner sleeps, and only once.
 
     `armed` and `pending` are plain attributes on purpose: the link's queue() reads
-    `armed` inline. See the module header for the protocol.
+    `armed` inline (in C with the compiled core). See the module header for the protocol.
     """
 
     __slots__ = ("backend", "drains", "pending", "rechecks", "sleeps", "spurious", *_FLAG_SLOTS)
