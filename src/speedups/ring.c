@@ -346,52 +346,61 @@ queue_slow(PyObject *self, PyObject *record, PyObject *seq)
     return PyObject_CallMethod(self, "_queue_slow", "OO", record, seq);
 }
 
-/* queue(record, seq=None): the fast path, else the slow path (see the header). */
+/* queue(record): the fast path, else the slow path (see the header). */
+static PyObject *
+queue_record(PyObject *self, PyObject *record)
+{
+    HandOffObject *h = H(self);
+    if (!PyBytes_CheckExact(record)) {
+        return queue_slow(self, record, Py_None);
+    }
+    Py_ssize_t n = PyBytes_Size(record);
+    if (n >= h->small || h->bytes_in + n > h->limit_bytes || h->next >= h->stop
+        || h->slots == NULL) {
+        return queue_slow(self, record, Py_None);
+    }
+    long long s = h->next;
+    PyObject *seq = PyLong_FromLongLong(s);
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_INCREF(record);
+    /* steals the new reference and drops the slot's None; the index is in
+     * range: `_slots` takes only a list with len == mask + 1 (and a list
+     * that shrank since makes this an IndexError, not a wild write) */
+    if (PyList_SetItem(h->slots, (Py_ssize_t)(s & h->mask), record) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    h->next = s + 1;
+    h->bytes_in += n;
+    /* the record is stored: now load `armed` (Dekker's order, wakeup.py) */
+    if (h->flag != NULL) {
+        if (h->flag->armed && wake(h->flag) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    else if (h->wakeup != NULL) { /* not a WakeFlag: ask it in Python */
+        PyObject *armed = PyObject_GetAttrString(h->wakeup, "armed");
+        int on = armed == NULL ? -1 : PyObject_IsTrue(armed);
+        Py_XDECREF(armed);
+        PyObject *r = on > 0 ? PyObject_CallMethod(h->wakeup, "signal", NULL) : NULL;
+        if (on < 0 || (on > 0 && r == NULL)) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        Py_XDECREF(r);
+    }
+    return seq;
+}
+
+/* queue(record, seq=None) */
 static PyObject *
 handoff_queue(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    HandOffObject *h = H(self);
     if (nargs == 1 && kwnames == NULL) {
-        PyObject *record = args[0];
-        if (PyBytes_CheckExact(record)) {
-            Py_ssize_t n = PyBytes_Size(record);
-            if (n < h->small && h->bytes_in + n <= h->limit_bytes && h->next < h->stop
-                && h->slots != NULL) {
-                long long s = h->next;
-                PyObject *seq = PyLong_FromLongLong(s);
-                if (seq == NULL) {
-                    return NULL;
-                }
-                Py_INCREF(record);
-                /* steals the new reference; drops the slot's None.  The index is
-                 * in range: `_slots` takes only a list with len == mask + 1. */
-                if (PyList_SetItem(h->slots, (Py_ssize_t)(s & h->mask), record) < 0) {
-                    Py_DECREF(seq);
-                    return NULL;
-                }
-                h->next = s + 1;
-                h->bytes_in += n;
-                if (h->flag != NULL) {
-                    if (h->flag->armed && wake(h->flag) < 0) {
-                        Py_DECREF(seq);
-                        return NULL;
-                    }
-                }
-                else if (h->wakeup != NULL) { /* not a WakeFlag: ask it in Python */
-                    PyObject *armed = PyObject_GetAttrString(h->wakeup, "armed");
-                    int on = armed == NULL ? -1 : PyObject_IsTrue(armed);
-                    Py_XDECREF(armed);
-                    PyObject *r = on > 0 ? PyObject_CallMethod(h->wakeup, "signal", NULL) : NULL;
-                    if (on < 0 || (on > 0 && r == NULL)) {
-                        Py_DECREF(seq);
-                        return NULL;
-                    }
-                    Py_XDECREF(r);
-                }
-                return seq;
-            }
-        }
-        return queue_slow(self, record, Py_None);
+        return queue_record(self, args[0]);
     }
     /* the general call: queue(record, seq=None), positional or keyword */
     PyObject *record = nargs > 0 ? args[0] : NULL;
@@ -427,7 +436,10 @@ handoff_queue(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         PyErr_SetString(PyExc_TypeError, "queue() missing 1 required argument: 'record'");
         return NULL;
     }
-    return queue_slow(self, record, seq == NULL ? Py_None : seq);
+    if (seq == NULL || seq == Py_None) {
+        return queue_record(self, record);
+    }
+    return queue_slow(self, record, seq);
 }
 
 /* _next_seq(): the grant's next seq; StopIteration once it is used up. */

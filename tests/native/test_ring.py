@@ -156,6 +156,7 @@ OPS = st.one_of(
     st.tuples(st.just("bulk"), st.integers(1, 40)),
     st.tuples(st.just("bulk"), st.integers(1, 10)),
     st.tuples(st.just("seq"), st.integers(-1, 2)),
+    st.tuples(st.just("seq None"), st.integers(0, len(RECORDS) - 1)),
     st.tuples(st.just("step"), st.integers(0, 2)),
     st.tuples(st.just("take"), st.just(0)),
     st.tuples(st.just("stored"), st.just(0)),
@@ -172,6 +173,8 @@ def apply(link: Link, writers: list[Writer], op: str, arg: int) -> Any:
         return outcome(lambda: link.queue(RECORDS[arg]))
     if op == "bulk":
         return [outcome(functools.partial(link.queue, b"b%d" % i)) for i in range(arg)]
+    if op == "seq None":  # as bench/_links.py's variant calls it: Link.queue(self, r, None)
+        return outcome(lambda: type(link).queue(link, RECORDS[arg], None))
     if op == "seq":
         return outcome(lambda: link.queue(b"s", seq=link.queued + 1 + arg))
     if op == "step":
@@ -346,6 +349,38 @@ def test_the_attributes_check_what_they_are_given() -> None:
         link._slots = link._slots  # a pair it gave is a pair it takes
     finally:
         free(link)
+
+
+class PlainWakeup:
+    """A wakeup that is not the compiled core's WakeFlag: queue() asks it in Python."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.writes = 0
+
+    def signal(self) -> None:
+        self.armed = False
+        self.writes += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_wakeup_of_another_kind_is_asked_in_python() -> None:
+    for cls in {Link, PURE.Link}:
+        link = make(cls, 100, 1 << 20)
+        real = link._wakeup
+        try:
+            plain = PlainWakeup()
+            link._wakeup = plain  # type: ignore[assignment]
+            link.queue(b"a")
+            plain.armed = True
+            link.queue(b"b")
+            link.queue(b"c")
+            assert (plain.armed, plain.writes) == (False, 1)
+        finally:
+            link._wakeup = real
+            free(link)
 
 
 def test_both_kinds_of_link_queue_the_same() -> None:
