@@ -351,3 +351,15 @@ def test_suite_returns_the_worst_exit_code(
     _fake(monkeypatch, suite, "fake_ok", 0)
     _fake(monkeypatch, suite, "fake_bad", 1)
     assert suite.main(["fake_ok", "fake_bad"]) == 1
+
+
+@needs_both
+def test_core_table_prints_the_markdown_table_of_both_paths() -> None:
+    result = run_bench("bench.core_table", "--repeat", "1", "--records", "2000")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("| figure ") and "| compiled core |" in lines[0]
+    rows = [line for line in lines[2:] if line.startswith("| ")]
+    assert len(rows) == 12, result.stdout
+    assert all(row.count("|") == 5 for row in rows)
+    assert any(line.startswith("`python -m bench.core_table") for line in lines)

@@ -91,3 +91,12 @@ def test_a_part_is_there_only_if_the_core_has_it() -> None:
 )
 def test_the_compiled_core_loaded_where_it_is_expected() -> None:
     assert native.COMPILED, f"purelink runs pure Python: {native.reason}"
+
+
+def test_without_the_extension_the_import_is_clean_under_warnings_as_errors() -> None:
+    """What a free-threaded CPython gets (setup.py builds no extension there) and an
+    install without a compiler: no `_speedups` at all; `-W error` must still import."""
+    absent = "import sys; sys.modules['purelink._speedups'] = None\n"  # import raises
+    out = _probe(absent + PROBE)
+    assert out.startswith("pure Python | the compiled core is not built ("), out
+    assert _probe(absent + "import purelink, purelink.link, purelink.listener; print('ok')") == "ok"
