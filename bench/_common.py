@@ -48,6 +48,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._impl import REPORT_VARIABLE
+
 if TYPE_CHECKING:
     from purelink.testing.nats import NatsCluster
 
@@ -74,7 +76,7 @@ __all__ = [
     "wait_until",
 ]
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[1]
 """The source checkout the benchmarks live in (for the git revision)."""
 
 READY_LINE = re.compile(r"^purelink listening .*\budp=(\S+):(\d+)\b.*\bdata=(.+)$")
@@ -151,10 +153,12 @@ def environment() -> dict[str, Any]:
     """Everything a figure needs next to it to be reproduced or doubted."""
     try:
         import purelink  # noqa: PLC0415 -- imported by every benchmark anyway
+        from purelink import native  # noqa: PLC0415
 
         version, where = purelink.__version__, str(Path(purelink.__file__).parent)
+        implementation, why = native.IMPLEMENTATION, native.reason
     except ImportError:  # pragma: no cover - the benchmarks need purelink anyway
-        version, where = "unknown", "-"
+        version, where, implementation, why = "unknown", "-", "unknown", ""
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "machine": machine(),
@@ -162,6 +166,9 @@ def environment() -> dict[str, Any]:
         "switch_interval_s": sys.getswitchinterval(),
         "purelink": version,
         "purelink_path": where,
+        # compiled core or pure Python (bench/_impl.py: --impl), and why pure Python
+        "implementation": implementation,
+        "implementation_reason": why,
         # the checkout's revision says nothing of a purelink imported from elsewhere
         "git": git_revision() if Path(where).is_relative_to(CHECKOUT) else f"n/a ({where})",
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -349,6 +356,9 @@ class Report:
 
     def emit(self, as_json: bool) -> None:
         """Print the report: one JSON object, or a header and a table."""
+        saved = os.environ.get(REPORT_VARIABLE)
+        if saved:  # a run of --impl: the parent reads the figures from here
+            Path(saved).write_text(json.dumps(self.to_json()))
         if as_json:
             print(json.dumps(self.to_json(), sort_keys=False), flush=True)
             return
@@ -359,7 +369,10 @@ class Report:
             f"  {m['cpu']}, {m['cores']} cores, {m['kernel']}, "
             f"load {' '.join(str(x) for x in m['loadavg'])}"
         )
-        print(f"  {env['python']}, purelink {env['purelink']} git {env['git']}, {env['date']}")
+        print(
+            f"  {env['python']}, purelink {env['purelink']} ({env['implementation']}) "
+            f"git {env['git']}, {env['date']}"
+        )
         if self.parameters:
             print("  " + ", ".join(f"{k}={_cell(v)}" for k, v in self.parameters.items()))
         print(format_table(self.rows, self.columns))

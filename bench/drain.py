@@ -58,6 +58,7 @@ from ._common import (
     summarize_key,
     thread_cpu_ns,
 )
+from ._impl import add_impl_argument, run_elsewhere
 from ._links import held, no_gso, open_link
 
 __all__ = ["RATE_TARGET", "VARIANTS", "NullDataDir", "main", "run_drain"]
@@ -262,6 +263,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=",".join(VARIANTS),
         help=f"comma-separated, of: {', '.join(VARIANTS)} (default all)",
     )
+    add_impl_argument(parser)
     args = parser.parse_args(list(argv))
     args.variant_list = [v for v in args.variants.split(",") if v]
     for v in args.variant_list:
@@ -273,7 +275,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if (code := run_elsewhere("drain", argv, args)) is not None:
+        return code
     data = make_records(args.records, args.size)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variant_list}
     for _ in range(args.repeat):

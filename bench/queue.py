@@ -60,6 +60,7 @@ from ._common import (
     serving,
     summarize_key,
 )
+from ._impl import add_impl_argument, run_elsewhere
 from ._links import VARIANTS, held, open_link
 
 __all__ = [
@@ -338,6 +339,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help=f"comma-separated, of: {', '.join(VARIANTS)} (default all)",
     )
     parser.add_argument("--no-backlog", action="store_true", help="skip the held-backlog RSS run")
+    add_impl_argument(parser)
     args = parser.parse_args(list(argv))
     args.variant_list = [v for v in args.variants.split(",") if v]
     for v in args.variant_list:
@@ -349,7 +351,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if (code := run_elsewhere("queue", argv, args)) is not None:
+        return code
     measured = measure(
         args.records, args.size, args.repeat, args.variant_list, args.block, not args.no_backlog
     )

@@ -46,6 +46,7 @@ from purelink.protocol.sender import Sender, SenderConfig
 from purelink.testing.fakes import MemoryStore
 
 from ._common import Report, base_parser, make_records, self_cpu_ns, summarize_key, thread_cpu_ns
+from ._impl import add_impl_argument, run_elsewhere
 
 KEY = b"bench-secret-0123456789abcdef!!!"
 LINK_VARIANTS = ("no-secret", "encrypted")
@@ -319,6 +320,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--records", type=int, default=200_000, metavar="N")
     parser.add_argument("--size", type=int, default=61, metavar="B", help="bytes per record")
     parser.add_argument("--loops", type=int, default=5000, metavar="N", help="calls per wire round")
+    add_impl_argument(parser)
     args = parser.parse_args(list(argv))
     if args.records < 1 or args.repeat < 1 or args.size < 8 or args.loops < 1:
         parser.error("--records, --repeat and --loops must be at least 1, --size at least 8")
@@ -326,7 +328,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if (code := run_elsewhere("secret", argv, args)) is not None:
+        return code
     data = make_records(args.records, args.size)
     cores: dict[str, list[dict[str, Any]]] = {v: [] for v in CORE_VARIANTS}
     links: dict[str, list[dict[str, Any]]] = {v: [] for v in LINK_VARIANTS}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import Report, Summary, base_parser, make_records, serving, summarize
+from ._impl import add_impl_argument, run_elsewhere
 from .queue import run_queue
 
 __all__ = ["DEFAULT_SIZES", "main", "plot"]
@@ -129,11 +130,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="FILE",
         help="do not measure: draw --plot from the output of an earlier `--json` run",
     )
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     if args.from_json is not None:
         if args.plot is None:
             parser.error("--from-json needs --plot")
         return _replot(args.from_json, args.plot)
+    if (code := run_elsewhere("sizes", argv, args)) is not None:
+        return code
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:

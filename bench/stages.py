@@ -24,6 +24,7 @@ Run from the checkout root: `python -m bench.stages [--records N] [--json]`.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from purelink.link.link import Link
 from purelink.protocol.listener_core import ListenerCore
 
 from ._common import Report, base_parser, summarize
+from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["STAGES", "main", "run_once"]
 
@@ -140,7 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("stages", "CPU per record of each stage of one link, in one thread", 5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=61)
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if (code := run_elsewhere("stages", argv, args)) is not None:
+        return code
     runs = [run_once(args.records, args.size) for _ in range(max(args.repeat, 1))]
     report = Report(
         "stages",

@@ -5,7 +5,8 @@ trusting an install, and .ci/run tests every interpreter the machine has.
 The classifiers must name each Python version the package is tested on: the
 test of that runs on each of them, so a new interpreter on the machine that
 is not declared fails here.  `--version` reads `purelink.__version__` (the
-one source setuptools reads too), so it costs no package-metadata import.
+one source setuptools reads too), so it costs no package-metadata import, and
+says which implementation runs (`purelink.native`: compiled core or pure Python).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 
 import purelink
+from purelink import native
 
 
 def test_version_flag_prints_the_installed_version() -> None:
@@ -26,7 +28,8 @@ def test_version_flag_prints_the_installed_version() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.decode() == f"purelink {purelink.__version__}\n"
+    want = f"purelink {purelink.__version__} ({native.IMPLEMENTATION})\n"
+    assert out.stdout.decode() == want
     assert importlib.metadata.version("purelink") == purelink.__version__
 
 

@@ -13,6 +13,7 @@ temporary stores; every run is bounded by a subprocess timeout.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ import crc32c
 import pytest
 
 import purelink
+from purelink import native
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120.0
@@ -56,9 +58,22 @@ TINY: dict[str, list[str]] = {
 }
 
 
-def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+IMPL_BENCHMARKS = ("queue", "drain", "stages", "sizes", "secret")
+"""The benchmarks of the per-record path: they take `--impl` (bench/_impl.py)."""
+
+NAMES = {"compiled": "compiled core", "python": "pure Python"}
+CURRENT = "compiled" if native.COMPILED else "python"
+BOTH = importlib.util.find_spec("purelink._speedups") is not None and os.environ.get(
+    "PURELINK_NO_EXTENSIONS", ""
+) in ("", "0")
+"""Whether a benchmark measures both implementations by default here."""
+needs_both = pytest.mark.skipif(not BOTH, reason="the compiled core is not built or forced off")
+
+
+def run_bench(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", *args],
+        env={**os.environ, **env},
         cwd=CHECKOUT,
         capture_output=True,
         text=True,
@@ -89,6 +104,17 @@ def test_benchmark_runs_and_prints_json(name: str) -> None:
     assert report["rows"], report
     for row in report["rows"]:
         assert isinstance(row, dict)
+    if name in IMPL_BENCHMARKS:  # the default: both implementations where both are there
+        impls = ["compiled", "python"] if BOTH else [CURRENT]
+        assert env["implementation"] == NAMES[CURRENT]
+        if BOTH:
+            assert report["parameters"]["impl"] == impls
+            assert {r["impl"] for r in report["rows"]} == set(impls)
+            ran = {
+                i: r["environment"]["implementation"] for i, r in report["implementations"].items()
+            }
+            assert ran == {"compiled": "compiled core", "python": "pure Python"}
+            assert len(report["ratios"]) == len(report["implementations"]["python"]["rows"])
 
 
 def test_queue_prints_a_table_with_every_variant() -> None:
@@ -210,6 +236,48 @@ def test_a_plain_install_ships_the_benchmarks(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@needs_both
+def test_impl_runs_each_in_its_own_process_and_prints_the_ratio() -> None:
+    result = run_bench("bench.stages", *TINY["stages"], "--impl", "compiled,python")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    headers = [line for line in out.splitlines() if line.startswith("purelink bench stages:")]
+    assert len(headers) == 3, out  # compiled, python, the ratios
+    assert "(compiled core)" in out and "(pure Python)" in out
+    assert "compiled core / pure Python" in headers[2]
+    ratios = out.split(headers[2])[1]
+    assert "\n  queue " in ratios and "\n  all " in ratios
+
+
+def test_impl_python_from_a_compiled_process_runs_a_pure_python_child() -> None:
+    result = run_bench("bench.stages", *TINY["stages"], "--impl", "python", "--json")
+    assert result.returncode == 0, result.stderr
+    report = one_json_object(result.stdout)
+    assert report["environment"]["implementation"] == "pure Python"
+    assert "ratios" not in report
+
+
+def test_impl_compiled_where_forced_off_runs_the_compiled_core_or_says_it_is_not_built() -> None:
+    result = run_bench(
+        "bench.drain", *TINY["drain"], "--impl", "compiled", "--json", PURELINK_NO_EXTENSIONS="1"
+    )
+    if importlib.util.find_spec("purelink._speedups") is None:
+        assert result.returncode == 1
+        assert "the compiled core is not built" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        report = one_json_object(result.stdout)
+        assert report["environment"]["implementation"] == "compiled core"
+
+
+@pytest.mark.parametrize("impl", ["pypy", "python,python", ""])
+def test_a_bad_impl_is_a_usage_error(impl: str) -> None:
+    result = run_bench("bench.queue", "--impl", impl)
+    assert result.returncode == 2
+    assert "--impl" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_option_is_a_usage_error() -> None:
     result = run_bench("bench.queue", "--records", "0")
     assert result.returncode == 2
@@ -283,3 +351,15 @@ def test_suite_returns_the_worst_exit_code(
     _fake(monkeypatch, suite, "fake_ok", 0)
     _fake(monkeypatch, suite, "fake_bad", 1)
     assert suite.main(["fake_ok", "fake_bad"]) == 1
+
+
+@needs_both
+def test_core_table_prints_the_markdown_table_of_both_paths() -> None:
+    result = run_bench("bench.core_table", "--repeat", "1", "--records", "2000")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("| figure ") and "| compiled core |" in lines[0]
+    rows = [line for line in lines[2:] if line.startswith("| ")]
+    assert len(rows) == 12, result.stdout
+    assert all(row.count("|") == 5 for row in rows)
+    assert any(line.startswith("`python -m bench.core_table") for line in lines)

@@ -9,6 +9,7 @@ with a temporary store.  Waits are bounded reads with `select`, never sleeps.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import signal
@@ -69,6 +70,7 @@ BAD_ARGUMENTS = [
     ["demo", "--records", "many"],
     ["demo", "--size", "3"],
     ["demo", "--size", "20000000"],
+    ["demo", "--impl", "pypy"],
     ["serve", "--data", ""],
     ["streams", "--data", ""],
     ["send", "udp://127.0.0.1:7400", "--stream", "s", "--producer", "p/1"],
@@ -313,3 +315,19 @@ def test_demo_runs_the_main_job_and_prints_its_table() -> None:
     assert re.search(r"records\s+20,000\b", out), out
     assert re.search(r"read-back\s+OK\b", out), out
     assert "Traceback" not in result.stderr.decode()
+
+
+def test_demo_impl_runs_each_implementation_and_prints_the_ratio() -> None:
+    built = importlib.util.find_spec("purelink._speedups") is not None
+    impls = "compiled,python" if built else "python"
+    result = run("demo", "--records", "5000", "--impl", impls, timeout=180)
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode() + out
+    firsts = [line for line in out.splitlines() if line.startswith("purelink demo: ")]
+    if built:
+        assert firsts[0].endswith(", compiled core") and firsts[1].endswith(", pure Python")
+        assert firsts[2] == "purelink demo: compiled core / pure Python"
+        assert re.search(r"records/s\s+\d+\.\d\dx", out), out
+    else:
+        assert len(firsts) == 1 and firsts[0].endswith(", pure Python")
+    assert len(re.findall(r"read-back\s+OK\b", out)) == len(impls.split(","))

@@ -33,6 +33,7 @@ __all__ = [
     "bind_address",
     "data_dir",
     "duration",
+    "impl_list",
     "int_at_least",
     "producer_type",
     "require_store",
@@ -121,6 +122,16 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+def impl_list(text: str) -> list[str]:
+    """`--impl`: "compiled", "python" or both, comma-separated, each once."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or len(set(names)) != len(names) or set(names) - {"compiled", "python"}:
+        raise argparse.ArgumentTypeError(
+            f"compiled, python or compiled,python (each once), not {text!r}"
+        )
+    return names
 
 
 SIZE_HELP = "sizes: bytes, or K/M/G/T = KiB/MiB/GiB/TiB (1024-based), KB/MB/GB/TB 1000-based"

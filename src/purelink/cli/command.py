@@ -36,9 +36,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from .. import ConnectError, Error, __version__
+from .. import ConnectError, Error, __version__, native
 from ..errors import os_reason
-from .args import int_at_least, size_at_least
+from .args import impl_list, int_at_least, size_at_least
 from .bench import bench_list, cmd_bench
 from .common import (
     PROG,
@@ -97,7 +97,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import DemoError, DemoUsageError, run_demo  # noqa: PLC0415 -- see the imports
 
     try:
-        return run_demo(records=args.records, size=args.size)
+        return run_demo(records=args.records, size=args.size, impls=args.impl)
     except DemoUsageError as exc:
         raise UsageError(str(exc)) from None
     except DemoError as exc:
@@ -116,7 +116,9 @@ def build_parser() -> _Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {__version__} ({native.IMPLEMENTATION})"
+    )
     verbs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def verb(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> _Parser:
@@ -157,6 +159,15 @@ def build_parser() -> _Parser:
     )
     p.add_argument(
         "--size", type=size_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
+    )
+    p.add_argument(
+        "--impl",
+        type=impl_list,
+        default=None,
+        metavar="LIST",
+        help="compiled, python or compiled,python: run the demo on each implementation, "
+        "each in its own process, and print the ratio (default: the one in use, "
+        f"{native.IMPLEMENTATION})",
     )
 
     p = verb("bench", "run the benchmark suite (options after one NAME go to it)", cmd_bench)

@@ -31,6 +31,7 @@ temporary directory.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -46,11 +47,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .. import Full, Link, Store, connect
+from .. import Full, Link, Store, connect, native
 from .common import counted
 from .progress import Progress
 
-__all__ = ["DemoError", "DemoUsageError", "check_arguments", "run_demo"]
+__all__ = ["IMPLS", "DemoError", "DemoUsageError", "check_arguments", "run_demo"]
+
+IMPLS = {"compiled": "compiled core", "python": "pure Python"}
+"""`--impl` names -> what `purelink.native.IMPLEMENTATION` says."""
 
 STREAM = "demo"
 MAX_RECORDS = 1_000_000_000
@@ -314,10 +318,18 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(records: int, size: int) -> int:
+def run_demo(records: int, size: int, impls: list[str] | None = None) -> int:
     """Run the demo and print its summary; raise DemoError on failure; return 0
-    (or 128 + the signal's number after SIGTERM or SIGHUP, cleaned up)."""
+    (or 128 + the signal's number after SIGTERM or SIGHUP, cleaned up).
+
+    `impls` ("compiled", "python"; default: the implementation in use): other
+    than the one this process runs, or several, run the demo once per
+    implementation in a child process each, then print the ratio."""
     check_arguments(records, size)
+    if impls and impls != [_current()]:
+        if os.environ.get(_CHILD):  # a child of _run_each: never a grandchild
+            raise DemoError(f"--impl {','.join(impls)}: this process runs {native.reason}")
+        return _run_each(records, size, impls)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise _Stopped(signum)
@@ -365,7 +377,10 @@ def _run(records: int, size: int) -> int:
 
     seconds = max(t_told - t_first, 1e-9)
     wakeups = int(getattr(stats, "wakeups", 0))
-    print(f"purelink demo: {counted(records, 'record')} of {size} B, one link to {url}, sync=batch")
+    print(
+        f"purelink demo: {counted(records, 'record')} of {size} B, one link to {url}, "
+        f"sync=batch, {native.IMPLEMENTATION}"
+    )
     print(
         _table(
             [
@@ -386,4 +401,53 @@ def _run(records: int, size: int) -> int:
     )
     if differs is not None:
         raise DemoError(f"read-back differs: {differs}")
+    return 0
+
+
+_CHILD = "PURELINK_DEMO_IMPL_CHILD"
+"""Set in the demo's children of `--impl`."""
+
+
+def _current() -> str:
+    return "compiled" if native.COMPILED else "python"
+
+
+def _run_each(records: int, size: int, impls: list[str]) -> int:
+    """The demo once per implementation, each in a child process (PURELINK_NO_EXTENSIONS=1
+    for python), its table printed; then compiled / python of the figures that time it."""
+    if "compiled" in impls and importlib.util.find_spec("purelink._speedups") is None:
+        raise DemoUsageError("--impl compiled: the compiled core is not built here")
+    figures: dict[str, dict[str, float]] = {}
+    for impl in impls:
+        env = {k: v for k, v in os.environ.items() if k != native.FORCE_VARIABLE}
+        env[_CHILD] = "1"
+        if impl == "python":
+            env[native.FORCE_VARIABLE] = "1"
+        command = [sys.executable, "-m", "purelink", "demo", "--records", str(records)]
+        command += ["--size", str(size), "--impl", impl]
+        result = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=False)
+        print(result.stdout, end="", flush=True)
+        if result.returncode != 0:
+            return result.returncode
+        first_line = result.stdout.partition("\n")[0]
+        if not first_line.endswith(f", {IMPLS[impl]}"):
+            raise DemoError(f"--impl {impl} did not run the {IMPLS[impl]}")
+        figures[impl] = {
+            label: float(found.group(1).replace(",", ""))
+            for label in ("records/s", "ns per queue call")
+            if (found := re.search(rf"^  {re.escape(label)}\s+([\d,.]+)", result.stdout, re.M))
+        }
+    if {"compiled", "python"} <= set(figures):
+        c, p = figures["compiled"], figures["python"]
+        print("purelink demo: compiled core / pure Python")
+        print(
+            _table(
+                [
+                    (label, f"{c[label] / p[label]:.2f}x") if p.get(label) else (label, "-")
+                    for label in ("records/s", "ns per queue call")
+                    if label in c
+                ]
+            ),
+            flush=True,
+        )
     return 0

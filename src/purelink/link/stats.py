@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..native import IMPLEMENTATION
 from ..protocol.names import validate_stream_name
 
 __all__ = ["LinkStats", "check_arguments"]
@@ -104,3 +105,7 @@ class LinkStats:
     waiting: str = ""
     """Why the link waits now, as the listener said ("disk_full"), until it is
     storing again; "" otherwise."""
+    implementation: str = IMPLEMENTATION
+    """Which implementation of the hot paths this process runs: "compiled core"
+    (purelink._speedups) or "pure Python" (`purelink.native`; PURELINK_NO_EXTENSIONS=1
+    forces it).  The same words as `purelink --version`."""

@@ -12,6 +12,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..native import IMPLEMENTATION
+
 __all__ = ["DROP_REASONS", "SYNC_BUCKETS", "ListenerStats", "SyncTimes"]
 
 SYNC_BUCKETS: Final = (
@@ -140,6 +142,10 @@ class ListenerStats:
     Their links wait; the streams go on by themselves once there is room."""
     free_bytes: dict[str, int] = field(default_factory=dict)
     """Bytes free on the file system of each stream written, as last looked at."""
+    implementation: str = IMPLEMENTATION
+    """Which implementation of the hot paths the listener's process runs: "compiled
+    core" (purelink._speedups) or "pure Python" (`purelink.native`;
+    PURELINK_NO_EXTENSIONS=1 forces it).  The same words as `purelink --version`."""
 
 
 class SyncTimes:
