@@ -84,6 +84,46 @@ get32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* CRC-32C arithmetic (zlib's crc32_combine, for the Castagnoli polynomial):
+ * crc(A || B) = multmodp(x^(8 len(B)), crc(A)) ^ crc(B).  The packer checksums
+ * a batch's bytes once and makes each full piece's datagram CRC from its
+ * piece's CRC and its 36-byte head, instead of reading the piece again. */
+#define POLY 0x82F63B78u
+
+/* a * b modulo the polynomial, bit-reflected; a is never 0 here */
+static uint32_t
+multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) {
+                break;
+            }
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 n) modulo the polynomial: moves a CRC on past n bytes */
+static uint32_t
+shift_op(size_t n)
+{
+    uint32_t result = (uint32_t)1 << 31; /* x^0 */
+    uint32_t base = (uint32_t)1 << 23;   /* x^8 */
+    while (n) {
+        if (n & 1) {
+            result = multmodp(base, result);
+        }
+        base = multmodp(base, base);
+        n >>= 1;
+    }
+    return result;
+}
+
 static inline void
 put_datagram_header(unsigned char *p, int kind, uint32_t conn_id)
 {
@@ -290,6 +330,14 @@ typedef struct {
     Py_ssize_t data_room;
     Py_ssize_t chunk;
     Py_ssize_t batch_room;
+    /* the open batch's piece CRCs: crcs[k] of bytes [k crc_chunk, (k+1) crc_chunk)
+     * for 0 < k < ncrcs (not the first piece: it holds the batch CRC, nor the
+     * last), and x^(8 crc_chunk) */
+    uint32_t *crcs;
+    Py_ssize_t ncrcs;
+    Py_ssize_t crc_chunk;
+    uint32_t crc_op;
+    Py_ssize_t op_chunk; /* the chunk crc_op is for (0: none yet) */
 } Packer;
 
 /* What a fill works on: the sender's records and lengths, and where the
@@ -304,6 +352,7 @@ typedef struct {
     PyObject *out;            /* list */
     PyObject *flights;        /* dict, or NULL */
     PyObject *made;           /* list of flights, or NULL */
+    int piece_crcs;           /* pieces of the open batch: self->crcs hold */
     long long used;
 } Fill;
 
@@ -384,6 +433,7 @@ packer_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     packer_clear(self);
+    PyMem_Free(((Packer *)self)->crcs);
     freefunc free_ = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     free_(self);
     Py_DECREF(tp);
@@ -444,7 +494,15 @@ emit_pieces(Packer *self, Fill *w, unsigned long long first, unsigned long long 
         put32(p + 28, (uint32_t)total);
         put32(p + 32, (uint32_t)at);
         memcpy(p + FRAG_HEAD, src + (at - origin), (size_t)(stop - at));
-        put32(p + n - TRAILER, pl_crc32c(0, p, (size_t)(n - TRAILER)));
+        Py_ssize_t k = self->crc_chunk ? at / self->crc_chunk : 0;
+        uint32_t crc;
+        if (w->piece_crcs && k > 0 && k < self->ncrcs && at == k * self->crc_chunk &&
+            stop - at == self->crc_chunk) {
+            crc = multmodp(self->crc_op, pl_crc32c(0, p, FRAG_HEAD)) ^ self->crcs[k];
+        } else {
+            crc = pl_crc32c(0, p, (size_t)(n - TRAILER));
+        }
+        put32(p + n - TRAILER, crc);
         PyObject *f = pl_flight_new(self->flight_type, pn, first, last, n, w->now, data, at, stop);
         int failed = f == NULL || emit(w, data, f, pn) < 0;
         Py_XDECREF(f);
@@ -475,19 +533,31 @@ real_bytes(Fill *w, Py_ssize_t i, Py_ssize_t n)
     return total;
 }
 
-/* The records recs[i:i+n] back to back at p. */
-static void
-copy_records(Fill *w, unsigned char *p, Py_ssize_t i, Py_ssize_t n)
+/* The records recs[i:i+n] back to back at p, exactly `room` bytes of them;
+ * -1 with an exception if they are not bytes or their lengths are not what
+ * the length table said (then p holds garbage: the caller drops it). */
+static int
+copy_records(Fill *w, unsigned char *p, Py_ssize_t i, Py_ssize_t n, long long room)
 {
     for (Py_ssize_t k = i; k < i + n; k++) {
         char *src;
         Py_ssize_t len;
-        /* checked bytes by real_bytes() already: cannot fail */
-        if (PyBytes_AsStringAndSize(PyList_GetItem(w->recs, k), &src, &len) == 0) {
-            memcpy(p, src, (size_t)len);
-            p += len;
+        if (PyBytes_AsStringAndSize(PyList_GetItem(w->recs, k), &src, &len) < 0) {
+            return -1;
         }
+        if (len > room) {
+            goto mismatch;
+        }
+        memcpy(p, src, (size_t)len);
+        p += len;
+        room -= len;
     }
+    if (room == 0) {
+        return 0;
+    }
+mismatch:
+    PyErr_SetString(PyExc_ValueError, "fill(): lens are not the records' lengths");
+    return -1;
 }
 
 static void
@@ -559,10 +629,50 @@ data_datagram(Packer *self, Fill *w, unsigned long long pn, unsigned long long s
     put_batch_tail(tail, 0, (uint32_t)length, (uint32_t)n, self->producer_id, seq,
                    (uint32_t)self->epoch);
     put_table(tail + 32, w->lens + i, n);
-    copy_records(w, tail + 32 + 2 * n, i, n);
+    if (copy_records(w, tail + 32 + 2 * n, i, n, payload) < 0) {
+        Py_DECREF(data);
+        return NULL;
+    }
     put32(p + AT_BATCH + 8, pl_crc32c(0, tail, (size_t)(length - 12)));
     put32(p + size - TRAILER, pl_crc32c(0, p, (size_t)(size - TRAILER)));
     return data;
+}
+
+/* The batch CRC of the batch at p (length bytes), read once: the CRC of each
+ * full piece but the first and the last, kept for emit_pieces, moves the
+ * batch's CRC on. */
+static int
+piece_crcs(Packer *self, unsigned char *p, Py_ssize_t length)
+{
+    Py_ssize_t chunk = self->chunk;
+    Py_ssize_t pieces = (length + chunk - 1) / chunk;
+    self->ncrcs = 0;
+    if (pieces > 2) {
+        uint32_t *crcs = PyMem_Realloc(self->crcs, (size_t)pieces * sizeof(uint32_t));
+        if (crcs == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->crcs = crcs;
+        if (self->op_chunk != chunk) {
+            self->crc_op = shift_op((size_t)chunk);
+            self->op_chunk = chunk;
+        }
+    }
+    Py_ssize_t first = chunk < length ? chunk : length;
+    uint32_t crc = pl_crc32c(0, p + 12, (size_t)(first - 12));
+    Py_ssize_t k = 1;
+    for (; k < pieces - 1; k++) {
+        self->crcs[k] = pl_crc32c(0, p + k * chunk, (size_t)chunk);
+        crc = multmodp(self->crc_op, crc) ^ self->crcs[k];
+    }
+    if (k * chunk < length) {
+        crc = pl_crc32c(crc, p + k * chunk, (size_t)(length - k * chunk));
+    }
+    self->ncrcs = pieces > 2 ? pieces - 1 : 0;
+    self->crc_chunk = chunk;
+    put32(p + 8, crc);
+    return 0;
 }
 
 /* A batch of records recs[i:i+n] (encode_batch_of), or of the one record
@@ -589,8 +699,14 @@ batch_bytes(Packer *self, Fill *w, unsigned long long seq, Py_ssize_t i, Py_ssiz
         put_table(at, w->lens + i, n);
         at += 2 * n;
     }
-    copy_records(w, at, i, n);
-    put32(p + 8, pl_crc32c(0, p + 12, (size_t)(length - 12)));
+    if (copy_records(w, at, i, n, payload) < 0) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    if (piece_crcs(self, p, (Py_ssize_t)length) < 0) {
+        Py_DECREF(batch);
+        return NULL;
+    }
     return batch;
 }
 
@@ -613,7 +729,9 @@ pack_batch(Packer *self, Fill *w, unsigned long long pushed, Py_ssize_t *made)
     if (n < 0) {
         return -1;
     }
-    long long payload = real_bytes(w, i, n);
+    /* the records' bytes: what fitting counted, but for one record larger than a
+     * batch of many (its table entry is clamped); copy_records checks it */
+    long long payload = large ? real_bytes(w, i, 1) : total - 2 * (long long)n;
     if (payload < 0) {
         return -1;
     }
@@ -686,9 +804,11 @@ open_pieces(Packer *self, Fill *w, Py_ssize_t count, long long room, Py_ssize_t 
     }
     Py_INCREF(batch);
     Py_ssize_t k = 0;
+    w->piece_crcs = 1;
     int rc = emit_pieces(self, w, self->first, self->last,
                          (const unsigned char *)PyBytes_AsString(batch), 0, self->at, end, len,
                          &k);
+    w->piece_crcs = 0;
     if (rc == 0) {
         self->pieces += (unsigned long long)k;
         self->at = end;

@@ -239,7 +239,7 @@ def _trace(seed: int, compiled: bool) -> list[tuple[Any, ...]]:
     rng = random.Random(seed)
     ids = random.Random(seed + 1)
     real = os.urandom
-    os.urandom = lambda n: ids.randbytes(n)  # conn ids, cookies' keys: seeded
+    os.urandom = ids.randbytes  # conn ids, cookies' keys: seeded
     try:
         if compiled:
             return _simulate(rng)
