@@ -72,7 +72,16 @@ class Packer:
 # ledger.c (each returns NotImplemented when it declines: recovery.py then runs its own loop)
 has_ledger: int
 
-def ledger_sent(inflight: Any, new: dict[int, Flight], now: float, /) -> Any: ...
+def ledger_sent(
+    new: dict[int, Flight],
+    flights: dict[int, Flight],
+    bytes: int,
+    delivered: int,
+    delivered_time: float,
+    first_sent: float,
+    app_limited: bool,
+    /,
+) -> int | Any: ...
 def ledger_acked(
     inflight: Any, ack: Any, received: int, all_received: bool, now: float, /
 ) -> list[Flight] | Any: ...

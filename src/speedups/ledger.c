@@ -173,18 +173,6 @@ get_ll(PyObject *o, const char *name, long long *v)
 }
 
 static int
-get_double(PyObject *o, const char *name, double *v)
-{
-    PyObject *x = PyObject_GetAttrString(o, name);
-    if (x == NULL) {
-        return -1;
-    }
-    *v = PyFloat_AsDouble(x);
-    Py_DECREF(x);
-    return *v == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
-
-static int
 set_ll(PyObject *o, const char *name, long long v)
 {
     PyObject *x = PyLong_FromLongLong(v);
@@ -215,96 +203,66 @@ args_double(PyObject *o, double *v)
     return *v == -1.0 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* Whether every value of dict d is a Flight of type tp: 1, 0, -1 error. */
-static int
-all_flights(PyObject *d, PyTypeObject *tp)
-{
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(d, &pos, &key, &value)) {
-        if (Py_TYPE(value) != tp) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* ------------------------------------------------------------- sent */
 
-/* ledger_sent(inflight, new, now): every flight of the dict `new` (pn ->
- * Flight, in sending order) went out at `now`: DeliveryRate.on_sent's stamps,
- * into inflight.flights, counted in inflight.bytes (InFlight.sent for each,
+/* ledger_sent(new, flights, bytes, delivered, delivered_time, first_sent,
+ * app_limited) -> bytes: every flight of the dict `new` (pn -> Flight, in
+ * sending order, none a retransmission) went out: each gets the delivery-rate
+ * stamps given (DeliveryRate.on_sent's, the interval already restarted by the
+ * caller if nothing was in flight), goes into `flights` under its packet
+ * number, and counts in the bytes in flight, returned (InFlight.sent for each,
  * without the congestion controller's on_sent: recovery.py calls this only
  * when the controller has none).  NotImplemented: declined, nothing done. */
 static PyObject *
 ledger_sent(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "ledger_sent(inflight, new: dict, now)");
+    if (nargs != 7 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "ledger_sent(new: dict, flights: dict, bytes, "
+                                         "delivered, delivered_time, first_sent, app_limited)");
         return NULL;
     }
-    PyObject *inflight = args[0], *new = args[1];
-    double now, delivered_time, first_sent;
-    long long bytes, delivered, app_limited, retx;
-    if (args_double(args[2], &now) < 0) {
+    PyObject *new = args[0], *flights = args[1];
+    long long bytes = PyLong_AsLongLong(args[2]);
+    long long delivered = PyLong_AsLongLong(args[3]);
+    double delivered_time, first_sent;
+    int app_limited = PyObject_IsTrue(args[6]);
+    if ((bytes == -1 || delivered == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (app_limited < 0 || args_double(args[4], &delivered_time) < 0 ||
+        args_double(args[5], &first_sent) < 0) {
         return NULL;
     }
     PyTypeObject *tp = pl_flight_type(module);
     if (tp == NULL) {
         return NULL;
     }
-    int plain = all_flights(new, tp);
-    Py_DECREF(tp);
-    if (plain <= 0) {
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    PyObject *flights = PyObject_GetAttrString(inflight, "flights");
-    PyObject *rate = flights != NULL ? PyObject_GetAttrString(inflight, "rate") : NULL;
-    PyObject *result = NULL;
-    if (rate == NULL || !PyDict_Check(flights)) {
-        if (rate != NULL) {
-            result = Py_NewRef(Py_NotImplemented);
-        }
-        goto done;
-    }
-    if (get_ll(inflight, "bytes", &bytes) < 0 || get_ll(inflight, "_retx", &retx) < 0 ||
-        get_ll(rate, "delivered", &delivered) < 0 || get_ll(rate, "app_limited", &app_limited) < 0 ||
-        get_double(rate, "delivered_time", &delivered_time) < 0 ||
-        get_double(rate, "first_sent", &first_sent) < 0) {
-        goto done;
-    }
-    if (bytes == 0 && PyDict_Size(new) > 0) { /* the interval restarts here */
-        first_sent = delivered_time = now;
-        if (set_double(rate, "first_sent", now) < 0 ||
-            set_double(rate, "delivered_time", now) < 0) {
-            goto done;
-        }
-    }
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    long long was_retx = retx;
+    int plain = 1;
+    while (PyDict_Next(new, &pos, &key, &value)) {
+        if (Py_TYPE(value) != tp || ((PlFlight *)value)->retx) {
+            plain = 0;
+            break;
+        }
+    }
+    Py_DECREF(tp);
+    if (!plain) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    pos = 0;
     while (PyDict_Next(new, &pos, &key, &value)) {
         PlFlight *f = (PlFlight *)value;
         f->delivered = delivered;
         f->delivered_time = delivered_time;
         f->first_sent = first_sent;
-        f->app_limited = app_limited != 0;
+        f->app_limited = (char)app_limited;
         if (PyDict_SetItem(flights, key, value) < 0) {
-            goto counted;
+            return NULL;
         }
         bytes += f->size;
-        retx += f->retx != 0;
     }
-    result = Py_NewRef(Py_None);
-counted:
-    if (set_ll(inflight, "bytes", bytes) < 0 ||
-        (retx != was_retx && set_ll(inflight, "_retx", retx) < 0)) {
-        Py_CLEAR(result);
-    }
-done:
-    Py_XDECREF(flights);
-    Py_XDECREF(rate);
-    return result;
+    return PyLong_FromLongLong(bytes);
 }
 
 /* ------------------------------------------------------------ acked */
@@ -528,7 +486,8 @@ ledger_lost(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef ledger_functions[] = {
     {"ledger_sent", (PyCFunction)(void (*)(void))ledger_sent, METH_FASTCALL,
-     "ledger_sent(inflight, new, now): stamp and count the flights that went out."},
+     "ledger_sent(new, flights, bytes, delivered, delivered_time, first_sent, app_limited) "
+     "-> bytes: stamp, keep and count the flights that went out."},
     {"ledger_acked", (PyCFunction)(void (*)(void))ledger_acked, METH_FASTCALL,
      "ledger_acked(inflight, ack, received, all_received, now) -> the flights resolved."},
     {"ledger_lost", (PyCFunction)(void (*)(void))ledger_lost, METH_FASTCALL,

@@ -222,9 +222,10 @@ def test_declines_what_it_was_not_written_for() -> None:
     assert core.ledger_lost(side.ledger.flights, 5, 0.1, 1.0) is NotImplemented
     ack = wire.Ack(7, 1, 1, 1, 1 << 20, 1, 0, (), (), ())
     assert core.ledger_acked(side.ledger, ack, 1, True, 1.0) is NotImplemented
-    assert core.ledger_sent(side.ledger, {2: packing.PureFlight(2, 2, 2, 9, 0.0, b"")}, 1.0) is (
-        NotImplemented
-    )
+    for other in (packing.PureFlight(2, 2, 2, 9, 0.0, b""), core.Flight(2, 2, 2, 9, 0.0, b"")):
+        other.retx = True  # a retransmission is InFlight.resent's, one at a time
+        got = core.ledger_sent({2: other}, side.ledger.flights, 100, 0, 0.0, 0.0, False)
+        assert got is NotImplemented
     bad = wire.Ack(7, 1, 1, 1, 1 << 20, 1, 0, (("x", 1),), (), ())  # type: ignore[arg-type]
     assert core.ledger_acked(side.ledger, bad, 1, True, 1.0) is NotImplemented
     assert side.ledger.bytes == 100  # declining changed nothing
