@@ -1,6 +1,8 @@
 # The compiled core's names, for type checkers (src/speedups/*.c; purelink.native).
 # One section per part; each part's C file sets has_<part> = True once it is built.
 
+from typing import Any
+
 # crc32c.c
 crc32c_hardware: int
 
@@ -41,7 +43,81 @@ def ring_take(
 def ring_has(gens: tuple[tuple[int, list[bytes | None], int], ...], seq: int, /) -> bool: ...
 
 # pack.c
+has_pack: int
 
-# ledger.c
+class Flight:
+    pn: int
+    first: int
+    last: int
+    size: int
+    sent: float
+    data: bytes
+    offset: int
+    end: int
+    retx: bool
+    delivered: int
+    delivered_time: float
+    first_sent: float
+    app_limited: bool
+    def __init__(
+        self,
+        pn: int,
+        first: int,
+        last: int,
+        size: int,
+        sent: float,
+        data: bytes,
+        offset: int = 0,
+        end: int = 0,
+    ) -> None: ...
+
+class Packer:
+    conn_id: int
+    producer_id: int
+    epoch: int
+    next_seq: int
+    batches: int
+    pieces: int
+    payload: int
+    size: int
+    @property
+    def open(self) -> bool: ...
+    def __init__(self, size: int) -> None: ...
+    def start(self, conn_id: int, producer_id: int, epoch: int, next_seq: int, /) -> None: ...
+    def fill(
+        self,
+        recs: list[bytes],
+        lens: object,
+        base: int,
+        pushed: int,
+        pn: int,
+        now: float,
+        count: int,
+        room: int,
+        out: list[bytes],
+        flights: dict[int, Flight],
+        /,
+    ) -> tuple[int, int]: ...
+    def resend(self, f: Flight, pn: int, now: float, /) -> tuple[int, list[Flight]]: ...
+
+# ledger.c (each returns NotImplemented when it declines: recovery.py then runs its own loop)
+has_ledger: int
+
+def ledger_sent(
+    new: dict[int, Flight],
+    flights: dict[int, Flight],
+    bytes: int,
+    delivered: int,
+    delivered_time: float,
+    first_sent: float,
+    app_limited: bool,
+    /,
+) -> int | Any: ...
+def ledger_acked(
+    inflight: Any, ack: Any, received: int, all_received: bool, now: float, /
+) -> list[Flight] | Any: ...
+def ledger_lost(
+    flights: dict[int, Flight], reference: int, delay: float, now: float, /
+) -> tuple[list[Flight], float | None] | Any: ...
 
 # intake.c

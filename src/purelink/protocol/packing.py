@@ -43,6 +43,12 @@ Invariants: every record from `next_seq` on is in no batch yet; the open
 batch's bytes before `_at` are sent; a batch's bytes never change once it
 is built (a retransmission is byte for byte the same batch), and batch
 boundaries never change within a session.
+
+Two implementations: the classes below are the reference; where the compiled
+core has its "pack" part (purelink.native), `Packer` and `Flight` are its C
+types instead (src/speedups/pack.c: the same decisions and the same wire
+bytes, each datagram written once at its final size).  `PurePacker` and
+`PureFlight` are the pure-Python ones either way.
 """
 
 from __future__ import annotations
@@ -51,9 +57,12 @@ from array import array
 from collections.abc import Sequence
 from typing import Final
 
+from .. import native
 from . import wire
 
-__all__ = ["BATCH_LIMIT", "Flight", "Packer"]
+__all__ = ["BATCH_LIMIT", "Flight", "Packer", "PureFlight", "PurePacker"]
+
+_core = native.part("pack")
 
 BATCH_LIMIT: Final = 0xFFFF
 """Most bytes of records and length table in one small batch.  At most 65,535,
@@ -330,3 +339,10 @@ class Packer:
             flights.append(Flight(pn, f.first, f.last, len(out), now, out, start, stop))
             start = stop
         return pn, flights
+
+
+PureFlight = Flight
+PurePacker = Packer
+if _core is not None:
+    Flight = _core.Flight  # type: ignore[misc]
+    Packer = _core.Packer  # type: ignore[misc]

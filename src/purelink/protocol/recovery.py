@@ -58,6 +58,13 @@ overtaken and old ones lost (RACK), proves losses spurious (the listener
 reports the retransmissions it got twice; a flight declared lost that the
 answer shows delivered before it was resent), and hands the congestion
 controller one `RateSample`.
+
+Where the compiled core has its "ledger" part (purelink.native), the loops
+over flights run in C on this very state (src/speedups/ledger.c): the stamps
+of the flights a fill sent (`sent_all`), the walk of an answer over the
+flights with their removal and delivery counts (`on_ack`), RACK's walk
+(`detect_losses`); each policy it feeds is called as here.  The loops below
+are the reference, and run wherever the C declines (a flight of another type).
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from .. import native
 from .congestion import CongestionControl, DeliveryRate, RateSample
 from .messages import Ack
 from .packing import Flight
@@ -73,6 +81,8 @@ from .pmtu import PathMtu
 from .sender_config import SenderStats
 
 __all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
+
+_core = native.part("ledger")
 
 ANSWER_DELAY: Final = 0.005
 """What the listener may take to answer a datagram, on top of the RTT: one
@@ -285,6 +295,26 @@ class InFlight:
             self._retx += 1
         self.cc.on_sent(f.size, now, self.bytes)
 
+    def sent_all(self, new: dict[int, Flight], now: float) -> None:
+        """Every flight of `new` (by packet number, in sending order) went out at `now`."""
+        if _core is not None and new and type(self.cc).on_sent is CongestionControl.on_sent:
+            # the loop below in C, but for the controller's on_sent (it has none)
+            rate = self.rate
+            if not self.bytes:  # the first: rate.on_sent restarts the interval
+                first_sent, delivered_time = now, now
+            else:
+                first_sent, delivered_time = rate.first_sent, rate.delivered_time
+            total = _core.ledger_sent(
+                new, self.flights, self.bytes, rate.delivered, delivered_time, first_sent,
+                rate.app_limited != 0,
+            )  # fmt: skip
+            if total is not NotImplemented:
+                rate.first_sent, rate.delivered_time = first_sent, delivered_time
+                self.bytes = total
+                return
+        for f in new.values():
+            self.sent(f, now)
+
     def remove(self, f: Flight) -> None:
         """`f` is resolved (acked, lost, or about to be sent again)."""
         del self.flights[f.pn]
@@ -324,12 +354,18 @@ class InFlight:
             lost_sent = self._repairs.pop(pn, None)
             if lost_sent is not None:
                 self._spurious(lost_sent, now)
-        acked = self._acked(ack, received, all_received)
         sample = RateSample(prior_in_flight=self.bytes)
         rate = self.rate
-        for f in acked:
-            self.remove(f)
-            rate.on_acked(f, now)
+        resolved = None
+        if _core is not None:  # the walk, remove() and rate.on_acked() of each, in C
+            resolved = _core.ledger_acked(self, ack, received, all_received, now)
+        if resolved is None or resolved is NotImplemented:
+            acked = self._acked(ack, received, all_received)
+            for f in acked:
+                self.remove(f)
+                rate.on_acked(f, now)
+        else:
+            acked = resolved
         if self.path is not None:
             self.path.on_acked(acked, now)
         if self.lost:
@@ -401,16 +437,13 @@ class InFlight:
         if not rack.pn or not self.flights:
             return
         delay = rack.loss_delay(self.rtt)
-        lost: list[Flight] = []
-        reference = rack.pn
-        for f in self.flights.values():
-            if f.pn >= reference:
-                break
-            if f.sent + delay <= now:
-                lost.append(f)
-            else:
-                self.loss_time = f.sent + delay
-                break
+        walked = None
+        if _core is not None:
+            walked = _core.ledger_lost(self.flights, rack.pn, delay, now)
+        if walked is not None and walked is not NotImplemented:
+            lost, self.loss_time = walked
+        else:
+            lost = self._overtaken(rack.pn, delay, now)
         if not lost:
             return
         cc = self.cc
@@ -426,6 +459,20 @@ class InFlight:
                 self.path.on_lost(f.size, f.sent, now, self.rtt.rto)
         if cc.losses > before:
             rack.on_recovery(lost[-1].sent, now)
+
+    def _overtaken(self, reference: int, delay: float, now: float) -> list[Flight]:
+        """RACK's walk: the flights sent before packet number `reference` that
+        are `delay` old at `now`; the first one that is not sets `loss_time`."""
+        lost: list[Flight] = []
+        for f in self.flights.values():
+            if f.pn >= reference:
+                break
+            if f.sent + delay <= now:
+                lost.append(f)
+            else:
+                self.loss_time = f.sent + delay
+                break
+        return lost
 
     def _spurious(self, lost_sent: float, now: float) -> None:
         self.stats.spurious += 1

@@ -250,8 +250,7 @@ class Sender(SenderAnswers):
                     self._recs, self._lens, self._base, self.pushed, self._pn, now,
                     burst - len(out), window - flight.bytes, out, new,
                 )  # fmt: skip
-                for f in new.values():
-                    flight.sent(f, now)
+                flight.sent_all(new, now)
                 new.clear()
                 stats.batches, stats.fragments = packer.batches, packer.pieces
                 stats.payload = packer.payload

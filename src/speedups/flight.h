@@ -1,0 +1,42 @@
+/* purelink._speedups: a datagram in flight (packing.Flight), shared by the
+ * packer (pack.c, which makes them) and the ledger (ledger.c, which stamps and
+ * resolves them).
+ *
+ * Why a C type: one is made per datagram on the link thread's hot path, and
+ * the Python policies (congestion control, path MTU, the sender) read it by
+ * attribute, so it has exactly the attributes of the pure-Python Flight.  Its
+ * `data` is always bytes (checked on every set), so a Flight refers to
+ * nothing that could refer back to it: no cycle, no garbage collector.
+ */
+#ifndef PURELINK_FLIGHT_H
+#define PURELINK_FLIGHT_H
+
+#include "speedups.h"
+
+typedef struct {
+    PyObject_HEAD
+    unsigned long long pn;
+    unsigned long long first;
+    unsigned long long last;
+    Py_ssize_t size;
+    Py_ssize_t offset;
+    Py_ssize_t end;
+    double sent;
+    double delivered_time;
+    double first_sent;
+    long long delivered;
+    PyObject *data; /* bytes, never NULL once made */
+    char retx;
+    char app_limited;
+} PlFlight;
+
+/* A new Flight of type `tp` (the module's Flight) with its fields set and a
+ * new reference to `data` (bytes); NULL with an exception set. */
+PyObject *pl_flight_new(PyTypeObject *tp, unsigned long long pn, unsigned long long first,
+                        unsigned long long last, Py_ssize_t size, double sent, PyObject *data,
+                        Py_ssize_t offset, Py_ssize_t end);
+
+/* The module's Flight type (a new reference), or NULL with an exception set. */
+PyTypeObject *pl_flight_type(PyObject *module);
+
+#endif
