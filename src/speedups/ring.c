@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ WakeFlag */
@@ -819,7 +820,43 @@ ring_has(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(found);
 }
 
+/* ring_lengths(records) -> bytes: each record's length, capped at 0xFFFF, as
+ * native uint16 (for array("H", ...)): the batch's length table that the link
+ * thread hands the sender with the records (thread.py _take). */
+static PyObject *
+ring_lengths(PyObject *module, PyObject *records)
+{
+    (void)module;
+    if (!PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "ring_lengths() takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_Size(records);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint16_t));
+    if (out == NULL) {
+        return NULL;
+    }
+    char *p = PyBytes_AsString(out);
+    if (p == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GetItem(records, i);
+        Py_ssize_t len = r == NULL ? -1 : PyBytes_CheckExact(r) ? PyBytes_Size(r) : PyObject_Size(r);
+        if (len < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint16_t v = len > 0xFFFF ? 0xFFFF : (uint16_t)len;
+        memcpy(p + i * (Py_ssize_t)sizeof v, &v, sizeof v);
+    }
+    return out;
+}
+
 static PyMethodDef ring_functions[] = {
+    {"ring_lengths", ring_lengths, METH_O,
+     "ring_lengths(records) -> bytes: each length, at most 0xFFFF, as native uint16."},
     {"ring_take", (PyCFunction)(void (*)(void))ring_take, METH_FASTCALL,
      "ring_take(gens, start, end) -> list: ring.py's take() in C."},
     {"ring_has", (PyCFunction)(void (*)(void))ring_has, METH_FASTCALL,

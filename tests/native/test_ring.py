@@ -305,6 +305,13 @@ def test_take_and_has_are_ring_pys(case: tuple[tuple[Any, ...], int, int]) -> No
 
 
 @needs_core
+@given(st.lists(st.binary(max_size=70) | st.integers(65530, 70000).map(bytes)))
+def test_lengths_are_the_length_table(records: list[bytes]) -> None:
+    assert core is not None
+    assert array("H", core.ring_lengths(records)).tolist() == [min(len(r), 0xFFFF) for r in records]
+
+
+@needs_core
 @pytest.mark.parametrize(
     "gens",
     [

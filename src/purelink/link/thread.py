@@ -309,11 +309,14 @@ class LinkThread:
             self._hole_looks += 1
             return
         self._hole_since = 0.0
-        try:
-            # the batch's length table; through a list, which array() takes faster
-            lens = array("H", list(map(len, chunk)))
-        except OverflowError:  # a record of 64 KiB or more: the sender sends it in pieces
-            lens = array("H", [min(len(r), 0xFFFF) for r in chunk])
+        if _core is not None:  # the same table, made in C
+            lens = array("H", _core.ring_lengths(chunk))
+        else:
+            try:
+                # the batch's length table; through a list, which array() takes faster
+                lens = array("H", list(map(len, chunk)))
+            except OverflowError:  # a record of 64 KiB or more: the sender sends it in pieces
+                lens = array("H", [min(len(r), 0xFFFF) for r in chunk])
         self._taken += len(chunk)
         self._sender.push(chunk, lens)
         if len(gens) > 1 and (old := ring.done(gens, self._taken)):
