@@ -49,12 +49,13 @@ HOLE_LIMIT = 5.0
 queue() call interrupted between taking its seq and storing the record (a
 KeyboardInterrupt, or any signal handler that raises, lands exactly there,
 after the C call returns) leaves a hole the link could never send past;
-failing loudly beats hanging.  The link thread must also have looked at the
-hole HOLE_LIMIT / HOLE_RECHECK / 2 times, each after a wait that let every
-other thread run, so a process that was stopped (SIGSTOP) or a thread that
-held the GIL for long is not taken for an interrupted writer.  A signal
-handler that calls close() in the thread it interrupted inside queue() waits
-this long, then gets the LinkError."""
+failing loudly beats hanging. (The pure-Python queue() only: the compiled
+core's takes the seq and stores the record in one C call.) The link thread
+must also have looked at the hole HOLE_LIMIT / HOLE_RECHECK / 2 times, each
+after a wait that let every other thread run, so a process that was stopped
+(SIGSTOP) or a thread that held the GIL for long is not taken for an
+interrupted writer. A signal handler that calls close() in the thread it
+interrupted inside queue() waits this long, then gets the LinkError."""
 HOLE_RECHECK: Final = 0.1
 FAILOVER_SILENCE: Final = 1.0
 """Seconds of silence from the listener, with datagrams in flight, after which
