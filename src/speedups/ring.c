@@ -33,7 +33,9 @@
 #include "speedups.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ WakeFlag */
@@ -355,7 +357,8 @@ queue_record(PyObject *self, PyObject *record)
         return queue_slow(self, record, Py_None);
     }
     Py_ssize_t n = PyBytes_Size(record);
-    if (n >= h->small || h->bytes_in + n > h->limit_bytes || h->next >= h->stop
+    /* (limit_bytes >= -1 and n >= 0: limit_bytes - n cannot overflow) */
+    if (n >= h->small || h->bytes_in > h->limit_bytes - n || h->next >= h->stop
         || h->slots == NULL) {
         return queue_slow(self, record, Py_None);
     }
@@ -558,8 +561,32 @@ ho_set_slots(PyObject *self, PyObject *value, void *c)
     }
 
 LL_ATTR(bytes_in, "_bytes_in")
-LL_ATTR(limit_bytes, "_limit_bytes")
 LL_ATTR(small, "_small")
+
+static PyObject *
+ho_get_limit_bytes(PyObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(H(self)->limit_bytes);
+}
+
+/* _limit_bytes: a bound past 2**63 - 1 (capacity_bytes has no upper limit) is
+ * that, which no byte total reaches; below -1, -1: the same decisions. */
+static int
+ho_set_limit_bytes(PyObject *self, PyObject *v, void *c)
+{
+    (void)c;
+    if (no_delete(v, "_limit_bytes") < 0) {
+        return -1;
+    }
+    int overflow;
+    long long limit = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (limit == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    H(self)->limit_bytes = overflow > 0 ? LLONG_MAX : overflow < 0 || limit < -1 ? -1 : limit;
+    return 0;
+}
 
 static PyObject *
 ho_get_wakeup(PyObject *self, void *c)
@@ -667,6 +694,10 @@ read_gens(PyObject *gens, Gen **out, Py_ssize_t *n)
         if (g[i].since == -1 && PyErr_Occurred()) {
             goto fail;
         }
+        if (g[i].since < 0) {
+            PyErr_SetString(PyExc_ValueError, "gens: a seq is not negative");
+            goto fail;
+        }
         g[i].mask = PyLong_AsSsize_t(PyTuple_GetItem(t, 2));
         if (g[i].mask == -1 && PyErr_Occurred()) {
             goto fail;
@@ -714,7 +745,15 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
         if (k != last && g[k + 1].since - 1 < hi) {
             hi = g[k + 1].since - 1;
         }
-        for (long long s = lo; s <= hi; s++) {
+        if (lo > hi) {
+            continue;
+        }
+        if ((unsigned long long)hi - (unsigned long long)lo >= (unsigned long long)g[k].mask + 1) {
+            PyErr_SetString(PyExc_ValueError, "start .. end spans more seqs than a list has slots");
+            return -1;
+        }
+        for (long long i = 0; i <= hi - lo; i++) {
+            long long s = lo + i;
             PyObject *rec = slot(&g[k], s);
             if (rec == NULL) {
                 return -1;
@@ -819,7 +858,43 @@ ring_has(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(found);
 }
 
+/* ring_lengths(records) -> bytes: each record's length, capped at 0xFFFF, as
+ * native uint16 (for array("H", ...)): the batch's length table that the link
+ * thread hands the sender with the records (thread.py _take). */
+static PyObject *
+ring_lengths(PyObject *module, PyObject *records)
+{
+    (void)module;
+    if (!PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "ring_lengths() takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_Size(records);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint16_t));
+    if (out == NULL) {
+        return NULL;
+    }
+    char *p = PyBytes_AsString(out);
+    if (p == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GetItem(records, i);
+        Py_ssize_t len = r == NULL ? -1 : PyBytes_CheckExact(r) ? PyBytes_Size(r) : PyObject_Size(r);
+        if (len < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint16_t v = len > 0xFFFF ? 0xFFFF : (uint16_t)len;
+        memcpy(p + i * (Py_ssize_t)sizeof v, &v, sizeof v);
+    }
+    return out;
+}
+
 static PyMethodDef ring_functions[] = {
+    {"ring_lengths", ring_lengths, METH_O,
+     "ring_lengths(records) -> bytes: each length, at most 0xFFFF, as native uint16."},
     {"ring_take", (PyCFunction)(void (*)(void))ring_take, METH_FASTCALL,
      "ring_take(gens, start, end) -> list: ring.py's take() in C."},
     {"ring_has", (PyCFunction)(void (*)(void))ring_has, METH_FASTCALL,

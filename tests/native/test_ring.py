@@ -305,6 +305,13 @@ def test_take_and_has_are_ring_pys(case: tuple[tuple[Any, ...], int, int]) -> No
 
 
 @needs_core
+@given(st.lists(st.binary(max_size=70) | st.integers(65530, 70000).map(bytes)))
+def test_lengths_are_the_length_table(records: list[bytes]) -> None:
+    assert core is not None
+    assert array("H", core.ring_lengths(records)).tolist() == [min(len(r), 0xFFFF) for r in records]
+
+
+@needs_core
 @pytest.mark.parametrize(
     "gens",
     [
@@ -315,6 +322,7 @@ def test_take_and_has_are_ring_pys(case: tuple[tuple[Any, ...], int, int]) -> No
         ((1, [None, None], 3),),
         (("1", [None], 0),),
         ((1 << 70, [None], 0),),
+        ((-5, [None], 0),),
         "not a tuple",
     ],
 )
@@ -324,6 +332,16 @@ def test_take_declines_what_is_not_a_ring(gens: Any) -> None:
         core.ring_take(gens, 1, 1)
     with pytest.raises((TypeError, ValueError, OverflowError)):
         core.ring_has(gens, 1)
+
+
+@needs_core
+def test_take_declines_a_range_wider_than_the_ring() -> None:
+    assert core is not None
+    gens = ((1, [None, b"a"], 1),)  # seq 1 is in slot 1
+    with pytest.raises(ValueError):
+        core.ring_take(gens, 1, 3)
+    assert core.ring_take(gens, 1, 2) == [b"a"]
+    assert core.ring_take(gens, 5, 1) == []
 
 
 @needs_core
@@ -380,6 +398,15 @@ def test_a_wakeup_of_another_kind_is_asked_in_python() -> None:
             assert (plain.armed, plain.writes) == (False, 1)
         finally:
             link._wakeup = real
+            free(link)
+
+
+def test_a_byte_bound_past_64_bits_bounds_nothing() -> None:
+    for cls in {Link, PURE.Link}:
+        link = make(cls, 100, 10**20)
+        try:
+            assert link.queue(b"a") == 1
+        finally:
             free(link)
 
 

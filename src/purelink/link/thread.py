@@ -49,12 +49,13 @@ HOLE_LIMIT = 5.0
 queue() call interrupted between taking its seq and storing the record (a
 KeyboardInterrupt, or any signal handler that raises, lands exactly there,
 after the C call returns) leaves a hole the link could never send past;
-failing loudly beats hanging.  The link thread must also have looked at the
-hole HOLE_LIMIT / HOLE_RECHECK / 2 times, each after a wait that let every
-other thread run, so a process that was stopped (SIGSTOP) or a thread that
-held the GIL for long is not taken for an interrupted writer.  A signal
-handler that calls close() in the thread it interrupted inside queue() waits
-this long, then gets the LinkError."""
+failing loudly beats hanging. (The pure-Python queue() only: the compiled
+core's takes the seq and stores the record in one C call.) The link thread
+must also have looked at the hole HOLE_LIMIT / HOLE_RECHECK / 2 times, each
+after a wait that let every other thread run, so a process that was stopped
+(SIGSTOP) or a thread that held the GIL for long is not taken for an
+interrupted writer. A signal handler that calls close() in the thread it
+interrupted inside queue() waits this long, then gets the LinkError."""
 HOLE_RECHECK: Final = 0.1
 FAILOVER_SILENCE: Final = 1.0
 """Seconds of silence from the listener, with datagrams in flight, after which
@@ -309,11 +310,14 @@ class LinkThread:
             self._hole_looks += 1
             return
         self._hole_since = 0.0
-        try:
-            # the batch's length table; through a list, which array() takes faster
-            lens = array("H", list(map(len, chunk)))
-        except OverflowError:  # a record of 64 KiB or more: the sender sends it in pieces
-            lens = array("H", [min(len(r), 0xFFFF) for r in chunk])
+        if _core is not None:  # the same table, made in C
+            lens = array("H", _core.ring_lengths(chunk))
+        else:
+            try:
+                # the batch's length table; through a list, which array() takes faster
+                lens = array("H", list(map(len, chunk)))
+            except OverflowError:  # a record of 64 KiB or more: the sender sends it in pieces
+                lens = array("H", [min(len(r), 0xFFFF) for r in chunk])
         self._taken += len(chunk)
         self._sender.push(chunk, lens)
         if len(gens) > 1 and (old := ring.done(gens, self._taken)):
