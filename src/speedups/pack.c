@@ -1061,6 +1061,58 @@ packer_get_open(PyObject *op, void *closure)
     return PyBool_FromLong(((Packer *)op)->batch != NULL);
 }
 
+/* gso_run(datagrams, i, limit) -> j: where the run of datagrams that goes to
+ * the kernel in one UDP GSO call from datagrams[i] ends (transport.py's
+ * run_end): up to `limit` datagrams of datagrams[i]'s size, and one shorter
+ * last one. */
+static PyObject *
+gso_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "gso_run(datagrams: list, i, limit)");
+        return NULL;
+    }
+    PyObject *datagrams = args[0];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if ((i == -1 || limit == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_Size(datagrams);
+    if (i < 0 || i >= n) {
+        PyErr_SetString(PyExc_IndexError, "gso_run(): no datagram at i");
+        return NULL;
+    }
+    Py_ssize_t size = PyObject_Size(PyList_GetItem(datagrams, i));
+    if (size < 0) {
+        return NULL;
+    }
+    Py_ssize_t j = i + 1;
+    Py_ssize_t len = -1;
+    while (j < n && j - i < limit) {
+        len = PyObject_Size(PyList_GetItem(datagrams, j));
+        if (len < 0) {
+            return NULL;
+        }
+        if (len != size) {
+            break;
+        }
+        j++;
+        len = -1;
+    }
+    if (len >= 0 && len < size) {
+        j++; /* a shorter last segment is allowed */
+    }
+    return PyLong_FromSsize_t(j);
+}
+
+static PyMethodDef pack_functions[] = {
+    {"gso_run", (PyCFunction)(void (*)(void))gso_run, METH_FASTCALL,
+     "gso_run(datagrams, i, limit) -> where the GSO run from datagrams[i] ends."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef packer_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))packer_fill, METH_FASTCALL,
      "fill(recs, lens, base, pushed, pn, now, count, room, out, flights) -> (pn, bytes)"},
@@ -1130,6 +1182,9 @@ pl_pack_exec(PyObject *module)
     rc = PyModule_AddObjectRef(module, "Packer", packer);
     Py_DECREF(packer);
     if (rc < 0) {
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, pack_functions) < 0) {
         return -1;
     }
     return PyModule_AddIntConstant(module, "has_pack", 1);

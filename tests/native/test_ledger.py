@@ -252,9 +252,11 @@ def _trace(seed: int, compiled: bool) -> list[tuple[Any, ...]]:
 
 def _simulate(rng: random.Random) -> list[tuple[Any, ...]]:
     loss = rng.choice((0.0, 0.05, 0.2))
+    pmtu = rng.random() < 0.5  # path MTU discovery, on a path narrower than the link's size
+    mtu = rng.choice((1250, 1300, None)) if pmtu else None
     net = FakeNet(
         rng.randrange(1 << 30),
-        NetConfig(loss=loss, duplicate=0.05, delay=0.002, jitter=rng.choice((0.0, 0.02))),
+        NetConfig(loss=loss, duplicate=0.05, delay=0.002, jitter=rng.choice((0.0, 0.02)), mtu=mtu),
         NetConfig(loss=loss, duplicate=0.05, delay=0.002, jitter=0.01),
     )
     sim = Simulation(net, sync_interval=rng.choice((0.0, 0.002)))
@@ -274,9 +276,9 @@ def _simulate(rng: random.Random) -> list[tuple[Any, ...]]:
                 records_for(rng, rng.randrange(50, 600), large=True),
                 producer=f"p{k}",
                 push_every=rng.choice((0, 7, 50)),
-                datagram_size=rng.choice((200, 1400)),
+                datagram_size=1400 if pmtu else rng.choice((200, 1400)),
                 congestion=rng.choice(("bbr", "newreno")),
-                pmtu=rng.random() < 0.5,
+                pmtu=pmtu,
             )
         )
     assert sim.run(sim.all_done, max_time=600)

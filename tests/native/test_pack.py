@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from purelink import native
+from purelink.link import transport
 from purelink.protocol import packing, wire
 
 core = native.part("pack")
@@ -159,6 +160,17 @@ def test_every_datagram_decodes_to_the_records(lengths: list[int], size: int) ->
     assert got == recs
 
 
+@given(
+    st.lists(st.sampled_from([40, 99, 100, 1400, 1472]), min_size=1, max_size=80),
+    st.integers(0, 79),
+    st.integers(1, 70),
+)
+def test_the_same_gso_runs(sizes: list[int], i: int, limit: int) -> None:
+    datagrams = [bytes(n) for n in sizes]
+    i %= len(datagrams)
+    assert core.gso_run(datagrams, i, limit) == transport.run_end(datagrams, i, limit)  # type: ignore[union-attr]
+
+
 def test_flight_has_the_pure_flights_attributes() -> None:
     f = core.Flight(1, 2, 3, 4, 5.0, b"x", offset=6, end=7)  # type: ignore[union-attr]
     p = packing.PureFlight(1, 2, 3, 4, 5.0, b"x", offset=6, end=7)
@@ -205,6 +217,8 @@ def test_bad_arguments_are_errors_not_crashes() -> None:
         packer.fill(recs, lens, 1, 5, 0, 0.0, 8, 1 << 20, out)
     with pytest.raises(TypeError):
         packer.resend(packing.PureFlight(1, 1, 1, 40, 0.0, b""), 0, 0.0)
+    with pytest.raises(IndexError):
+        core.gso_run([b"x"], 1, 64)  # type: ignore[union-attr]
     short = core.Flight(1, 1, 1, 1 << 20, 0.0, b"PL")  # type: ignore[union-attr]
     with pytest.raises(ValueError):  # larger than the path, and holds no piece
         packer.resend(short, 0, 0.0)

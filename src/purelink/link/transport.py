@@ -75,15 +75,17 @@ import sys
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from .. import _address
+from .. import _address, native
 from .._udp import SOL_UDP, UDP_SEGMENT
 from ..errors import ProtocolError
 from ..protocol.framing import FrameDecoder, encode_frames
 from . import nogil
 
-__all__ = ["TcpTransport", "Transport", "UdpTransport"]
+__all__ = ["TcpTransport", "Transport", "UdpTransport", "run_end"]
 
 log = logging.getLogger("purelink.link")
+
+_pack = native.part("pack")  # the compiled core's gso_run, or None
 
 GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000
@@ -138,6 +140,20 @@ def dont_fragment(sock: socket.socket, family: int) -> str:
             continue
         return name
     return ""
+
+
+def run_end(datagrams: list[bytes], i: int, limit: int) -> int:
+    """Where the run of datagrams that goes in one GSO call from datagrams[i]
+    ends: up to `limit` datagrams of its size, then one shorter last one (the
+    compiled core's `gso_run` where it is in use)."""
+    size = len(datagrams[i])
+    j = i + 1
+    n = len(datagrams)
+    while j < n and j - i < limit and len(datagrams[j]) == size:
+        j += 1
+    if j < n and j - i < limit and len(datagrams[j]) < size:
+        j += 1  # a shorter last segment is allowed
+    return j
 
 
 class Transport(Protocol):
@@ -217,10 +233,11 @@ class UdpTransport:
             j = i + 1
             if self.gso:
                 limit = min(GSO_MAX_SEGMENTS, GSO_MAX_BYTES // size)
-                while j < n and j - i < limit and len(datagrams[j]) == size:
-                    j += 1
-                if j < n and j - i < limit and len(datagrams[j]) < size:
-                    j += 1  # a shorter last segment is allowed
+                j = (
+                    run_end(datagrams, i, limit)
+                    if _pack is None
+                    else _pack.gso_run(datagrams, i, limit)
+                )
             try:
                 try:
                     self._send_run(datagrams, i, j, size)
