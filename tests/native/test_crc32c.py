@@ -55,3 +55,17 @@ def test_bad_arguments_are_type_errors() -> None:
         speedups.crc32c()  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         speedups.crc32c(b"", 0, 1)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "size",
+    [383, 384, 385, 3 * 128 * 2 + 7, 3 * 4096 - 1, 3 * 4096, 3 * 4096 + 1, 3 * 4096 * 5 + 391],
+)
+@pytest.mark.parametrize("offset", [0, 3])
+def test_three_blocks_side_by_side_join_right(size: int, offset: int) -> None:
+    """Around the sizes where the hardware way checksums three blocks at once."""
+    assert speedups is not None
+    data = bytes((i * 131 + 7) & 0xFF for i in range(size + offset))[offset:]
+    want = reference.crc32c(data, 0x1234)
+    assert speedups.crc32c(data, 0x1234) == want
+    assert speedups.crc32c_portable(data, 0x1234) == want
