@@ -106,16 +106,16 @@ def add_impl_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _without_impl(argv: Sequence[str]) -> list[str]:
-    """argv less its --impl options (and --json: the parent decides that)."""
+def _without(argv: Sequence[str], options: Sequence[str]) -> list[str]:
+    """argv less the `options` (each with its value) and --json (the parent decides that)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--impl":
+        elif arg in options:
             skip = True
-        elif not arg.startswith("--impl=") and arg != "--json":
+        elif not arg.startswith(tuple(f"{o}=" for o in options)) and arg != "--json":
             out.append(arg)
     return out
 
@@ -216,10 +216,13 @@ def _combined(name: str, reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return combined
 
 
-def run_elsewhere(name: str, argv: Sequence[str], args: argparse.Namespace) -> int | None:
+def run_elsewhere(
+    name: str, argv: Sequence[str], args: argparse.Namespace, first_only: Sequence[str] = ()
+) -> int | None:
     """Run the benchmark once per implementation `args.impl` names, each in its own
     process, and print the ratio; None when this process measures (one
-    implementation, the one it runs)."""
+    implementation, the one it runs).  The options `first_only` (such as a file
+    to write) go to the first implementation's run only."""
     impls: list[str] = args.impl or _impl_list(default_impls())
     if impls == [current_impl()]:
         return None
@@ -232,9 +235,9 @@ def run_elsewhere(name: str, argv: Sequence[str], args: argparse.Namespace) -> i
               "(python setup.py build_ext --inplace, or pip install . with a C compiler)",
               file=sys.stderr)  # fmt: skip
         return 1
-    rest = _without_impl(argv)
     reports: dict[str, dict[str, Any]] = {}
     for impl in impls:
+        rest = _without(argv, ["--impl", *(first_only if impl != impls[0] else ())])
         report = _run_child(name, impl, rest, args.json)
         if report is None:
             return 1

@@ -137,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot is None:
             parser.error("--from-json needs --plot")
         return _replot(args.from_json, args.plot)
-    if (code := run_elsewhere("sizes", argv, args)) is not None:
+    # --plot: of the first implementation's figures (the compiled core's by default)
+    if (code := run_elsewhere("sizes", argv, args, first_only=("--plot",))) is not None:
         return code
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]

@@ -363,3 +363,14 @@ def test_core_table_prints_the_markdown_table_of_both_paths() -> None:
     assert len(rows) == 12, result.stdout
     assert all(row.count("|") == 5 for row in rows)
     assert any(line.startswith("`python -m bench.core_table") for line in lines)
+
+
+def test_impl_children_get_the_options_less_impl_json_and_first_only_ones(
+    suite: types.ModuleType,
+) -> None:
+    from bench import _impl  # noqa: PLC0415 -- the checkout's bench/, on the path via `suite`
+
+    argv = ["--sizes", "16", "--impl", "compiled,python", "--plot=a.png", "--json", "--repeat", "1"]
+    assert _impl._without(argv, ["--impl"]) == ["--sizes", "16", "--plot=a.png", "--repeat", "1"]
+    assert _impl._without(argv, ["--impl", "--plot"]) == ["--sizes", "16", "--repeat", "1"]
+    assert _impl._without(["--plot", "a.png", "--impl=python"], ["--impl", "--plot"]) == []
