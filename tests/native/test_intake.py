@@ -38,6 +38,7 @@ from purelink.protocol import wire
 from purelink.protocol.core_intake import INTAKE
 from purelink.protocol.listener_core import CoreConfig, ListenerCore
 from purelink.protocol.packing import Flight, Packer
+from purelink.protocol.receiver import Write
 from purelink.testing import MemoryStore
 
 pytestmark = pytest.mark.skipif(INTAKE is None, reason="the compiled intake is not in use")
@@ -104,6 +105,10 @@ class Pair:
         return accept
 
 
+def _plain(writes: dict[str, list[Write]]) -> dict[str, list[tuple[bytes, wire.BatchHeader]]]:
+    return {s: [(bytes(b), h) for b, h in w] for s, w in writes.items()}
+
+
 def state(core: ListenerCore) -> dict[str, Any]:
     """Everything the intake may change, as plain values."""
     producers = {}
@@ -128,7 +133,7 @@ def state(core: ListenerCore) -> dict[str, Any]:
         "producers": producers,
         "sessions": sessions,
         "ack_due": set(core._ack_due),
-        "writes": {s: [(bytes(b), h) for b, h in w] for s, w in core._writes.items()},
+        "writes": _plain(core._writes),
         "owners": {s: [(p.pid, n) for p, n in w] for s, w in core._write_owners.items()},
         "out": list(core._out),
     }
@@ -154,7 +159,7 @@ def reseal(data: bytes | bytearray) -> bytes:
     raw = bytearray(data)
     if len(raw) >= 16 + wire.BATCH_HEADER + 4 and raw[3] == wire.MsgType.DATA:
         (length,) = struct.unpack_from("<I", raw, 32)
-        if 12 <= length and 16 + length <= len(raw) - 4:
+        if length >= 12 and 16 + length <= len(raw) - 4:
             struct.pack_into("<I", raw, 24, crc32c(bytes(raw[28 : 16 + length])))
     if len(raw) >= 12:
         struct.pack_into("<I", raw, len(raw) - 4, crc32c(bytes(raw[:-4])))

@@ -30,21 +30,41 @@ data could never drain.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import Any, Final, Protocol
 
-from .. import native
 from .._crc32c import crc32c
 from ..errors import ProtocolError
+from ..native import part
 from . import wire
 from .core_parts import Address
 from .core_sessions import CoreSessions
 from .core_state import Session, SessionState
 from .receiver import MAX_ACK_DUPLICATES, Partial, Producer, Write, largest_record
 
-if TYPE_CHECKING:
-    from .._speedups import Intake
-else:
-    Intake = object
+
+class Intake(Protocol):
+    """What the compiled intake does (purelink._speedups.Intake, intake.c)."""
+
+    def take(self, core: object, data: bytes | memoryview, addr: Address, now: float, /) -> bool:
+        """The datagram taken by the fast path, or False: declined, nothing changed."""
+
+    def drain(
+        self,
+        core: object,
+        fd: int,
+        get: Callable[[], bytearray],
+        put: Callable[[bytearray], None],
+        used: list[bytearray],
+        gro: bool,
+        fast: bool,
+        budget: int,
+        now: float,
+        fallback: Callable[[memoryview, Any, float], None],
+        /,
+    ) -> tuple[int, int, int]:
+        """Receive until EAGAIN or `budget` receives: (receives, datagrams, bytes)."""
+
 
 __all__ = ["DATA_FAST", "INTAKE", "CoreIntake", "Intake"]
 
@@ -56,7 +76,7 @@ _U32: Final = struct.Struct("<I")
 _ZEROS: Final = memoryview(bytes(65536))
 _OPEN: Final = SessionState.OPEN
 
-_native = native.part("intake")
+_native = part("intake")
 INTAKE: Final[Intake | None] = (
     _native.Intake(wire.BatchHeader, Partial, _OPEN) if _native is not None else None
 )
