@@ -21,8 +21,8 @@
  * the same place.)
  *
  * Every length and offset read from the wire is checked against the bytes
- * that came before it is used.  All of it holds the GIL, the receive on the
- * non-blocking socket included (see receive_one).
+ * that came before it is used.  All of it holds the GIL but the receive
+ * system call, made into a buffer this code holds an export of.
  */
 #include "speedups.h"
 
@@ -83,7 +83,7 @@ typedef struct {
  * the next ones are checked against what is kept here; what they change of
  * the session (the producer's `received`, the packet numbers, `last_seen`,
  * `ack_due`) is written back once, when the run ends -- before any Python
- * code runs, and at the end of each call. */
+ * code runs, before the GIL is let go, and at the end of each call. */
 typedef struct {
     PyObject *conn, *p, *key, *addr, *stream, *writes, *owners, *received_obj;
     uint32_t conn_id, epoch;
@@ -712,7 +712,8 @@ static int
 continues(Ctx *c, Piece *k, int completing)
 {
     uint64_t total, epoch;
-    if (attr_u64(k->part, NAME(c, N_TOTAL), &total) < 0 || total != k->total ||
+    if (k->total < BATCH_HEADER || /* (the Python path never makes one smaller) */
+        attr_u64(k->part, NAME(c, N_TOTAL), &total) < 0 || total != k->total ||
         attr_u64(k->part, NAME(c, N_EPOCH), &epoch) < 0 || epoch != k->epoch) {
         return 0;
     }
@@ -1111,6 +1112,11 @@ static int
 receive_one(Ctx *c, Drain *dr, int fd, PyObject *get, PyObject *put, PyObject *used, int gro,
             int fast, PyObject *fallback)
 {
+    /* the run ends (its state written back, the counters added) before the GIL
+     * is let go below: another thread never sees the core half brought up to date */
+    if (flush(c) < 0) {
+        return -1;
+    }
     PyObject *buf = PyObject_CallNoArgs(get);
     if (buf == NULL) {
         return -1;
@@ -1134,11 +1140,16 @@ receive_one(Ctx *c, Drain *dr, int fd, PyObject *get, PyObject *put, PyObject *u
     msg.msg_iovlen = 1;
     msg.msg_control = gro ? control.space : NULL;
     msg.msg_controllen = gro ? sizeof control.space : 0;
-    /* the GIL is kept: a receive on a non-blocking socket copies what is
-     * there or says EAGAIN at once, and giving the GIL up for it costs a
-     * convoy's wait to get it back (link/nogil.py says the same of sends) */
-    ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT);
-    int err = errno;
+    /* the GIL is let go for the copy, as the socket module's recvmsg_into
+     * does: a link thread in the same process packs meanwhile (keeping it,
+     * as link/nogil.py does for sends, measured no better here: see
+     * docs/performance.md, "The compiled core: intake") */
+    ssize_t n;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    n = recvmsg(fd, &msg, MSG_DONTWAIT);
+    err = errno;
+    Py_END_ALLOW_THREADS
     int r = 1;
     if (n < 0) {
         PyBuffer_Release(&into);
