@@ -124,3 +124,27 @@ def ledger_lost(
 ) -> tuple[list[Flight], float | None] | Any: ...
 
 # intake.c
+from collections.abc import Callable  # noqa: E402 - each part's names in its own section
+from typing import Any  # noqa: E402
+
+class Intake:
+    """The listener's fast intake over a ListenerCore's state (core_intake.py)."""
+
+    def __init__(self, batch_header: type, partial: type, open: object) -> None: ...
+    def take(self, core: object, data: bytes | memoryview, addr: object, now: float, /) -> bool: ...
+    def drain(
+        self,
+        core: object,
+        fd: int,
+        get: Callable[[], bytearray],
+        put: Callable[[bytearray], None],
+        used: list[bytearray],
+        gro: bool,
+        fast: bool,
+        budget: int,
+        now: float,
+        fallback: Callable[[memoryview, Any, float], None],
+        /,
+    ) -> tuple[int, int, int]: ...
+
+has_intake: int

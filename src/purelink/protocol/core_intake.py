@@ -15,6 +15,13 @@ there and takes the general path, which decodes step by step and counts
 drops by reason.  They are written for the interpreter (STYLE.md, 14): keep
 them inline.
 
+The compiled core (src/speedups/intake.c, `INTAKE`) does the same in C where
+it is built: the same checks over the same Python state, plus the piece that
+completes a batch (checked whole), and it declines everything else to the
+general path here, which stays the one place for drops, reasons and policy.
+`receive_datagram` (listener_core.py) and the listener's drain use it; the
+Python fast paths stay the reference (PURELINK_NO_EXTENSIONS=1 runs them).
+
 Memory.  Only data that would be held out of order is refused for memory:
 the batch or record that fills a producer's gap always gets in, or the held
 data could never drain.
@@ -23,17 +30,43 @@ data could never drain.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final, Protocol
 
 from .._crc32c import crc32c
 from ..errors import ProtocolError
+from ..native import part
 from . import wire
 from .core_parts import Address
 from .core_sessions import CoreSessions
 from .core_state import Session, SessionState
 from .receiver import MAX_ACK_DUPLICATES, Partial, Producer, Write, largest_record
 
-__all__ = ["DATA_FAST", "CoreIntake"]
+
+class Intake(Protocol):
+    """What the compiled intake does (purelink._speedups.Intake, intake.c)."""
+
+    def take(self, core: object, data: bytes | memoryview, addr: Address, now: float, /) -> bool:
+        """The datagram taken by the fast path, or False: declined, nothing changed."""
+
+    def drain(
+        self,
+        core: object,
+        fd: int,
+        get: Callable[[], bytearray],
+        put: Callable[[bytearray], None],
+        used: list[bytearray],
+        gro: bool,
+        fast: bool,
+        budget: int,
+        now: float,
+        fallback: Callable[[memoryview, Any, float], None],
+        /,
+    ) -> tuple[int, int, int]:
+        """Receive until EAGAIN or `budget` receives: (receives, datagrams, bytes)."""
+
+
+__all__ = ["DATA_FAST", "INTAKE", "CoreIntake", "Intake"]
 
 # a DATA datagram's fixed part: header, packet number, batch header
 DATA_FAST: Final = struct.Struct("<2sBBIQQI2sBBIIQQI")
@@ -42,6 +75,13 @@ _FRAG_FAST: Final = struct.Struct("<2sBBIQIQII")
 _U32: Final = struct.Struct("<I")
 _ZEROS: Final = memoryview(bytes(65536))
 _OPEN: Final = SessionState.OPEN
+
+_native = part("intake")
+INTAKE: Final[Intake | None] = (
+    _native.Intake(wire.BatchHeader, Partial, _OPEN) if _native is not None else None
+)
+"""The compiled fast intake (`purelink._speedups.Intake`), or None: the Python
+fast paths below run instead."""
 
 
 class CoreIntake(CoreSessions):

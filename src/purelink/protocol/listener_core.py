@@ -35,7 +35,7 @@ from ..errors import ProtocolError
 from . import wire
 from .core_answers import CoreAnswers
 from .core_handshake import CoreHandshake
-from .core_intake import DATA_FAST, CoreIntake
+from .core_intake import DATA_FAST, INTAKE, CoreIntake, Intake
 from .core_parts import Address, CoreConfig, ProducerTable, named_producer_id
 
 __all__ = ["CoreConfig", "ListenerCore", "ProducerTable", "named_producer_id"]
@@ -43,6 +43,10 @@ __all__ = ["CoreConfig", "ListenerCore", "ProducerTable", "named_producer_id"]
 
 class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
     """Protocol state of a listener across all of its links."""
+
+    intake: Intake | None = INTAKE
+    """The compiled fast intake, or None for the Python fast paths (the tests set
+    it to None on one core to compare the two)."""
 
     def receive_datagram(
         self, data: bytes | memoryview, addr: Address, now: float, proven: bool = False
@@ -55,7 +59,11 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         stats.datagrams += 1
         size = len(data)
         stats.bytes += size
-        if size > DATA_FAST.size and wire.LITTLE_ENDIAN:
+        intake = self.intake
+        if size > DATA_FAST.size and intake is not None:
+            if intake.take(self, data, addr, now):  # the compiled core's fast paths
+                return
+        elif size > DATA_FAST.size and wire.LITTLE_ENDIAN:
             kind = data[3]
             if kind == wire.MsgType.FRAGMENT:
                 if self._fast_piece(data, addr, now):
