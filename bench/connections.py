@@ -57,8 +57,9 @@ not counted):
   does per connection, not with the machine's load, so they compare two
   versions of the listener better than the CPU time does on a noisy machine.
 
-Target (docs/performance.md): purelink's CPU per connection <= the echo server's,
-while purelink also stores every record durably.  The client is the same
+Target (issue 27): purelink's CPU per connection <= 3x the uvloop echo
+server's, while purelink also stores every record durably (the uvloop durable
+3-round echo says what that shape and durability cost a C event loop).  The client is the same
 Python process for all variants and is usually the bottleneck on 2 cores,
 so connections/s says more about the client than about the servers; CPU per
 connection is the figure that compares the servers.
@@ -535,10 +536,10 @@ def _compare(report: Report, cpu: dict[str, Summary]) -> None:
             "x the CPU per connection"
         )
     if after is not None and echo is not None:
-        met = "met" if after.median <= echo.median else "NOT met"
+        met = "met" if after.median <= 3 * echo.median else "NOT met"
         report.notes.append(
             f"purelink (stores, fdatasync) / uvloop echo (stores nothing): "
-            f"{after.median / echo.median:.2f} x the CPU per connection (target <= 1: {met})"
+            f"{after.median / echo.median:.2f} x the CPU per connection (target <= 3: {met})"
         )
     for label, ref in (
         ("asyncio echo", aio),

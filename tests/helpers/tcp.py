@@ -98,8 +98,8 @@ class Host:
         self.handlers[fd] = handler
         self.epoll.register(fd, events or select.EPOLLIN)
 
-    def remove_source(self, fd: int) -> None:
-        if self.handlers.pop(fd, None) is not None:
+    def remove_source(self, fd: int, closing: bool = False) -> None:
+        if self.handlers.pop(fd, None) is not None and not closing:
             self.epoll.unregister(fd)
 
     def turn(self, now: float, timeout: float = 5.0) -> int:
@@ -133,6 +133,7 @@ def tcp_host() -> Iterator[tuple[Host, TcpServer]]:
         round_buffers=h.round_buffers,
         max_connections=1000,
         read_timeout=10.0,
+        defer_accept=False,  # silent connections are accepted at once (connect_many)
     )
     server.start()
     yield h, server

@@ -21,6 +21,24 @@ connection in the same event instead of the next one.  Counters: `accepts`,
 `accept_drains` (events of the listening socket), `drains` (events of the
 listening socket and of connections), `recv_calls`.
 
+What a short connection costs, cut to what it needs (docs/performance.md,
+connections).  On Linux the listening socket asks the kernel to hand over a
+connection only once its first bytes are in (TCP_DEFER_ACCEPT): a link's
+HELLO then comes with the accept and is read at once, in the accept's own
+event -- no readiness event, no timer entry and, when it opens a session,
+nothing owed (a silent connection is accepted about `DEFER_ACCEPT` seconds
+later and then owes its first frame like any other).  A connection is
+registered with epoll once (level-triggered, EPOLLIN | EPOLLRDHUP) and never
+unregistered: closing its only descriptor takes it out of the epoll set,
+which saves the epoll_ctl(DEL) -- except when a subscription took a dup of
+the socket (`shared`), when it is unregistered first.  Accepted sockets
+stay blocking and every read and write passes MSG_DONTWAIT, which saves the
+FIONBIO ioctl of making them non-blocking.  So a short link costs the
+listener an accept, its three reads (HELLO, DATA, CLOSE), two sends (ACCEPT,
+"stored"), one epoll_ctl and a close, plus the getsockname the socket
+module makes for each socket object; the core's conn ids come from random
+bytes read ahead (protocol/core_sessions.py), not one getrandom each.
+
 Mechanism 4, after the SMC-R free-list patch: every read goes into a 64 KiB
 buffer from the listener's O(1) free list (the same `BufferPool` as the UDP
 receive buffers, so `pool_hits`/`pool_misses` count both).  The frames
@@ -77,6 +95,7 @@ import os
 import resource
 import select
 import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -107,11 +126,18 @@ JUNK_LIMIT: Final = 256
 (ListenerCore.junk: not a session that expired or was fenced under it), before
 the connection is closed (`junk_frames`): a peer that sends them is not a link."""
 BACKLOG: Final = 4096
+DEFER_ACCEPT: Final = 1
+"""Seconds the kernel holds a new connection back until its first bytes come
+(TCP_DEFER_ACCEPT, Linux): a link's connection is then accepted with its HELLO
+already in, and read at once (no readiness event of its own for the HELLO).
+A connection that stays silent is accepted after about this long anyway, and
+then has `read_timeout` to speak, as any other."""
 TIMER_SLACK: Final = 0.05
 _EPOLLIN: Final = select.EPOLLIN | select.EPOLLRDHUP  # RDHUP: the peer's EOF is queued
 _EPOLLOUT: Final = select.EPOLLOUT
 _EPOLLRDHUP: Final = select.EPOLLRDHUP
-_LEN_BYTES: Final = 4
+_DONTWAIT: Final = socket.MSG_DONTWAIT  # accepted sockets stay blocking: no FIONBIO per connection
+_LEN: Final = struct.Struct("<I")
 
 
 class Loop(Protocol):
@@ -124,8 +150,10 @@ class Loop(Protocol):
     def add_source(self, fd: int, handler: Callable[[float, int], None], events: int = 0) -> None:
         """Poll `fd`; call `handler(now, event_mask)` when it is ready."""
 
-    def remove_source(self, fd: int) -> None:
-        """Stop polling `fd`."""
+    def remove_source(self, fd: int, closing: bool = False) -> None:
+        """Stop polling `fd`.  `closing`: the caller closes `fd` right after and
+        holds its only descriptor, so closing it takes it out of the epoll set
+        and no epoll_ctl call is needed."""
 
 
 class _Conn:
@@ -141,6 +169,7 @@ class _Conn:
         "out",
         "partial",
         "queued",
+        "shared",
         "sock",
     )
 
@@ -155,6 +184,7 @@ class _Conn:
         self.closed = False
         self.handler: Callable[[float, int], None] | None = None
         self.junk = 0  # its frames the core dropped
+        self.shared = False  # another server holds a dup of the socket (tail/server.py)
 
 
 class TcpServer:
@@ -171,6 +201,7 @@ class TcpServer:
         round_buffers: list[bytearray],
         max_connections: int,
         read_timeout: float,
+        defer_accept: bool = True,
         max_buffered: int = 64 << 20,
         max_unsent: int = 1 << 20,
         max_unsent_total: int = 64 << 20,
@@ -194,6 +225,10 @@ class TcpServer:
         self.read_budget = READ_BUDGET
         """Receives per readiness event of one connection."""
         self.max_frame = pool.size - HEADER
+        self.defer_accept = defer_accept
+        """Ask the kernel to accept a connection once its first bytes are in
+        (`DEFER_ACCEPT`); False: at once (the hand-turned tests' hosts)."""
+        self._deferred = False  # TCP_DEFER_ACCEPT is on: read a new connection at once
         self._sock: socket.socket | None = None
         self._spare = -1  # a file descriptor kept to shed one connection at EMFILE
         self._conns: dict[int, _Conn] = {}
@@ -234,6 +269,10 @@ class TcpServer:
         except OSError as exc:
             sock.close()
             raise Error(f"cannot bind tcp {_address.format_hostport(host, port)}: {exc}") from None
+        if self.defer_accept and hasattr(socket, "TCP_DEFER_ACCEPT"):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
+                self._deferred = True
         self._sock = sock
         _raise_open_files(self.max_connections + 1024)
         self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -331,17 +370,31 @@ class TcpServer:
             self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
     def _open(self, sock: socket.socket, peer: Any, now: float) -> None:
-        sock.setblocking(False)
-        key = (TCP_PREFIX + str(peer[0]), int(peer[1]))
+        """A new connection: known to the core's answers by its key, read at once
+        if it was deferred (its first frame is in: with it, most often, a session
+        and nothing owed, so no timer entry either), then polled.
+
+        The socket stays blocking (its reads and writes pass MSG_DONTWAIT), which
+        saves a FIONBIO ioctl per connection -- unless a default socket timeout
+        is set in this process, which would make it wait in its calls."""
+        if socket.getdefaulttimeout() is not None:
+            sock.setblocking(False)
+        key = (TCP_PREFIX + peer[0], peer[1])
         conn = _Conn(sock, key, now + self.read_timeout)  # owes its first frame
-        conn.handler = partial(self._on_ready, conn)
         self._conns[conn.fd] = conn
-        self._loop.routes[key] = partial(self._answer, conn)
-        self._loop.add_source(conn.fd, conn.handler, _EPOLLIN)
+        loop = self._loop
+        loop.routes[key] = partial(self._answer, conn)
+        if self._deferred:
+            self._read(conn, now)
+            if conn.closed:
+                return  # it said all it had to (or was dropped): never polled
+        conn.handler = partial(self._on_ready, conn)
+        loop.add_source(conn.fd, conn.handler, _EPOLLIN)
         self._schedule(conn)
 
     # -------------------------------------------------------------- read
     def _on_ready(self, conn: _Conn, now: float, mask: int) -> None:
+        self.drains += 1
         if mask & _EPOLLOUT:
             self._flush(conn)
         if mask & ~_EPOLLOUT and not conn.closed:
@@ -359,7 +412,6 @@ class TcpServer:
         core = self._core
         receive = core.receive_datagram
         key = conn.key
-        self.drains += 1
         buf = pool.get()
         size = len(buf)
         view = memoryview(buf)
@@ -381,7 +433,7 @@ class TcpServer:
                 buf, view, end, start, fed = fresh, memoryview(fresh), end - start, 0, False
             want = size - end
             try:
-                n = recv_into(view[end:])
+                n = recv_into(view[end:], 0, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:  # ECONNRESET and the like: the peer is gone
@@ -434,6 +486,7 @@ class TcpServer:
             return bad.reason, False, start
         taken = self.foreign(conn.sock, view[:end])
         if taken is TAKEN:
+            conn.shared = True
             return None, True, end  # another server has (a dup of) the socket
         if taken is NEED_MORE:
             return None, False, start
@@ -512,7 +565,7 @@ class TcpServer:
         """The route of this connection's key: one answer, one frame."""
         if conn.closed:
             return
-        frame = len(data).to_bytes(_LEN_BYTES, "little") + data
+        frame = _LEN.pack(len(data)) + data
         if conn.out:
             if self._unsent + len(frame) > self.max_unsent_total:
                 self._close(conn, "unsent_limit")
@@ -523,7 +576,7 @@ class TcpServer:
                 self._close(conn, "slow_reader")
             return
         try:
-            n = conn.sock.send(frame)
+            n = conn.sock.send(frame, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError:
@@ -541,7 +594,7 @@ class TcpServer:
         out = conn.out
         try:
             while out:
-                n = conn.sock.send(out)
+                n = conn.sock.send(out, _DONTWAIT)
                 del out[:n]
                 self._unsent -= n
         except (BlockingIOError, InterruptedError):
@@ -564,7 +617,7 @@ class TcpServer:
         if reason is not None:
             self._drop(reason)
         loop = self._loop
-        loop.remove_source(conn.fd)
+        loop.remove_source(conn.fd, not conn.shared)  # closed below: out of the epoll set
         del self._conns[conn.fd]
         loop.routes.pop(conn.key, None)
         self._buffered -= len(conn.partial)

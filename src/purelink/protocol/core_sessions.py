@@ -29,6 +29,7 @@ says so once: its connection may go.
 from __future__ import annotations
 
 import os
+import struct
 from typing import Final
 
 from ..errors import Error
@@ -47,6 +48,8 @@ _WAITING: Final = SessionState.WAITING
 _OPEN: Final = SessionState.OPEN
 _FENCED: Final = SessionState.FENCED
 _CLOSED: Final = SessionState.CLOSED
+_RANDOM_AHEAD: Final = 1024  # bytes of os.urandom read at once: 256 conn ids
+_U32: Final = struct.Struct("<I")
 
 
 class CoreSessions(CoreState):
@@ -202,8 +205,17 @@ class CoreSessions(CoreState):
         self._out.append((wire.encode_accept(accept), conn.addr))
 
     def _new_conn_id(self) -> int:
+        """A random conn id, not 0 and not in use.  The operating system's random
+        bytes are read `_RANDOM_AHEAD` at a time (the same bytes, one getrandom
+        call per 256 sessions instead of one per session: a short TCP link costs
+        a dozen system calls in all)."""
         while True:
-            conn_id = int.from_bytes(os.urandom(4), "little")
+            at = self._random_at
+            if at >= len(self._random):
+                self._random, at = os.urandom(_RANDOM_AHEAD), 0
+            self._random_at = at + 4
+            conn_id: int
+            (conn_id,) = _U32.unpack_from(self._random, at)
             if conn_id and conn_id not in self._conns and conn_id not in self._gone:
                 return conn_id
 

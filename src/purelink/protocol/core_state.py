@@ -152,6 +152,8 @@ class CoreState:
         self._spent: dict[tuple[Address, int], float] = {}  # ended (addr, nonce) -> fresh until
         self._memory = 0  # sum of p.memory over the producers in _holding
         self._holding: dict[Producer, int] = {}  # producers holding bytes -> their p.memory
+        self._random = b""  # os.urandom bytes for new conn ids, read ahead (core_sessions.py)
+        self._random_at = 0
         self.junk = 0
         """Datagrams dropped for a reason no link gives (not one of `_NOT_JUNK`):
         a driver compares it before and after feeding a peer's datagrams, to

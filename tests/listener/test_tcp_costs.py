@@ -1,0 +1,208 @@
+"""What one short tcp:// connection costs the listener: events and system calls.
+
+Why it exists: a short link (connect, HELLO, one DATA, CLOSE) is paid for
+mostly per connection, not per record, and the savings made there are easy
+to undo without any test failing on behaviour.  Each test pins one of them
+(listener/tcp.py's module header says why each is safe):
+
+* a connection is accepted with its HELLO already in (TCP_DEFER_ACCEPT) and
+  read at once: no readiness event of its own for the HELLO, no timer entry
+  once it has a session; a silent one is still accepted, later, and timed out;
+* a connection's handshake needs no cookie round trip (TCP proved the address);
+* closing a connection makes no epoll_ctl call (closing the descriptor takes
+  it out of the epoll set), unless another server holds a duplicate of it;
+* an accepted socket is never switched to non-blocking (no FIONBIO per
+  connection): its reads and writes pass MSG_DONTWAIT, so they never wait;
+* the core's conn ids come from random bytes read ahead, not one getrandom
+  call per session.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from helpers.tcp import TIMEOUT, Host, closed_by_peer, connect_many, tcp_host
+from purelink.listener.tail.server import TAKEN
+from purelink.listener.tcp import TcpServer
+from purelink.protocol import core_sessions, wire
+from purelink.protocol.framing import FrameDecoder, encode_frame
+from purelink.protocol.listener_core import ListenerCore
+from purelink.testing import MemoryStore
+
+ANON = (1 << 63) | 5
+
+
+def hello_frame(nonce: int = 1, pid: int = ANON) -> bytes:
+    return encode_frame(wire.encode_hello(wire.Hello(nonce, "s", "", pid, 1400, b"")))
+
+
+def answers(peer: socket.socket) -> list[object]:
+    """The messages waiting for `peer` now (at least one)."""
+    decoder = FrameDecoder()
+    peer.settimeout(TIMEOUT)
+    frames = decoder.feed(peer.recv(65536))
+    return [wire.decode_datagram(f) for f in frames]
+
+
+class RecordingHost(Host):
+    """A Host that records how it was asked to stop polling each descriptor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removed: list[tuple[int, bool]] = []
+
+    def remove_source(self, fd: int, closing: bool = False) -> None:
+        self.removed.append((fd, closing))
+        super().remove_source(fd, closing)
+
+
+@pytest.fixture
+def deferred() -> Iterator[tuple[RecordingHost, TcpServer]]:
+    """A TcpServer as the Listener makes it: accepts deferred to the first bytes."""
+    h = RecordingHost()
+    server = TcpServer(
+        h,
+        h.core,
+        "127.0.0.1",
+        0,
+        pool=h.pool,
+        round_buffers=h.round_buffers,
+        max_connections=100,
+        read_timeout=10.0,
+    )
+    server.start()
+    yield h, server
+    server.close()
+    h.epoll.close()
+
+
+def test_a_hello_is_read_with_its_accept_in_one_event(
+    deferred: tuple[RecordingHost, TcpServer],
+) -> None:
+    h, server = deferred
+    assert server._deferred  # Linux: TCP_DEFER_ACCEPT took
+    (peer,) = connect_many(server, 1)  # returns before the listener may accept it
+    peer.sendall(hello_frame())
+    h.turn(now=1.0)  # one readiness event: the listening socket's
+    assert (server.accept_drains, server.drains, server.accepts, server.frames) == (1, 1, 1, 1)
+    (accept,) = answers(peer)  # at once: no RETRY, TCP proved the address
+    assert isinstance(accept, wire.Accept)
+    assert h.core.stats.retries == 0
+    assert server.timeout(1.0) == -1.0  # it has a session: no timer entry was made
+    assert server.connections == 1 and len(h.handlers) == 2  # polled from now on
+    peer.sendall(encode_frame(wire.encode_close(accept.conn_id, accept.epoch)))
+    h.turn(now=2.0)
+    assert server.connections == 0 and server.drains == 2
+    ((_, closing),) = h.removed
+    assert closing  # closed by its only holder: no epoll_ctl(DEL)
+    assert closed_by_peer(peer, TIMEOUT)
+    peer.close()
+
+
+def test_a_silent_connection_is_still_accepted_and_timed_out(
+    deferred: tuple[RecordingHost, TcpServer],
+) -> None:
+    h, server = deferred
+    (silent,) = connect_many(server, 1)
+    while not server.accepts:  # after DEFER_ACCEPT seconds (~1 s), the kernel lets it in
+        assert h.turn(now=5.0)
+    assert server.connections == 1 and server.frames == 0
+    assert 10.0 <= server.timeout(5.0) <= 10.1  # it owes its first frame
+    server.expire(15.0)
+    assert server.dropped == {"read_timeout": 1}
+    assert closed_by_peer(silent, TIMEOUT)
+    silent.close()
+
+
+def test_a_connection_another_server_took_is_unregistered_before_close() -> None:
+    """A subscription's connection is handed over as a dup of the socket: the
+    descriptor the listener closes is then not the last one, so it must leave
+    the epoll set by epoll_ctl (else epoll reports the other's socket for ever)."""
+    h = RecordingHost()
+    server = TcpServer(
+        h, h.core, "127.0.0.1", 0, pool=h.pool, round_buffers=h.round_buffers,
+        max_connections=10, read_timeout=10.0, defer_accept=False,
+    )  # fmt: skip
+    server.start()
+    kept: list[socket.socket] = []
+
+    def take(sock: socket.socket, head: Any) -> object:
+        kept.append(sock.dup())
+        return TAKEN
+
+    server.foreign = take  # type: ignore[assignment]
+    (peer,) = connect_many(server, 1)
+    h.turn(now=1.0)
+    peer.sendall(b"\xff\xff\xff\xffnot a frame")
+    h.turn(now=2.0)
+    assert len(kept) == 1 and server.connections == 0
+    assert [closing for _, closing in h.removed] == [False]
+    assert h.epoll.poll(0.05) == []  # nothing left in the set for that socket
+    for s in (peer, *kept):
+        s.close()
+    server.close()
+    h.epoll.close()
+
+
+@pytest.fixture
+def host() -> Iterator[tuple[Host, TcpServer]]:
+    yield from tcp_host()
+
+
+def test_accepted_sockets_stay_blocking_and_their_reads_never_wait(
+    host: tuple[Host, TcpServer],
+) -> None:
+    h, server = host
+    (peer,) = connect_many(server, 1)
+    h.turn(now=1.0)
+    (conn,) = server._conns.values()
+    assert conn.sock.getblocking()  # no FIONBIO was made for it
+    done = threading.Event()
+
+    def read_nothing() -> None:
+        server._on_ready(conn, 2.0, select.EPOLLIN)  # a spurious event: nothing to read
+        done.set()
+
+    threading.Thread(target=read_nothing, daemon=True).start()
+    assert done.wait(2.0)  # MSG_DONTWAIT: EAGAIN, not a wait
+    assert server.connections == 1
+    peer.close()
+
+
+def test_with_a_default_socket_timeout_accepted_sockets_are_made_non_blocking(
+    host: tuple[Host, TcpServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h, server = host
+    monkeypatch.setattr(socket, "getdefaulttimeout", lambda: 5.0)
+    (peer,) = connect_many(server, 1)
+    h.turn(now=1.0)
+    (conn,) = server._conns.values()
+    assert conn.sock.gettimeout() == 0.0  # else its calls would wait up to 5 s
+    peer.close()
+
+
+def test_conn_ids_read_random_bytes_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    core = ListenerCore(MemoryStore())
+    calls = []
+    real = core_sessions.os.urandom
+
+    def urandom(n: int) -> bytes:
+        calls.append(n)
+        return real(n)
+
+    monkeypatch.setattr(core_sessions.os, "urandom", urandom)
+    ids = set()
+    for i in range(600):  # past two read-aheads
+        core.receive_datagram(hello_frame(i + 1, ANON + i)[4:], ("tcp:h", i), 1.0, True)
+        for data, _ in core.datagrams_to_send(1.0):
+            accept = wire.decode_datagram(data)
+            assert isinstance(accept, wire.Accept)
+            ids.add(accept.conn_id)
+    assert len(ids) == 600 and 0 not in ids
+    assert calls == [1024] * 3  # 256 ids a call
