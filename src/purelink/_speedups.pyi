@@ -1,6 +1,7 @@
 # The compiled core's names, for type checkers (src/speedups/*.c; purelink.native).
 # One section per part; each part's C file sets has_<part> = True once it is built.
 
+from collections.abc import Callable
 from typing import Any
 
 # crc32c.c
@@ -124,8 +125,6 @@ def ledger_lost(
 ) -> tuple[list[Flight], float | None] | Any: ...
 
 # intake.c
-from collections.abc import Callable  # noqa: E402 - each part's names in its own section
-from typing import Any  # noqa: E402
 
 class Intake:
     """The listener's fast intake over a ListenerCore's state (core_intake.py)."""
