@@ -75,7 +75,8 @@ send_run_call(int fd, struct iovec *iov, Py_ssize_t count, uint16_t segment, int
 /* send_run(fd, datagrams, i, j, segment, release) -> int: datagrams[i:j] (bytes,
  * at most 64) in one sendmsg on the connected non-blocking socket fd: with
  * UDP_SEGMENT = segment when more than one (each but the last exactly segment
- * bytes: the kernel checks), a plain datagram otherwise. */
+ * bytes, the last at most: checked, as the kernel cuts the bytes wherever the
+ * iovecs end), a plain datagram otherwise. */
 static PyObject *
 send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -109,6 +110,12 @@ send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (d != NULL && !PyErr_Occurred()) {
                 PyErr_SetString(PyExc_TypeError, "send_run(): a datagram is bytes");
             }
+            break;
+        }
+        if (count > 1 && (k < count - 1 ? len != segment : len > segment)) {
+            /* the kernel cuts the bytes, not the iovecs: a run is equal datagrams
+             * and a last one no longer */
+            PyErr_SetString(PyExc_ValueError, "send_run(): not a run of segment-sized datagrams");
             break;
         }
         Py_INCREF(d); /* held while the GIL may be given up: the list may change */
