@@ -26,6 +26,8 @@
 
 #include "structmember.h"
 
+#include "gso_send.h"
+
 #define HEADER 8
 #define TRAILER 4
 #define BATCH_HEADER 44
@@ -1110,6 +1112,7 @@ gso_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef pack_functions[] = {
     {"gso_run", (PyCFunction)(void (*)(void))gso_run, METH_FASTCALL,
      "gso_run(datagrams, i, limit) -> where the GSO run from datagrams[i] ends."},
+    SEND_RUN_METHOD
     {NULL, NULL, 0, NULL},
 };
 

@@ -733,9 +733,39 @@ clear_slot(const Gen *g, long long seq)
     return PyList_SetItem(g->slots, (Py_ssize_t)(seq & (long long)g->mask), Py_None);
 }
 
-/* ring.take(gens, start, end), appending to out; see ring.py. */
+/* A record's length as the batch's length table has it (capped at 0xFFFF);
+ * -1 with an exception. */
 static int
-take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long end)
+table_length(PyObject *r, uint16_t *v)
+{
+    Py_ssize_t len = PyBytes_CheckExact(r) ? PyBytes_Size(r) : PyObject_Size(r);
+    if (len < 0) {
+        return -1;
+    }
+    *v = len > 0xFFFF ? 0xFFFF : (uint16_t)len;
+    return 0;
+}
+
+/* Append rec to out; with lens, its table length too (lens has room: the take
+ * appends at most end - start + 1 records). */
+static int
+append_taken(PyObject *out, PyObject *rec, uint16_t *lens, Py_ssize_t *count)
+{
+    if (lens != NULL && table_length(rec, &lens[*count]) < 0) {
+        return -1;
+    }
+    if (PyList_Append(out, rec) < 0) {
+        return -1;
+    }
+    (*count)++;
+    return 0;
+}
+
+/* ring.take(gens, start, end), appending to out (and, with lens, each length
+ * to lens; *count counts what was appended); see ring.py. */
+static int
+take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long end,
+          uint16_t *lens, Py_ssize_t *count)
 {
     Py_ssize_t last = n - 1;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -759,7 +789,7 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
                 return -1;
             }
             if (rec != Py_None) {
-                if (PyList_Append(out, rec) < 0) {
+                if (append_taken(out, rec, lens, count) < 0) {
                     return -1;
                 }
                 if (k == last && clear_slot(&g[k], s) < 0) { /* an older list is dropped whole */
@@ -781,7 +811,7 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
             if (j == n) {
                 return 0; /* not there yet: stop before it */
             }
-            if (PyList_Append(out, rec) < 0 || clear_slot(&g[j], s) < 0) {
+            if (append_taken(out, rec, lens, count) < 0 || clear_slot(&g[j], s) < 0) {
                 return -1;
             }
         }
@@ -809,22 +839,198 @@ seq_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, long long *a,
     return 0;
 }
 
-/* ring_take(gens, start, end) -> list: ring.py take(). */
+/* take_into for one list (the common case): the records written from start on
+ * are counted first, so the list is made at its size and filled in place (no
+ * growth, no append per record); then their slots are cleared. */
 static PyObject *
-ring_take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+take_one(const Gen *g, long long start, long long end)
 {
-    (void)module;
+    if (start > end) {
+        return PyList_New(0);
+    }
+    if ((unsigned long long)end - (unsigned long long)start >= (unsigned long long)g->mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "start .. end spans more seqs than a list has slots");
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    for (long long s = start; s <= end; s++, count++) {
+        PyObject *rec = slot(g, s);
+        if (rec == NULL) {
+            return NULL;
+        }
+        if (rec == Py_None) {
+            break; /* not there yet: stop before it */
+        }
+    }
+    PyObject *out = PyList_New(count);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *rec = slot(g, start + i);
+        if (rec == NULL || rec == Py_None) { /* only a writer breaking the ring's rules */
+            if (rec == Py_None) {
+                PyErr_SetString(PyExc_RuntimeError, "a ring slot was emptied during the take");
+            }
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_INCREF(rec);
+        if (PyList_SetItem(out, i, rec) < 0 || clear_slot(g, start + i) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* ring.py take(gens, start, end) as a new list, or NULL. */
+static PyObject *
+take_list(PyObject *const *args, Py_ssize_t nargs)
+{
     long long start, end;
     Gen *g;
     Py_ssize_t n;
     if (seq_args(args, nargs, 3, &start, &end) < 0 || read_gens(args[0], &g, &n) < 0) {
         return NULL;
     }
-    PyObject *out = PyList_New(0);
-    if (out != NULL && n > 0 && take_into(out, g, n, start, end) < 0) {
-        Py_CLEAR(out);
+    PyObject *out;
+    if (n == 1) {
+        out = take_one(g, start, end);
+    } else {
+        Py_ssize_t count = 0;
+        out = PyList_New(0);
+        if (out != NULL && n > 0 && take_into(out, g, n, start, end, NULL, &count) < 0) {
+            Py_CLEAR(out);
+        }
     }
     PyMem_Free(g);
+    return out;
+}
+
+/* ring_take(gens, start, end) -> list: ring.py take(). */
+static PyObject *
+ring_take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    return take_list(args, nargs);
+}
+
+static PyObject *ring_lengths(PyObject *module, PyObject *records);
+
+/* ring_take_lengths(gens, start, end) -> (list, bytes): ring_take and
+ * ring_lengths of what it took in one call (thread.py _take). */
+static PyObject *
+ring_take_lengths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *chunk = take_list(args, nargs);
+    if (chunk == NULL) {
+        return NULL;
+    }
+    PyObject *lens = ring_lengths(module, chunk);
+    if (lens == NULL) {
+        Py_DECREF(chunk);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_Pack(2, chunk, lens);
+    Py_DECREF(chunk);
+    Py_DECREF(lens);
+    return pair;
+}
+
+/* ring_take_into(gens, start, end, records) -> bytes: ring_take's records
+ * appended to `records` itself (the sender's list: no list in between, each
+ * record touched once), and their length table, as ring_lengths gives it. */
+static PyObject *
+ring_take_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    long long start, end;
+    Gen *g;
+    Py_ssize_t n;
+    if (nargs != 4 || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "ring_take_into(gens, start, end, records: list)");
+        return NULL;
+    }
+    if (seq_args(args, 3, 3, &start, &end) < 0 || read_gens(args[0], &g, &n) < 0) {
+        return NULL;
+    }
+    /* at most as many as the lists hold together (take_into declines a range
+     * wider than a list within that list) */
+    Py_ssize_t room = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        room += g[k].mask + 1;
+    }
+    if (start <= end && (unsigned long long)end - (unsigned long long)start < (unsigned long long)room) {
+        room = (Py_ssize_t)(end - start + 1);
+    }
+    uint16_t *lens = PyMem_Malloc(sizeof(uint16_t) * (size_t)(room > 0 ? room : 1));
+    if (lens == NULL) {
+        PyMem_Free(g);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0;
+    PyObject *out = NULL;
+    if (n == 0 || take_into(args[3], g, n, start, end, lens, &count) == 0) {
+        out = PyBytes_FromStringAndSize((const char *)lens, count * (Py_ssize_t)sizeof(uint16_t));
+    }
+    PyMem_Free(lens);
+    PyMem_Free(g);
+    return out;
+}
+
+/* records_bytes(records, lens, lo, hi) -> int: the bytes of records[lo:hi],
+ * from their length table `lens` (array("H"), each length capped at 0xFFFF):
+ * sender_records.py _release's count of what was stored.  Only a capped entry
+ * looks at its record (its real length); the others are not touched, so the
+ * count reads 2 bytes per record, not each record's object. */
+static PyObject *
+records_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    long long lo, hi;
+    if (nargs != 4 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "records_bytes(records: list, lens, lo, hi)");
+        return NULL;
+    }
+    lo = PyLong_AsLongLong(args[2]);
+    hi = lo == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t size = PyList_Size(args[0]);
+    if (view.itemsize != 2 || view.format == NULL || strcmp(view.format, "H") != 0) {
+        PyErr_SetString(PyExc_TypeError, "records_bytes(): lens is an array('H')");
+    } else if (lo < 0 || hi > size || lo > hi || hi > view.len / 2) {
+        PyErr_SetString(PyExc_IndexError, "records_bytes(): lo .. hi is not within both");
+    } else {
+        const unsigned char *p = view.buf;
+        long long total = 0;
+        Py_ssize_t i = (Py_ssize_t)lo;
+        for (; i < (Py_ssize_t)hi; i++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * i, sizeof v);
+            if (v == 0xFFFF) { /* capped: the record's own length */
+                PyObject *r = PyList_GetItem(args[0], i);
+                Py_ssize_t len = r == NULL ? -1 : PyObject_Size(r);
+                if (len < 0) {
+                    break;
+                }
+                total += len;
+            } else {
+                total += v;
+            }
+        }
+        if (i == (Py_ssize_t)hi) {
+            out = PyLong_FromLongLong(total);
+        }
+    }
+    PyBuffer_Release(&view);
     return out;
 }
 
@@ -897,6 +1103,12 @@ static PyMethodDef ring_functions[] = {
      "ring_lengths(records) -> bytes: each length, at most 0xFFFF, as native uint16."},
     {"ring_take", (PyCFunction)(void (*)(void))ring_take, METH_FASTCALL,
      "ring_take(gens, start, end) -> list: ring.py's take() in C."},
+    {"ring_take_lengths", (PyCFunction)(void (*)(void))ring_take_lengths, METH_FASTCALL,
+     "ring_take_lengths(gens, start, end) -> (list, bytes): ring_take and ring_lengths."},
+    {"ring_take_into", (PyCFunction)(void (*)(void))ring_take_into, METH_FASTCALL,
+     "ring_take_into(gens, start, end, records) -> bytes: the take appended to records."},
+    {"records_bytes", (PyCFunction)(void (*)(void))records_bytes, METH_FASTCALL,
+     "records_bytes(records, lens, lo, hi) -> int: the bytes of records[lo:hi]."},
     {"ring_has", (PyCFunction)(void (*)(void))ring_has, METH_FASTCALL,
      "ring_has(gens, seq) -> bool: ring.py's has() in C."},
     {NULL, NULL, 0, NULL},

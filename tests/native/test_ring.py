@@ -34,6 +34,7 @@ from purelink import native
 from purelink.errors import LinkError
 from purelink.link import ring
 from purelink.link.link import Link
+from purelink.protocol import sender_records
 
 core = native.part("ring")
 needs_core = pytest.mark.skipif(core is None, reason=native.reason or "no ring in the core")
@@ -73,6 +74,15 @@ class Collector:
     def push(self, records: list[bytes], lengths: array[int] | None = None) -> None:
         assert lengths is not None and list(lengths) == [min(len(r), 0xFFFF) for r in records]
         self.records.extend(records)
+
+    def push_taken(self, gens: tuple[ring.Gen, ...], start: int, end: int) -> int:
+        """The compiled core's push (the link thread calls it where the core has
+        its ring): the same take, through push."""
+        assert native.part("ring") is not None
+        records: list[bytes] = []
+        table = native.part("ring").ring_take_into(gens, start, end, records)  # type: ignore[union-attr]
+        self.push(records, array("H", table))
+        return len(records)
 
 
 @contextlib.contextmanager
@@ -479,3 +489,75 @@ def test_threads_hammering_queue_while_the_link_thread_takes(kind: str) -> None:
         assert mine == [b"%d-%d" % (k, i) for i in range(per_thread)]
     assert most[0] <= ring.largest(50_000)
     assert most[1] <= most[0]  # the grant never reached past the ring
+
+
+@needs_core
+@settings(max_examples=1000, deadline=None)
+@given(gens_strategy(), st.lists(st.binary(max_size=3), max_size=3))
+def test_take_into_is_the_take_appended_with_its_lengths(
+    case: tuple[tuple[Any, ...], int, int], held: list[bytes]
+) -> None:
+    assert core is not None
+    gens, start, end = case
+    mine, theirs = copy_gens(gens), copy_gens(gens)
+    records = list(held)
+    table = core.ring_take_into(mine, start, end, records)
+    taken = ring.take(theirs, start, end)
+    assert records == held + taken
+    assert array("H", table).tolist() == [min(len(r), 0xFFFF) for r in taken]
+    assert mine == theirs  # the same slots cleared
+    assert core.ring_take_lengths(copy_gens(gens), start, end) == (taken, table)
+
+
+@needs_core
+def test_take_into_gives_the_real_lengths_capped() -> None:
+    assert core is not None
+    big = bytes(70000)
+    gens = ((1, [None, big, b"ab", None], 3),)
+    records: list[bytes] = []
+    assert array("H", core.ring_take_into(gens, 1, 3, records)).tolist() == [0xFFFF, 2]
+    assert records == [big, b"ab"]
+    with pytest.raises(TypeError):
+        core.ring_take_into(gens, 1, 3, ())
+    with pytest.raises(ValueError):
+        core.ring_take_into(gens, 1, 9, records)
+
+
+@needs_core
+@given(st.lists(st.binary(max_size=70) | st.integers(65530, 70000).map(bytes)), st.data())
+def test_records_bytes_is_the_sum_of_their_lengths(
+    records: list[bytes], data: st.DataObject
+) -> None:
+    assert core is not None
+    lens = array("H", [min(len(r), 0xFFFF) for r in records])
+    lo = data.draw(st.integers(0, len(records)))
+    hi = data.draw(st.integers(lo, len(records)))
+    assert core.records_bytes(records, lens, lo, hi) == sum(map(len, records[lo:hi]))
+    for bad in ((-1, hi), (lo, len(records) + 1), (hi + 1, hi)):
+        with pytest.raises(IndexError):
+            core.records_bytes(records, lens, *bad)
+    with pytest.raises(TypeError):
+        core.records_bytes(records, array("I", lens), lo, hi)
+    with pytest.raises(TypeError):
+        core.records_bytes(records, "not a buffer", lo, hi)
+    if records:
+        with pytest.raises(IndexError):  # a table shorter than the list
+            core.records_bytes(records, lens[:-1], 0, len(records))
+
+
+@needs_core
+def test_release_counts_the_same_bytes_both_ways() -> None:
+    """SenderRecords._release's stored_bytes, with records of 64 KiB and more."""
+    records = [bytes(n) for n in (1, 70000, 0xFFFF, 3, 200000, 5)]
+    counts = []
+    for impl in (core, None):
+        sender_records._core = impl
+        try:
+            s = sender_records.SenderRecords()
+            s.push(records)
+            s._release(2)
+            s._release(6)
+            counts.append(s.stored_bytes)
+        finally:
+            sender_records._core = core
+    assert counts == [sum(map(len, records))] * 2

@@ -14,6 +14,12 @@ takes the datagrams (loopback: tens of microseconds for 64 KiB) or says
 EAGAIN at once, so no other thread could have used the GIL meanwhile
 anyway.  Blocking waits (epoll with a timeout) still release it.
 
+The compiled core's send (`_speedups.send_run`, used by transport.py where
+the core is in use: each datagram of a GSO run one iovec, no join) makes the
+same choice, measured again with it (docs/performance.md, "The compiled
+core: the link thread"): giving the GIL up around sendmsg cost the `queue`
+benchmark a quarter of its records/s, so it keeps the GIL too.
+
 Everything falls back to the socket module where libc or a symbol cannot be
 loaded, so behaviour never depends on this module, only speed.  The flags and
 errno values are the socket and errno modules' own; the structures are C's,

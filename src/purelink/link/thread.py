@@ -40,9 +40,8 @@ __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "MAX_RECORD", "SMALL", "LinkThread"]
 log = logging.getLogger("purelink.link")
 
 _core = native.part("ring")
-# the link thread's look at the ring and its take: ring.py's, or the same in C
+# the link thread's look at the ring: ring.py's, or the same in C
 _ring_has = ring.has if _core is None else _core.ring_has
-_ring_take = ring.take if _core is None else _core.ring_take
 
 HOLE_LIMIT = 5.0
 """Seconds a taken seq may stay without its record before the link fails: a
@@ -302,27 +301,37 @@ class LinkThread:
         if end < start:
             return
         gens = self._gens  # loaded after `end`: see ring.py
-        chunk = _ring_take(gens, start, end)
-        if not chunk:  # a writer took its seq and has not stored its record yet
-            if not self._hole_since:
-                self._hole_since = time.monotonic()
-                self._hole_looks = 0
-            self._hole_looks += 1
-            return
-        self._hole_since = 0.0
-        if _core is not None:  # the same table, made in C
-            lens = array("H", _core.ring_lengths(chunk))
+        if _core is not None:  # straight into the sender's list, lengths too: one C call
+            taken = self._sender.push_taken(gens, start, end)
+            if not taken:
+                self._hole()
+                return
+            self._hole_since = 0.0
+            self._taken += taken
         else:
+            chunk = ring.take(gens, start, end)
+            if not chunk:  # a writer took its seq and has not stored its record yet
+                self._hole()
+                return
+            self._hole_since = 0.0
             try:
                 # the batch's length table; through a list, which array() takes faster
                 lens = array("H", list(map(len, chunk)))
             except OverflowError:  # a record of 64 KiB or more: the sender sends it in pieces
                 lens = array("H", [min(len(r), 0xFFFF) for r in chunk])
-        self._taken += len(chunk)
-        self._sender.push(chunk, lens)
+            self._taken += len(chunk)
+            self._sender.push(chunk, lens)
         if len(gens) > 1 and (old := ring.done(gens, self._taken)):
             with self._grant_lock:  # a grant may be adding a generation meanwhile
                 self._gens = self._gens[old:]
+
+    def _hole(self) -> None:
+        """The take found nothing: a writer took the next seq and has not stored its
+        record yet (looked at again until HOLE_LIMIT)."""
+        if not self._hole_since:
+            self._hole_since = time.monotonic()
+            self._hole_looks = 0
+        self._hole_looks += 1
 
     def _hole_failed(self, now: float) -> bool:
         """The next seq has been taken and not stored for HOLE_LIMIT seconds: fail

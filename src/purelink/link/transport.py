@@ -86,6 +86,12 @@ __all__ = ["TcpTransport", "Transport", "UdpTransport", "run_end"]
 log = logging.getLogger("purelink.link")
 
 _pack = native.part("pack")  # the compiled core's gso_run, or None
+_send_run = getattr(_pack, "send_run", None)
+"""The compiled core's send of a run: each datagram one iovec of one sendmsg (no
+join, no ctypes); None where the core is not in use (or not on Linux)."""
+SEND_RELEASES_GIL: Final = False
+"""Whether the compiled send gives the GIL up around sendmsg (see nogil.py and
+docs/performance.md: measured both ways under load, the GIL is kept)."""
 
 GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000
@@ -214,6 +220,7 @@ class UdpTransport:
         # sends and receives that keep the GIL (see nogil.py); the socket module's
         # where ctypes cannot reach libc
         self._fast = nogil.NoGilSocket(self._sock) if nogil.available else None
+        self._fd = self._sock.fileno()
         self.gso = True
         self.send_calls = 0
         self.send_errors = 0
@@ -271,6 +278,9 @@ class UdpTransport:
 
     def _send_run(self, datagrams: list[bytes], i: int, j: int, size: int) -> None:
         """datagrams[i:j] in one system call (GSO when more than one)."""
+        if _send_run is not None:
+            _send_run(self._fd, datagrams, i, j, size, SEND_RELEASES_GIL)
+            return
         fast = self._fast
         if j - i > 1:
             if fast is not None:
@@ -291,7 +301,9 @@ class UdpTransport:
         too_large = False
         for data in datagrams:
             try:
-                if fast is not None:
+                if _send_run is not None:
+                    _send_run(self._fd, [data], 0, 1, 0, SEND_RELEASES_GIL)
+                elif fast is not None:
                     fast.send(data)
                 else:
                     self._sock.send(data)

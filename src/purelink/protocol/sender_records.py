@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from array import array
 
+from .. import native
+
 __all__ = ["SenderRecords"]
+
+_core = native.part("ring")  # records_bytes: _release's count in C
 
 
 class SenderRecords:
@@ -59,6 +63,24 @@ class SenderRecords:
         self._recs.extend(records)
         self.pushed += len(records)
 
+    def push_taken(
+        self, gens: tuple[tuple[int, list[bytes | None], int], ...], start: int, end: int
+    ) -> int:
+        """The compiled core's push from the link's ring (link/thread.py): the
+        records of seqs start .. end (up to the first not written yet) go
+        straight into `_recs`, with their length table, in one C call; returns
+        how many.  Only where the compiled core has its ring (`_core`)."""
+        assert _core is not None
+        if not self._recs:
+            self._head = 0
+            self._base = self.stored + 1
+            self._lens = array("H")
+        table = _core.ring_take_into(gens, start, end, self._recs)
+        self._lens.frombytes(table)
+        n = len(table) // 2
+        self.pushed += n
+        return n
+
     @property
     def unstored(self) -> int:
         """Records pushed and not yet stored."""
@@ -79,13 +101,16 @@ class SenderRecords:
             return
         self.stored = stored
         head = stored - self._base + 1
-        lens = self._lens[self._head : head]
-        self.stored_bytes += sum(lens)
-        if 0xFFFF in lens:  # a clamped length: count the large records' real size
-            big = self._recs[self._head : head]
-            self.stored_bytes += sum(
-                len(r) - 0xFFFF for r, n in zip(big, lens, strict=True) if n == 0xFFFF
-            )
+        if _core is not None:  # the same count in C, from the length table
+            self.stored_bytes += _core.records_bytes(self._recs, self._lens, self._head, head)
+        else:
+            lens = self._lens[self._head : head]
+            self.stored_bytes += sum(lens)
+            if 0xFFFF in lens:  # a clamped length: count the large records' real size
+                big = self._recs[self._head : head]
+                self.stored_bytes += sum(
+                    len(r) - 0xFFFF for r, n in zip(big, lens, strict=True) if n == 0xFFFF
+                )
         if head >= len(self._recs):
             self._recs.clear()
             self._lens = array("H")

@@ -1,0 +1,153 @@
+/* purelink._speedups: a run of datagrams to the kernel in ONE sendmsg, with no
+ * join (private to pack.c, which adds send_run to the module).
+ *
+ * Why: the link's transport put each GSO run on the wire as b"".join(run) (a
+ * copy of every byte) through ctypes (a libffi call, argument conversion).
+ * Here the run's datagrams go to the kernel as one iovec each, in place, with
+ * UDP_SEGMENT saying where the kernel cuts them: the same datagrams on the
+ * wire, no copy, no ctypes.  The references to the datagrams are held for the
+ * call, so it may give the GIL up around sendmsg (`release`: see
+ * link/nogil.py for why the link keeps it by default).  Errors are raised as
+ * the socket module's are (OSError by errno: BlockingIOError for EAGAIN...);
+ * what to do about them stays in transport.py.
+ */
+#ifndef PURELINK_GSO_SEND_H
+#define PURELINK_GSO_SEND_H
+
+#if defined(__linux__)
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#define SEND_RUN_MAX 64 /* transport.py GSO_MAX_SEGMENTS */
+
+static int
+send_run_index(PyObject *o, Py_ssize_t *v)
+{
+    *v = PyLong_AsSsize_t(o);
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* sendmsg of iov[0:count], with the segment size if more than one; GIL given up
+ * around the call when release.  Returns the bytes sent or -1 with errno. */
+static ssize_t
+send_run_call(int fd, struct iovec *iov, Py_ssize_t count, uint16_t segment, int release)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)count;
+    if (count > 1) {
+        memset(&control, 0, sizeof control);
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof control.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        memcpy(CMSG_DATA(cm), &segment, sizeof segment);
+    }
+    ssize_t sent;
+    int err;
+    if (release) {
+        PyThreadState *ts = PyEval_SaveThread();
+        sent = sendmsg(fd, &msg, MSG_DONTWAIT);
+        err = errno;
+        PyEval_RestoreThread(ts);
+    } else {
+        sent = sendmsg(fd, &msg, MSG_DONTWAIT);
+        err = errno;
+    }
+    errno = err;
+    return sent;
+}
+
+/* send_run(fd, datagrams, i, j, segment, release) -> int: datagrams[i:j] (bytes,
+ * at most 64) in one sendmsg on the connected non-blocking socket fd: with
+ * UDP_SEGMENT = segment when more than one (each but the last exactly segment
+ * bytes, the last at most: checked, as the kernel cuts the bytes wherever the
+ * iovecs end), a plain datagram otherwise. */
+static PyObject *
+send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t fd, i, j, segment;
+    if (nargs != 6 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "send_run(fd, datagrams: list, i, j, segment, release)");
+        return NULL;
+    }
+    int release = PyObject_IsTrue(args[5]);
+    if (release < 0 || send_run_index(args[0], &fd) < 0 || send_run_index(args[2], &i) < 0
+        || send_run_index(args[3], &j) < 0 || send_run_index(args[4], &segment) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_Size(args[1]);
+    Py_ssize_t count = j - i;
+    if (fd < 0 || fd > 0x7FFFFFFF || i < 0 || j > n || count < 1 || count > SEND_RUN_MAX
+        || (count > 1 && (segment < 1 || segment > 0xFFFF))) {
+        PyErr_SetString(PyExc_ValueError, "send_run(): no such fd, run or segment size");
+        return NULL;
+    }
+    PyObject *held[SEND_RUN_MAX];
+    struct iovec iov[SEND_RUN_MAX];
+    Py_ssize_t k = 0;
+    for (; k < count; k++) {
+        PyObject *d = PyList_GetItem(args[1], i + k);
+        char *buf;
+        Py_ssize_t len;
+        if (d == NULL || !PyBytes_Check(d) || PyBytes_AsStringAndSize(d, &buf, &len) < 0) {
+            if (d != NULL && !PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "send_run(): a datagram is bytes");
+            }
+            break;
+        }
+        if (count > 1 && (k < count - 1 ? len != segment : len > segment)) {
+            /* the kernel cuts the bytes, not the iovecs: a run is equal datagrams
+             * and a last one no longer */
+            PyErr_SetString(PyExc_ValueError, "send_run(): not a run of segment-sized datagrams");
+            break;
+        }
+        Py_INCREF(d); /* held while the GIL may be given up: the list may change */
+        held[k] = d;
+        iov[k].iov_base = buf;
+        iov[k].iov_len = (size_t)len;
+    }
+    ssize_t sent = -1;
+    int err = 0;
+    if (k == count) {
+        sent = send_run_call((int)fd, iov, count, (uint16_t)segment, release);
+        err = errno;
+    }
+    for (Py_ssize_t m = 0; m < k; m++) {
+        Py_DECREF(held[m]);
+    }
+    if (k < count) {
+        return NULL;
+    }
+    if (sent < 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(sent);
+}
+
+#define SEND_RUN_METHOD                                                                       \
+    {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL,                        \
+     "send_run(fd, datagrams, i, j, segment, release) -> bytes sent: datagrams[i:j] in one "  \
+     "sendmsg (UDP GSO when more than one), no join."},
+#else
+#define SEND_RUN_METHOD
+#endif
+
+#endif
