@@ -12,7 +12,7 @@ import weakref
 import pytest
 
 from purelink.protocol import wire
-from purelink.protocol.congestion import Bbr, NewReno, RateSample, create
+from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
 from purelink.protocol.congestion.bbr import QUEUE_SHARE
 from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
@@ -233,9 +233,10 @@ def test_bbr_learns_the_path_loss_rate_only_where_it_builds_no_queue() -> None:
 
 def test_create_by_name() -> None:
     assert isinstance(create("bbr", D), Bbr)
+    assert isinstance(create("cubic", D), Cubic)
     assert isinstance(create("newreno", D), NewReno)
-    with pytest.raises(ValueError, match="congestion must be one of bbr, newreno"):
-        create("cubic", D)
+    with pytest.raises(ValueError, match="congestion must be one of bbr, cubic, newreno"):
+        create("vegas", D)
 
 
 # --------------------------------------------------------- RTT and RACK

@@ -479,7 +479,8 @@ def connect(
     """Open a link to a listener and return once the handshake is done.
 
     `congestion` is the window policy of a UDP link: "bbr" (paced, the
-    default) or "newreno"; a TCP link leaves it to the kernel.
+    default), "cubic" (RFC 9438, paced) or "newreno"; a TCP link leaves it to
+    the kernel.
 
     Raises ConnectError if the listener does not answer within `timeout`
     seconds, refuses the link or refuses the connection (tcp://); ValueError
