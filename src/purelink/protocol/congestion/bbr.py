@@ -244,6 +244,8 @@ class Bbr(CongestionControl):
         self._queue_delay = 0.0
         """Queueing delay that stood all the last round long, seconds."""
         self._jitter_samples = 0
+        self.queue_share = QUEUE_SHARE * datagram_size
+        """Bytes of ours a standing queue may hold before we yield (see the module docstring)."""
 
     # ------------------------------------------------------------ model
     @property
@@ -429,7 +431,7 @@ class Bbr(CongestionControl):
             self._bw.update(rate, self.round_count)
 
     def _over_share(self) -> bool:
-        return self._bw.value * self._queue_delay > QUEUE_SHARE * self.datagram_size
+        return self._bw.value * self._queue_delay > self.queue_share
 
     def _update_bw(self, rs: RateSample) -> None:
         rate = rs.delivery_rate
@@ -557,12 +559,15 @@ class Bbr(CongestionControl):
         if self.filled or rate > self.pacing_rate:
             self.pacing_rate = rate
 
+    def _cwnd_target(self, bdp: float) -> float:
+        return self.cwnd_gain * bdp
+
     def _set_cwnd(self, acked: int) -> None:
         bdp = self.bdp
         if not bdp:
             target = float(self.initial_cwnd)
         else:
-            target = self.cwnd_gain * bdp
+            target = self._cwnd_target(bdp)
             if self.filled:
                 target += self._extra.value
             # room for the pacer's bursts (3 quanta of about 1 ms each)
@@ -575,7 +580,7 @@ class Bbr(CongestionControl):
             cwnd = self.cwnd
         if self.mode == Bbr.PROBE_BW and self._over_share():
             # more than our share of a standing queue: one bdp and the share
-            cwnd = min(cwnd, int(bdp + QUEUE_SHARE * self.datagram_size))
+            cwnd = min(cwnd, int(bdp + self.queue_share))
         if self.inflight_hi is not None and self.mode == Bbr.PROBE_BW:
             # leave some room for others' probes except while probing (BBR v2's headroom)
             room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
