@@ -11,8 +11,8 @@ bytes per 1448); a purelink link's is what reached the listener
 (`Simulation.arrived`), at its own wire bytes per payload byte of first
 transmissions.  So the shares of flows that fill the path sum to about 1.
 
-    python tests/helpers/sharing.py     # the table: cubic alone and in pairs, and a
-                                        # purelink link beside cubic and beside bbr
+    python tests/helpers/sharing.py     # the table: cubic alone and in pairs, a purelink
+                                        # link beside cubic and beside bbr, bbr beside cubic
 """
 
 from __future__ import annotations
@@ -109,26 +109,26 @@ TABLE_RUNS = [
     ("cubic + cubic", ["cubic", "cubic"]),
     ("purelink-bbr + cubic", [PURELINK, "cubic"]),
     ("purelink-bbr + bbr", [PURELINK, "bbr"]),
+    ("bbr + cubic", ["bbr", "cubic"]),
 ]
 TABLE_BUFFERS = (0.5, 1.0, 2.5, 10.0)
+TABLE_COLUMNS = ("buffer", "first", "second", "pair", "part", "real s")
 
 
 def table(mbit: float = 20, rtt: float = 0.04, seconds: float = 40.0, warm: float = 10.0) -> None:
     """Print the line shares of TABLE_RUNS at each of TABLE_BUFFERS, the first
     flow's part of the pair, and the real time each run took."""
     print(f"{mbit:g} Mbit/s, {rtt * 1e3:g} ms: line shares from {warm:g} s to {seconds:g} s")
-    print(
-        f"{'flows':22} {'buffer':>6}  {'first':>6} {'second':>6} {'pair':>6}  {'part':>5}  real s"
-    )
+    print(f"{'flows':22}" + "".join(f"{h:>8}" for h in TABLE_COLUMNS))
     for name, kinds in TABLE_RUNS:
         for buffer in TABLE_BUFFERS:
             began = time.perf_counter()
             run = share(kinds, mbit=mbit, rtt=rtt, buffer=buffer, seconds=seconds, warm=warm)
             took = time.perf_counter() - began
-            second = f"{run.shares[1]:6.2f}" if len(kinds) > 1 else " " * 6
+            second = f"{run.shares[1]:8.2f}" if len(kinds) > 1 else " " * 8
             print(
-                f"{name:22} {buffer:6g}  {run.shares[0]:6.2f} {second} {run.total:6.2f}"
-                f"  {run.share(0):5.2f}  {took:6.1f}"
+                f"{name:22}{buffer:8g}{run.shares[0]:8.2f}{second}{run.total:8.2f}"
+                f"{run.share(0):8.2f}{took:8.1f}"
             )
 
 
