@@ -310,8 +310,12 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
         f"(default paths: {', '.join(SHARED_PATHS)}; competitors: --transports, "
         "default cubic,bbr)",
     )
-    group.add_argument("--links", type=int, default=1, metavar="N", help="purelink links (1)")
-    group.add_argument("--tcp-flows", type=int, default=1, metavar="M", help="Linux TCP flows (1)")
+    group.add_argument(
+        "--links", type=int, default=1, metavar="N", help="purelink links (1; 0: TCP alone)"
+    )
+    group.add_argument(
+        "--tcp-flows", type=int, default=1, metavar="M", help="TCP flows (1; 0: purelink alone)"
+    )
     group.add_argument(
         "--seconds", type=float, default=20.0, metavar="S", help="together for S seconds (20)"
     )
