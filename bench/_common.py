@@ -74,7 +74,7 @@ __all__ = [
     "wait_until",
 ]
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[1]
 """The source checkout the benchmarks live in (for the git revision)."""
 
 READY_LINE = re.compile(r"^purelink listening .*\budp=(\S+):(\d+)\b.*\bdata=(.+)$")
