@@ -291,9 +291,13 @@ class Link(LinkThread):
         return seq
 
     def stats(self) -> LinkStats:
-        """A snapshot of the counters."""
+        """A snapshot of the counters, and of the congestion controller's view of
+        the path (on a udp:// link; a tcp:// link's is the kernel's).  Read
+        without a lock while the link thread runs: each figure is current, not
+        all taken at one instant."""
         s = self._sender
         p = self._parker.statistics()
+        cc = s.cc.statistics() if self._targets[self._at][0] == "udp" else None
         return LinkStats(
             queued=self.queued,
             stored=self._stored,
@@ -322,6 +326,12 @@ class Link(LinkThread):
             cwnd=s.cc.cwnd,
             send_errors=self._transport.send_errors,
             late_pickups=self._late_pickups,
+            congestion="kernel" if cc is None else cc.name,
+            congestion_state="" if cc is None else cc.state,
+            btl_bw=None if cc is None else cc.btl_bw,
+            min_rtt=None if cc is None else cc.min_rtt,
+            pacing_rate=None if cc is None else cc.pacing_rate,
+            competing=False if cc is None else cc.competing,
         )
 
     def close(self, timeout: float | None = None) -> bool:

@@ -7,7 +7,7 @@ the benchmarks)."""
 
 from __future__ import annotations
 
-from .base import CongestionControl, RateSample
+from .base import CongestionControl, CongestionStatistics, RateSample
 from .bbr import Bbr
 from .cubic import Cubic
 from .newreno import NewReno
@@ -17,6 +17,7 @@ __all__ = [
     "NAMES",
     "Bbr",
     "CongestionControl",
+    "CongestionStatistics",
     "Cubic",
     "DeliveryRate",
     "NewReno",

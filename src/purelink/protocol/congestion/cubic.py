@@ -40,7 +40,9 @@ segments; the controller keeps `cwnd` in bytes.
 C = 0.4 and beta = 0.7, as the RFC.  Pacing (as Linux paces TCP with fq):
 2 x cwnd / srtt in slow start and 1.2 x cwnd / srtt afterwards, so that a
 window is spread over the round trip instead of leaving in one burst;
-srtt is the RFC 6298 average of the answers' RTT samples.
+srtt is the RFC 6298 average of the answers' RTT samples.  `min_rtt`, the
+smallest of them and of the handshake's round trip, steers nothing: it is
+there for `statistics()` (the link's stats), beside srtt.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class Cubic(CongestionControl):
         self.maximum = maximum
         self.ssthresh = 1 << 62
         self.srtt = 0.0
+        self.min_rtt = 0.0
+        """The smallest RTT sample (the handshake's included), seconds; 0.0: none yet."""
         self.recovery_start = -1.0
         """When the last reduction happened; datagrams sent before it do not grow the window."""
         self._recovering = False  # reduced, and no datagram sent since answered yet
@@ -151,6 +155,10 @@ class Cubic(CongestionControl):
         self.recovery_start = -1.0
         self._recovering = False
 
+    def on_path_rtt(self, rtt: float, now: float) -> None:
+        """The handshake's round trip: a sample of min_rtt (the window ignores it)."""
+        self._take_min_rtt(rtt)
+
     def on_timeout(self, now: float) -> None:
         """Nothing came back for a whole (backed-off) timeout: slow start from the minimum."""
         self._undo = None
@@ -167,9 +175,14 @@ class Cubic(CongestionControl):
         return Cubic.SLOW_START if self.cwnd < self.ssthresh else Cubic.AVOIDANCE
 
     # ---------------------------------------------------------- internals
+    def _take_min_rtt(self, rtt: float) -> None:
+        if rtt > 0 and (not self.min_rtt or rtt < self.min_rtt):
+            self.min_rtt = rtt
+
     def _take_rtt(self, sample: RateSample) -> None:
         rtt = sample.rtt
         self.srtt = rtt if not self.srtt else self.srtt + (rtt - self.srtt) * SRTT_GAIN
+        self._take_min_rtt(rtt)
         self._round_min = min(self._round_min, rtt) if self._round_samples else rtt
         self._round_samples += 1
         if sample.prior_delivered < self._round_end:

@@ -18,6 +18,8 @@ link's memory in flight).
     a probe timeout:      ssthresh = cwnd / 2, cwnd = the minimum
 
 No pacing: `pacing_rate` stays 0 and the window alone clocks the sender.
+Its `state` is the phase, as CUBIC's: "slow_start", "congestion_avoidance",
+or "recovery" from a reduction until a datagram sent after it is acked.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class NewReno(CongestionControl):
     """NewReno congestion window in bytes."""
 
     name = "newreno"
+    SLOW_START = "slow_start"
+    AVOIDANCE = "congestion_avoidance"
+    RECOVERY = "recovery"
 
     def __init__(
         self, datagram_size: int, *, initial_datagrams: int = 32, maximum: int = 64 << 20
@@ -43,12 +48,14 @@ class NewReno(CongestionControl):
         """When the last reduction happened; datagrams sent before it do not grow the window."""
         self._undo: tuple[int, int, float] | None = None  # cwnd, ssthresh, first loss's send time
         self._unproven = 0  # losses of the current reduction not yet proven spurious
+        self._recovering = False  # reduced, and no datagram sent since answered yet
 
     def on_ack(self, sample: RateSample, now: float) -> None:
         """Grow by what was acknowledged, unless still in recovery."""
         nbytes = sample.newly_acked
         if not nbytes or sample.last_sent <= self.recovery_start:
             return  # sent before the last reduction: no growth in recovery
+        self._recovering = False
         if self.cwnd < self.ssthresh:
             self.cwnd += nbytes
         else:
@@ -65,6 +72,7 @@ class NewReno(CongestionControl):
         self._unproven = 1
         self._undo = (self.cwnd, self.ssthresh, sent_time)
         self.recovery_start = now
+        self._recovering = True
         self.cwnd = max(self.cwnd // 2, self.minimum)
         self.ssthresh = self.cwnd
 
@@ -81,6 +89,7 @@ class NewReno(CongestionControl):
         self.cwnd = max(self.cwnd, undo[0])
         self.ssthresh = undo[1]
         self.recovery_start = -1.0
+        self._recovering = False
 
     def on_timeout(self, now: float) -> None:
         """Nothing came back for a whole (backed-off) timeout: start over small."""
@@ -88,3 +97,9 @@ class NewReno(CongestionControl):
         self.recovery_start = now
         self.ssthresh = max(self.cwnd // 2, self.minimum)
         self.cwnd = self.minimum
+
+    @property
+    def state(self) -> str:
+        if self._recovering:
+            return NewReno.RECOVERY
+        return NewReno.SLOW_START if self.cwnd < self.ssthresh else NewReno.AVOIDANCE
