@@ -17,6 +17,10 @@ target, the worst first:
 and at every seed, exactly once: what reached the store is each link's
 records 1..k, once each, in order, byte for byte.
 
+How a link shares a path with competing TCP flows is bench/ccshare.py's
+question: it runs this sweep (its draws, seeds and worker processes) with
+the simulation's TCP models beside the links.
+
 Utilisation is measured as tests/sim/test_congestion_sim.py measures it: the
 first transmissions of records that reached the listener after the warm-up
 (8 RTTs, at least 1 s), over rate x time.
