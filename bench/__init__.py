@@ -46,6 +46,8 @@ BENCHMARKS: dict[str, str] = {
     "paths": "goodput through emulated lossy, dark, small-MTU paths; --shared: beside TCP (root)",
     "handshake": "seconds from connect to OPEN through loss both ways, in virtual time",
     "jetstream": "200,000 x 61 B into a 3-node R3 JetStream cluster: purelink beside nats-py",
+    "ccsweep": "BBR in virtual time over paths drawn from the whole space, worst seed first",
+    "ccshare": "purelink links beside Reno, CUBIC, BBR flows on one bottleneck, virtual time",
 }
 """Every benchmark by name, in the order the whole suite runs them."""
 

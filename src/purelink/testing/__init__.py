@@ -6,7 +6,8 @@ senders against a listener core on virtual time with no sockets and no sleeps.
 `Competitor` is a bulk TCP flow (Reno, CUBIC or BBR v1, as Linux runs them)
 that `Simulation.add_competitor` puts on the same bottleneck as the links,
 with its `TcpSink` beside the listener; `MSS` and `SEGMENT` are its payload
-and wire bytes per segment.
+and wire bytes per segment; `purelink.testing.sharing` runs links and
+flows through one bottleneck and measures the line share each took.
 `PathModel` is the one model of a bad path's direction that FakeNet, the
 loopback proxy of the live tests and the TUN path emulator all drive
 (`NetConfig` says what it does, `seeded_rng` gives each direction its RNG).
