@@ -182,10 +182,12 @@ def test_link_collector_exports_link_and_handler_stats(tmp_path: Path) -> None:
     (labels,) = info
     assert dict(labels)["controller"] == "bbr"
     assert dict(labels)["state"] in ("startup", "drain", "probe_bw", "probe_rtt")
-    assert samples[("purelink_link_bottleneck_bandwidth_bytes_per_second", app)] >= 0
+    # BBR keeps a bandwidth estimate and paces: a series each (the values move
+    # with the link; stats() is compared with the controller in tests/protocol)
+    assert ("purelink_link_bottleneck_bandwidth_bytes_per_second", app) in samples
     assert samples[("purelink_link_min_rtt_seconds", app)] > 0  # the handshake's at least
-    assert samples[("purelink_link_pacing_rate_bytes_per_second", app)] >= 0
-    assert samples[("purelink_link_competing", app)] == 0
+    assert ("purelink_link_pacing_rate_bytes_per_second", app) in samples
+    assert ("purelink_link_competing", app) not in samples  # BBR cannot tell: no series
     assert samples[("purelink_link_records_stored_total", logs)] == 1
     assert samples[("purelink_log_records_dropped_total", logs)] == 0
     assert samples[("purelink_log_records_pending", logs)] == 0
@@ -202,7 +204,7 @@ def test_link_collector_leaves_out_what_a_tcp_link_cannot_see(tmp_path: Path) ->
     app = (("stream", "app"), ("url", url))
     info = (*app, ("controller", "kernel"), ("state", ""))
     assert samples[("purelink_link_congestion_info", tuple(sorted(info)))] == 1
-    assert samples[("purelink_link_competing", app)] == 0
+    assert ("purelink_link_competing", app) not in samples
     assert samples[("purelink_link_cwnd_bytes", app)] > 0
     for name in ("bottleneck_bandwidth_bytes_per_second", "min_rtt_seconds"):
         assert (f"purelink_link_{name}", app) not in samples  # not measured: no series

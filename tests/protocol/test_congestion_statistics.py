@@ -3,8 +3,8 @@
 What `link.stats()` and the metrics show of the congestion control comes from
 here, so each controller is fed by hand and its snapshot compared with the
 controller itself: the four figures every controller has, the optional ones
-(`btl_bw`, `min_rtt`, `competing`) where it keeps them, and None / False
-where it does not (never a made-up 0).
+(`btl_bw`, `min_rtt`, `competing`) where it keeps them, and None where it
+does not (never a made-up 0 or no).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_bbr_shows_its_model_bandwidth_and_min_rtt() -> None:
     assert (s.name, s.state) == ("bbr", Bbr.STARTUP)
     # no sample yet: measured as nothing so far (0.0), not unknown (None)
     assert s.btl_bw == 0.0 and s.min_rtt == 0.0 and s.pacing_rate == 0.0
-    assert s.competing is False
+    assert s.competing is None
     cc.on_path_rtt(0.04, 100.0)  # the handshake's round trip
     assert cc.statistics().min_rtt == 0.04
     feed(cc, 4 * 12)  # a dozen round trips: startup finds the pipe full
@@ -99,7 +99,7 @@ def test_cubic_shows_its_phase_and_min_rtt_and_no_bandwidth() -> None:
     mirrors(cc, s)
     assert (s.name, s.state) == ("cubic", Cubic.SLOW_START)
     assert s.btl_bw is None  # CUBIC keeps no model of the path's rate
-    assert s.min_rtt == 0.0 and not s.competing
+    assert s.min_rtt == 0.0 and s.competing is None
     cc.on_path_rtt(0.06, 100.0)
     assert cc.statistics().min_rtt == 0.06
     now = feed(cc, 4)  # samples of 50 ms: the smaller one wins
@@ -119,7 +119,7 @@ def test_newreno_shows_its_phases_and_nothing_it_does_not_measure() -> None:
     mirrors(cc, s)
     assert (s.name, s.state) == ("newreno", NewReno.SLOW_START)
     assert s.btl_bw is None and s.min_rtt is None  # it times nothing
-    assert s.pacing_rate == 0.0 and not s.competing  # the window alone clocks it
+    assert s.pacing_rate == 0.0 and s.competing is None  # the window alone clocks it
     cc.on_lost(1.0, D, 2.0)
     assert cc.statistics().state == NewReno.RECOVERY
     cc.on_ack(RateSample(newly_acked=D, last_sent=1.9), 2.05)  # sent before the reduction
@@ -134,7 +134,7 @@ def test_newreno_shows_its_phases_and_nothing_it_does_not_measure() -> None:
 
 
 class _Sharing(CongestionControl):
-    """A policy of the coming shared-path work: it keeps the optional figures."""
+    """A policy that keeps every optional figure, `competing` among them."""
 
     name = "sharing"
 

@@ -46,23 +46,27 @@ def test_fast_convergence_lowers_the_plateau_of_a_window_that_shrank() -> None:
 
 
 def test_the_window_follows_the_cubic_curve_back_to_its_plateau() -> None:
-    cc = Cubic(D, initial_datagrams=100)
+    """A large window, so the curve and not the Reno-friendly floor leads."""
+    cc = Cubic(D, initial_datagrams=1000)
     cc.srtt = 0.1
     cc.on_lost(1.0, D, 2.0)
-    k = (100 * (1 - BETA) / C) ** (1 / 3)  # the RFC's K, seconds to the plateau
-    # answer every datagram of each round trip for K seconds
-    now, sent = 2.1, 2.01  # the first answers are of datagrams sent after the cut
-    while now < 2.0 + k:
-        for _ in range(cc.cwnd // D):
-            cc.on_ack(answer(D, sent, rtt=0.1), now)
+    k = (1000 * (1 - BETA) / C) ** (1 / 3)  # the RFC's K, seconds to the plateau
+
+    def round_trip(sent: float, now: float) -> None:  # every datagram answered, ten at a time
+        for _ in range(cc.cwnd // (10 * D)):
+            cc.on_ack(answer(10 * D, sent, rtt=0.1), now)
+
+    # the epoch starts at the first answer to a datagram sent after the cut (RFC 9438 4.2)
+    now, sent = 2.1, 2.01
+    while now < 2.1 + k:
+        round_trip(sent, now)
         sent, now = now, now + 0.1
-    assert cc.cwnd / D == pytest.approx(100, rel=0.05)  # concave: up to the plateau
+    assert cc.cwnd / D == pytest.approx(1000, rel=0.02)  # concave: up to the plateau
     for _ in range(30):  # convex beyond it: probing for more, faster and faster
-        for _ in range(cc.cwnd // D):
-            cc.on_ack(answer(D, sent, rtt=0.1), now)
+        round_trip(sent, now)
         sent, now = now, now + 0.1
-    t = now - 0.1 - 2.0  # the last answers' time since the cut
-    assert cc.cwnd / D == pytest.approx(C * (t + 0.1 - k) ** 3 + 100, rel=0.03)
+    t = now - 0.1 - 2.1  # the last answers' time since the epoch began
+    assert cc.cwnd / D == pytest.approx(C * (t + 0.1 - k) ** 3 + 1000, rel=0.01)
     assert cc.state == Cubic.AVOIDANCE
     assert cc.pacing_rate == pytest.approx(1.2 * cc.cwnd / cc.srtt)
 
@@ -96,34 +100,93 @@ def test_a_timeout_starts_over_from_the_minimum() -> None:
     assert cc.cwnd == cc.minimum and cc.ssthresh == int(100 * D * BETA)
 
 
-def test_hystart_ends_slow_start_when_the_round_trip_grows() -> None:
-    cc = Cubic(D, initial_datagrams=10)
-    total = 0  # bytes delivered so far
-    round_end = 0  # the delivered count when the round's last datagram was sent
+class Rounds:
+    """Answers a round trip at a time, as the sender gives them: ten of
+    datagrams sent before the round began, then one sent after (its
+    prior_delivered reaches the round's end)."""
 
-    def round_trip(rtt: float, now: float) -> None:
-        """Ten answers of datagrams sent before the round began, then one of
-        a datagram sent after (prior_delivered reaches the round's end)."""
-        nonlocal total, round_end
-        for prior in [round_end - 1] * 10 + [round_end]:
-            total += D
-            cc.on_ack(
+    def __init__(self, cc: Cubic) -> None:
+        self.cc = cc
+        self.total = 0  # bytes delivered so far
+        self.round_end = 0  # the delivered count when the round's last datagram was sent
+
+    def trip(self, rtt: float, now: float, answers: int = 10, *, limited: bool = False) -> None:
+        for prior in [self.round_end - 1] * answers + [self.round_end]:
+            self.total += D
+            self.cc.on_ack(
                 RateSample(
                     newly_acked=D,
                     last_sent=now - rtt,
                     rtt=rtt,
                     prior_delivered=prior,
-                    total_delivered=total,
+                    total_delivered=self.total,
+                    is_app_limited=limited,
                 ),
                 now,
             )
-        round_end = total
+        self.round_end = self.total
 
-    round_trip(0.050, 1.0)
-    round_trip(0.050, 1.1)
+
+def test_hystart_slows_down_when_the_round_trip_grows_and_ends_after_five_rounds() -> None:
+    cc = Cubic(D, initial_datagrams=10)
+    r = Rounds(cc)
+    r.trip(0.050, 1.0)
+    r.trip(0.050, 1.1)
     assert cc.state == Cubic.SLOW_START
-    round_trip(0.052, 1.2)  # +2 ms: under the 4 ms floor, a steady path
+    r.trip(0.056, 1.2)  # +6 ms: under max(50 / 8, 4) = 6.25 ms, a steady path
     assert cc.state == Cubic.SLOW_START
-    round_trip(0.060, 1.3)  # +8 ms, over 52 / 8 = 6.5 ms: a queue is building
-    assert cc.state == Cubic.AVOIDANCE
-    assert cc.ssthresh <= cc.cwnd < cc.ssthresh + D  # from the window it had, in avoidance
+    r.trip(0.064, 1.3)  # +8 ms over the round before: a queue is building
+    assert cc.state == Cubic.CONSERVATIVE
+    before = cc.cwnd
+    r.trip(0.066, 1.4)
+    assert cc.cwnd - before == 11 * D // 4  # a quarter of what was acked
+    for i in range(4):
+        assert cc.state == Cubic.CONSERVATIVE
+        r.trip(0.066, 1.5 + i / 10)
+    assert cc.state == Cubic.AVOIDANCE  # five rounds of it: the queue held
+    assert cc.ssthresh <= cc.cwnd < cc.ssthresh + D
+
+
+def test_hystart_goes_back_to_slow_start_when_the_rise_was_jitter() -> None:
+    cc = Cubic(D, initial_datagrams=10)
+    r = Rounds(cc)
+    r.trip(0.050, 1.0)
+    r.trip(0.060, 1.1)
+    assert cc.state == Cubic.CONSERVATIVE
+    r.trip(0.052, 1.2)  # under the baseline of 60 ms: it was not a queue
+    assert cc.state == Cubic.SLOW_START
+
+
+def test_hystart_needs_eight_samples_and_caps_its_threshold_at_16_ms() -> None:
+    cc = Cubic(D, initial_datagrams=10)
+    r = Rounds(cc)
+    r.trip(0.400, 1.0)
+    r.trip(0.450, 1.5, answers=6)  # +50 ms, but 7 samples: not judged
+    assert cc.state == Cubic.SLOW_START
+    r.trip(0.467, 2.0)  # +17 ms on the 450 ms round: over the cap of 16 ms (not 450 / 8)
+    assert cc.state == Cubic.CONSERVATIVE
+
+
+def test_hystart_is_for_the_first_slow_start_only() -> None:
+    cc = Cubic(D, initial_datagrams=100)
+    cc.on_timeout(0.5)  # a slow start again, from 2 datagrams to 70
+    r = Rounds(cc)
+    r.trip(0.050, 1.0)
+    r.trip(0.080, 1.1)
+    assert cc.state == Cubic.SLOW_START
+
+
+def test_an_application_limited_answer_grows_nothing_and_stops_the_curve() -> None:
+    cc = Cubic(D, initial_datagrams=100)
+    r = Rounds(cc)
+    r.trip(0.1, 1.0)
+    cc.on_lost(1.05, D, 1.1)
+    r.trip(0.1, 1.3)  # after the cut: the epoch starts
+    curve_start = cc._curve.start if cc._curve else None  # noqa: SLF001 - the epoch
+    window = cc.cwnd
+    for i in range(20):  # 2 s of a sender with too little to send
+        r.trip(0.1, 1.4 + i / 10, limited=True)
+    assert cc.cwnd == window
+    r.trip(0.1, 3.4)
+    assert curve_start is not None and cc._curve is not None  # noqa: SLF001
+    assert cc._curve.start == pytest.approx(curve_start + 2.0)  # noqa: SLF001 - idle time left out

@@ -47,7 +47,7 @@ from ..protocol.sender import Sender, SenderConfig, SenderState
 from . import ring
 from .stats import LinkStats, check_arguments
 from .thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread
-from .transport import Transport
+from .transport import Transport, UdpTransport
 
 __all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect"]
 
@@ -297,7 +297,9 @@ class Link(LinkThread):
         all taken at one instant."""
         s = self._sender
         p = self._parker.statistics()
-        cc = s.cc.statistics() if self._targets[self._at][0] == "udp" else None
+        # the transport in use, not the target: a failover may have failed to
+        # make the next one and kept the last
+        cc = s.cc.statistics() if isinstance(self._transport, UdpTransport) else None
         return LinkStats(
             queued=self.queued,
             stored=self._stored,
@@ -331,7 +333,7 @@ class Link(LinkThread):
             btl_bw=None if cc is None else cc.btl_bw,
             min_rtt=None if cc is None else cc.min_rtt,
             pacing_rate=None if cc is None else cc.pacing_rate,
-            competing=False if cc is None else cc.competing,
+            competing=None if cc is None else cc.competing,
         )
 
     def close(self, timeout: float | None = None) -> bool:

@@ -119,6 +119,6 @@ class LinkStats:
     pacing_rate: float | None
     """Bytes per second at which the link releases datagrams (0.0: not paced,
     the window alone clocks them, as with NewReno); None on a tcp:// link."""
-    competing: bool
+    competing: bool | None
     """Whether the controller believes other traffic shares the path's
-    bottleneck with this link (False when it cannot tell, and on a tcp:// link)."""
+    bottleneck with this link (None when it cannot tell, and on a tcp:// link)."""

@@ -31,7 +31,7 @@ policy has to carry what it does not know:
 * `min_rtt`: the smallest round trip it has seen, seconds;
 * `competing`: whether it believes other traffic shares its bottleneck.
 
-Without them a snapshot says None, None and False: not measured, never zero.
+Without them a snapshot says None: not measured, never a made-up zero or no.
 
 A controller never reads a clock and never sees a datagram: only sizes and times.
 """
@@ -95,8 +95,8 @@ class CongestionStatistics:
     min_rtt: float | None
     """The smallest round trip it has seen (BBR: within its 10 s window), seconds:
     0.0 before the first sample; None for a controller that does not track it."""
-    competing: bool
-    """Whether it believes other traffic shares its bottleneck (False for a
+    competing: bool | None
+    """Whether it believes other traffic shares its bottleneck (None for a
     controller that cannot tell)."""
 
 
@@ -156,6 +156,7 @@ class CongestionControl(ABC):
         figures are each current, not taken at one instant together."""
         btl_bw = getattr(self, "btl_bw", None)
         min_rtt = getattr(self, "min_rtt", None)
+        competing = getattr(self, "competing", None)
         return CongestionStatistics(
             name=self.name,
             state=self.state,
@@ -163,5 +164,5 @@ class CongestionControl(ABC):
             pacing_rate=self.pacing_rate,
             btl_bw=None if btl_bw is None else float(btl_bw),
             min_rtt=None if min_rtt is None else float(min_rtt),
-            competing=bool(getattr(self, "competing", False)),
+            competing=None if competing is None else bool(competing),
         )
