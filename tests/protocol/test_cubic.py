@@ -182,11 +182,11 @@ def test_an_application_limited_answer_grows_nothing_and_stops_the_curve() -> No
     r.trip(0.1, 1.0)
     cc.on_lost(1.05, D, 1.1)
     r.trip(0.1, 1.3)  # after the cut: the epoch starts
-    curve_start = cc._curve.start if cc._curve else None  # noqa: SLF001 - the epoch
+    curve_start = cc._curve.start if cc._curve else None
     window = cc.cwnd
     for i in range(20):  # 2 s of a sender with too little to send
         r.trip(0.1, 1.4 + i / 10, limited=True)
     assert cc.cwnd == window
     r.trip(0.1, 3.4)
-    assert curve_start is not None and cc._curve is not None  # noqa: SLF001
-    assert cc._curve.start == pytest.approx(curve_start + 2.0)  # noqa: SLF001 - idle time left out
+    assert curve_start is not None and cc._curve is not None
+    assert cc._curve.start == pytest.approx(curve_start + 2.0)
