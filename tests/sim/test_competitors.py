@@ -8,8 +8,9 @@ about two bdps in flight and shrugs off random loss that starves CUBIC, and
 a seed is the same run every time.  The sans-IO mechanics (the handshake,
 dupthresh 3, the RTO) are checked segment by segment first.
 
-Shares are line shares (helpers/sharing.py): wire bytes of the unique
-payload a flow got through from the warm-up to the end, over rate x time.
+Shares are line shares (helpers/sharing.py): the bytes the bottleneck
+charged for the unique payload a flow got through from the warm-up to the
+end, over rate x time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 
 from helpers.sharing import PURELINK, path, share
 from helpers.shipping import report
-from purelink.testing import MSS, SEGMENT, Competitor, FakeNet, SimLink, Simulation, TcpSink
+from purelink.testing import MSS, Competitor, FakeNet, SimLink, Simulation, TcpSink
+from purelink.testing.competitors import ACK_SIZE, CHARGED, UDP_IP
 from purelink.testing.tcpcc import INITIAL_WINDOW, Reno
 
 KINDS = ("reno", "cubic", "bbr")
@@ -45,7 +47,7 @@ def test_the_handshake_and_the_initial_window() -> None:
     assert flow.datagrams_to_send(1.01) == [], "nothing before the handshake's answer"
     flow.receive_ack(flow.sink.receive(syn, 1.02), 1.04)
     segments = flow.datagrams_to_send(1.04)
-    assert len(segments) == INITIAL_WINDOW and {len(s) for s in segments} == {SEGMENT}
+    assert len(segments) == INITIAL_WINDOW and {len(s) for s in segments} == {CHARGED}
     assert flow.datagrams_to_send(1.04) == [], "cwnd-limited"
     assert flow.next_timer() == pytest.approx(1.04 + flow.rto), "an unpaced flow waits for ACKs"
 
@@ -55,6 +57,7 @@ def test_the_sink_counts_unique_payload_and_acknowledges_every_segment() -> None
     sink: TcpSink = flow.sink
     acks = [sink.receive(segments[i], 0.06) for i in (0, 2, 2, 1)]
     assert len(acks) == 4 and sink.cum == 3 and sink.segments == 4
+    assert {len(a) for a in acks} == {ACK_SIZE - UDP_IP}
     assert sink.delivered == 3 * MSS, "the duplicate is not counted"
 
 
@@ -191,7 +194,7 @@ def bbr_and_cubic_through_random_loss(loss: float) -> tuple[float, float, list[f
     run = share(["bbr"], loss=loss, seconds=10.0, warm=3.0)
     bbr = run.flows[0]
     assert isinstance(bbr, Competitor)
-    bdp = 20e6 / 8 / SEGMENT * 0.04
+    bdp = 20e6 / 8 / CHARGED * 0.04
     sim, start = run.sim, run.sim.clock.now
     for i in range(1, 21):
         sim.run(lambda i=i: sim.clock.now >= start + i * 0.1, max_time=1.0)  # type: ignore[misc]

@@ -12,12 +12,19 @@ links, so they share the up direction's bottleneck and drop-tail queue.
 
 What is modelled (the policies that set the window live in tcpcc.py):
 
-- **Segments** carry 1448 B of payload in 1500-B datagrams and are numbered
+- **Segments** carry 1448 B of payload in 1500-B packets and are numbered
   1 by 1 (not by byte); the sink acknowledges every one at once with a
-  52-B datagram through the down path: the cumulative ACK, the segment
+  52-B packet through the down path: the cumulative ACK, the segment
   that arrived and the two before it (SACK-like: one lost ACK costs no
   knowledge), and the timestamp of that transmission (TCP timestamps, so
   every ACK is an RTT sample, retransmissions too).
+- **What the bottleneck charges**: FakeNet charges a datagram its length,
+  and a link hands it a UDP payload, without the 28 B of IPv4 and UDP
+  headers its packet carries on a wire.  So a flow's packets go on FakeNet
+  28 B short of their wire size too (`UDP_IP`): a segment as 1472 B
+  (`CHARGED`), an ACK as 24, and a link and a flow pay alike for the bytes
+  they put on the path.  (Charging the links their 28 B instead would move
+  every run of links alone that has a bottleneck.)
 - **A handshake**: a SYN and its answer give the first RTT, as Linux has
   one before its first segment (BBR seeds min_rtt and pacing with it).
 - **Loss detection** as Linux's SACK scoreboard: a transmission is lost once
@@ -58,7 +65,16 @@ from collections import deque
 
 from .tcpcc import KINDS, Ack, Controller, controller
 
-__all__ = ["ACK_SIZE", "KINDS", "MSS", "SEGMENT", "Competitor", "TcpSink"]
+__all__ = [
+    "ACK_SIZE",
+    "CHARGED",
+    "KINDS",
+    "MSS",
+    "SEGMENT",
+    "UDP_IP",
+    "Competitor",
+    "TcpSink",
+]
 
 MSS = 1448
 """Payload bytes of a segment."""
@@ -66,6 +82,11 @@ SEGMENT = 1500
 """Bytes of a segment on the wire (IPv4 + TCP with timestamps: 52 B of headers)."""
 ACK_SIZE = 52
 """Bytes of an acknowledgement on the wire."""
+UDP_IP = 28
+"""Bytes of an IPv4 and a UDP header: what a link's datagram on FakeNet leaves
+out of its packet, and so what every packet of a flow leaves out too."""
+CHARGED = SEGMENT - UDP_IP
+"""Bytes of a segment's datagram on FakeNet: what the bottleneck charges it."""
 MIN_RTO = 0.2
 MAX_BACKOFF = 64
 INITIAL_RTO = 1.0
@@ -75,10 +96,10 @@ WINDOW = 4096
 SYN_SIZE = 60
 """Bytes of the SYN on the wire."""
 
-_SEGMENT = struct.Struct(f"!qd{SEGMENT - 16}x")  # seq, send time
-_SYN = struct.Struct(f"!qd{SYN_SIZE - 16}x")  # seq -1, send time
+_SEGMENT = struct.Struct(f"!qd{CHARGED - 16}x")  # seq, send time
+_SYN = struct.Struct(f"!qd{SYN_SIZE - UDP_IP - 16}x")  # seq -1, send time
 _HEAD = struct.Struct("!qd")
-_ACK = struct.Struct(f"!qqqqd{ACK_SIZE - 40}x")  # cum, seq, two before it, echoed time
+_ACK = struct.Struct("!iiiid")  # cum, seq, two before it, echoed time: ACK_SIZE - UDP_IP bytes
 _IN_FLIGHT, _LOST, _DELIVERED = 0, 1, 2
 
 

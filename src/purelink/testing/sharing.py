@@ -8,14 +8,17 @@ the measure lives here, beside `Simulation.arrived`, which it builds on:
 
 a FakeNet path of `mbit` and `rtt` whose drop-tail queue holds `buffer`
 bdps (at least 4 segments), flows started together (or each at its own
-time), and each flow's **line share** from `warm` to `seconds`: the wire
-bytes that carried the payload it got through, unique bytes only, over
-rate x time.  A TCP competitor's payload is the unique bytes that reached
-its sink (1500 wire bytes per 1448); a purelink link's is what reached the
-listener (`Simulation.arrived`), at its own wire bytes per payload byte of
-first transmissions.  So the shares of flows that fill the path sum to
-about 1 (a little over, at most a few hundredths, when bytes that were in
-the queue at `warm` count in the window).
+time), and each flow's **line share** from `warm` to `seconds`: the bytes
+the bottleneck charged for the payload it got through, unique bytes only,
+over rate x time.  The bottleneck charges every packet its wire size less
+the 28 B of an IPv4 and a UDP header (competitors.py, `UDP_IP`): a link's
+datagram its UDP payload, a TCP segment 1472 B of its 1500.  A TCP
+competitor's payload is the unique bytes that reached its sink (1472
+charged bytes per 1448); a purelink link's is what reached the listener
+(`Simulation.arrived`), at its own datagram bytes per payload byte of first
+transmissions.  So the shares of flows that fill the path sum to about 1
+(a little over, at most a few hundredths, when bytes that were in the queue
+at `warm` count in the window).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..protocol.listener_core import CoreConfig
-from .competitors import MSS, SEGMENT, Competitor
+from .competitors import CHARGED, MSS, SEGMENT, Competitor
 from .fakes import FakeNet, NetConfig
 from .sim import SimLink, Simulation
 
@@ -65,9 +68,9 @@ def path(mbit: float, rtt: float, buffer: float, loss: float = 0.0) -> tuple[Net
 
 
 def line_bytes(sim: Simulation, flow: SimLink | Competitor) -> float:
-    """The wire bytes of the unique payload a flow got through so far."""
+    """The bytes the bottleneck charged for the unique payload a flow got through so far."""
     if isinstance(flow, Competitor):
-        return flow.delivered * SEGMENT / MSS
+        return flow.delivered * CHARGED / MSS
     stats = flow.sender.stats
     ratio = (stats.bytes - stats.retransmit_bytes) / stats.payload if stats.payload else 1.0
     return sim.arrived(flow) * ratio
