@@ -6,8 +6,8 @@ on the few paths tests/sim/test_competitors.py looks at can miss that on a
 path nobody looked at.  This program is bench/ccsweep.py's sweep put to
 that question (its log-uniform draws, seeds, worker processes and
 worst-first rows), with the TCP models of purelink.testing (Reno, CUBIC
-and BBR v1 as Linux runs them), measured as purelink.testing.sharing
-measures.
+and BBR v1 as Linux runs them, each with a receive window that never
+binds on its path), measured as purelink.testing.sharing measures.
 
 Each cell is a path and a setup: N purelink links (`--congestion`, default
 bbr, the links' default) beside M TCP flows of one kind (`--tcp`), 1 and 1
@@ -59,8 +59,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from purelink.protocol.congestion import NAMES
-from purelink.testing import SEGMENT
-from purelink.testing.sharing import PURELINK, share
+from purelink.testing.sharing import PURELINK, capacity, share
 from purelink.testing.tcpcc import KINDS
 
 from ._common import Report
@@ -166,8 +165,6 @@ class Outcome:
 
 def run_cell(cell: Cell, seed: int) -> Outcome:
     """Run `cell`'s flows through its path at `seed` (module docstring)."""
-    bdp = cell.mbit * 1e6 / 8 * cell.rtt
-    queue = max(cell.buffer * bdp, 4 * SEGMENT)
     late = cell.stagger + cell.rtt * (seed % 4) / 4
     run = share(
         [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows,
@@ -181,8 +178,9 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
         starts=[late] * cell.links + [0.0] * cell.flows,
         # at least 4 x what the path holds, as ccsweep's: the listener's
         # default (4 MiB) would cap a link on a long, deep path, and it is
-        # the congestion control that is measured here
-        max_reorder=max(4 << 20, int(4 * (bdp + queue))),
+        # the congestion control that is measured here (share gives each TCP
+        # flow a receive window of 4 x too: sharing.window)
+        max_reorder=max(4 << 20, int(4 * capacity(cell.mbit, cell.rtt, cell.buffer))),
     )
     timeouts = sum(flow.timeouts for flow in run.sim.competitors)
     return Outcome(seed=seed, links=cell.links, shares=run.shares, timeouts=timeouts)

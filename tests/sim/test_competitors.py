@@ -22,8 +22,17 @@ import pytest
 
 from helpers.sharing import PURELINK, path, share
 from helpers.shipping import report
-from purelink.testing import MSS, Competitor, FakeNet, SimLink, Simulation, TcpSink
-from purelink.testing.competitors import ACK_SIZE, CHARGED, UDP_IP
+from purelink.testing import (
+    MSS,
+    Competitor,
+    FakeClock,
+    FakeNet,
+    SimLink,
+    Simulation,
+    TcpSink,
+)
+from purelink.testing.competitors import ACK_SIZE, CHARGED, UDP_IP, WINDOW
+from purelink.testing.sharing import capacity, window
 from purelink.testing.tcpcc import INITIAL_WINDOW, Reno
 
 KINDS = ("reno", "cubic", "bbr")
@@ -231,6 +240,31 @@ def test_a_seed_is_the_same_run() -> None:
 
     assert run(7) == run(7)
     assert run(7) != run(8)
+
+
+def test_a_flow_starts_at_its_time_on_an_idle_path() -> None:
+    """The first flow starts at its start time though nothing was on its way
+    before it (no event to step to), the second at its own."""
+    run = share(["cubic", "cubic"], starts=[1.0, 1.5], seconds=2.0, warm=1.6)
+    first, second = run.flows
+    begin = FakeClock().now
+    assert isinstance(first, Competitor) and isinstance(second, Competitor)
+    assert first.start == begin + 1.0
+    assert second.start == pytest.approx(begin + 1.5, abs=1e-3)
+    assert first.delivered > second.delivered > 0
+
+
+def test_a_flow_s_receive_window_never_binds_on_its_path() -> None:
+    """On a path that holds more than Linux's largest receive window (200
+    Mbit/s, 200 ms, ten bdps: 55 MB), a flow's window is 4 x what it holds,
+    and slow start takes it past the default cap; elsewhere, the default cap."""
+    assert window(20, 0.04, 1.0) == WINDOW
+    rwnd = window(200, 0.2, 10.0)
+    assert capacity(200, 0.2, 10.0) > 50e6 and rwnd * CHARGED >= 4 * capacity(200, 0.2, 10.0)
+    run = share(["reno"], mbit=200, rtt=0.2, buffer=10.0, seconds=2.5, warm=1.0)
+    (flow,) = run.flows
+    assert isinstance(flow, Competitor) and flow.window == rwnd
+    assert flow.in_flight > WINDOW and flow.recoveries == 0
 
 
 def beside(kind: str, buffer: float, seconds: float, warm: float) -> list[float]:

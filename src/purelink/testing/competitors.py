@@ -46,8 +46,9 @@ What is modelled (the policies that set the window live in tcpcc.py):
 - **Pacing**: a flow whose policy gives a pacing rate sends one segment
   per 1 / rate seconds (BBR always, Reno and CUBIC when `paced`, as with
   the fq qdisc); the others send as ACKs open the window.
-- The receive window is a fixed cap of `window` segments (Linux's largest
-  autotuned one is a few MB).
+- The receive window is a fixed cap of `window` segments: by default
+  Linux's largest autotuned one, about 6 MB; sharing.py gives a flow one
+  that never binds on its path.
 
 Cost: the simulation steps once per datagram arrival and pacing release,
 at about 8 us a step.  One flow alone through 200 Mbit/s, 40 ms and a
@@ -72,6 +73,7 @@ __all__ = [
     "MSS",
     "SEGMENT",
     "UDP_IP",
+    "WINDOW",
     "Competitor",
     "TcpSink",
 ]
@@ -91,7 +93,8 @@ MIN_RTO = 0.2
 MAX_BACKOFF = 64
 INITIAL_RTO = 1.0
 WINDOW = 4096
-"""Segments: the receive window's cap (about 6 MB, Linux's tcp_rmem maximum)."""
+"""Segments: the receive window's cap by default (about 6 MB, Linux's tcp_rmem
+maximum); a path that holds more needs a larger `window` (sharing.window)."""
 
 SYN_SIZE = 60
 """Bytes of the SYN on the wire."""
