@@ -1,10 +1,9 @@
 """Flows that share one bottleneck in virtual time, and the share each took.
 
-Why it exists: the competitor tests (tests/sim/test_competitors.py), the
-table of shares quoted when purelink's controller changes
-(tests/helpers/sharing.py) and the shared-path sweep (bench/ccshare.py)
-must measure the same way, and the benchmarks cannot import tests/.  So
-the measure lives here, beside `Simulation.arrived`, which it builds on:
+Why it exists: the competitor tests (tests/sim/test_competitors.py) and the
+shared-path sweep (bench/ccshare.py) must measure the same way, and the
+benchmarks cannot import tests/.  So the measure lives here, beside
+`Simulation.arrived`, which it builds on:
 
 a FakeNet path of `mbit` and `rtt` whose drop-tail queue holds `buffer`
 bdps (at least 4 segments), flows started together (or each at its own
