@@ -62,13 +62,11 @@ from purelink.protocol.congestion import NAMES
 from purelink.testing.sharing import PURELINK, capacity, share
 from purelink.testing.tcpcc import KINDS
 
-from ._common import Report
+from ._common import SHARE_BAND, Report
 from .ccsweep import draw_path, parse_fields, run_seeds
 
 __all__ = ["GRID", "Cell", "Outcome", "draw_cells", "failures", "main", "margin", "run_cell"]
 
-BAND = 0.3
-"""A part may be this much of a fair share either side of it."""
 TOTAL = 0.90
 """What the flows take of the bottleneck together, at least."""
 GRID = [
@@ -114,7 +112,7 @@ class Cell:
     @property
     def band(self) -> tuple[float, float]:
         """The parts a link may take (and the TCP flows' mean)."""
-        return (1 - BAND) * self.fair, (1 + BAND) * self.fair
+        return (1 - SHARE_BAND) * self.fair, (1 + SHARE_BAND) * self.fair
 
     def path(self) -> str:
         """Rate and RTT."""
@@ -191,8 +189,8 @@ def _edges(cell: Cell, out: Outcome) -> tuple[list[float], float, float]:
     TCP flows' mean is, in fair shares; the total's distance above TOTAL."""
     parts, fair = out.parts, cell.fair
     tcp = sum(parts[cell.links :]) / cell.flows
-    inside = [BAND - abs(p / fair - 1) for p in parts[: cell.links]]
-    return inside, BAND - abs(tcp / fair - 1), out.total - TOTAL
+    inside = [SHARE_BAND - abs(p / fair - 1) for p in parts[: cell.links]]
+    return inside, SHARE_BAND - abs(tcp / fair - 1), out.total - TOTAL
 
 
 def margin(cell: Cell, out: Outcome) -> float:
