@@ -6,8 +6,8 @@ on the few paths tests/sim/test_competitors.py looks at can miss that on a
 path nobody looked at.  This program is bench/ccsweep.py's sweep put to
 that question (its log-uniform draws, seeds, worker processes and
 worst-first rows), with the TCP models of purelink.testing (Reno, CUBIC
-and BBR v1 as Linux runs them), measured as purelink.testing.sharing
-measures.
+and BBR v1 as Linux runs them, each with a receive window that never
+binds on its path), measured as purelink.testing.sharing measures.
 
 Each cell is a path and a setup: N purelink links (`--congestion`, default
 bbr, the links' default) beside M TCP flows of one kind (`--tcp`), 1 and 1
@@ -59,17 +59,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from purelink.protocol.congestion import NAMES
-from purelink.testing import SEGMENT
-from purelink.testing.sharing import PURELINK, share
+from purelink.testing.sharing import PURELINK, capacity, share
 from purelink.testing.tcpcc import KINDS
 
-from ._common import Report
+from ._common import SHARE_BAND, Report
 from .ccsweep import draw_path, parse_fields, run_seeds
 
 __all__ = ["GRID", "Cell", "Outcome", "draw_cells", "failures", "main", "margin", "run_cell"]
 
-BAND = 0.3
-"""A part may be this much of a fair share either side of it."""
 TOTAL = 0.90
 """What the flows take of the bottleneck together, at least."""
 GRID = [
@@ -115,7 +112,7 @@ class Cell:
     @property
     def band(self) -> tuple[float, float]:
         """The parts a link may take (and the TCP flows' mean)."""
-        return (1 - BAND) * self.fair, (1 + BAND) * self.fair
+        return (1 - SHARE_BAND) * self.fair, (1 + SHARE_BAND) * self.fair
 
     def path(self) -> str:
         """Rate and RTT."""
@@ -166,8 +163,6 @@ class Outcome:
 
 def run_cell(cell: Cell, seed: int) -> Outcome:
     """Run `cell`'s flows through its path at `seed` (module docstring)."""
-    bdp = cell.mbit * 1e6 / 8 * cell.rtt
-    queue = max(cell.buffer * bdp, 4 * SEGMENT)
     late = cell.stagger + cell.rtt * (seed % 4) / 4
     run = share(
         [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows,
@@ -181,8 +176,9 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
         starts=[late] * cell.links + [0.0] * cell.flows,
         # at least 4 x what the path holds, as ccsweep's: the listener's
         # default (4 MiB) would cap a link on a long, deep path, and it is
-        # the congestion control that is measured here
-        max_reorder=max(4 << 20, int(4 * (bdp + queue))),
+        # the congestion control that is measured here (share gives each TCP
+        # flow a receive window of 4 x too: sharing.window)
+        max_reorder=max(4 << 20, int(4 * capacity(cell.mbit, cell.rtt, cell.buffer))),
     )
     timeouts = sum(flow.timeouts for flow in run.sim.competitors)
     return Outcome(seed=seed, links=cell.links, shares=run.shares, timeouts=timeouts)
@@ -193,8 +189,8 @@ def _edges(cell: Cell, out: Outcome) -> tuple[list[float], float, float]:
     TCP flows' mean is, in fair shares; the total's distance above TOTAL."""
     parts, fair = out.parts, cell.fair
     tcp = sum(parts[cell.links :]) / cell.flows
-    inside = [BAND - abs(p / fair - 1) for p in parts[: cell.links]]
-    return inside, BAND - abs(tcp / fair - 1), out.total - TOTAL
+    inside = [SHARE_BAND - abs(p / fair - 1) for p in parts[: cell.links]]
+    return inside, SHARE_BAND - abs(tcp / fair - 1), out.total - TOTAL
 
 
 def margin(cell: Cell, out: Outcome) -> float:

@@ -145,20 +145,32 @@ def _tcp_recv(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tcp_send(args: argparse.Namespace) -> int:
+def _tcp_socket(args: argparse.Namespace) -> tuple[socket.socket, str] | None:
+    """A TCP socket with congestion control `--cc`, connected to `--to`, and the
+    name of the control the kernel gave it; None (the error said) if it failed."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, args.cc.encode())
     except OSError as exc:
+        sock.close()
         _say({"ok": False, "error": f"TCP_CONGESTION {args.cc}: {exc.strerror}"})
-        return 1
+        return None
     cc = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).rstrip(b"\0").decode()
     sock.settimeout(args.timeout)
     try:
         sock.connect(_hostport(args.to))
     except OSError as exc:
+        sock.close()
         _say({"ok": False, "error": f"connect: {exc}"})
+        return None
+    return sock, cc
+
+
+def _tcp_send(args: argparse.Namespace) -> int:
+    opened = _tcp_socket(args)
+    if opened is None:
         return 1
+    sock, cc = opened
     chunk = b"".join(fixed_records(64, args.record))
     _connected_then_wait()
     deadline = time.monotonic() + args.timeout
@@ -258,19 +270,10 @@ def _tcp_sink(args: argparse.Namespace) -> int:
 
 def _tcp_flow(args: argparse.Namespace) -> int:
     """Write 1,000-B records as fast as TCP takes them for `--seconds` after "go"."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, args.cc.encode())
-    except OSError as exc:
-        _say({"ok": False, "error": f"TCP_CONGESTION {args.cc}: {exc.strerror}"})
+    opened = _tcp_socket(args)
+    if opened is None:
         return 1
-    cc = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).rstrip(b"\0").decode()
-    sock.settimeout(args.timeout)
-    try:
-        sock.connect(_hostport(args.to))
-    except OSError as exc:
-        _say({"ok": False, "error": f"connect: {exc}"})
-        return 1
+    sock, cc = opened
     view = memoryview(b"".join(fixed_records(64, args.record)))
     _connected_then_wait()
     cpu0, start = time.process_time(), time.monotonic()

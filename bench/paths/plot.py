@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .._common import Report, Summary
+from .._common import SHARE_BAND, Report, Summary
 from .constants import TRANSPORTS
 
 __all__ = ["plot", "plot_shared"]
@@ -155,7 +155,7 @@ def plot_shared(report: Report, path: Path) -> None:
                     label=f"beside {competitor}, {family}",
                     **style,
                 )
-    low, high = (0.35, 0.65) if fair == 0.5 else (fair - 0.15, fair + 0.15)
+    low, high = (1 - SHARE_BAND) * fair, (1 + SHARE_BAND) * fair
     share.axhspan(low, high, color="tab:green", alpha=0.1, label=f"target {low:.2f}-{high:.2f}")
     share.axhline(fair, ls="--", lw=0.8, color="gray", label=f"fair ({fair:.2g})")
     target = used.axhline(

@@ -48,6 +48,7 @@ share of what arrived: shared.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -455,14 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeat=args.repeat,
         run_timeout_s=args.run_timeout,
         sync=args.sync,
-        congestion=args.congestion or "default",
-        left_out=",".join(missing) or "-",
     )
-    for spec in args.path:
-        name, imp = parse_path(spec, BASE)
-        report.parameters[f"path {name}"] = " ".join(
-            f"{k}={v:g}" for k, v in imp.to_json().items() if v
-        )
+    _common_parameters(report, args, missing)
     try:
         with terminate_as_exit():
             if args.torture:
@@ -479,36 +474,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _common_parameters(report: Report, args: Any, missing: list[str]) -> None:
+    """The parameters every run reports: the links' congestion control, the
+    transports left out, and each `--path`'s impairments."""
+    report.parameters.update(
+        congestion=args.congestion or "default", left_out=",".join(missing) or "-"
+    )
+    for spec in args.path:
+        name, imp = parse_path(spec, BASE)
+        report.parameters[f"path {name}"] = " ".join(
+            f"{k}={v:g}" for k, v in imp.to_json().items() if v
+        )
+
+
 def _main_shared(args: Any, competitors: list[str], missing: list[str]) -> int:
     """`--shared`: purelink udp:// beside Linux TCP on each path (shared.py)."""
     report = Report("paths --shared", "purelink udp:// and Linux TCP sharing one bottleneck")
-    setup = Setup(
-        seconds=args.seconds,
-        warm=args.warm,
-        stagger=args.stagger,
-        links=args.links,
-        tcp_flows=args.tcp_flows,
-        record_size=args.record_size,
-        congestion=args.congestion,
-        sync=args.sync,
-    )
-    report.parameters.update(
-        seconds=args.seconds,
-        warm=args.warm,
-        stagger=args.stagger,
-        links=args.links,
-        tcp_flows=args.tcp_flows,
-        record_size=args.record_size,
-        repeat=args.repeat,
-        sync=args.sync,
-        congestion=args.congestion or "default",
-        left_out=",".join(missing) or "-",
-    )
-    for name in args.path:
-        label, imp = parse_path(name, BASE)
-        report.parameters[f"path {label}"] = " ".join(
-            f"{k}={v:g}" for k, v in imp.to_json().items() if v
-        )
+    setup = Setup(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setup)})
+    report.parameters.update(dataclasses.asdict(setup), repeat=args.repeat)
+    _common_parameters(report, args, missing)
     started = time.monotonic()
     try:
         with terminate_as_exit():

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from .._common import Report, process_cpu_ns, summarize
+from .._common import SHARE_BAND, Report, process_cpu_ns, summarize
 from .constants import CHECKOUT, PORTS, TRANSPORTS
 from .emu import Emulator, EmulatorError
 from .model import Impairment
@@ -441,6 +441,8 @@ def _tabulate(
 
 def _notes(report: Report, runs: dict[tuple[str, str], list[dict[str, Any]]], setup: Setup) -> None:
     fair = setup.links / (setup.links + setup.tcp_flows)
+    low, high = (1 - SHARE_BAND) * fair, (1 + SHARE_BAND) * fair
+    target = f"; target {low:.2f}-{high:.2f}" if 0 < fair < 1 else ""
     every = [r for rs in runs.values() for r in rs]
     late = [r.get("router", {}).get("late_us", {}).get("p99", 0.0) for r in every]
     router = [r.get("router", {}).get("cpu_share", 0.0) for r in every]
@@ -453,7 +455,7 @@ def _notes(report: Report, runs: dict[tuple[str, str], list[dict[str, Any]]], se
     ]
     report.notes.append(
         f"share: purelink's part of what all {setup.links + setup.tcp_flows} flows delivered "
-        f"(fair: {fair:.2f}; target 0.35-0.65 beside one flow); pair / line: their payload "
+        f"(fair: {fair:.2f}{target}); pair / line: their payload "
         "over the bottleneck's rate of IP packets"
     )
     report.notes.append(

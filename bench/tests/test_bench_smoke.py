@@ -54,7 +54,7 @@ TINY: dict[str, list[str]] = {
     "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
     # virtual time: one tiny path, two seeds, in this process
     "ccsweep": ["--path", "mbit=2,rtt=0.01", "--seeds", "2", "--jobs", "1"],
-    "ccshare": ["--path", "mbit=2,rtt=0.01,tcp=cubic", "--seconds", "4", "--seeds", "1"],
+    "ccshare": ["--path=mbit=2,rtt=0.01,tcp=cubic", "--seconds=4", "--seeds=1", "--jobs=1"],
 }
 
 

@@ -4,17 +4,20 @@ Why it exists: the program is the tool a congestion controller is tuned
 with, so its rows must mean what they say: one per cell, the worst seed
 first, shares that are shares (0..1, a total near 1 at most), targets
 judged as the docstring states.  Whether purelink takes its fair share is
-not asserted here: that is what the program is for, and the controller is
-being rewritten.  The grid's table is checked on made-up outcomes, not run.
+not asserted here: that is the program's output, not a property of its
+structure.  The grid's table is checked on made-up outcomes, not run.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from bench import ccshare
 from bench.ccshare import GRID, Cell, Outcome, failures, main, margin, report, run_cell
+from purelink.testing.sharing import Shared
 
 TINY = ["--seconds", "4", "--warm", "1", "--jobs", "1", "--json"]
 
@@ -49,12 +52,28 @@ def test_a_link_beside_each_kind_together_and_staggered(capsys: pytest.CaptureFi
     assert rep["notes"][0].endswith("of 4 cells within every target at every seed")
 
 
-def test_links_and_flows_in_numbers() -> None:
+def test_links_and_flows_in_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     """--flows 2,1: three flows, the links' first; staggered, the TCP flow
-    alone before the links start is not in the measure."""
+    alone before the links start is not in the measure: it runs from `warm`
+    to `seconds` after the links' start."""
     cell = Cell(2, 0.01, links=2, flows=1, seconds=4.0, warm=1.0)
     sane(run_cell(cell, 1), 3)
-    sane(run_cell(Cell(2, 0.01, tcp="reno", stagger=1.0, seconds=4.0, warm=1.0), 0), 2)
+    asked: list[dict[str, Any]] = []
+    share = ccshare.share
+
+    def measured(kinds: list[str], **options: Any) -> Shared:
+        asked.append(options)
+        return share(kinds, **options)
+
+    monkeypatch.setattr(ccshare, "share", measured)
+    staggered = Cell(2, 0.01, tcp="reno", stagger=1.0, seconds=4.0, warm=1.0)
+    out = run_cell(staggered, 0)
+    sane(out, 2)
+    (options,) = asked
+    assert options["starts"] == [1.0, 0.0], "at seed 0 the link starts `stagger` after TCP"
+    assert options["warm"] == 1.0 + staggered.warm
+    assert options["seconds"] == 1.0 + staggered.seconds
+    assert min(out.shares) > 0.0, "both flows ran through all of the measure"
 
 
 def test_the_targets_as_documented() -> None:

@@ -12,12 +12,19 @@ links, so they share the up direction's bottleneck and drop-tail queue.
 
 What is modelled (the policies that set the window live in tcpcc.py):
 
-- **Segments** carry 1448 B of payload in 1500-B datagrams and are numbered
+- **Segments** carry 1448 B of payload in 1500-B packets and are numbered
   1 by 1 (not by byte); the sink acknowledges every one at once with a
-  52-B datagram through the down path: the cumulative ACK, the segment
+  52-B packet through the down path: the cumulative ACK, the segment
   that arrived and the two before it (SACK-like: one lost ACK costs no
   knowledge), and the timestamp of that transmission (TCP timestamps, so
   every ACK is an RTT sample, retransmissions too).
+- **What the bottleneck charges**: FakeNet charges a datagram its length,
+  and a link hands it a UDP payload, without the 28 B of IPv4 and UDP
+  headers its packet carries on a wire.  So a flow's packets go on FakeNet
+  28 B short of their wire size too (`UDP_IP`): a segment as 1472 B
+  (`CHARGED`), an ACK as 24, and a link and a flow pay alike for the bytes
+  they put on the path.  (Charging the links their 28 B instead would move
+  every run of links alone that has a bottleneck.)
 - **A handshake**: a SYN and its answer give the first RTT, as Linux has
   one before its first segment (BBR seeds min_rtt and pacing with it).
 - **Loss detection** as Linux's SACK scoreboard: a transmission is lost once
@@ -39,8 +46,9 @@ What is modelled (the policies that set the window live in tcpcc.py):
 - **Pacing**: a flow whose policy gives a pacing rate sends one segment
   per 1 / rate seconds (BBR always, Reno and CUBIC when `paced`, as with
   the fq qdisc); the others send as ACKs open the window.
-- The receive window is a fixed cap of `window` segments (Linux's largest
-  autotuned one is a few MB).
+- The receive window is a fixed cap of `window` segments: by default
+  Linux's largest autotuned one, about 6 MB; sharing.py gives a flow one
+  that never binds on its path.
 
 Cost: the simulation steps once per datagram arrival and pacing release,
 at about 8 us a step.  One flow alone through 200 Mbit/s, 40 ms and a
@@ -58,7 +66,17 @@ from collections import deque
 
 from .tcpcc import KINDS, Ack, Controller, controller
 
-__all__ = ["ACK_SIZE", "KINDS", "MSS", "SEGMENT", "Competitor", "TcpSink"]
+__all__ = [
+    "ACK_SIZE",
+    "CHARGED",
+    "KINDS",
+    "MSS",
+    "SEGMENT",
+    "UDP_IP",
+    "WINDOW",
+    "Competitor",
+    "TcpSink",
+]
 
 MSS = 1448
 """Payload bytes of a segment."""
@@ -66,19 +84,25 @@ SEGMENT = 1500
 """Bytes of a segment on the wire (IPv4 + TCP with timestamps: 52 B of headers)."""
 ACK_SIZE = 52
 """Bytes of an acknowledgement on the wire."""
+UDP_IP = 28
+"""Bytes of an IPv4 and a UDP header: what a link's datagram on FakeNet leaves
+out of its packet, and so what every packet of a flow leaves out too."""
+CHARGED = SEGMENT - UDP_IP
+"""Bytes of a segment's datagram on FakeNet: what the bottleneck charges it."""
 MIN_RTO = 0.2
 MAX_BACKOFF = 64
 INITIAL_RTO = 1.0
 WINDOW = 4096
-"""Segments: the receive window's cap (about 6 MB, Linux's tcp_rmem maximum)."""
+"""Segments: the receive window's cap by default (about 6 MB, Linux's tcp_rmem
+maximum); a path that holds more needs a larger `window` (sharing.window)."""
 
 SYN_SIZE = 60
 """Bytes of the SYN on the wire."""
 
-_SEGMENT = struct.Struct(f"!qd{SEGMENT - 16}x")  # seq, send time
-_SYN = struct.Struct(f"!qd{SYN_SIZE - 16}x")  # seq -1, send time
+_SEGMENT = struct.Struct(f"!qd{CHARGED - 16}x")  # seq, send time
+_SYN = struct.Struct(f"!qd{SYN_SIZE - UDP_IP - 16}x")  # seq -1, send time
 _HEAD = struct.Struct("!qd")
-_ACK = struct.Struct(f"!qqqqd{ACK_SIZE - 40}x")  # cum, seq, two before it, echoed time
+_ACK = struct.Struct("!iiiid")  # cum, seq, two before it, echoed time: ACK_SIZE - UDP_IP bytes
 _IN_FLIGHT, _LOST, _DELIVERED = 0, 1, 2
 
 

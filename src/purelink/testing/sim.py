@@ -29,7 +29,7 @@ from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
 from .backends import MemoryBackend, ReplicatedBackend, Replication
-from .competitors import Competitor
+from .competitors import WINDOW, Competitor
 from .fakes import FakeClock, FakeNet, MemoryStore
 
 if TYPE_CHECKING:
@@ -154,12 +154,19 @@ class Simulation:
         return link
 
     def add_competitor(
-        self, kind: str, *, start: float | None = None, seed: int = 0, paced: bool | None = None
+        self,
+        kind: str,
+        *,
+        start: float | None = None,
+        seed: int = 0,
+        paced: bool | None = None,
+        window: int = WINDOW,
     ) -> Competitor:
         """A bulk TCP flow of `kind` ("reno", "cubic", "bbr"; testing/competitors.py)
         from a host of its own beside the links, through the same path, to a sink
         beside the listener; it sends its SYN at `start` (None: now).  `paced`
-        (None: as Linux by default) paces reno and cubic as the fq qdisc does."""
+        (None: as Linux by default) paces reno and cubic as the fq qdisc does;
+        `window` is its receive window, segments."""
         n = len(self.competitors) + 1
         flow = Competitor(
             f"tcp:{n}",
@@ -167,6 +174,7 @@ class Simulation:
             start=self.clock.now if start is None else start,
             seed=seed,
             paced=paced,
+            window=window,
         )
         net, sink, source, acks = self.net, flow.sink, (flow.name, 0), f"tcpack:{n}"
 
