@@ -12,6 +12,7 @@ transfers, the shared runs and the plots.  Its modules, from the bottom up
     emu.py        the TUN path emulator between two network namespaces, and its router
     transfers.py  one Linux TCP or purelink transfer through it
     shared.py     `--shared`: purelink udp:// and Linux TCP flows through it together
+    calibrate.py  `--shared`'s cells in virtual time beside the emulator's (python -m ...calibrate)
     selftest.py   the emulator's accuracy and CPU (`python -m bench.paths.selftest`)
     plot.py       docs/paths.png and docs/paths-shared.png
     run.py        the matrix, the torture run and `--shared`: `main`

@@ -99,6 +99,7 @@ class Simulation:
         self.competitors: list[Competitor] = []
         """TCP flows sharing the path with the links (`add_competitor`)."""
         self._routes: dict[str, Callable[[bytes, float], None]] = {}
+        self._sink_timers: list[Callable[[float], None]] = []  # the competitors' receivers
         self.sync_interval = sync_interval
         self._port = 40000
         self.restarts = 0
@@ -179,10 +180,18 @@ class Simulation:
         net, sink, source, acks = self.net, flow.sink, (flow.name, 0), f"tcpack:{n}"
 
         def to_sink(data: bytes, now: float) -> None:
-            net.send(sink.receive(data, now), source, acks, now, up=False)
+            ack = sink.receive(data, now)
+            if ack is not None:
+                net.send(ack, source, acks, now, up=False)
+
+        def sink_timer(now: float) -> None:
+            ack = sink.on_timer(now)
+            if ack is not None:
+                net.send(ack, source, acks, now, up=False)
 
         self._routes[flow.name] = to_sink
         self._routes[acks] = flow.receive_ack
+        self._sink_timers.append(sink_timer)
         self.competitors.append(flow)
         return flow
 
@@ -262,6 +271,8 @@ class Simulation:
             self._collect(link)
         for flow in self.competitors:
             flow.on_timer(due)
+        for sink_timer in self._sink_timers:
+            sink_timer(due)
         return True
 
     def _send(self, now: float) -> None:
@@ -294,6 +305,9 @@ class Simulation:
                 due = t
         for flow in self.competitors:
             t = flow.next_timer()
+            if t is not None and (due is None or t < due):
+                due = t
+            t = flow.sink.next_timer()
             if t is not None and (due is None or t < due):
                 due = t
         return None if due is None else max(due, now)
