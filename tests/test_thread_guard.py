@@ -100,3 +100,13 @@ def test_a_helper_can_fail_the_running_test() -> None:
     with thread_guard.guarded() as guard:
         thread_guard.note("purelink serve wrote a traceback to stderr")
     assert guard.failures() == ["purelink serve wrote a traceback to stderr"]
+
+
+def test_every_test_runs_inside_the_guard_and_the_cluster_wait(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The conftests take the autouse fixtures from helpers/fixtures.py with
+    `import *`: a name starting with "_" missing from its __all__ would leave
+    every test unguarded and every JetStream test on a cluster still catching up."""
+    assert "_purelink_threads_raise_nothing" in request.fixturenames
+    assert "_cluster_ready_before_each_test" in request.fixturenames

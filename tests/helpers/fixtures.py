@@ -13,6 +13,15 @@ import pytest
 from helpers import thread_guard
 from purelink.testing.nats import NatsCluster
 
+# the conftests take these with `import *`, which leaves out a name that starts
+# with "_" unless it is listed here: the autouse fixtures would silently be off
+__all__ = [
+    "_cluster_ready_before_each_test",
+    "_purelink_threads_raise_nothing",
+    "cluster",
+    "pytest_configure",
+]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """A shell starts a background command (`pytest ... &` in a script) with SIGINT

@@ -416,32 +416,6 @@ class Link(LinkThread):
             f" state={self._sender.state}>"
         )
 
-    # ------------------------------------------------------- the handshake
-    def _launch(self, started: threading.Event | None) -> None:
-        """Start the link's thread (then set `started`) and wait for the handshake;
-        ConnectError if it fails (module-level `launch` says who calls it)."""
-        self._thread.start()
-        if started is not None:
-            started.set()
-        if not self._connected.wait(self._timeout) or self._sender.state != SenderState.OPEN:
-            error = self._error
-            self._stop = True
-            self._wakeup.mark_and_signal()
-            self._thread.join(5.0)
-            self._transport.close()
-            self._wakeup.close()
-            if isinstance(error, Fenced):
-                raise ConnectError(f"{self.url}: {error}")
-            if error is not None:
-                raise ConnectError(f"{self.url}: {error}") from None
-            # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
-            # without drops an INIT unanswered, and a keyed one drops plaintext, so
-            # silence is all a link can observe then
-            raise ConnectError(
-                f"no answer from {self.url} within {self._timeout:g} s "
-                "(no listener there, or a missing or unexpected secret?)"
-            )
-
 
 def _new_sender(
     scheme: str,
@@ -526,4 +500,24 @@ def launch(link: Link, started: threading.Event | None = None) -> None:
     that the public `Link` shows only the API of SPEC §3; it is here for what
     builds a Link itself and must know when its thread is up (purelink.logging's
     handler, the benchmarks' variants)."""
-    link._launch(started)
+    link._thread.start()
+    if started is not None:
+        started.set()
+    if not link._connected.wait(link._timeout) or link._sender.state != SenderState.OPEN:
+        error = link._error
+        link._stop = True
+        link._wakeup.mark_and_signal()
+        link._thread.join(5.0)
+        link._transport.close()
+        link._wakeup.close()
+        if isinstance(error, Fenced):
+            raise ConnectError(f"{link.url}: {error}")
+        if error is not None:
+            raise ConnectError(f"{link.url}: {error}") from None
+        # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
+        # without drops an INIT unanswered, and a keyed one drops plaintext, so
+        # silence is all a link can observe then
+        raise ConnectError(
+            f"no answer from {link.url} within {link._timeout:g} s "
+            "(no listener there, or a missing or unexpected secret?)"
+        )

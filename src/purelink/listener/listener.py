@@ -416,14 +416,6 @@ class Listener:
             with contextlib.suppress(OSError):
                 os.write(self._failure_w, b"x")
 
-    def _failure_fd(self) -> int:
-        """See the module-level `failure_fd`."""
-        if self._failure_r < 0:
-            self._failure_r, self._failure_w = os.pipe()
-            if self.error is not None:
-                os.write(self._failure_w, b"x")
-        return self._failure_r
-
     def _loop(self) -> None:
         assert self._core is not None and self._epoll is not None
         ep = self._epoll
@@ -586,4 +578,8 @@ def failure_fd(listener: Listener) -> int:
     listener that stopped serving does not stay up pretending to.  A function of
     this module, not a method, so that the public `Listener` shows only the API
     of SPEC §3."""
-    return listener._failure_fd()
+    if listener._failure_r < 0:
+        listener._failure_r, listener._failure_w = os.pipe()
+        if listener.error is not None:
+            os.write(listener._failure_w, b"x")
+    return listener._failure_r

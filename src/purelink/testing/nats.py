@@ -9,7 +9,8 @@ node.
 A test module gets a cluster of its own (conftest.py), ready before each of
 its tests: `wait_ready` returns once every node reports itself healthy on
 its monitoring port (`/healthz`: JetStream current with the meta leader and
-with every stream and consumer it holds) and a stream placed on all of them
+with every stream and consumer it holds), all name the same running meta
+leader (`/jsz`), and a stream placed on all of them
 is accepted, so that a test never starts on a cluster another test left
 catching up after a kill, and the first JetStream request is answered at
 once instead of going unanswered until the client's timeout (5 s) while the
@@ -173,10 +174,11 @@ class NatsCluster:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until the cluster is whole again (at once if nothing happened to it since
-        it last was): every running node healthy -- so the meta leader is known
-        and a JetStream request is answered, not left to the client's timeout --
-        and a stream of `size` replicas placed (the meta leader may not yet count
-        a node that just came back among the peers it can place on)."""
+        it last was): every running node healthy and naming the same running
+        meta leader -- so a JetStream request is answered, not left to the
+        client's timeout -- and a stream of `size` replicas placed (the meta
+        leader may not yet count a node that just came back among the peers it
+        can place on)."""
         if self.settled:
             return
         deadline = time.monotonic() + timeout
@@ -184,6 +186,8 @@ class NatsCluster:
         while True:
             said = {f"n{k + 1}": self.health(k) for k in running}
             if all(v == "ok" for v in said.values()):
+                said["leader"] = self._one_live_leader(running)
+            if said.get("leader") == "ok":
                 said["placement"] = self._placement()
                 if said["placement"] == "ok":
                     self.settled = True
@@ -191,6 +195,28 @@ class NatsCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the NATS cluster is not ready in {timeout} s: {said}")
             time.sleep(0.05)
+
+    def meta_leader(self, i: int) -> str:
+        """The meta leader node `i` names on its monitoring port ("" for none, or
+        why it did not say)."""
+        url = f"http://127.0.0.1:{self.http_ports[i]}/jsz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                meta = json.load(reply).get("meta_cluster") or {}
+        except (OSError, ValueError) as exc:
+            return f"({exc})"
+        return str(meta.get("leader") or "")
+
+    def _one_live_leader(self, running: list[int]) -> str:
+        """ "ok" if every running node names the same meta leader and it is one of
+        them. /healthz alone is not enough: a follower whose leader was just
+        killed still says "ok" until its election timeout, and a request sent
+        then is answered by no one."""
+        named = {f"n{k + 1}": self.meta_leader(k) for k in running}
+        leaders = set(named.values())
+        if len(leaders) == 1 and leaders <= {f"n{k + 1}" for k in running}:
+            return "ok"
+        return f"meta leaders named: {named}"
 
     def _placement(self) -> str:
         """ "ok" if the cluster places a stream on every node (the listener's own

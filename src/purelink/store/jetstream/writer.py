@@ -234,6 +234,7 @@ class JetStreamWriter:
             future.set_result(int(answer["seq"]))
 
     async def _check(self) -> None:
+        from nats.errors import TimeoutError as NoAnswer  # noqa: PLC0415
         from nats.js.api import StorageType, StreamConfig  # noqa: PLC0415
 
         probe = "PURELINK_REPLICAS_CHECK"
@@ -246,6 +247,13 @@ class JetStreamWriter:
                     storage=StorageType.MEMORY,
                 )
             )
+        except NoAnswer:
+            raise Error(
+                f"the JetStream cluster at {self.nats.url} did not answer within "
+                f"{self.nats.timeout:g} s whether it can keep {self.replicas} replicas "
+                "(a cluster of fewer servers, or one electing its meta leader, says "
+                "nothing); give --replicas at most the number of servers"
+            ) from None
         except Exception as exc:
             raise Error(
                 f"the JetStream cluster at {self.nats.url} cannot keep {self.replicas} "
