@@ -15,21 +15,6 @@ tcpbbr.py, the receiver in tcpsink.py); where a figure of Linux is given it
 was measured on the TUN path emulator (Linux 6.18, bench/paths; `python -m
 bench.paths.calibrate` runs its `--shared` cells here too, side by side):
 
-<<<<<<< HEAD
-- **Segments** carry 1448 B of payload in 1500-B packets and are numbered
-  1 by 1 (not by byte); the sink acknowledges every one at once with a
-  52-B packet through the down path: the cumulative ACK, the segment
-  that arrived and the two before it (SACK-like: one lost ACK costs no
-  knowledge), and the timestamp of that transmission (TCP timestamps, so
-  every ACK is an RTT sample, retransmissions too).
-- **What the bottleneck charges**: FakeNet charges a datagram its length,
-  and a link hands it a UDP payload, without the 28 B of IPv4 and UDP
-  headers its packet carries on a wire.  So a flow's packets go on FakeNet
-  28 B short of their wire size too (`UDP_IP`): a segment as 1472 B
-  (`CHARGED`), an ACK as 24, and a link and a flow pay alike for the bytes
-  they put on the path.  (Charging the links their 28 B instead would move
-  every run of links alone that has a bottleneck.)
-=======
 - **Segments** carry 1448 B of payload in 1500-B datagrams and are numbered
   1 by 1 (not by byte).  The sink acknowledges as Linux's receiver does:
   every second in-order segment, at once in quick-ACK mode and while its
@@ -39,13 +24,20 @@ bench.paths.calibrate` runs its `--shared` cells here too, side by side):
   the segments that arrived since the last ACK and two before (SACK-like:
   one lost ACK costs no knowledge), and the send time of the newest of
   them (TCP timestamps: every ACK is an RTT sample, retransmissions too).
+- **What the bottleneck charges**: FakeNet charges a datagram its length,
+  and a link hands it a UDP payload, without the 28 B of IPv4 and UDP
+  headers its packet carries on a wire.  So a flow's segments go on FakeNet
+  28 B short of their wire size too (`UDP_IP`): as 1472 B (`CHARGED`), and a
+  link and a flow pay alike for the bytes they put on the path.  (Charging
+  the links their 28 B instead would move every run of links alone that has
+  a bottleneck.)  An ACK goes as 52 B: it carries segment numbers a real
+  one's SACK blocks would, and the down path is no bottleneck.
 - **Bursts**: an unpaced flow answers each ACK with as many segments as it
   covered -- two, mostly (Linux on the emulator: 79-86 % of an unpaced
   CUBIC flow's segments leave in back-to-back pairs, 81-90 % here); a
   drop-tail queue beside a paced flow takes more from it than from that one.
   TSO deferral, which would make the bursts larger, is not modelled: at 20
   and 50 Mbit/s the emulator shows pairs.
->>>>>>> shared-model
 - **A handshake**: a SYN and its answer give the first RTT, as Linux has
   one before its first segment (BBR seeds min_rtt and pacing with it).
 - **Loss detection** as Linux's SACK scoreboard: a transmission is lost once
@@ -66,14 +58,6 @@ bench.paths.calibrate` runs its `--shared` cells here too, side by side):
   time when it left; an ACK's sample is over the newest transmission it
   delivered, interval = max(send elapsed, ack elapsed), and is invalid
   below min_rtt.
-<<<<<<< HEAD
-- **Pacing**: a flow whose policy gives a pacing rate sends one segment
-  per 1 / rate seconds (BBR always, Reno and CUBIC when `paced`, as with
-  the fq qdisc); the others send as ACKs open the window.
-- The receive window is a fixed cap of `window` segments: by default
-  Linux's largest autotuned one, about 6 MB; sharing.py gives a flow one
-  that never binds on its path.
-=======
 - **Pacing**: a flow whose policy gives a pacing rate (BBR always, Reno and
   CUBIC when `paced`, as with the fq qdisc) sends a GSO packet at each
   release -- 1 ms of the rate, at least 2 segments (tcp_tso_autosize) --
@@ -82,7 +66,6 @@ bench.paths.calibrate` runs its `--shared` cells here too, side by side):
 - The receive window is a fixed cap of `window` segments: on the emulator
   Linux's autotuned window stayed above the congestion window throughout
   (1.3-1.6 x it in slow start, up to 20 MB after).
->>>>>>> shared-model
 
 Cost: the simulation steps once per datagram arrival, pacing release and
 delayed-ACK timer, at about 8 us a step.  One flow alone through
@@ -100,7 +83,7 @@ from collections import deque
 
 from .tcpbbr import Bbr
 from .tcpcc import MSS, Ack, Cubic, Reno, tso_segments
-from .tcpsink import ACK_SIZE, SEGMENT, TcpSink, ack_struct, segment_struct
+from .tcpsink import ACK_SIZE, CHARGED, SEGMENT, UDP_IP, TcpSink, ack_struct, segment_struct
 
 __all__ = [
     "ACK_SIZE",
@@ -114,20 +97,6 @@ __all__ = [
     "TcpSink",
 ]
 
-<<<<<<< HEAD
-MSS = 1448
-"""Payload bytes of a segment."""
-SEGMENT = 1500
-"""Bytes of a segment on the wire (IPv4 + TCP with timestamps: 52 B of headers)."""
-ACK_SIZE = 52
-"""Bytes of an acknowledgement on the wire."""
-UDP_IP = 28
-"""Bytes of an IPv4 and a UDP header: what a link's datagram on FakeNet leaves
-out of its packet, and so what every packet of a flow leaves out too."""
-CHARGED = SEGMENT - UDP_IP
-"""Bytes of a segment's datagram on FakeNet: what the bottleneck charges it."""
-=======
->>>>>>> shared-model
 MIN_RTO = 0.2
 MAX_BACKOFF = 64
 INITIAL_RTO = 1.0
@@ -138,14 +107,7 @@ maximum); a path that holds more needs a larger `window` (sharing.window)."""
 SYN_SIZE = 60
 """Bytes of the SYN on the wire."""
 
-<<<<<<< HEAD
-_SEGMENT = struct.Struct(f"!qd{CHARGED - 16}x")  # seq, send time
 _SYN = struct.Struct(f"!qd{SYN_SIZE - UDP_IP - 16}x")  # seq -1, send time
-_HEAD = struct.Struct("!qd")
-_ACK = struct.Struct("!iiiid")  # cum, seq, two before it, echoed time: ACK_SIZE - UDP_IP bytes
-=======
-_SYN = struct.Struct(f"!qd{SYN_SIZE - 16}x")  # seq -1, send time
->>>>>>> shared-model
 _IN_FLIGHT, _LOST, _DELIVERED = 0, 1, 2
 
 Controller = Reno | Cubic | Bbr

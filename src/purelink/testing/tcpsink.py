@@ -56,8 +56,10 @@ from .tcpcc import MSS
 
 __all__ = [
     "ACK_SIZE",
+    "CHARGED",
     "REPORTED",
     "SEGMENT",
+    "UDP_IP",
     "TcpSink",
     "ack_struct",
     "head_struct",
@@ -66,6 +68,11 @@ __all__ = [
 
 SEGMENT = 1500
 """Bytes of a segment on the wire (IPv4 + TCP with timestamps: 52 B of headers)."""
+UDP_IP = 28
+"""Bytes of an IPv4 and a UDP header: what a link's datagram on FakeNet leaves
+out of its packet, and so what a flow's segment leaves out too (competitors.py)."""
+CHARGED = SEGMENT - UDP_IP
+"""Bytes of a segment's datagram on FakeNet: what the bottleneck charges it."""
 ACK_SIZE = 52
 """Bytes of an acknowledgement on the wire."""
 REPORTED = 8
@@ -86,7 +93,7 @@ ack_struct = struct.Struct(f"!qdB{REPORTED}i{ACK_SIZE - 17 - 4 * REPORTED}x")
 segment numbers follow, the numbers (-1 past that count)."""
 head_struct = struct.Struct("!qd")
 """The head of a segment: its number (-1: the SYN) and its send time."""
-segment_struct = struct.Struct(f"!qd{SEGMENT - head_struct.size}x")
+segment_struct = struct.Struct(f"!qd{CHARGED - head_struct.size}x")
 """A whole segment: the head and the payload (zeros: only its size matters)."""
 
 
