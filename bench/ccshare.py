@@ -59,8 +59,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from purelink.protocol.congestion import NAMES
+from purelink.testing.competitors import KINDS
 from purelink.testing.sharing import PURELINK, capacity, share
-from purelink.testing.tcpcc import KINDS
 
 from ._common import SHARE_BAND, Report
 from .ccsweep import draw_path, parse_fields, run_seeds
