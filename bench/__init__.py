@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "jetstream": "200,000 x 61 B into a 3-node R3 JetStream cluster: purelink beside nats-py",
     "ccsweep": "BBR in virtual time over paths drawn from the whole space, worst seed first",
     "ccshare": "purelink links beside Reno, CUBIC, BBR flows on one bottleneck, virtual time",
+    "since": "where since=T starts in a stream of many segments: seek vs read from 1",
 }
 """Every benchmark by name, in the order the whole suite runs them."""
 

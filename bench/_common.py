@@ -84,7 +84,19 @@ fair shares: 1/(N+M) x [0.7, 1.3] of N + M flows, 0.35-0.65 of a pair
 (bench/ccshare.py's target, and the band `bench paths --shared` draws)."""
 
 READY_LINE = re.compile(r"^purelink listening .*\budp=(\S+):(\d+)\b.*\bdata=(.+)$")
-STOPPED_PREFIX = "purelink serve: stopped "
+
+
+def serve_stats(log: str) -> dict[str, Any]:
+    """The listener's counters from `purelink serve --log-format json`'s stderr:
+    the `stats` field of its stop record ({} if it did not stop cleanly)."""
+    stats: dict[str, Any] = {}
+    for line in log.splitlines():
+        if line.startswith("{") and '"stats":' in line:
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("logger") == "purelink.serve" and "stats" in record:
+                    stats = record["stats"]
+    return stats
 
 
 # ------------------------------------------------------------ where it ran
@@ -479,7 +491,7 @@ class ServeProcess:
 
     Start it (`with ServeProcess(sync="batch") as server:`), read `server.url`
     and `server.pid`, and stop it with `stop()`, which returns the counters of
-    its `purelink serve: stopped {...}` line.  The store lives in a temporary
+    its stop record (`--log-format json`: `serve_stats`).  The store lives in a temporary
     directory removed on exit; stderr goes to a file in it (never a pipe that
     could fill up and stall the listener).
     """
@@ -509,7 +521,8 @@ class ServeProcess:
         """Start the child and wait (with a deadline) for its ready line."""
         command = [
             sys.executable, "-m", "purelink", "serve", "--data", str(self.data),
-            "--udp", "127.0.0.1:0", "--sync", self.sync, *self.extra_args,
+            "--udp", "127.0.0.1:0", "--sync", self.sync, "--log-format", "json",
+            *self.extra_args,
         ]  # fmt: skip
         self._log = open(self._log_path, "wb")  # noqa: SIM115 -- closed in stop()/close()
         self.proc = subprocess.Popen(
@@ -550,7 +563,7 @@ class ServeProcess:
         return process_cpu_ns(self.pid)
 
     def stop(self, timeout: float = 60.0) -> dict[str, Any]:
-        """SIGTERM, wait, and return the listener's counters (its stopped line)."""
+        """SIGTERM, wait, and return the listener's counters (its stop record)."""
         if self.proc is None:
             return self.stats
         self.proc.send_signal(signal.SIGTERM)
@@ -562,9 +575,7 @@ class ServeProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
-        for line in self._log_path.read_text(errors="replace").splitlines():
-            if line.startswith(STOPPED_PREFIX):
-                self.stats = json.loads(line[len(STOPPED_PREFIX) :])
+        self.stats = serve_stats(self._log_path.read_text(errors="replace")) or self.stats
         if code != 0:
             tail = self._log_tail()
             self.close()

@@ -72,7 +72,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import json
 import os
 import resource
 import select
@@ -89,7 +88,7 @@ from typing import Any
 
 import purelink
 
-from ._common import Report, Summary, base_parser, process_cpu_ns, summarize
+from ._common import Report, Summary, base_parser, process_cpu_ns, serve_stats, summarize
 
 __all__ = ["VARIANTS", "main"]
 
@@ -116,7 +115,6 @@ THREE_ROUNDS = ("durable 3-round echo", "uvloop durable 3-round echo")
 HELLO, ACCEPT, ACK, CLOSE = b"h" * 37, b"a" * 60, b"k" * 68, b"c" * 20
 RECORD = b"r" * 128
 TIMEOUT = 60.0
-STOPPED_PREFIX = "purelink serve: stopped "
 
 # `purelink serve` with the naive accept, one per readiness event (the "before",
 # which the product does not carry): the TCP side's bound on accepts per event is
@@ -354,16 +352,12 @@ class Child:
         return process_cpu_ns(self.proc.pid)
 
     def stop(self) -> dict[str, Any]:
-        """SIGTERM; the counters of `purelink serve`'s stopped line (if any)."""
+        """SIGTERM; the counters of `purelink serve`'s stop record (if any)."""
         self.proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=TIMEOUT)
         self._log.close()
-        stats: dict[str, Any] = {}
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith(STOPPED_PREFIX):
-                stats = json.loads(line[len(STOPPED_PREFIX) :])
-        return stats
+        return serve_stats(self.log_path.read_text(errors="replace"))
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -432,7 +426,8 @@ def _command(name: str, sync: str) -> list[str]:
     }
     if name in scripts:
         return [sys.executable, "-c", *scripts[name]]
-    serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync]
+    serve = ["serve", "--data", "{DATA}", "--no-udp", "--tcp", "127.0.0.1:0", "--sync", sync,
+             "--log-format", "json"]  # fmt: skip
     if name == "drained accept":
         return [sys.executable, "-m", "purelink", *serve]
     return [sys.executable, "-c", _NAIVE_SERVE, *serve]

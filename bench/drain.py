@@ -35,6 +35,7 @@ Run from the checkout root: `python -m bench.drain [--records N] [--json]`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -104,8 +105,13 @@ class NullLog:
 class NullDataDir:
     """What `Listener` needs of a `DataDir`, with `NullLog` streams."""
 
-    def __init__(self, path: object, **options: object) -> None:  # DataDir's keywords, ignored
+    def __init__(self, path: str | os.PathLike[str], **options: object) -> None:  # keywords ignored
+        self.path = Path(path)  # the free space the listener looks at (--min-free)
         self._logs: dict[str, NullLog] = {}
+
+    def open_log(self, name: str) -> None:
+        """No folder of its own: the free space is the directory's."""
+        return
 
     def stream(self, name: str, *, create: bool = True) -> NullLog:
         log = self._logs.get(name)

@@ -19,6 +19,7 @@ import purelink
 PUBLIC = {
     "Listener",
     "connect",
+    "connect_async",
     "Store",
     "Error",
     "Full",
@@ -107,6 +108,11 @@ def test_connect_signature() -> None:
     )
 
 
+def test_connect_async_takes_connects_arguments() -> None:
+    assert inspect.iscoroutinefunction(purelink.connect_async)
+    assert inspect.signature(purelink.connect_async) == inspect.signature(purelink.connect)
+
+
 def test_listener_signature() -> None:
     _check(
         purelink.Listener,
@@ -144,6 +150,8 @@ def test_link_methods() -> None:
     assert _params(link.stats) == []
     assert callable(link.__enter__)
     assert callable(link.__exit__)
+    assert inspect.iscoroutinefunction(link.__aenter__)
+    assert inspect.iscoroutinefunction(link.__aexit__)
 
 
 def test_link_counts_are_not_methods() -> None:

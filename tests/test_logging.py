@@ -15,7 +15,6 @@ call, a full hand-off counted in the call, flush, and no lock taken.
 
 from __future__ import annotations
 
-import base64
 import inspect
 import json
 import logging
@@ -363,14 +362,14 @@ def test_purelink_read_json_gives_the_records_back(listener: purelink.Listener) 
     )
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["position"] for line in lines] == [1, 2]
-    records = [decode(base64.b64decode(line["payload"])) for line in lines]
+    records = [decode(line["payload"].encode()) for line in lines]  # JSON logs: as text
     assert [(r["message"], r["n"]) for r in records] == [("one", 1), ("two", 2)]
 
 
 def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
     log, handler = _logged_to(_url(listener), "structlog")
     structlog.configure(
-        processors=[structlog.stdlib.add_log_level, structlog.stdlib.render_to_log_kwargs],
+        processors=[structlog.stdlib.render_to_log_kwargs],  # as docs/logging.md
         logger_factory=lambda *args: log,
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
@@ -382,6 +381,8 @@ def test_structlog_sends_through_it(listener: purelink.Listener) -> None:
     (record,) = _stored(handler, 10, listener.path, "structlog")
     assert record["message"] == "paid"
     assert (record["order"], record["request"], record["level"]) == (7, "r-1", "INFO")
+    # the fields docs/logging.md's sample shows, and nothing more (no extra.level)
+    assert set(record) == {"time", "level", "logger", "message", "thread", "order", "request"}
 
 
 def test_loguru_sends_through_it(listener: purelink.Listener) -> None:
@@ -420,6 +421,52 @@ def test_key_id_is_passed_only_where_connect_takes_it(listener: purelink.Listene
     else:
         with pytest.raises(ValueError, match="key_id"):
             LinkHandler(_url(listener), "keyed", key_id="k1")
+
+
+def test_a_refusal_that_cannot_heal_is_not_retried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong secret: the handler says so on stderr at once, stops trying, drops
+    and counts what it held and what comes later, and says so again at close."""
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0", secret=b"s" * 32) as lst:
+        log, handler = _logged_to(_url(lst), "wrong", secret=b"w" * 32, timeout=60)
+        log.info("held, then dropped")
+        assert handler._up.wait(30)  # given up: not retrying for the 60 s close would wait
+        assert handler.link is None
+        log.info("after it gave up")
+        assert handler.dropped == 2
+        started = time.monotonic()
+        handler.close()
+        assert time.monotonic() - started < 5  # nothing to wait for
+        assert lst.stats().dropped == {"bad_secret": 1}  # one try, not one per backoff
+    err = capsys.readouterr().err
+    assert "refused the handler for good" in err and "wrong secret" in err
+    assert "closed with 2 log records for stream 'wrong' dropped" in err
+
+
+def test_a_listener_that_refuses_for_now_is_said_once_each_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The listener's store fails on the handler's stream (an fsync, injected):
+    the handler says on stderr that its records wait, and why."""
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if "/held/" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "Input/output error (injected)")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with purelink.Listener(tmp_path / "data", udp="127.0.0.1:0") as lst:
+        log, handler = _logged_to(_url(lst), "held", timeout=0.5)
+        log.info("never stored")
+        wait_until = time.monotonic() + 30
+        while "refused stream 'held' for now" not in (err := capsys.readouterr().err):
+            assert time.monotonic() < wait_until, "the handler said nothing"
+            log.info("and another")  # a wake: the handler looks at its link
+            time.sleep(0.05)  # paces the log calls; the stderr line is what is waited for
+        assert "(stream_failed)" in err
+        handler.close()
 
 
 def test_secret_file(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ TINY: dict[str, list[str]] = {
     # virtual time: one tiny path, two seeds, in this process
     "ccsweep": ["--path", "mbit=2,rtt=0.01", "--seeds", "2", "--jobs", "1"],
     "ccshare": ["--path=mbit=2,rtt=0.01,tcp=cubic", "--seconds=4", "--seeds=1", "--jobs=1"],
+    "since": ["--records", "20000", "--segment-bytes", "65536", "--repeat", "1"],
 }
 
 
@@ -143,7 +144,7 @@ def test_cli_says_in_one_line_where_the_benchmarks_are_when_not_installed(
     )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("purelink: error: "), result.stderr
+    assert len(lines) == 1 and lines[0].startswith("purelink bench: error: "), result.stderr
     assert "bench/" in lines[0]
 
 

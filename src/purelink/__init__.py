@@ -13,7 +13,7 @@ import importlib as _importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import Closed, ConnectError, Error, Fenced, Full, LinkError
-from .link import Link, LinkStats, connect
+from .link import Link, LinkStats, connect, connect_async
 from .subscribe import subscribe
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ __all__ = [
     "ListenerStats",
     "Store",
     "connect",
+    "connect_async",
     "subscribe",
 ]
 

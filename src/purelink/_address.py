@@ -8,7 +8,21 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["format_hostport", "is_loopback", "parse_hostport", "parse_url"]
+__all__ = [
+    "addresses",
+    "connect_tcp",
+    "expand",
+    "format_hostport",
+    "is_loopback",
+    "is_numeric",
+    "parse_hostport",
+    "parse_url",
+    "resolves_at_once",
+]
+
+LOCALHOST = ("127.0.0.1", "::1")
+"""What `localhost` names, whatever the hosts file lists (RFC 6761: always the
+loopback): both families, IPv4 first."""
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -81,3 +95,74 @@ def resolve(host: str, port: int, kind: int = socket.SOCK_DGRAM) -> tuple[int, t
     infos = socket.getaddrinfo(host, port, 0, kind)
     family, _, _, _, sockaddr = infos[0]
     return family, (str(sockaddr[0]), int(sockaddr[1]))
+
+
+def is_numeric(host: str) -> bool:
+    """Whether `host` is an IPv4 or IPv6 address written as numbers."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def resolves_at_once(host: str) -> bool:
+    """Whether `addresses(host)` asks no resolver (so cannot block): a numeric
+    host, or localhost."""
+    return host.lower() == "localhost" or is_numeric(host)
+
+
+def addresses(host: str, port: int, kind: int = socket.SOCK_DGRAM) -> list[str]:
+    """Every address `host` names, in the order to try them: a numeric host as it
+    is; `localhost` both loopbacks (LOCALHOST); a name every distinct address
+    getaddrinfo gives, of both families, in its order.  A name that does not
+    resolve stays as it is: connecting to it says why (`resolve`)."""
+    if is_numeric(host):
+        return [host]
+    if host.lower() == "localhost":
+        return list(LOCALHOST)
+    try:
+        infos = socket.getaddrinfo(host, port, 0, kind)
+    except OSError:
+        return [host]
+    found = [str(info[4][0]) for info in infos]
+    return list(dict.fromkeys(found)) or [host]
+
+
+def expand(targets: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """parse_urls()'s targets with each host replaced by every address it names
+    (`addresses`), so that a link tries each of them in turn: `localhost` is
+    127.0.0.1 and then ::1, and the first that answers is the one used."""
+    return [
+        (scheme, address, port)
+        for scheme, host, port in targets
+        for address in addresses(
+            host, port, socket.SOCK_STREAM if scheme == "tcp" else socket.SOCK_DGRAM
+        )
+    ]
+
+
+def connect_tcp(host: str, port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to the first of `addresses(host)` that accepts one (each
+    given `timeout`), left with that timeout; the last failure's OSError if none
+    does."""
+    error: OSError | None = None
+    for address in addresses(host, port, socket.SOCK_STREAM):
+        try:
+            family, sockaddr = resolve(address, port, socket.SOCK_STREAM)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            error = exc
+            continue
+        try:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    assert error is not None  # addresses() is never empty
+    raise error

@@ -93,13 +93,17 @@ class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return self.encode(record).decode("utf-8")
 
+    def stamp(self, record: logging.LogRecord) -> Any:
+        """The record's `time`: its Unix time, seconds (`serve` writes ISO-8601 instead)."""
+        return record.created
+
     def encode(self, record: logging.LogRecord) -> bytes:
         """The record as UTF-8 JSON."""
         # cached on the record, as logging.Formatter does; loguru hands over "\n"
         if record.exc_info and not (record.exc_text and record.exc_text.strip()):
             record.exc_text = self.formatException(record.exc_info)
         doc: dict[str, Any] = {
-            "time": record.created,
+            "time": self.stamp(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

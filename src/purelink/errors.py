@@ -8,7 +8,16 @@ application at all: it is dropped and counted (docs/security.md).
 
 from __future__ import annotations
 
-__all__ = ["Closed", "ConnectError", "Error", "Fenced", "Full", "LinkError", "ProtocolError"]
+__all__ = [
+    "Closed",
+    "ConnectError",
+    "Error",
+    "Fenced",
+    "Full",
+    "LinkError",
+    "ProtocolError",
+    "os_reason",
+]
 
 
 class Error(Exception):
@@ -28,7 +37,18 @@ class Closed(Error):
 
 
 class ConnectError(Error):
-    """The handshake did not complete: the listener is unreachable or refused us."""
+    """The handshake did not complete: the listener is unreachable or refused us.
+
+    `permanent` is True when trying again cannot help without a change on one
+    side -- a wrong secret, an unknown, expired or revoked key, a stream the key
+    may not use, a stream or producer name the rules refuse, a port where
+    another service answers -- and False for what can heal by itself: no
+    answer, a connection refused (a listener restarting), a listener at its
+    limits, a store error, a producer name a live session still holds."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class LinkError(Error):
@@ -42,3 +62,10 @@ class ProtocolError(Error):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+def os_reason(exc: OSError) -> str:
+    """What an OS error says, for people: "connection refused", not
+    "[Errno 111] Connection refused" (the same words whoever reports it)."""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return text[:1].lower() + text[1:]

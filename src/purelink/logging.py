@@ -39,7 +39,10 @@ Theory of operation:
   unstored record through listener restarts and outages (up to `capacity`);
   past that `queue` raises `Full`, and the record is counted the same way.
 * The thread first connects (with backoff, for as long as it takes), so the
-  application's first log call never waits for a handshake.  Until the link
+  application's first log call never waits for a handshake.  A refusal that
+  cannot heal (ConnectError.permanent: a wrong secret, a key that may not
+  write the stream, a bad name) is not retried: the handler says so on
+  stderr at once, and drops and counts what it held and what comes later.  Until the link
   is up the thread does not take from the hand-off: records wait there, in
   order, bounded by `capacity` and `capacity_bytes` (their text), counted
   under `_gate`, a lock that only the records emitted before the connection
@@ -99,6 +102,7 @@ _LAUNCH_WAIT = FIRST_CONNECT_WAIT + 1.0
 first link's thread: the address resolved, a socket made (for tcp://, its
 connection, up to FIRST_CONNECT_WAIT), a thread started -- not a handshake."""
 _IDLE_MS = 1000  # the thread's sleep, at most: a backstop, a wakeup is never lost
+_LOOK_EVERY = 0.25  # seconds between looks at whether the listener refuses the link for now
 _LINGER = 0.002  # after taking records, the thread looks again this much later, unarmed
 _FIELDS_SIZE = 100  # what the JSON adds to a held record's text: keys, time, names
 
@@ -157,6 +161,8 @@ class LinkHandler(logging.Handler):
             self._options["key_id"] = key_id
         self.url = url
         self.stream = stream
+        self.producer = producer or None
+        """The producer's name (None: anonymous)."""
         self.timeout = timeout
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
@@ -368,6 +374,11 @@ class LinkHandler(logging.Handler):
                 launch(link, self._launched)  # connect(), telling when its thread is up
                 break
             except ConnectError as exc:
+                if exc.permanent:  # a wrong secret, a forbidden stream: never heals
+                    why = f"{self.url} refused the handler for good ({exc})"
+                    _warn(f"error: {why}; its log records are dropped and counted")
+                    self._give_up(why)
+                    return None
                 if not told:
                     told = True
                     _warn(
@@ -408,7 +419,13 @@ class LinkHandler(logging.Handler):
         def ready() -> bool:
             return bool(handoff)
 
+        waiting = ""  # why the link waits, as last said on stderr
+        looked = 0.0
         while not self._abort:
+            now = time.monotonic()
+            if now - looked >= _LOOK_EVERY:
+                looked = now
+                waiting = self._say_waiting(link, waiting)
             wakeup.begin_look()
             took = False
             while handoff and not self._abort:
@@ -425,6 +442,22 @@ class LinkHandler(logging.Handler):
             if wakeup.prepare_sleep(ready):
                 poller.poll(_IDLE_MS)  # a finite backstop (primitives/wakeup.py)
                 wakeup.after_wake(ready)
+
+    def _say_waiting(self, link: Link, said: str) -> str:
+        """Say on stderr once when the listener refuses the link for now (its disk
+        has no room, its store failed on the stream) and once when it stores
+        again; looked at after a wake, at most every _LOOK_EVERY (and at least
+        every _IDLE_MS)."""
+        waiting = link.stats().waiting
+        if waiting != said:
+            if waiting:
+                _warn(
+                    f"the listener at {self.url} refused stream {self.stream!r} for now "
+                    f"({waiting}); log records wait on the link, up to its capacity"
+                )
+            else:
+                _warn(f"the listener at {self.url} is storing stream {self.stream!r} again")
+        return waiting
 
     def _send(self, link: Link, item: Any) -> None:
         cls = item.__class__
@@ -518,6 +551,11 @@ class LinkHandler(logging.Handler):
                         thread.join(1.0)
             self._drained = True
             self._strand()
+            if self._failure is not None and self.dropped:  # never connected: say so again
+                _warn(
+                    f"closed with {self.dropped:,} log records for stream {self.stream!r} "
+                    f"dropped: {self._failure}"
+                )
             link = self._link
             if link is not None:
                 left = max(self._deadline - time.monotonic(), 0.0)

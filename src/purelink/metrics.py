@@ -13,22 +13,25 @@ Names follow Prometheus' conventions: `_total` counters, base units
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
+import platform
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from purelink import _address
-from purelink.errors import Error
 from purelink.link.link import Link, LinkStats
 from purelink.logging import LinkHandler
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-    from prometheus_client.registry import CollectorRegistry
 
     from purelink.listener.listener import Listener
+    from purelink.listener.stats import ListenerStats
 
-__all__ = ["LinkCollector", "ListenerCollector", "MetricsServer", "available"]
+__all__ = ["INSTALL", "LinkCollector", "ListenerCollector", "available", "prometheus_core"]
 
 INSTALL = "pip install 'purelink[metrics]'"
 
@@ -46,6 +49,7 @@ _LINK_COUNTERS = (
     ("probes", "link_probes", "Probes sent because answers stopped."),
     ("acks", "link_acks", "Answers received from the listener."),
     ("reconnects", "link_reconnects", "New handshakes after a lost session."),
+    ("disk_full", "link_disk_full", "Refusals for now: the listener's disk had no room."),
     ("parks", "link_parks", "Times a wait_stored() caller parked."),
     ("unparks", "link_unparks", "Times the link thread woke a parked waiter."),
     ("send_errors", "link_send_errors", "Datagrams the kernel refused to send."),
@@ -60,11 +64,10 @@ _LINK_CONGESTION = (
     ("competing", "link_competing", "1 if the link believes other traffic shares its bottleneck."),
 )
 
-# (field of ListenerStats, metric name, help)
+# (field of ListenerStats, metric name, help): what an operator reads
 _LISTENER_COUNTERS = (
-    ("bytes", "received_bytes", "Bytes received (UDP datagrams and TCP frames)."),
-    ("recv_calls", "recv_calls", "Receive system calls that returned data."),
-    ("drains", "drains", "Readiness events drained."),
+    ("datagrams_udp", "udp_datagrams_received", "UDP datagrams received."),
+    ("frames", "tcp_frames_received", "TCP frames received."),
     ("accepts", "tcp_accepts", "TCP connections accepted."),
     ("sessions", "sessions", "Sessions accepted (handshakes completed)."),
     ("batches_stored", "batches_stored", "Batches appended to the store."),
@@ -75,12 +78,20 @@ _LISTENER_COUNTERS = (
     ("retries", "retries", "Address proofs asked for (RETRY answers)."),
     ("fenced", "fenced_sessions", "Sessions fenced by a newer one."),
     ("acks", "acks_sent", "Answers sent to links."),
+    ("key_reloads", "key_reloads", "Key tables taken (SIGHUP reloads of serve's keys file)."),
+    ("key_reload_failures", "key_reload_failures", "Key reloads that failed: old keys stay."),
+)
+# the listener's own workings, for whoever tunes it: under purelink_internal_
+_INTERNAL_COUNTERS = (
+    ("recv_calls", "recv_calls", "Receive system calls that returned data."),
+    ("drains", "drains", "Readiness events drained."),
+    ("accept_drains", "accept_drains", "Readiness events of the TCP listening socket."),
+    ("mtu_probes", "mtu_probes", "Path MTU probes answered."),
     ("pool_hits", "pool_hits", "Receive buffers reused from the free list."),
     ("pool_misses", "pool_misses", "Receive buffers allocated (the free list was empty)."),
 )
 _LISTENER_GAUGES = (
     ("links", "links", "Link sessions open now."),
-    ("connections", "tcp_connections", "TCP connections open now."),
     ("subscribers", "subscriptions", "Subscriptions being served now."),
     ("memory", "reorder_memory_bytes", "Bytes held out of order across all links."),
 )
@@ -95,7 +106,7 @@ def available() -> bool:
     return True
 
 
-def _core() -> Any:
+def prometheus_core() -> Any:
     """prometheus_client's metric families, or an ImportError that says what to install."""
     try:
         from prometheus_client import core  # noqa: PLC0415 -- optional
@@ -108,16 +119,19 @@ class LinkCollector:
     """Exports `link.stats()` of one or more links (or LinkHandlers) at scrape time.
 
     ``prometheus_client.REGISTRY.register(LinkCollector(link))``; every series
-    has the labels `stream` and `url`.  The congestion controller's name and
+    has the labels `stream`, `producer` and `url`, so each link is a series of
+    its own: `producer` is a named link's producer, and "anonymous-N" for an
+    anonymous one (N numbers the anonymous links of the process, the same in
+    every collector).  A LinkHandler adds `purelink_log_records_dropped_total`
+    and `purelink_log_records_pending`.  The congestion controller's name and
     phase are the labels `controller` and `state` of
-    `purelink_link_congestion_info` (always 1).  A LinkHandler adds
-    `purelink_log_records_dropped_total` and `purelink_log_records_pending`.
+    `purelink_link_congestion_info` (always 1).
     """
 
     def __init__(self, *links: Link | LinkHandler) -> None:
         if not links:
             raise TypeError("LinkCollector needs at least one link")
-        self._core = _core()
+        self._core = prometheus_core()
         self._links = links
 
     def describe(self) -> list[Metric]:
@@ -125,7 +139,7 @@ class LinkCollector:
 
     def collect(self) -> Iterator[Metric]:
         core = self._core
-        labels = ["stream", "url"]
+        labels = ["stream", "producer", "url"]
         counters = {
             name: core.CounterMetricFamily(f"purelink_{name}", text, labels=labels)
             for _, name, text in _LINK_COUNTERS
@@ -143,7 +157,7 @@ class LinkCollector:
         )
         handlers = False
         for item in self._links:
-            values = [item.stream, item.url]
+            values = [item.stream, _producer(item), item.url]
             if isinstance(item, LinkHandler):
                 handlers = True
                 dropped.add_metric(values, item.dropped)
@@ -201,11 +215,29 @@ class _LinkGauges:
         yield from self.congestion.values()
 
 
+_ANONYMOUS: weakref.WeakKeyDictionary[Link | LinkHandler, int] = weakref.WeakKeyDictionary()
+_anonymous_lock = threading.Lock()
+_anonymous_numbers = itertools.count(1)
+
+
+def _producer(item: Link | LinkHandler) -> str:
+    """The `producer` label: the producer's name, or "anonymous-N", N given to
+    each anonymous link (or handler) of the process the first time it is seen."""
+    name = item.producer
+    if name:
+        return name
+    with _anonymous_lock:
+        number = _ANONYMOUS.get(item)
+        if number is None:
+            number = _ANONYMOUS[item] = next(_anonymous_numbers)
+    return f"anonymous-{number}"
+
+
 class ListenerCollector:
     """Exports a running listener's `stats()` and its store's size at scrape time."""
 
     def __init__(self, listener: Listener) -> None:
-        self._core = _core()
+        self._core = prometheus_core()
         self._listener = listener
 
     def describe(self) -> list[Metric]:
@@ -214,6 +246,32 @@ class ListenerCollector:
     def collect(self) -> Iterator[Metric]:
         core = self._core
         stats = self._listener.stats()
+        yield _build_info(core)
+        yield from self._streams(core, stats)
+        yield from self._received(core, stats)
+        yield _dropped(core, stats.dropped)
+        values = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
+        values["datagrams_udp"] = stats.datagrams - stats.frames
+        for field, name, text in _LISTENER_COUNTERS:
+            yield core.CounterMetricFamily(f"purelink_{name}", text, value=values[field])
+        for field, name, text in _INTERNAL_COUNTERS:
+            yield core.CounterMetricFamily(f"purelink_internal_{name}", text, value=values[field])
+        for field, name, text in _LISTENER_GAUGES:
+            yield core.GaugeMetricFamily(f"purelink_{name}", text, value=values[field])
+        connections = core.GaugeMetricFamily(
+            "purelink_tcp_connections",
+            "TCP connections open now: of links (role=link) and of subscribers (role=subscriber).",
+            labels=["role"],
+        )
+        connections.add_metric(["link"], stats.connections)
+        connections.add_metric(["subscriber"], stats.tail_connections)
+        yield connections
+        yield self._histogram(core, stats.sync_seconds, stats.sync_seconds_sum)
+        yield from self._store_size(core)
+
+    @staticmethod
+    def _streams(core: Any, stats: ListenerStats) -> Iterator[Metric]:
+        """Per stream: records and bytes stored since start, positions, room."""
         records = core.CounterMetricFamily(
             "purelink_stream_records_stored",
             "Records stored since the listener started, per stream.",
@@ -227,30 +285,48 @@ class ListenerCollector:
         for stream, count in sorted(stats.stream_records.items()):
             records.add_metric([stream], count)
             sizes.add_metric([stream], stats.stream_bytes.get(stream, 0))
-        yield records
-        yield sizes
+        yield from (records, sizes)
+        first = core.GaugeMetricFamily(
+            "purelink_stream_first_position",
+            "Position of the first record retained (0 when empty): retention moves it.",
+            labels=["stream"],
+        )
+        last = core.GaugeMetricFamily(
+            "purelink_stream_last_position",
+            "Position of the last record written (0 when empty).",
+            labels=["stream"],
+        )
+        for stream, position in sorted(stats.stream_last.items()):
+            first.add_metric([stream], stats.stream_first.get(stream, 0))
+            last.add_metric([stream], position)
+        yield from (first, last)
+        no_room = core.GaugeMetricFamily(
+            "purelink_stream_no_room",
+            "1 while the store has no room for a stream (why: disk_full or min_free).",
+            labels=["stream", "why"],
+        )
+        for stream, why in sorted(stats.no_room.items()):
+            no_room.add_metric([stream, why], 1)
+        yield no_room
+        free = core.GaugeMetricFamily(
+            "purelink_stream_free_bytes",
+            "Bytes free on the file system of a stream, as last looked at.",
+            labels=["stream"],
+        )
+        for stream, count in sorted(stats.free_bytes.items()):
+            free.add_metric([stream], count)
+        yield free
+
+    @staticmethod
+    def _received(core: Any, stats: ListenerStats) -> Iterator[Metric]:
         received = core.CounterMetricFamily(
-            "purelink_datagrams_received",
-            "UDP datagrams and TCP frames received.",
+            "purelink_received_bytes",
+            "Bytes received: of UDP datagrams and of TCP frames.",
             labels=["transport"],
         )
-        received.add_metric(["udp"], stats.datagrams - stats.frames)
-        received.add_metric(["tcp"], stats.frames)
+        received.add_metric(["udp"], stats.bytes - stats.frame_bytes)
+        received.add_metric(["tcp"], stats.frame_bytes)
         yield received
-        dropped = core.CounterMetricFamily(
-            "purelink_dropped",
-            "Datagrams, frames and subscriptions dropped or refused, by reason.",
-            labels=["reason"],
-        )
-        for reason, count in sorted(stats.dropped.items()):
-            dropped.add_metric([reason], count)
-        yield dropped
-        for field, name, text in _LISTENER_COUNTERS:
-            yield core.CounterMetricFamily(f"purelink_{name}", text, value=getattr(stats, field))
-        for field, name, text in _LISTENER_GAUGES:
-            yield core.GaugeMetricFamily(f"purelink_{name}", text, value=getattr(stats, field))
-        yield self._histogram(core, stats.sync_seconds, stats.sync_seconds_sum)
-        yield from self._store_size(core)
 
     @staticmethod
     def _histogram(core: Any, counts: tuple[int, ...], total: float) -> Metric:
@@ -316,38 +392,29 @@ def _folder_bytes(path: str) -> int:
     return size
 
 
-class MetricsServer:
-    """`/metrics` over HTTP for a listener: what `purelink serve --metrics` runs.
+def _build_info(core: Any) -> Metric:
+    from purelink import __version__  # noqa: PLC0415 -- the package, loaded by now
 
-    The registry holds the listener's collector and prometheus-client's
-    process collector (CPU seconds, memory, open files) and platform
-    collector.  The HTTP server is prometheus-client's, on a thread of its own.
-    """
+    info = core.GaugeMetricFamily(
+        "purelink_build_info",
+        "Always 1: the purelink version and the Python that runs it, as labels.",
+        labels=["version", "python"],
+    )
+    info.add_metric([__version__, platform.python_version()], 1)
+    built: Metric = info
+    return built
 
-    def __init__(self, listener: Listener, address: str) -> None:
-        host, port = _address.parse_hostport(address)  # ValueError if malformed
-        core = _core()
-        from prometheus_client import (  # noqa: PLC0415 -- optional
-            PlatformCollector,
-            ProcessCollector,
-            start_http_server,
-        )
 
-        self.registry: CollectorRegistry = core.CollectorRegistry(auto_describe=False)
-        self.registry.register(ListenerCollector(listener))
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        try:
-            self._httpd, self._thread = start_http_server(port, host, self.registry)
-        except OSError as exc:
-            shown = _address.format_hostport(host, port)
-            raise Error(f"cannot serve --metrics on {shown}: {exc.strerror or exc}") from None
-        bound = self._httpd.server_address
-        self.address: tuple[str, int] = (str(bound[0]), int(bound[1]))
-        """The bound (host, port)."""
+def _dropped(core: Any, dropped: dict[str, int]) -> Metric:
+    """Drops by reason: every reason the listener knows, from the start (at 0)."""
+    from purelink.listener.stats import DROP_REASONS  # noqa: PLC0415 -- the listener's
 
-    def close(self) -> None:
-        """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5.0)
+    family = core.CounterMetricFamily(
+        "purelink_dropped",
+        "Datagrams, frames, connections and subscriptions dropped or refused, by reason.",
+        labels=["reason"],
+    )
+    for reason in sorted(set(DROP_REASONS) | set(dropped)):
+        family.add_metric([reason], dropped.get(reason, 0))
+    counted: Metric = family
+    return counted

@@ -49,16 +49,18 @@ back to the listener's subscription thread, never to the listener's writers.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from types import TracebackType
 from typing import Any, Final
 
 from . import _address
-from .errors import ConnectError, Error, ProtocolError
+from ._when import When, unix_seconds
+from .errors import ConnectError, Error, ProtocolError, os_reason
 from .protocol.tail import TailDecoder, encode_request
 
 __all__ = ["RECEIVE_SIZE", "Subscription", "subscribe"]
@@ -87,6 +89,8 @@ def subscribe(
     key_id: str | None = None,
     timeout: float = 10.0,
     reconnect: float = 0.0,
+    on_held: Callable[[str | None], None] | None = None,
+    since: When | None = None,
 ) -> Subscription:
     """Subscribe to `stream` at a listener's TCP address ("tcp://HOST:PORT"),
     from position `start`; iterate the result for (position, payload).
@@ -98,6 +102,17 @@ def subscribe(
     `reconnect`: seconds to keep trying to resume after the connection breaks
     (0: raise at once), and to reach the listener in the first place.  See the
     module header.
+
+    `on_held(why)`: called (on the iterating thread) when the listener says the
+    stream stores nothing now -- `why` is "disk_full" (no room on its disk, or
+    below its --min-free) or "stream_failed" (a failed write or fsync, until the
+    listener restarts) -- and with None once it stores again; `held` is the
+    same, as a property.  Only a follower is told.
+
+    `since`: instead of `start`, begin at the first record stored at or after
+    a time -- a `datetime` (no zone: UTC) or seconds ago -- which the listener
+    finds by seeking (docs/store.md).  A listener that keeps no times refuses
+    it (iterating raises `purelink.Error`).
 
     Raises ValueError for a bad URL, stream name, start or reconnect, and
     ConnectError if the listener cannot be reached within `timeout` seconds
@@ -116,7 +131,14 @@ def subscribe(
     encode_request(stream, start, follow)  # checks name and start
     # 1 is the beginning, which the request says as 0: "the first retained"
     begin = 0 if start == 1 else start
+    since_ms = None
+    if since is not None:
+        if start not in (0, 1):
+            raise ValueError("give start or since, not both")
+        since_ms = max(0, math.ceil(unix_seconds(since) * 1000 - 1e-6))
     sub = Subscription(url, stream, begin, follow, secret, timeout, reconnect, key_id or "")
+    sub._since_ms = since_ms
+    sub.on_held = on_held
     sub._first_connect()
     return sub
 
@@ -140,6 +162,9 @@ class Subscription:
         """The stream subscribed to."""
         self.resumes = 0
         """Times the subscription connected again after a break."""
+        self.on_held: Callable[[str | None], None] | None = None
+        """Called when `held` changes (see `subscribe`)."""
+        self._held: str | None = None
         self._follow = follow
         self._secret = secret
         self._key_id = key_id
@@ -157,39 +182,36 @@ class Subscription:
         self._backoff = BACKOFF_FIRST
         self._resumed_at = 0.0
         self._decoder = TailDecoder(start)
+        self._since_ms: int | None = None  # ask by time until a first record came
         self._records = chain.from_iterable(self._receive())  # C-level, per record
 
     def _connect(self) -> None:
         """Connect and send the request for the records from next_position."""
         _, host, port = _address.parse_url(self.url)
+        start, since = self._decoder.next_position, False
+        if start == 0 and self._since_ms is not None:
+            start, since = self._since_ms, True
         if self._secret is None:
-            request = encode_request(self.stream, self._decoder.next_position, self._follow)
+            request = encode_request(self.stream, start, self._follow, since)
         else:  # the request is an INIT; the reply comes sealed (protocol/tail_seal.py)
             from .protocol.tail_seal import SealedReader, encode_sealed_request  # noqa: PLC0415
 
             request, init = encode_sealed_request(
-                self.stream,
-                self._decoder.next_position,
-                self._follow,
-                self._key_id,
-                self._secret,
+                self.stream, start, self._follow, self._key_id, self._secret, since
             )
             self._sealed = SealedReader(init, time.monotonic)
-        try:
-            family, sockaddr = _address.resolve(host, port, socket.SOCK_STREAM)
-            sock = socket.socket(family, socket.SOCK_STREAM)
+        try:  # localhost, or a name with several addresses: the first that accepts
+            sock = _address.connect_tcp(host, port, self._timeout)
         except OSError as exc:
-            raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
+            raise ConnectError(f"cannot subscribe at {self.url}: {os_reason(exc)}") from None
         try:
-            sock.settimeout(self._timeout)
-            sock.connect(sockaddr)
             sock.sendall(request)
             # a listener answers a request that does not follow at once (records
             # or END): only a follower's reply may be silent for long (FOREIGN)
             sock.settimeout(None if self._follow else self._timeout)
         except OSError as exc:
             sock.close()
-            raise ConnectError(f"cannot subscribe at {self.url}: {exc}") from None
+            raise ConnectError(f"cannot subscribe at {self.url}: {os_reason(exc)}") from None
         self._sock = sock
         self._fresh = True
         if self._closed.is_set():  # closed meanwhile, from another thread: its
@@ -245,10 +267,23 @@ class Subscription:
                 continue
             if self._sock is None or self._closed.is_set():
                 return False
-            self._decoder = TailDecoder(self._decoder.next_position)
+            # held as it was until the new connection's first NOTICE says otherwise
+            self._decoder = TailDecoder(self._decoder.next_position, self._decoder.held)
             self.resumes += 1
             self._resumed_at = time.monotonic()
             return True
+
+    @property
+    def held(self) -> str | None:
+        """Why the stream stores nothing now, as the listener last said
+        ("disk_full", "stream_failed"), or None."""
+        return self._held
+
+    @property
+    def unknown_stream(self) -> bool:
+        """Whether the listener said the stream does not exist (with follow=False:
+        the reply then ends at once; a follower waits for the stream instead)."""
+        return self._decoder.unknown_stream
 
     @property
     def next_position(self) -> int:
@@ -290,6 +325,10 @@ class Subscription:
                         continue
                     return
                 records = self._decode(decoder, data, first=first)
+                if decoder.held != self._held:
+                    self._held = decoder.held
+                    if self.on_held is not None:
+                        self.on_held(self._held)
                 if records:
                     self._outage_deadline = 0.0  # delivering again: any outage is over
                     yield records
@@ -337,10 +376,14 @@ class Subscription:
         except ProtocolError as exc:
             if exc.reason == "refused":
                 raise Error(str(exc).removeprefix("refused: ")) from None
-            if first and self._sealed is None and exc.reason != "bad_checksum":
+            # first bytes that are neither a listener's frame nor its plaintext refusal
+            sealed_foreign = ("bad_frame", "unauthenticated")
+            foreign = exc.reason in sealed_foreign if self._sealed else exc.reason != "bad_checksum"
+            if first and foreign:
                 raise ConnectError(  # its first bytes: neither a batch nor a word
                     f"cannot subscribe at {self.url}: it answered what no "
-                    f"purelink listener sends{FOREIGN}"
+                    f"purelink listener sends{FOREIGN}",
+                    permanent=True,
                 ) from None
             raise Error(f"subscription to {self.stream!r}: {exc}") from None
 

@@ -38,5 +38,5 @@ def set_switch_interval(seconds: float = LOW_LATENCY_SWITCH_INTERVAL) -> float:
         raise ValueError("the switch interval must be in (0, 1] seconds")
     old = sys.getswitchinterval()
     sys.setswitchinterval(seconds)
-    log.info("purelink: GIL switch interval %.6f s -> %.6f s", old, seconds)
+    log.info("GIL switch interval %.6f s -> %.6f s", old, seconds)
     return old

@@ -15,6 +15,7 @@ import contextlib
 import os
 import platform
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -191,15 +192,16 @@ def _listener_goes_away(
     srv: ServeProcess, sender: subprocess.Popen[bytes], more: bytes
 ) -> tuple[str, float]:
     """With "one" stored, the listener stops; then `more` lines and the end of
-    input go to the sender.  The first line it says on stderr, and when the
-    listener was gone (time.monotonic)."""
+    input go to the sender.  The first line it says on stderr, and a moment no
+    later than the sender's last progress (time.monotonic before "one" went:
+    its --timeout counts from that progress, which came before the stop)."""
     assert sender.stdin is not None and sender.stderr is not None
+    before = time.monotonic()
     _send_lines(srv.data, sender, b"one\n")
     assert srv.stop() == 0
-    gone = time.monotonic()
     sender.stdin.write(more)
     sender.stdin.close()
-    return read_line(sender.stderr.fileno(), TIMEOUT).decode(), gone
+    return read_line(sender.stderr.fileno(), TIMEOUT).decode(), before
 
 
 def _rest_of_stderr(proc: subprocess.Popen[bytes]) -> str:
@@ -216,18 +218,22 @@ def test_send_says_it_waits_for_a_listener_that_went_away_and_gives_up(tmp_path:
         ServeProcess(tmp_path / "data") as srv,
         _sending(srv.url, "--timeout", "3") as sender,
     ):
-        waiting, started = _listener_goes_away(srv, sender, b"two\nthree\n")
+        waiting, progressed = _listener_goes_away(srv, sender, b"two\nthree\n")
         err = _rest_of_stderr(sender)
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - progressed  # --timeout counts from the last progress
     assert sender.returncode == 1, err
     assert "Traceback" not in err
     (line,) = err.splitlines()
-    assert line.startswith("purelink: error: ") and "stored nothing for 3 s" in line, line
+    assert line.startswith("purelink send: error: ") and "stored nothing for 3 s" in line, line
     # "one" is in the store; the link was told so, unless the listener stopped first
-    found = re.search(r"gave up with (\d) of 3 records stored; (\d) not stored", line)
+    found = re.search(
+        r"gave up with (\d) of 3 records stored; (\d) not confirmed stored \(input lines? (\d)",
+        line,
+    )
     assert found and found.group(1) in "01", line
     unstored = 3 - int(found.group(1))
     assert found.group(2) == str(unstored)
+    assert found.group(3) == str(int(found.group(1)) + 1)  # where a re-send should start
     assert "waiting for the listener" in waiting, waiting
     assert f"{unstored} records not yet stored" in waiting, waiting
     assert 3 <= elapsed < 20
@@ -245,6 +251,78 @@ def test_send_rides_through_a_listener_restart_and_says_so(tmp_path: Path) -> No
     assert sender.returncode == 0, err
     assert "storing again" in err and "2 records (6 payload bytes) stored" in err, err
     assert run("read", "--data", str(srv.data), "--stream", "s").stdout == b"one\ntwo\n"
+
+
+def _feed_until(
+    sender: subprocess.Popen[bytes], said: str, first: int, timeout: float = TIMEOUT
+) -> tuple[str, int]:
+    """Write numbered lines to the sender's stdin, 20 a second from `first` on,
+    until it says a line containing `said` on stderr; that line, and the next
+    number. Its input never pauses: send must speak while it reads."""
+    assert sender.stdin is not None and sender.stderr is not None
+    n = first
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sender.stdin.write(b"line %d\n" % n)
+        sender.stdin.flush()
+        n += 1
+        ready, _, _ = select.select([sender.stderr.fileno()], [], [], 0.05)
+        if ready:
+            line = read_line(sender.stderr.fileno(), TIMEOUT).decode()
+            assert said in line, line
+            return line, n
+    raise AssertionError(f"send did not say {said!r} within {timeout} s")
+
+
+def test_send_speaks_through_an_outage_while_its_input_flows(tmp_path: Path) -> None:
+    """`tail -F app.log | purelink send`: the listener SIGKILLed and started again
+    while lines keep coming; send says so both times, and everything is stored once."""
+    with (
+        ServeProcess(tmp_path / "data") as srv,
+        _sending(srv.url, "--timeout", "60") as sender,
+    ):
+        _send_lines(srv.data, sender, b"line 0\n")
+        srv.kill()
+        waiting, n = _feed_until(sender, "waiting for the listener", 1)
+        assert "not yet stored" in waiting
+        srv.restart()
+        _, n = _feed_until(sender, "the listener is storing again", n)
+        assert sender.stdin is not None
+        sender.stdin.close()
+        err = _rest_of_stderr(sender)
+    assert sender.returncode == 0, err
+    assert f"{n} records" in err, err
+    lines = run("read", "--data", str(srv.data), "--stream", "s").stdout.splitlines()
+    assert lines == [b"line %d" % i for i in range(n)]
+
+
+def test_send_gives_up_after_timeout_without_progress_while_its_input_flows(
+    tmp_path: Path,
+) -> None:
+    with (
+        ServeProcess(tmp_path / "data") as srv,
+        _sending(srv.url, "--timeout", "2") as sender,
+    ):
+        _send_lines(srv.data, sender, b"line 0\n")
+        srv.kill()
+        _feed_until(sender, "waiting for the listener", 1)
+        started = time.monotonic()
+        assert sender.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it gives up while we still write
+            while sender.poll() is None and time.monotonic() - started < TIMEOUT:
+                sender.stdin.write(b"more\n")
+                sender.stdin.flush()
+                time.sleep(0.05)  # paces the input; the exit is what is waited for
+        err = _rest_of_stderr(sender)
+    assert sender.returncode == 1, err
+    assert "Traceback" not in err
+    found = re.search(
+        r"stored nothing for 2 s; gave up with (\d) of .* \(input lines (\d) to ", err
+    )
+    assert found and found.group(1) in "01", (
+        err
+    )  # "line 0" is stored; told, unless it was killed first
+    assert found.group(2) == str(int(found.group(1)) + 1), err
 
 
 def test_ctrl_c_during_send_prints_what_was_stored(tmp_path: Path) -> None:
@@ -283,7 +361,7 @@ def test_send_to_a_closed_tcp_port_says_connection_refused_at_once() -> None:
     url = f"tcp://127.0.0.1:{free_port()}"
     result = run("send", url, "--stream", "s", "--timeout", "60", stdin=b"x\n")
     line = assert_one_line_error(result, 1)
-    assert "Connection refused" in line, line
+    assert "connection refused" in line, line
     assert time.monotonic() - started < 30  # not the 60 s handshake timeout (start-up aside)
 
 

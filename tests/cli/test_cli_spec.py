@@ -275,7 +275,8 @@ def test_a_missing_keys_file_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_a_wrong_address_is_one_line_exit_1(argv: list[str]) -> None:
     port = str(free_port())
     result = run(*(a.replace("{port}", port) for a in argv), stdin=b"x\n")
-    assert assert_one_line_error(result, 1).startswith("purelink: error: cannot ")
+    line = assert_one_line_error(result, 1)
+    assert line.startswith(f"purelink {argv[0]}: error: cannot "), line
 
 
 def test_what_another_listener_holds_is_one_line_exit_1(tmp_path: Path) -> None:
@@ -323,7 +324,7 @@ def test_tail_of_a_listener_that_goes_away_is_one_line_exit_1(tmp_path: Path) ->
     assert tail.returncode == 1, text
     assert "Traceback" not in text
     lines = text.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("purelink: error: "), text
+    assert len(lines) == 1 and lines[0].startswith("purelink tail: error: "), text
     assert "next position 2" in lines[0], "it says where to resume"
 
 
@@ -378,11 +379,17 @@ def foreign_server(answer: bytes | None) -> Iterator[str]:
 HTTP_400 = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "secret"])
 @pytest.mark.parametrize("follow", [[], ["--follow"]], ids=["once", "follow"])
-def test_tail_of_another_services_port_says_so(follow: list[str]) -> None:
+def test_tail_of_another_services_port_says_so(
+    follow: list[str], sealed: bool, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 32)
+    extra = ["--secret-file", str(secret)] if sealed else []
     with foreign_server(HTTP_400) as url:
-        line = assert_one_line_error(run("tail", url, "--stream", "s", *follow), 1)
-    assert line.startswith(f"purelink: error: cannot subscribe at {url}: "), line
+        line = assert_one_line_error(run("tail", url, "--stream", "s", *follow, *extra), 1)
+    assert line.startswith(f"purelink tail: error: cannot subscribe at {url}: "), line
     assert "TCP port" in line
 
 

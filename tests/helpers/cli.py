@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PURELINK = [sys.executable, "-m", "purelink"]
@@ -29,14 +29,26 @@ def run(
     )
 
 
+VERBS = ("serve", "send", "read", "tail", "streams", "demo", "bench")
+
+
+def error_prefix(argv: Sequence[str]) -> str:
+    """How the error line of `purelink *argv` starts: `purelink VERB: error: `, or
+    `purelink: error: ` when argv names no verb."""
+    verb = argv[0] if argv else ""
+    return f"purelink {verb}: error: " if verb in VERBS else "purelink: error: "
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess[bytes], code: int) -> str:
-    """Exit `code`, nothing on stdout, and exactly one `purelink: error:` line on stderr."""
+    """Exit `code`, nothing on stdout, and exactly one `purelink VERB: error:` line on stderr."""
     err = result.stderr.decode(errors="replace")
     assert result.returncode == code, err
     assert "Traceback" not in err
     lines = err.splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("purelink: error: "), err
+    argv = [str(a) for a in result.args]
+    after = argv.index("purelink") + 1 if "purelink" in argv else len(PURELINK)
+    assert lines[0].startswith(error_prefix(argv[after:])), err
     assert result.stdout == b""
     return lines[0]
 

@@ -2,12 +2,16 @@
 
 Starts it, waits for its ready line (with a deadline, reading the pipe with
 select: no sleeps), restarts it on the same port, stops it with real signals.
+It logs with `--log-format json` (unless `extra` says otherwise): `logs` holds
+every record, and `last_stats` the listener's counters of the last stop, the
+stop record's `stats` field (its text line is one human sentence).
 The child runs with `-W error`, and a traceback on its stderr fails the test
 that ran it (thread_guard.py), as an exception on an in-process thread does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -47,6 +51,7 @@ class ServeProcess:
         self.sync = sync
         self.extra = list(extra)  # more `purelink serve` arguments, e.g. --segment-bytes
         self.stderr = ""  # what every run so far wrote to stderr (logs, the stop line)
+        self.logs: list[dict[str, Any]] = []  # every run's log records, decoded
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_line = ""
         self.last_stats: dict[str, Any] | None = None
@@ -58,7 +63,8 @@ class ServeProcess:
     def start(self, timeout: float = 20.0) -> ServeProcess:
         cmd = [
             sys.executable, "-W", "error", "-m", "purelink", "serve", "--data", str(self.data),
-            "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync, *self.extra,
+            "--udp", f"127.0.0.1:{self.port}", "--sync", self.sync, "--log-format", "json",
+            *self.extra,
         ]  # fmt: skip
         if self.transport == "tcp":
             at = cmd.index("--udp")
@@ -93,10 +99,9 @@ class ServeProcess:
         assert self.proc is not None
         self.proc.send_signal(sig)
         _, err = self.proc.communicate(timeout=timeout)
-        self._took(err)
-        for line in err.decode(errors="replace").splitlines():
-            if line.startswith("purelink serve: stopped "):
-                self.last_stats = json.loads(line.removeprefix("purelink serve: stopped "))
+        for record in self._took(err):
+            if record.get("logger") == "purelink.serve" and "stats" in record:
+                self.last_stats = record["stats"]
         code = self.proc.returncode
         self.proc = None
         return code
@@ -109,12 +114,20 @@ class ServeProcess:
             self._took(err)
             self.proc = None
 
-    def _took(self, err: bytes) -> None:
-        """Keep what the child wrote to stderr; a traceback there fails the test."""
+    def _took(self, err: bytes) -> list[dict[str, Any]]:
+        """Keep what the child wrote to stderr, and return its log records (the
+        lines that are JSON objects); a traceback there fails the test."""
         text = err.decode(errors="replace")
         self.stderr += text
         if thread_guard.TRACEBACK in text:
             thread_guard.note(f"purelink serve wrote a traceback to stderr:\n{text}")
+        records = []
+        for line in text.splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    records.append(json.loads(line))
+        self.logs += records
+        return records
 
     def restart(self) -> ServeProcess:
         return self.start()

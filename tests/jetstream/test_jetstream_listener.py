@@ -10,6 +10,7 @@ both with real `nats-server` processes (3 nodes on loopback).
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
 import subprocess
@@ -21,6 +22,9 @@ import pytest
 
 import purelink
 from purelink.errors import ConnectError, Error, Fenced
+from purelink.store.jetstream import reader as reader_module
+from purelink.store.jetstream.layout import stream_name
+from purelink.store.jetstream.reader import JetStreamReader
 from purelink.testing.nats import NatsCluster, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -130,6 +134,50 @@ def test_a_nats_node_killed_under_load_loses_and_repeats_nothing(cluster: NatsCl
             cluster.start(1)
     cluster.wait_ready()  # a read while node 1 catches up may go unanswered for 5 s
     assert read_all(cluster, "node-killed") == list(zip(range(1, 30_001), records, strict=True))
+
+
+def test_a_reader_rides_through_the_election_when_its_streams_leader_is_killed(
+    cluster: NatsCluster, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's leader node is SIGKILLed in the middle of a read, while a link
+    writes more: the reader asks again through the election (at debug level)
+    and reads every record once, in order; the writer loses nothing.  The
+    reader gets one message at a time, so that the read is not all fetched
+    before the kill (the writer packs a drain's batches into messages of up
+    to 1 MB)."""
+    monkeypatch.setattr(reader_module, "AHEAD", 1)
+    first = [b"r%06d" % i + b"." * 200 for i in range(20_000)]
+    more = [b"w%06d" % i for i in range(5_000)]
+    with listener(cluster) as lst, purelink.connect(url(lst), stream="elect") as link:
+        for r in first:
+            link.queue(r)
+        assert link.wait_stored(timeout=60)
+        store = purelink.Store(cluster.urls)
+        try:
+            reader = store._reader
+            assert isinstance(reader, JetStreamReader)
+            info = reader.submit(reader.js.stream_info(stream_name("elect"))).result(10)
+            leader = int(info.cluster.leader.removeprefix("n")) - 1
+            caplog.set_level(logging.DEBUG, logger="purelink.store")
+            records = store.read("elect", stop=len(first) + 1)
+            got = [next(records) for _ in range(100)]
+            cluster.kill(leader)  # the read's next fetch meets the election
+            try:
+                for r in more:
+                    link.queue(r)
+                got += list(records)
+                assert link.wait_stored(timeout=90)
+            finally:
+                cluster.start(leader)
+        finally:
+            store.close()
+    assert got == list(zip(range(1, len(first) + 1), first, strict=True))
+    asked = [r.getMessage() for r in caplog.records if "asking again" in r.getMessage()]
+    assert asked, "the kill did not meet the read: nothing was asked again"
+    cluster.wait_ready()
+    assert read_all(cluster, "elect") == list(
+        zip(range(1, len(first) + len(more) + 1), first + more, strict=True)
+    )
 
 
 def test_bad_and_unreachable_clusters_are_one_line_errors() -> None:

@@ -294,16 +294,16 @@ def test_an_idle_store_follower_waits_in_the_cluster(
 ) -> None:
     """`Store.read(follow=True)` caught up asks the cluster once per long poll (2 s),
     not in a loop, and gets the next record as soon as it is stored."""
-    from purelink.store.jetstream import reader as reader_module  # noqa: PLC0415
+    from purelink.store.jetstream import feed as feed_module  # noqa: PLC0415
 
     calls: list[float] = []
-    real = reader_module.JetStreamReader._call
+    real = feed_module.Feed.fetch
 
-    def counted(self: Any, coro: Any, timeout: float | None = None) -> Any:
+    async def counted(self: Any) -> Any:  # each one a request to the cluster
         calls.append(time.monotonic())
-        return real(self, coro, timeout)
+        return await real(self)
 
-    monkeypatch.setattr(reader_module.JetStreamReader, "_call", counted)
+    monkeypatch.setattr(feed_module.Feed, "fetch", counted)
     with listener(cluster.urls) as lst:
         ship(lst, "idle-store", [b"first"])
         store = purelink.Store(cluster.urls)

@@ -370,9 +370,65 @@ def test_connect_to_a_closed_port_says_refused_at_once(transport: str) -> None:
     kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM
     port = free_port(kind)  # nobody listens there, nor takes it meanwhile
     started = time.monotonic()
-    with pytest.raises(purelink.ConnectError, match=r"(?i)connection refused"):
+    with pytest.raises(purelink.ConnectError, match=r"(?i)connection refused") as refused:
         purelink.connect(f"{transport}://127.0.0.1:{port}", stream="s", timeout=30)
+    assert not refused.value.permanent  # a listener may start there
     assert time.monotonic() - started < 10  # not the 30 s handshake timeout
+
+
+def test_a_list_of_listeners_that_all_refuse_fails_as_fast_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each refusal moves the link on to the next listener at once, not after the
+    failover wait (made longer than the handshake timeout here, so a link that
+    waited for it would time out instead); the last one fails it, naming what
+    each said."""
+    monkeypatch.setattr(link_module, "FAILOVER_AFTER", 60.0)
+    ports = [free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)]
+    urls = f"udp://127.0.0.1:{ports[0]},tcp://127.0.0.1:{ports[1]}"
+    started = time.monotonic()
+    with pytest.raises(purelink.ConnectError, match="every listener refused") as refused:
+        purelink.connect(urls, stream="s", timeout=30)
+    took = time.monotonic() - started
+    for port in ports:
+        assert f"127.0.0.1:{port}: connection refused" in str(refused.value)
+    assert took < 10, took  # not the 30 s handshake timeout
+
+
+def test_a_refusing_listener_in_the_list_is_passed_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(link_module, "FAILOVER_AFTER", 60.0)  # as above
+    closed = free_port(socket.SOCK_DGRAM)
+    with (
+        serve(tmp_path / "d", "udp") as lst,
+        purelink.connect(f"udp://127.0.0.1:{closed},{url(lst)}", stream="s", timeout=30) as link,
+    ):
+        link.queue(b"one")
+        assert link.wait_stored(timeout=30)
+        assert link._failovers == 1
+    assert read_all(lst, "s") == [b"one"]
+
+
+def test_a_connected_link_rides_out_every_listener_of_its_list_refusing(tmp_path: Path) -> None:
+    """Refusals fail a link only before it first connected: afterwards every
+    listener of its list may be down at once (a restart), and it waits."""
+    port, closed = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_STREAM)
+    urls = f"tcp://127.0.0.1:{port},tcp://127.0.0.1:{closed}"
+    first = purelink.Listener(tmp_path / "d", udp=None, tcp=f"127.0.0.1:{port}")
+    first.start()
+    try:
+        link = purelink.connect(urls, stream="s", timeout=10)
+        link.queue(b"one")
+        assert link.wait_stored(timeout=30)
+    finally:
+        first.close()
+    link.queue(b"two")  # both refuse now: the link fails over, round and round
+    assert not link.wait_stored(timeout=1.0)
+    with purelink.Listener(tmp_path / "d", udp=None, tcp=f"127.0.0.1:{port}"):
+        assert link.wait_stored(timeout=30), "the link gave up while its listener restarted"
+        link.close()
+    assert [p for _, p in Store(tmp_path / "d").read("s")] == [b"one", b"two"]
 
 
 # Listener(...) refuses a limit out of its bounds, naming them, as `serve` does

@@ -71,6 +71,15 @@ def ship_until_searched(
         return link.stats(), pm
 
 
+def assert_settled_under(size: int, limit: int) -> None:
+    """The live search ended at a size the path carries, above the base.  How
+    close under the limit is the search's own (test_pmtu.py: within a STEP, in
+    virtual time); live, a loaded machine can delay a probe's answer past
+    MAX_PROBES timeouts and give up a size the path does carry -- lower, never
+    higher."""
+    assert pmtu.BASE < size <= limit
+
+
 def test_option_numbers_come_from_socket_or_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     linux = {
         "IP_MTU_DISCOVER": 10,
@@ -174,7 +183,7 @@ def test_emsgsize_makes_the_link_settle_under_the_interface_mtu(
     """Below the socket, a kernel whose interface carries 1,300 bytes refuses
     larger datagrams with EMSGSIZE (and a GSO send whose segments are larger
     with EINVAL).  The link's data and probes above 1,300 fail at once; it
-    settles within a search step under 1,300, keeps GSO, and stores all."""
+    settles under 1,300, keeps GSO, and stores all."""
     limit = 1300
     refused: list[int] = []
     send, send_gso = nogil.NoGilSocket.send, nogil.NoGilSocket.send_gso
@@ -194,7 +203,7 @@ def test_emsgsize_makes_the_link_settle_under_the_interface_mtu(
     monkeypatch.setattr(nogil.NoGilSocket, "send_gso", fussy_gso)
     records = [b"%d:" % i + bytes(i % 3000) for i in range(6000)]
     stats, _ = ship_until_searched(tmp_path / "d", records)
-    assert limit - pmtu.STEP < stats.datagram_size <= limit
+    assert_settled_under(stats.datagram_size, limit)
     assert stats.gso  # an MTU refusal is not a GSO refusal
     assert refused and max(refused) <= 1400  # the probe of 1,400 was refused
     assert [p for _, p in Store(tmp_path / "d").read("s")] == records
@@ -244,7 +253,7 @@ def test_a_routers_too_big_report_on_the_next_call_costs_nothing(
     monkeypatch.setattr(nogil.NoGilSocket, "recv", routed_recv)
     records = [b"%d:" % i + bytes(1000) for i in range(20000)]
     stats, pm = ship_until_searched(tmp_path / "d", records)
-    assert limit - pmtu.STEP < stats.datagram_size <= limit
+    assert_settled_under(stats.datagram_size, limit)
     assert reports[0] >= 1 and pm.too_big >= 1
     assert stats.gso  # a report is not a GSO refusal
     assert stats.send_errors == 0  # nor a datagram that could not be sent

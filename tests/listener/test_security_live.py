@@ -226,9 +226,10 @@ def test_a_missing_or_unexpected_secret_fails_within_the_timeout(
 def test_a_wrong_secret_is_refused_at_once_with_its_reason(tmp_path: Path) -> None:
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", secret=KEY) as lst:
         started = time.monotonic()
-        with pytest.raises(purelink.ConnectError, match="wrong secret"):
+        with pytest.raises(purelink.ConnectError, match="wrong secret") as refused:
             purelink.connect(url(lst), stream="s", secret=WRONG, timeout=60)
         assert time.monotonic() - started < 30  # answered, not timed out
+        assert refused.value.permanent
         stats = lst.stats()
         assert stats.dropped == {"bad_secret": 1}
         assert stats.links == 0 and stats.sessions == 0
@@ -520,8 +521,9 @@ def test_handshakes_are_rate_limited_per_source_live(tmp_path: Path) -> None:
 def test_stream_and_link_limits_live(tmp_path: Path) -> None:
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0", max_streams=1, max_links=2) as lst:
         a = purelink.connect(url(lst), stream="a", timeout=5)
-        with pytest.raises(purelink.ConnectError, match="refused the link: max_streams"):
+        with pytest.raises(purelink.ConnectError, match="refused the link: max_streams") as full:
             purelink.connect(url(lst), stream="b", timeout=5)
+        assert not full.value.permanent  # retention may make room; a later try may pass
         assert lst.stats().dropped.get("stream_limit", 0) >= 1
         b = purelink.connect(url(lst), stream="a", timeout=5)
         with pytest.raises(purelink.ConnectError, match="refused the link: max_links"):
@@ -586,7 +588,7 @@ def test_cli_limits_are_options(tmp_path: Path) -> None:
         assert "refused the link: max_streams" in line and "--max-streams" in line
         code, err = srv.stop()
     assert code == 0, err
-    assert '"stream_limit": 1' in err
+    assert "; 1 dropped (1 stream_limit)" in err
 
 
 @pytest.mark.parametrize(
@@ -607,5 +609,5 @@ def test_cli_limits_are_checked(
         cli.main(["serve", "--data", str(tmp_path), flag, value])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("purelink: error: ") and flag in err[0]
+    assert len(err) == 1 and err[0].startswith("purelink serve: error: ") and flag in err[0]
     assert not any(tmp_path.iterdir())

@@ -41,6 +41,7 @@ from purelink.protocol.keys import Key, KeyTable
 from purelink.protocol.tail import (
     END,
     ERROR,
+    NOTICE,
     PREAMBLE,
     TailDecoder,
     decode_request,
@@ -98,7 +99,10 @@ def test_request_round_trip_and_checks() -> None:
         decode_request(bytes(bad))
     with pytest.raises(ProtocolError, match="truncated"):
         decode_request(raw[:-1])
-    for flags in (0x02, 0x40, 0x7E):  # a bit the listener does not know is not ignored
+    since = decode_request(encode_request("o", 1_700_000_000_123, True, since=True))
+    assert (since.start, since.follow, since.since) == (1_700_000_000_123, True, True)
+    assert not request.since
+    for flags in (0x08, 0x40, 0x7C):  # a bit the listener does not know is not ignored
         body = struct.pack("<8sQBB", PREAMBLE, 1, flags, 1) + b"s"
         with pytest.raises(ProtocolError, match="bad_flags"):
             decode_request(body + struct.pack("<I", crc32c(body)))
@@ -115,7 +119,9 @@ def test_request_with_a_secret() -> None:
     raw, _ = encode_sealed_request("s", 1, False, "app", key)
     assert request_size(raw) == len(raw)
     request, *_ = open_sealed_request(raw, keys, 0.0)
-    assert request == ("s", 1, False)
+    assert request == ("s", 1, False, False, False)  # not a listing, not a time
+    raw, _ = encode_sealed_request("s", 1_700_000_000_000, False, "app", key, since=True)
+    assert open_sealed_request(raw, keys, 0.0)[0] == ("s", 1_700_000_000_000, False, False, True)
     with pytest.raises(ProtocolError, match="unauthenticated"):
         open_sealed_request(encode_request("s", 1, False), keys, 0.0)  # plaintext
     with pytest.raises(ProtocolError, match="bad_secret"):
@@ -186,6 +192,24 @@ def test_decoder_refuses_gaps_damage_and_reports_errors() -> None:
         feed(TailDecoder(1), bytes(bad), 1000)
 
 
+def test_decoder_notices_say_whether_the_stream_is_held() -> None:
+    decoder = TailDecoder(1)
+    assert decoder.held is None
+    reply = (
+        encode_control(NOTICE, "disk_full")
+        + stored_batches(1, [2])
+        + encode_control(NOTICE, "")
+        + stored_batches(3, [1])
+        + encode_control(NOTICE, "stream_failed")
+    )
+    got = feed(decoder, reply[:30], 7)
+    assert decoder.held == "disk_full" and got == []
+    assert feed(decoder, reply[30:], 1) == expected(1, 4)
+    assert decoder.held == "stream_failed" and not decoder.ended
+    with pytest.raises(ProtocolError, match="bad_control"):
+        feed(TailDecoder(1), encode_control(9, "?"), 100)
+
+
 _FIELDS = {  # offset, struct format of each header field a crafted batch may change
     "magic": (12, "<2s"),
     "version": (14, "<B"),
@@ -234,8 +258,13 @@ def test_decoder_accepts_exactly_what_verify_batch_accepts(
 class Pair:
     """A TailServer serving one subscriber through a socketpair."""
 
-    def __init__(self, data: DataDir, sync: str = "batch") -> None:
-        self.server = TailServer(FileTailSource(data, sync=sync))
+    def __init__(
+        self,
+        data: DataDir,
+        sync: str = "batch",
+        hold: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self.server = TailServer(FileTailSource(data, sync=sync), hold=hold)
         self.client, theirs = socket.socketpair()
         self.theirs = theirs
         self.decoder: TailDecoder | None = None
@@ -297,6 +326,40 @@ def test_a_follower_wakes_on_sync_not_on_append(tmp_path: Path) -> None:
             stats = log.synced_parker.statistics()
             assert stats.unparks >= 1
             assert stats.unparks <= stats.parks
+        finally:
+            pair.close()
+
+
+def test_a_follower_is_told_when_its_stream_is_held_and_when_it_goes_on(
+    tmp_path: Path,
+) -> None:
+    held: dict[str, str] = {"s": "disk_full"}
+    with DataDir(tmp_path) as data:
+        log = data.stream("s")
+        append(log, 3)
+        log.sync()
+        pair = Pair(data, hold=held.get)
+        try:
+            pair.subscribe("s", 1, follow=True)
+            assert pair.decoder is not None
+            decoder = pair.decoder
+            assert pair.receive(lambda got: len(got) >= 3 and decoder.held is not None) == (
+                expected(1, 4)
+            )
+            assert decoder.held == "disk_full"  # before it first waited
+            del held["s"]
+            pair.server.held_changed("s")  # the listener's loop thread, in the product
+            assert pair.receive(lambda got: decoder.held is None) == []
+            held["s"] = "stream_failed"
+            pair.server.held_changed("other")  # another stream's followers only
+            pair.client.settimeout(0.05)
+            with pytest.raises(TimeoutError):
+                pair.client.recv(1)
+            pair.server.held_changed("s")
+            assert pair.receive(lambda got: decoder.held == "stream_failed") == []
+            append(log, 2)
+            log.sync()
+            assert pair.receive(lambda got: len(got) >= 2) == expected(4, 6)
         finally:
             pair.close()
 

@@ -571,6 +571,8 @@ def test_constants() -> None:
         13: "store_error",
         14: "bad_producer",
         15: "bad_datagram_size",
+        16: "disk_full",
+        17: "stream_failed",
     }
     assert set(RefuseReason.MEANINGS) <= set(RefuseReason.NAMES.values())
 

@@ -219,6 +219,19 @@ def test_bad_stream_name_is_refused() -> None:
     link = sim.add_link("../etc", [b"x"])
     assert sim.run(lambda: link.sender.state == SenderState.FAILED, max_time=30)
     assert sim.store.batches == {}
+    failed = [e for e in link.events if isinstance(e, events.Failed)]
+    assert failed[0].permanent  # the same name is refused again: no use retrying
+
+
+def test_a_refusal_at_a_limit_may_heal_and_is_not_permanent() -> None:
+    sim = Simulation(FakeNet(12), core_config=CoreConfig(max_links=1))
+    first = sim.add_link("s", [b"x"])
+    assert sim.run(lambda: first.sender.state == SenderState.OPEN, max_time=30)
+    second = sim.add_link("s", [b"y"])
+    assert sim.run(lambda: second.sender.state == SenderState.FAILED, max_time=30)
+    failed = [e for e in second.events if isinstance(e, events.Failed)]
+    assert "max_links" in failed[0].message
+    assert not failed[0].permanent  # a link may close: trying again can work
 
 
 def test_reorder_buffer_is_bounded() -> None:

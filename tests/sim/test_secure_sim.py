@@ -157,6 +157,7 @@ def _refused(key_id: str, secret: bytes, stream: str = "orders") -> tuple[Simula
     failed = [e for e in link.events if isinstance(e, Failed)]
     assert failed, link.events
     assert not sim.store.records(stream)
+    assert failed[0].permanent  # a key refused is refused again: not to be retried
     return sim, failed[0].message
 
 

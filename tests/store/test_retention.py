@@ -373,9 +373,15 @@ def test_four_readers_while_retention_deletes_under_them(tmp_path: Path) -> None
     threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 2.0
+    # until 20,000 records and a deletion under a reader: on a loaded machine the
+    # readers may take a while to be caught mid-read (bounded: then it fails below)
+    deadline = time.monotonic() + 60.0
     try:
-        while log.last_position < 20_000 and time.monotonic() < deadline and not problems:
+        while (
+            (log.last_position < 20_000 or not sum(stats["mid_read"]))
+            and time.monotonic() < deadline
+            and not problems
+        ):
             append(log, 6)
             time.sleep(0)
     finally:

@@ -35,11 +35,34 @@ def test_every_reader_has_the_interface_as_written(reader: type) -> None:
     """Each method of StoreReader, with its signature, on both readers and on
     the Store that delegates to them (annotations compared as written)."""
     methods = [name for name in vars(StoreReader) if not name.startswith("_")]
-    assert methods == ["streams", "first", "last", "stream_info", "read", "close"]
+    assert methods == [
+        "streams",
+        "first",
+        "last",
+        "stream_info",
+        "read",
+        "read_timed",
+        "position_at",
+        "close",
+    ]
+    timed = {"read", "read_timed", "position_at"}  # Store's take times as users give them
     for name in methods:
+        if reader is Store and name in timed:
+            continue
         assert inspect.signature(getattr(reader, name)) == inspect.signature(
             getattr(StoreReader, name)
         ), name
+
+
+def test_the_store_reads_by_position_as_its_readers_and_by_time_too() -> None:
+    """Store.read/read_timed: the reader's parameters, then keyword-only since/until."""
+    for name in ("read", "read_timed"):
+        ours = inspect.signature(getattr(Store, name)).parameters
+        theirs = inspect.signature(getattr(StoreReader, name)).parameters
+        assert list(ours) == [*theirs, "since", "until"], name
+        assert ours["since"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert ours["until"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(inspect.signature(Store.position_at).parameters) == ["self", "stream", "when"]
 
 
 def test_store_delegates_to_its_reader(tmp_path: Path) -> None:

@@ -224,9 +224,17 @@ def test_reader_reads_while_the_writer_appends(tmp_path: Path) -> None:
         assert list(store.read("s", 118)) == [(p, record(p - 1)) for p in (118, 119, 120)]
         log.append([make_batch(1, 1, seq, [b"whole"])])  # overwrites the torn bytes
         assert list(store.read("s", 120)) == [(120, record(119)), (121, b"whole")]
-        assert store.stream_info("s") == StreamInfo(
-            "s", 1, 121, 121, sum(p.stat().st_size for p in active.parent.glob("*.seg"))
+        info = store.stream_info("s")
+        assert info == StreamInfo(
+            "s",
+            1,
+            121,
+            121,
+            sum(p.stat().st_size for p in active.parent.glob("*.seg")),
+            info.last_time,
         )
+        assert info.last_time is not None
+        assert info.last_time == next(store.read_timed("s", 121))[1]
 
 
 def test_unknown_stream_is_empty_and_bad_names_are_refused(tmp_path: Path) -> None:

@@ -5,12 +5,20 @@ Why it exists: a value argparse refuses is a one-line error with exit code 2
 message that says what is wrong; checks that need the file system
 (`require_store`) raise UsageError instead.  The verbs' own modules (serve.py,
 send.py, read.py) build their options from these.
+
+Sizes and durations read the way such options read in other Linux tools
+(`dd`, `truncate`, `sort -S`, systemd): a size is bytes, or a number with
+K, M, G or T -- powers of 1024, as are KiB, MiB, GiB and TiB -- while KB, MB,
+GB and TB are powers of 1000 (GNU coreutils' rule; any case).  A duration is
+seconds, or numbers with ms, s, m, h or d (`90s`, `10m`, `1h30m`, `7d`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 from .. import _address
@@ -21,12 +29,16 @@ from .common import UsageError
 __all__ = [
     "MAX_POSITION",
     "add_from",
+    "add_stream",
     "bind_address",
     "data_dir",
+    "duration",
     "int_at_least",
     "producer_type",
     "require_store",
     "seconds",
+    "size",
+    "size_at_least",
     "stream_type",
     "url_type",
 ]
@@ -74,6 +86,16 @@ MAX_POSITION = (1 << 64) - 1
 """The largest position there can be (a u64 on the wire and in the store)."""
 
 
+def add_stream(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--stream",
+        required=True,
+        type=stream_type,
+        metavar="S",
+        help="the stream: 1-200 characters of A-Z a-z 0-9 . _ -, not starting with '.'",
+    )
+
+
 def add_from(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from",
@@ -101,14 +123,91 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+SIZE_HELP = "sizes: bytes, or K/M/G/T = KiB/MiB/GiB/TiB (1024-based), KB/MB/GB/TB 1000-based"
+"""What --help says of sizes (serve's epilog)."""
+
+DURATION_HELP = "durations: seconds, or 500ms, 90s, 10m, 2h, 7d, 1h30m"
+"""What --help says of durations (serve's epilog)."""
+
+_NUMBER = r"(\d[\d_]*(?:\.\d*)?|\.\d+)"
+"""A decimal number, `_` allowed between digits (as Python and TOML write them)."""
+
+_SIZE = re.compile(_NUMBER + r"\s*([a-z]*)")
+_SIZE_UNITS = {"": 1, "b": 1} | {
+    form: base**power
+    for power, letter in enumerate("kmgt", start=1)
+    for form, base in ((letter, 1024), (letter + "ib", 1024), (letter + "b", 1000))
+}
+
+
+def size(text: str) -> int:
+    """A number of bytes: digits (`_` allowed), or a number with a unit of
+    _SIZE_UNITS (`64M`, `1.5GiB`, `500MB`), rounded down to whole bytes."""
+    match = _SIZE.fullmatch(text.strip().lower())
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (bytes, or a number with K, M, G, T, KiB..., KB...)"
+        )
+    return int(Decimal(match.group(1).replace("_", "")) * _SIZE_UNITS[match.group(2)])
+
+
+def size_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A size (see `size`) within [low, high]."""
+
+    def parse(text: str) -> int:
+        value = size(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:,} bytes: {text!r}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {high:,} bytes ({_binary(high)}): {text!r}"
+            )
+        return value
+
+    parse.__name__ = "size"
+    return parse
+
+
+def _binary(count: int) -> str:
+    """`count` bytes in the largest 1024-based unit that divides it: "16 MiB"."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = _SIZE_UNITS[unit.lower()]
+        if count >= scale and count % scale == 0:
+            return f"{count // scale:,} {unit}"
+    return f"{count:,} bytes"
+
+
+_DURATION_PART = re.compile(_NUMBER + r"\s*(ms|s|m|h|d)\s*")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str) -> float:
+    """A number of seconds: a plain number (`90`, `0.5`), or numbers each with a
+    unit of _DURATION_UNITS, added up (`90s`, `10m`, `1h30m`, `7d`)."""
+    stripped = text.strip()
+    if re.fullmatch(_NUMBER, stripped):
+        return float(stripped.replace("_", ""))
+    total, at = 0.0, 0
+    while at < len(stripped):
+        part = _DURATION_PART.match(stripped, at)
+        if part is None:
+            break
+        total += float(part.group(1).replace("_", "")) * _DURATION_UNITS[part.group(2)]
+        at = part.end()
+    if at == 0 or at < len(stripped):
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (seconds, or numbers with ms, s, m, h or d: "
+            "90s, 10m, 1h30m, 7d)"
+        )
+    return total
+
+
 def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    """A duration (see `duration`) of more than 0 and at most MAX_SECONDS."""
+    value = duration(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
-    if not value <= MAX_SECONDS:  # inf, or a value the OS timeouts overflow on
+    if not value <= MAX_SECONDS:  # a value the OS timeouts overflow on
         raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:g} seconds: {text!r}")
     return value
 

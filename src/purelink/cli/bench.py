@@ -16,7 +16,7 @@ from types import ModuleType
 from .. import Error
 from .common import UsageError
 
-__all__ = ["cmd_bench"]
+__all__ = ["bench_list", "cmd_bench"]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -34,6 +34,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown benchmark {unknown[0]!r} (choose from {', '.join(names)})")
     return int(bench.main([*args.names, *args.options, *(["--json"] if args.json else [])]))
+
+
+def bench_list() -> str:
+    """The benchmarks, a line each, for `purelink bench --help`."""
+    try:
+        names: dict[str, str] = _bench_suite().BENCHMARKS
+    except (Error, UsageError) as exc:
+        return f"benchmarks: {exc}"
+    width = max(map(len, names))
+    return "benchmarks:\n" + "\n".join(f"  {n.ljust(width)}  {text}" for n, text in names.items())
 
 
 def _bench_suite() -> ModuleType:

@@ -10,38 +10,44 @@ Exit codes, for every verb (the README's command line):
 * 0   success;
 * 1   the operation failed: an unreachable listener (`ConnectError`), any other
       `purelink.Error`, an OS error such as an address in use, a demo whose
-      read-back differs;
+      read-back differs, a missing optional package (nats-py, prometheus-client),
+      a stream that does not exist with `--must-exist`;
 * 2   bad arguments: argparse errors, a malformed address, stream or producer
       name, a number out of range, a missing file, a refused non-loopback bind,
-      a --data that is empty or not a store;
+      a --data that is empty or not a store; and `purelink` with no command
+      (it prints the commands and examples on stderr);
 * 130 interrupted by SIGINT (Ctrl-C), quietly -- `send` says what was stored;
       a demo stopped by SIGTERM or SIGHUP exits 143 or 129, cleaned up.
 
-Every failure is ONE line on stderr, `purelink: error: ...`, never a usage dump
-and never a traceback.  A closed stdout (`purelink read ... | head`) exits 0
-quietly.  This module holds the parser, `demo` and the exit codes; each other
-verb lives in a module of its own with its options: serve.py, send.py,
-read.py (read, tail, streams), bench.py; the argument types they share
-are in args.py.
+Every failure is ONE line on stderr, `purelink VERB: error: what went wrong:
+why` (common.fail), never a usage dump and never a traceback.  A closed
+stdout (`purelink read ... | head`) exits 0 quietly.  This module holds the
+parser, `demo` and the exit codes; each other verb lives in a module of its
+own with its options: serve.py, send.py, read.py (read, tail, streams),
+bench.py; the argument types they share are in args.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .. import ConnectError, Error, __version__
-from .args import int_at_least
-from .bench import cmd_bench
+from ..errors import os_reason
+from .args import int_at_least, size_at_least
+from .bench import bench_list, cmd_bench
 from .common import (
     PROG,
     UsageError,
     fail,
     silence_stdout,
 )
+from .config import with_config
+from .examples import EXAMPLES, OVERVIEW
 from .read import (
     add_read_arguments,
     add_streams_arguments,
@@ -65,12 +71,23 @@ class _Parser(argparse.ArgumentParser):
 
     argparse's own `error` prints the whole usage block first; the README's command line
     wants one line.  Sub-parsers inherit this class (argparse creates them with
-    `type(parent)`), so every verb behaves the same.
+    `type(parent)`), so every verb behaves the same.  `more_help`, when set, adds
+    lines to the help that are costly to know (bench's list loads the suite).
     """
 
+    more_help: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        return text if self.more_help is None else f"{text}\n{self.more_help()}\n"
+
     def error(self, message: str) -> NoReturn:
-        fail(message)
+        fail(message, self.prog)
         raise SystemExit(2)
+
+    def actions(self) -> list[argparse.Action]:
+        """Every argument the parser takes, as argparse holds it (config.py walks them)."""
+        return list(self._actions)
 
 
 # --- demo and bench ---
@@ -82,26 +99,34 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         return run_demo(records=args.records, size=args.size)
     except DemoUsageError as exc:
-        raise UsageError(f"demo: {exc}") from None
+        raise UsageError(str(exc)) from None
     except DemoError as exc:
-        fail(f"demo: {exc}")
+        fail(str(exc), f"{PROG} demo")
         return 1
 
 
 # --- the parser ---
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         description="Ship records to durable storage and learn exactly which are stored.",
+        epilog=OVERVIEW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     verbs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def verb(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> _Parser:
-        sub: _Parser = verbs.add_parser(name, help=help_text, description=help_text)
+        sub: _Parser = verbs.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EXAMPLES[name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(func=func)
         return sub
 
@@ -115,19 +140,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = verb(
         "streams",
-        "list the streams of a store: first and last position, records, and bytes "
-        "on disk (segment files, batch headers included: more than send's payload bytes)",
+        "list the streams of a store, or of a listener over TCP: first and last position, "
+        "records, and bytes on disk (segment files, batch headers included: more than "
+        "send's payload bytes)",
         cmd_streams,
     )
     add_streams_arguments(p)
 
     p = verb("demo", "the main job in one command, with a summary", _cmd_demo)
-    p.add_argument("--records", type=int_at_least(1), default=1_000_000, metavar="N")
     p.add_argument(
-        "--size", type=int_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
+        "--records",
+        type=int_at_least(1),
+        default=1_000_000,
+        metavar="N",
+        help="records to send (default 1,000,000)",
+    )
+    p.add_argument(
+        "--size", type=size_at_least(8), default=61, metavar="B", help="bytes per record (>= 8)"
     )
 
     p = verb("bench", "run the benchmark suite (options after one NAME go to it)", cmd_bench)
+    p.more_help = bench_list
     p.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     return parser
@@ -142,26 +175,52 @@ def _connect_error(text: str) -> str:
     if refused:
         meaning = RefuseReason.MEANINGS.get(name.strip())
         return f"{text} ({meaning})" if meaning else text
-    if text.startswith(("cannot reach", "cannot subscribe")):
+    if text.startswith(("cannot reach the listener", "cannot reach NATS", "cannot subscribe")):
         return text
+    if text.startswith("cannot reach "):  # the link's own: "cannot reach URL: why"
+        return f"cannot reach the listener at {text.removeprefix('cannot reach ')}"
+    if text.startswith(("udp://", "tcp://")):  # "URL: why"
+        return f"cannot reach the listener at {text}"
     return f"cannot reach the listener: {text}" if text else "cannot reach the listener"
+
+
+def _verb(parser: _Parser, name: str) -> _Parser:
+    """The sub-parser of the verb `name` (argparse makes it of the parser's class)."""
+    for action in parser.actions():
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[name]
+            assert isinstance(sub, _Parser)
+            return sub
+    raise LookupError(name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # `purelink` alone: what it can do
+        sys.stderr.write(parser.format_help())
+        return 2
+    if argv[:1] == ["serve"]:  # its options from the environment and --config too
+        try:
+            argv[1:] = with_config(_verb(parser, "serve").actions(), argv[1:], os.environ)
+        except UsageError as exc:
+            fail(str(exc), f"{PROG} serve")
+            return 2
     args, extra = parser.parse_known_args(argv)
     if args.command == "bench":  # a benchmark's own options pass through
         args.options = extra
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        fail(f"unrecognized arguments: {' '.join(extra)}", f"{PROG} {args.command}")
+        return 2
     # The library logs (store recovery, reconnects) through `logging`; a
-    # listener's INFO lines are worth seeing, a sender's are noise.
-    logging.basicConfig(
-        level=logging.INFO if args.command == "serve" else logging.WARNING,
-        format="%(name)s: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # sender's INFO lines are noise.  serve sets up its own (logs.py:
+    # --log-format, --log-level).
+    if args.command != "serve":
+        logging.basicConfig(
+            level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr
+        )
+    prog = f"{PROG} {args.command}"
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -170,15 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         silence_stdout()
         return 0
     except UsageError as exc:
-        fail(str(exc))
+        fail(str(exc), prog)
         return 2
     except ConnectError as exc:
-        fail(_connect_error(str(exc)))
+        fail(_connect_error(str(exc)), prog)
         return 1
     except Error as exc:
-        kind = "" if type(exc) is Error else f"{type(exc).__name__}: "
-        fail(f"{kind}{exc}")
+        fail(str(exc) or type(exc).__name__, prog)
         return 1
     except OSError as exc:
-        fail(str(exc))
+        fail(os_reason(exc) if exc.filename is None else str(exc), prog)
         return 1

@@ -2,8 +2,9 @@
 
 Why it exists: the verbs live in several modules (command.py holds the parser
 and `demo`; every other verb has a module of its own), and they must fail the
-same way: ONE line on stderr, `purelink: error: ...`, exit 2 for a bad
-argument (`UsageError`), never a traceback (the README's command line).
+same way: ONE line on stderr, `purelink VERB: error: what went wrong: why`
+(`purelink: error: ...` before a verb is known), exit 2 for a bad argument
+(`UsageError`), never a traceback (the README's command line).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "PROG",
     "UsageError",
     "client_secret",
+    "counted",
     "fail",
     "format_address",
     "read_secret",
@@ -35,11 +37,17 @@ class UsageError(Exception):
     """A bad argument found after parsing (a missing file, a refused bind): exit 2."""
 
 
-def fail(message: str) -> None:
-    """Write the one error line: newlines in `message` are folded into spaces."""
+def fail(message: str, prog: str = PROG) -> None:
+    """Write the one error line, `PROG: error: message` (`prog`: "purelink VERB"
+    once the verb is known); newlines in `message` are folded into spaces."""
     one_line = " ".join(str(message).split())
-    sys.stderr.write(f"{PROG}: error: {one_line}\n")
+    sys.stderr.write(f"{prog}: error: {one_line}\n")
     sys.stderr.flush()
+
+
+def counted(n: int, word: str) -> str:
+    """ "1 record", "2,000 records": a count and its noun, plural when it is not one."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def read_secret(path: str | None) -> bytes | None:

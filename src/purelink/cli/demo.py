@@ -47,6 +47,7 @@ from types import FrameType
 from typing import Any
 
 from .. import Full, Link, Store, connect
+from .common import counted
 from .progress import Progress
 
 __all__ = ["DemoError", "DemoUsageError", "check_arguments", "run_demo"]
@@ -91,7 +92,8 @@ def check_arguments(records: int, size: int, tmp: str | None = None) -> None:
     free = shutil.disk_usage(where).free
     if need > free:
         raise DemoUsageError(
-            f"{records:,} records of {size:,} B need about {need / 1e9:,.1f} GB in {where}, "
+            f"{counted(records, 'record')} of {size:,} B need about {need / 1e9:,.1f} GB "
+            f"in {where}, "
             f"which has {free / 1e9:,.1f} GB free (set TMPDIR, or ask for fewer)"
         )
 
@@ -257,7 +259,8 @@ def _wait_all_stored(link: Link, records: int, server: _Server, since: float) ->
             last_seen, last_move = stored, now
         elif now - last_move > STALL_TIMEOUT:
             raise DemoError(
-                f"no progress for {STALL_TIMEOUT:.0f} s: {stored:,} of {records:,} records stored"
+                f"no progress for {STALL_TIMEOUT:.0f} s: "
+                f"{stored:,} of {counted(records, 'record')} stored"
             )
         server.check_alive()
     progress.close(link.stored)
@@ -285,7 +288,7 @@ def _read_back(data: Path, records: int, size: int) -> str | None:
             progress.update(count)
     progress.close(count)
     if count != records:
-        return f"{count:,} records read back, {records:,} sent"
+        return f"{counted(count, 'record')} read back, {records:,} sent"
     return None
 
 
@@ -362,7 +365,7 @@ def _run(records: int, size: int) -> int:
 
     seconds = max(t_told - t_first, 1e-9)
     wakeups = int(getattr(stats, "wakeups", 0))
-    print(f"purelink demo: {records:,} records of {size} B, one link to {url}, sync=batch")
+    print(f"purelink demo: {counted(records, 'record')} of {size} B, one link to {url}, sync=batch")
     print(
         _table(
             [

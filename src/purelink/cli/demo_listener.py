@@ -66,7 +66,7 @@ def _serve(workdir: Path, wake_r: int) -> int:
         try:
             listener.start()
         except Exception as exc:  # the demo shows this line (an address in use, a full disk)
-            sys.stderr.write(f"purelink: error: the demo's listener did not start: {exc}\n")
+            sys.stderr.write(f"purelink demo: error: the demo's listener did not start: {exc}\n")
             listener = None
             return 1
         assert listener.udp_address is not None

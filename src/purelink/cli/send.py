@@ -6,10 +6,17 @@ ends with one line on stderr that says how many records were stored.
 
 * all stored: `purelink send: N records (B payload bytes) stored in S s (R records/s)`, exit 0;
 * the listener goes away: after `STALL_NOTICE` seconds without progress a
-  line says that send is waiting and how many records are not yet stored;
-  after `--timeout` seconds without progress it gives up: exit 1, saying how
-  many were stored and how many not (the link keeps resending meanwhile,
-  so a listener back in time loses nothing);
+  line says that send is waiting and how many records are not yet stored,
+  and another when it is storing again; after `--timeout` seconds without
+  progress it gives up: exit 1, saying how many were stored and which input
+  lines are not confirmed stored (the link keeps resending meanwhile, so a
+  listener back in time loses nothing).  "Without progress" means: records
+  wait to be stored and none was told stored -- whether send waits or reads
+  its input (`tail -F app.log | purelink send ...` hears of an outage while
+  lines still flow).  A clock thread sends the main thread SIGALRM every
+  `_STEP`, so the stall is seen while send is blocked reading its input; it
+  speaks, and gives up, only there or between records, never in the middle
+  of a queue() call;
 * a line longer than the listener's max_record: by default send stops at
   it (exit 1, naming the line and the limit, once the lines before it are
   stored); with `--skip-long` it skips it, counts it, and goes on, as a
@@ -26,14 +33,18 @@ longer one is skipped over in pieces, never held whole.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import IO, Final
 
 from .. import Error, Full, Link, connect
-from .args import producer_type, seconds, stream_type, url_type
+from .args import add_stream, producer_type, seconds, url_type
 from .common import PROG, UsageError, client_secret
 from .progress import Progress
 
@@ -70,45 +81,58 @@ class _Send:
         self.size = 0  # their payload bytes
         self.skipped = 0
         self.first_skip = ""
+        self._skips: list[int] = []  # records queued before each skipped line (line numbers)
         self.progress = Progress(f"{PROG} send", None)
         self._seen = link.stored
-        self._moved = time.monotonic()  # when `stored` last moved (or a wait began)
-        self._waited = 0.0  # when the last wait step ended
-        self._waiting = False
+        self._moved = time.monotonic()  # when `stored` last moved (or nothing was waiting)
+        self._waiting = False  # the "waiting for the listener" line was said
+        self._reading = False  # blocked reading input: the timer may speak (and give up)
+        self._due = False  # the timer ticked while send was busy: speak at the next record
 
     def summary(self) -> str:
-        """'3 of 5 records stored; 2 not stored' (and the lines skipped)."""
+        """'3 of 5 records stored; 2 not confirmed stored (input lines 4 to 5 ...)'
+        (and the lines skipped).  Stored records are always a prefix, so it can
+        say exactly where a re-send should start."""
         queued = self.link.queued - self.base
         stored = min(self.link.stored - self.base, queued)
         text = f"{stored:,} of {queued:,} record{_s(queued)} stored"
         if queued > stored:
-            text += f"; {queued - stored:,} not stored"
+            first, last = self.line_of(stored + 1), self.line_of(queued)
+            where = f"input line{'' if first == last else 's'} {first:,}"
+            if last != first:
+                where += f" to {last:,}"
+            text += (
+                f"; {queued - stored:,} not confirmed stored ({where}: the listener may "
+                "have stored some of them, so a re-send from there may repeat those)"
+            )
         return text + self.skips()
+
+    def line_of(self, record: int) -> int:
+        """The input line number of the `record`-th record queued in this run."""
+        return record + bisect.bisect_right(self._skips, record - 1)
 
     def skips(self) -> str:
         if not self.skipped:
             return ""
         return f"; {self.skipped:,} line{_s(self.skipped)} skipped ({self.first_skip})"
 
-    # ---- waiting, with the stall clock ----
+    # ---- the stall clock ----
 
-    def wait(self, seq: int | None) -> bool:
-        """Wait a step for `seq` (None: all queued) to be stored; raise _GaveUp
-        after --timeout seconds of waiting in which `stored` did not move (the
-        clock runs only while send waits, not while it reads its input)."""
+    def speak(self, now: float) -> None:
+        """Look at the link: say "waiting for the listener" once nothing was told
+        stored for STALL_NOTICE seconds while records wait, "storing again" when
+        something is; raise _GaveUp after --timeout seconds of that.  Called
+        between records, in waits, and by the timer while input blocks."""
+        self._due = False
         link = self.link
-        began = time.monotonic()
-        if began - self._waited > 2 * _STEP:  # a new wait: time spent reading input is no stall
-            self._moved = began
-        done = link.wait_stored(seq, timeout=_STEP)
-        now = self._waited = time.monotonic()
         stored = link.stored
-        if stored != self._seen or done:
+        if stored != self._seen or link.queued <= stored:  # progress, or nothing waits
+            moved = stored != self._seen
             self._seen, self._moved = stored, now
-            if self._waiting:
+            if moved and self._waiting:
                 self._waiting = False
                 self.progress.note(f"{PROG} send: the listener is storing again")
-            return done
+            return
         stalled = now - self._moved
         if stalled >= self.timeout:
             raise _GaveUp(
@@ -118,12 +142,72 @@ class _Send:
         if stalled >= STALL_NOTICE and not self._waiting:
             self._waiting = True
             unstored = link.queued - stored
+            waiting = link.stats().waiting
+            why = {"disk_full": " (it has no room on its disk)"}.get(waiting, "")
+            if waiting == "stream_failed":
+                why = " (its store failed on the stream: it needs a restart)"
             self.progress.note(
-                f"{PROG} send: waiting for the listener at {self.url}: "
+                f"{PROG} send: waiting for the listener at {self.url}{why}: "
                 f"{unstored:,} record{_s(unstored)} not yet stored "
                 f"(giving up after {self.timeout:g} s without progress)"
             )
-        return False
+
+    def _tick(self, signum: int, frame: FrameType | None) -> None:
+        """SIGALRM: on the main thread, between two of its bytecodes -- or inside a
+        blocked read of the input, which the handler's exception (a give-up) ends."""
+        if self._reading:
+            self.speak(time.monotonic())
+        else:
+            self._due = True
+
+    def _readline(self, source: IO[bytes]) -> Callable[[int], bytes]:
+        read = source.readline
+
+        def readline(size: int) -> bytes:
+            if self._due:
+                self.speak(time.monotonic())
+            self._reading = True
+            try:
+                return read(size)
+            finally:
+                self._reading = False
+
+        return readline
+
+    @contextlib.contextmanager
+    def ticking(self) -> Iterator[None]:
+        """The timer: a thread that sends the main thread SIGALRM every _STEP
+        (pthread_kill: a signal for the process could land on the link's thread
+        and leave a read on the main one blocked).  Elsewhere than on the main
+        thread (a program that calls cmd_send on a thread of its own) the clock
+        moves only between records and in waits."""
+        main = threading.main_thread()
+        if threading.current_thread() is not main or main.ident is None:
+            yield
+            return
+        ident = main.ident
+        previous = signal.signal(signal.SIGALRM, self._tick)
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(_STEP):
+                signal.pthread_kill(ident, signal.SIGALRM)
+
+        ticker = threading.Thread(target=tick, name="purelink-send-clock", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()  # no SIGALRM comes after this: the default would end the process
+            signal.signal(signal.SIGALRM, previous)
+
+    def wait(self, seq: int | None) -> bool:
+        """Wait a step for `seq` (None: all queued) to be stored (speak() says what
+        a stall means)."""
+        done = self.link.wait_stored(seq, timeout=_STEP)
+        self.speak(time.monotonic())
+        return done
 
     # ---- the main loop ----
 
@@ -131,7 +215,7 @@ class _Send:
         link = self.link
         queue = link.queue
         progress = self.progress
-        for record in _lines(source):
+        for record in _lines(self._readline(source)):
             self.lines += 1
             if record is None:  # longer than any listener accepts: never read whole
                 self._too_long(f"line {self.lines:,} is longer than {MAX_LINE:,} bytes")
@@ -151,12 +235,15 @@ class _Send:
                 if self.records & 1023 == 0:
                     progress.update(self.records, f"stored {link.stored - self.base:,}")
                 break
+            if self._due:
+                self.speak(time.monotonic())
         while not self.wait(None):
             progress.update(self.records, f"stored {link.stored - self.base:,}")
         progress.close(self.records, f"stored {link.stored - self.base:,}")
 
     def _too_long(self, why: str) -> None:
         if self.skip_long:
+            self._skips.append(self.records)
             self.skipped += 1
             if self.skipped == 1:
                 self.first_skip = f"the first: {why}"
@@ -176,10 +263,9 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
-def _lines(source: IO[bytes]) -> Iterator[bytes | None]:
+def _lines(readline: Callable[[int], bytes]) -> Iterator[bytes | None]:
     """Each line less its b"\\n" (a b"\\r" stays payload); None for a line longer
     than MAX_LINE, whose bytes are read in pieces and dropped."""
-    readline = source.readline
     while True:
         line = readline(MAX_LINE + 1)
         if not line:
@@ -211,7 +297,7 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
         help="udp://HOST:PORT or tcp://HOST:PORT; several listeners, comma-separated, "
         "are tried in order (failover)",
     )
-    p.add_argument("--stream", required=True, type=stream_type, metavar="S")
+    add_stream(p)
     p.add_argument(
         "--producer",
         type=producer_type,
@@ -225,7 +311,7 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=10.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="give up (exit 1) after this long without an answer at connect, "
         "or without progress while records wait to be stored (10)",
     )
@@ -255,7 +341,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         send = _Send(link, args.url, args.timeout, args.skip_long)
         started = time.perf_counter()
         try:
-            send.run(source)
+            with send.ticking():
+                send.run(source)
         except KeyboardInterrupt:
             send.progress.close(send.records)
             with contextlib.suppress(KeyboardInterrupt, Error):  # a second Ctrl-C: go now

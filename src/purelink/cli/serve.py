@@ -5,28 +5,40 @@ it can before binding (a transport, the metrics extra, a loopback address
 without a secret), prints exactly one ready line once the listener is bound
 and recovered (what scripts and tests wait for), turns signals into a byte
 on a pipe that the main thread waits on, and on the way out closes the
-listener (flush, sync) and prints its counters as one JSON line on stderr.
+listener (flush, sync) and logs one human line of what it did (its counters
+ride along as the record's `stats` field: `--log-format json` shows them).
+Everything it says after parsing goes through `logging`, formatted by logs.py
+(`--log-format`, `--log-level`), each line starting with its UTC time.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import select
 import signal
-import sys
+import textwrap
+import time
 from typing import TYPE_CHECKING
 
-from .. import _address
+from .. import Error, _address
 from ..listener.limits import INTEGER_LIMITS, LIMITS
-from .args import bind_address, data_dir, int_at_least, seconds
+from . import logs
+from .args import (
+    DURATION_HELP,
+    SIZE_HELP,
+    bind_address,
+    data_dir,
+    int_at_least,
+    seconds,
+    size,
+    size_at_least,
+)
 from .common import (
     PROG,
     UsageError,
-    fail,
     format_address,
     read_secret,
     signals_to_pipe,
@@ -35,18 +47,34 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..listener.listener import Listener
-    from ..metrics import MetricsServer
+    from ..metrics_http import MetricsServer
     from ..protocol.keys import KeyTable
 
 __all__ = ["add_serve_arguments", "cmd_serve", "read_keys"]
 
+log = logging.getLogger("purelink.serve")
+
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    """serve's options (README: Command line; the limits: docs/security.md)."""
+    """serve's options (README: Command line; the limits: docs/security.md).
+    Each can also come from the environment or a --config file (config.py)."""
+    config = (
+        "Every option can also be set in the environment, PURELINK_ + its name in capitals "
+        "with - as _ (PURELINK_RETAIN_BYTES=1G), or in the TOML file --config names "
+        '(retain-bytes = "1G"); a flag wins over the environment, the environment over '
+        f"the file. {SIZE_HELP[0].upper()}{SIZE_HELP[1:]}; {DURATION_HELP}."
+    )
+    p.epilog = "\n".join([*textwrap.wrap(config, 78), "", p.epilog or ""]).rstrip()
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read options from this TOML file, its keys the options' names (docs/deploy.md)",
+    )
     _add_addresses(p)
     _add_security(p)
     _add_store(p)
     _add_limits(p)
+    _add_logs(p)
 
 
 def _add_addresses(p: argparse.ArgumentParser) -> None:
@@ -93,26 +121,45 @@ def _add_security(p: argparse.ArgumentParser) -> None:
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     """How a data directory is written: syncs, segments, retention."""
-    p.add_argument("--sync", choices=("batch", "always", "none"), default="batch")
+    p.add_argument(
+        "--sync",
+        choices=("batch", "always", "none"),
+        default="batch",
+        help="when a record counts as stored: batch = after the fsync of each drain's "
+        "writes (default), always = an fsync per batch, none = once written (no fsync: "
+        "a power cut may lose what was told stored)",
+    )
+    p.add_argument(
+        "--min-free",
+        type=_min_free,
+        default="1%",
+        metavar="SIZE|P%",
+        help="keep this much free on the data directory's file systems: below it a "
+        "stream there stores nothing more (its links wait) until there is room (default 1%%)",
+    )
     p.add_argument(
         "--segment-bytes",
-        type=int_at_least(*INTEGER_LIMITS["segment_bytes"]),
+        type=size_at_least(*INTEGER_LIMITS["segment_bytes"]),
         default=64 << 20,
-        metavar="N",
-        help="roll to a new segment file past N bytes (default 64 MiB)",
+        metavar="SIZE",
+        help="roll to a new segment file past this size (default 64M)",
     )
     p.add_argument(
         "--retain-bytes",
-        type=int_at_least(*INTEGER_LIMITS["retain_bytes"]),
-        metavar="N",
-        help="remove the oldest segments of a stream past N bytes (default: keep all)",
+        type=size_at_least(*INTEGER_LIMITS["retain_bytes"]),
+        metavar="SIZE",
+        help="remove the oldest segments of a stream past this size, e.g. 10G (default: keep all)",
     )
     p.add_argument(
         "--retain-age",
         type=seconds,
-        metavar="SECONDS",
-        help="remove segments whose last record is older than this (default: keep all)",
+        metavar="DURATION",
+        help="remove segments whose last record is older than this, e.g. 7d (default: keep all)",
     )
+
+
+_SIZES = {"--max-record": "16M", "--max-reorder": "4M", "--max-memory": "1G"}
+"""The limits that are sizes, and their defaults as --help shows them."""
 
 
 def _add_limits(p: argparse.ArgumentParser) -> None:
@@ -123,7 +170,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     for flag, default, text in (
         ("--max-links", 100_000, "most links open at once"),
         ("--max-streams", 10_000, "most streams in the store"),
-        ("--max-record", 16 << 20, "largest record accepted, bytes, at most 16 MiB"),
+        ("--max-record", 16 << 20, "largest record accepted, at most 16M"),
         ("--max-reorder", 4 << 20, "bytes held out of order per link"),
         ("--max-memory", 1 << 30, "bytes held out of order across all links"),
         ("--max-connections", 10_000, "TCP connections open at once"),
@@ -131,12 +178,13 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         ("--replicas", 3, "with --data nats://: copies JetStream keeps of each stream"),
     ):
         low, high = INTEGER_LIMITS[flag.removeprefix("--").replace("-", "_")]
+        is_size = flag in _SIZES
         p.add_argument(
             flag,
-            type=int_at_least(low, high),
+            type=(size_at_least if is_size else int_at_least)(low, high),
             default=default,
-            metavar="N",
-            help=f"{text} ({default})",
+            metavar="SIZE" if is_size else "N",
+            help=f"{text} ({_SIZES.get(flag, default)})",
         )
     rate = LIMITS["handshake_rate"]
     p.add_argument(
@@ -150,12 +198,32 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         "--read-timeout",
         type=seconds,
         default=10.0,
-        metavar="SECONDS",
-        help="a TCP connection's time to finish a frame, or to open a session (10)",
+        metavar="DURATION",
+        help="a TCP connection's time to finish a frame, or to open a session (10s)",
+    )
+
+
+def _add_logs(p: argparse.ArgumentParser) -> None:
+    """serve's own log lines on stderr (logs.py; docs/logging.md)."""
+    p.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=logs.FORMATS,
+        default="text",
+        help="stderr lines as 'TIME LEVEL LOGGER: MESSAGE', or one JSON object each (text)",
+    )
+    p.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=logs.LEVELS,
+        default="info",
+        help="log from this level up (info)",
     )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    logs.configure(args.log_format, args.log_level)
     keys = _check(args)
     listener = _listener(args, keys)
     crashed: BaseException | None = None
@@ -174,12 +242,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if exporter is not None:
                 exporter.close()
             listener.close()
-    stats = json.dumps(dataclasses.asdict(listener.stats()), default=str, sort_keys=True)
-    sys.stderr.write(f"{PROG} serve: stopped {stats}\n")
     if crashed is not None:
-        fail(f"serve: the listener stopped serving: {crashed!r}")
-        return 1
-    return 0
+        log.error("the listener stopped serving: %r", crashed)
+    stats = listener.stats()
+    log.info(
+        "%s",
+        logs.stop_summary(stats, time.monotonic() - started),
+        extra={"stats": dataclasses.asdict(stats)},
+    )
+    return 0 if crashed is None else 1
 
 
 def _check(args: argparse.Namespace) -> KeyTable | None:
@@ -191,7 +262,7 @@ def _check(args: argparse.Namespace) -> KeyTable | None:
         from .. import metrics  # noqa: PLC0415 -- see the imports
 
         if not metrics.available():
-            raise UsageError(f"--metrics needs prometheus-client: {metrics.INSTALL}")
+            raise Error(f"--metrics needs prometheus-client: {metrics.INSTALL}")
     keys = read_keys(args)
     if keys is None and not args.insecure:
         for flag, text in (("--udp", args.udp), ("--tcp", args.tcp)):
@@ -201,6 +272,18 @@ def _check(args: argparse.Namespace) -> KeyTable | None:
                     "or --keys-file (give --insecure to do it anyway)"
                 )
     return keys
+
+
+def _min_free(text: str) -> int | str:
+    """--min-free: a size (bytes) or P% (checked as the listener will)."""
+    from ..listener.config import parse_min_free  # noqa: PLC0415 -- see the imports
+
+    value: int | str = text if text.strip().endswith("%") else size(text)
+    try:
+        parse_min_free(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("min_free", "--min-free")) from None
+    return value
 
 
 def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
@@ -229,17 +312,17 @@ def _listener(args: argparse.Namespace, keys: KeyTable | None) -> Listener:
             max_subscriptions=args.max_subscriptions,
             insecure=args.insecure,
             replicas=args.replicas,
+            min_free=args.min_free,
         )
     except ValueError as exc:  # e.g. a secret too short, a transport not offered
         raise UsageError(str(exc)) from None
 
 
 def _export_metrics(listener: Listener, address: str) -> MetricsServer:
-    from ..metrics import MetricsServer  # noqa: PLC0415 -- see the imports
+    from ..metrics_http import MetricsServer  # noqa: PLC0415 -- see the imports
 
     exporter = MetricsServer(listener, address)
-    shown = format_address(exporter.address)
-    logging.getLogger("purelink.serve").info("metrics at http://%s/metrics", shown)
+    log.info("metrics at http://%s/metrics", format_address(exporter.address))
     return exporter
 
 
@@ -280,19 +363,23 @@ def _serve_until_stopped(
 
 
 def _reload(listener: Listener, args: argparse.Namespace, keyed: bool) -> None:
-    """SIGHUP: read the keys (or secret) file again and hand it to the listener; a
-    bad file keeps the keys in use and says why, in one line."""
+    """SIGHUP: read the keys (or secret) file again and hand it to the listener
+    (which logs the reload, once); a bad file keeps the keys in use and says why,
+    in one line."""
+    from ..listener.listener import key_reload_failed  # noqa: PLC0415 -- see the imports
+
     if not keyed:
-        sys.stderr.write(f"{PROG} serve: SIGHUP ignored: no --keys-file or --secret-file\n")
+        log.warning("SIGHUP ignored: no --keys-file or --secret-file")
         return
     try:
         keys = read_keys(args)
     except UsageError as exc:
-        sys.stderr.write(f"{PROG} serve: reload failed, the keys in use stay: {exc}\n")
+        key_reload_failed(listener)  # purelink_key_reload_failures_total
+        log.error("reload failed, the keys in use stay: %s", exc)
         return
     assert keys is not None
-    listener.set_keys(keys)
-    sys.stderr.write(f"{PROG} serve: keys reloaded ({len(keys)} keys)\n")
+    if not listener.set_keys(keys):
+        log.warning("the new keys are not in use yet after 5 s: the listener's loop is late")
 
 
 def read_keys(args: argparse.Namespace) -> KeyTable | None:

@@ -8,7 +8,7 @@ or TCP frames; nogil.py: the socket calls that keep the GIL).  stats.py holds
 what a link counts and the checks of `connect`'s arguments.
 """
 
-from .link import Link, connect
+from .link import Link, connect, connect_async
 from .stats import LinkStats
 
-__all__ = ["Link", "LinkStats", "connect"]
+__all__ = ["Link", "LinkStats", "connect", "connect_async"]

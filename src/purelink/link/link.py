@@ -31,25 +31,29 @@ thread, and with several the bound holds up to one record per racing thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import _address
-from ..errors import Closed, ConnectError, Error, Fenced, Full, LinkError
+from ..errors import Closed, ConnectError, Error, Fenced, Full, LinkError, os_reason
 from ..primitives.parker import Parker
 from ..primitives.wakeup import Wakeup
 from ..protocol.congestion import NAMES as CONGESTION
 from ..protocol.sender import Sender, SenderConfig, SenderState
 from . import ring
 from .stats import LinkStats, check_arguments
-from .thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread
+from .thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread, held_reason
 from .transport import Transport, UdpTransport
 
-__all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect"]
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["HOLE_LIMIT", "HOLE_RECHECK", "Link", "LinkStats", "connect", "connect_async"]
 
 log = logging.getLogger("purelink.link")
 
@@ -79,7 +83,13 @@ class Link(LinkThread):
         close_timeout: float | None = CLOSE_TIMEOUT,
         congestion: str = "bbr",
     ) -> None:
-        self._targets = _address.parse_urls(url)  # several: tried in order (failover)
+        given = _address.parse_urls(url)
+        # several: tried in order (failover); a name for several addresses
+        # (localhost: 127.0.0.1 and ::1) is each of them
+        self._targets = _address.expand(given)
+        # one listener under several addresses: the first that answers is the
+        # listener; the link stays on that address once it connected
+        self._pin = len(given) == 1 and len(self._targets) > 1
         scheme = self._targets[0][0]  # the sender is configured for the first
         if congestion not in CONGESTION:
             raise ValueError(f"congestion must be one of {', '.join(CONGESTION)}")
@@ -99,6 +109,10 @@ class Link(LinkThread):
         # inside sees, counts and sizes datagrams that much smaller
         self._sealing = datagram_size - self._sender.config.datagram_size
         self._at = 0  # which of the targets the link is on
+        self._refused_by: dict[int, str] = {}  # targets that refused it before it connected
+        self._refused_for_good: set[int] = set()  # of those, the ones trying again cannot help
+        self._move_on = False  # the target tried refused: the next one, now
+        self._held = ""  # the listener refused the link for now, and why (disk_full)
         self._transport: Transport = self._first_transport(url)
         self._wakeup = Wakeup()
         self._parker = Parker()
@@ -135,6 +149,7 @@ class Link(LinkThread):
         self._heard = 0.0  # when the listener last sent anything
         self._error: Error | None = None
         self._closing = False
+        self._ended = False  # the thread is past its loop (it unparks as it ends)
         self._connected = threading.Event()
         self._stop = False
         self._sleeps = 0
@@ -156,12 +171,15 @@ class Link(LinkThread):
                 transport = self._make_transport(scheme, host, port)
             except OSError as exc:
                 if len(self._targets) > 1:
-                    log.info("link %s: cannot reach %s://%s:%d: %s", url, scheme, host, port, exc)
+                    where = _address.format_hostport(host, port)
+                    log.info("link %s: cannot reach %s://%s: %s", url, scheme, where, exc)
                 error = exc
+                self._refused_by[at] = os_reason(exc).lower()
                 continue
             self._at = at
             return transport
-        raise ConnectError(f"cannot reach {url}: {error}")
+        assert error is not None  # there is at least one target
+        raise ConnectError(f"cannot reach {url}: {os_reason(error)}")
 
     # ------------------------------------------------------------ the API
     def queue(self, record: bytes, seq: int | None = None) -> int:
@@ -334,6 +352,8 @@ class Link(LinkThread):
             min_rtt=None if cc is None else cc.min_rtt,
             pacing_rate=None if cc is None else cc.pacing_rate,
             competing=None if cc is None else cc.competing,
+            disk_full=s.stats.disk_full,
+            waiting=self._held,
         )
 
     def close(self, timeout: float | None = None) -> bool:
@@ -347,15 +367,54 @@ class Link(LinkThread):
         if threading.current_thread() is self._thread:
             raise RuntimeError("close() called on the link's own thread (from on_stored?)")
         if self._closing:
-            if isinstance(self._error, Fenced):
-                raise self._error
-            return self._stored >= self.queued
+            return self._closed_again()
         target = self.queued
         limit = self._close_timeout if timeout is None else timeout
         if self._error is None:
             self._wakeup.mark_and_signal()  # an idle thread looks once more (a hole?)
             self._wait_closing(target, limit)
         ok = self._stored >= target
+        error = self._shut()
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+        return self._release(ok, error, target, limit, timeout)
+
+    async def _close_async(self, timeout: float | None = None) -> bool:
+        """close() for asyncio (`async with`): the same waits, the event loop
+        running meanwhile -- for the records to be stored, then for the link
+        thread to end (it unparks the parker as it does)."""
+        if self._closing:
+            return self._closed_again()
+        target = self.queued
+        limit = self._close_timeout if timeout is None else timeout
+        error: Error | None = None
+        try:
+            if self._error is None:
+                self._wakeup.mark_and_signal()
+                await self._wait_closing_async(target, limit)
+            ok = self._stored >= target
+            error = self._shut()
+            await self._parker.wait_async(lambda: self._ended or not self._thread.is_alive(), 5.0)
+        except BaseException:  # cancelled: close now, as close(timeout=0) would, and go on
+            error = error if self._closing else self._shut()
+            if self._thread.is_alive():
+                self._thread.join(5.0)  # told to stop: a moment
+            with contextlib.suppress(Error):
+                self._release(False, error, target, limit, 0.0)
+            raise
+        if self._thread.is_alive():
+            self._thread.join(5.0)  # past its loop: a moment, if anything
+        return self._release(ok, error, target, limit, timeout)
+
+    def _closed_again(self) -> bool:
+        """close() on a closed link: what the first one found."""
+        if isinstance(self._error, Fenced):
+            raise self._error
+        return self._stored >= self.queued
+
+    def _shut(self) -> Error | None:
+        """Mark the link closed and tell its thread to stop; returns the error the
+        link had before (None if none)."""
         self._closing = True
         error = self._error
         if error is None:
@@ -363,8 +422,12 @@ class Link(LinkThread):
             self._set_limits()
         self._stop = True
         self._wakeup.mark_and_signal()
-        if self._thread.is_alive():
-            self._thread.join(5.0)
+        return error
+
+    def _release(
+        self, ok: bool, error: Error | None, target: int, limit: float | None, timeout: float | None
+    ) -> bool:
+        """The end of close(), its thread stopped: free the sockets and say how it went."""
         self._transport.close()
         self._wakeup.close()
         self._parker.unpark()
@@ -383,16 +446,33 @@ class Link(LinkThread):
         deadline = None if limit is None else time.monotonic() + limit
         step = CLOSE_QUIET if limit is None else min(CLOSE_QUIET, limit)
         while not self._parker.wait(done, step):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            step = self._still_closing(target, deadline)
+            if step <= 0:
                 return
-            log.warning(
-                "link %s: closing: waiting for %s to be stored (%s)",
-                self.url,
-                self._unstored(target),
-                "no limit" if left is None else f"up to {left:.0f} s more",
-            )
-            step = CLOSE_LOG_EVERY if left is None else min(CLOSE_LOG_EVERY, left)
+
+    async def _wait_closing_async(self, target: int, limit: float | None) -> None:
+        """_wait_closing for asyncio: the same waits and warnings."""
+        done = lambda: self._stored >= target or self._error is not None  # noqa: E731
+        deadline = None if limit is None else time.monotonic() + limit
+        step = CLOSE_QUIET if limit is None else min(CLOSE_QUIET, limit)
+        while not await self._parker.wait_async(done, step):
+            step = self._still_closing(target, deadline)
+            if step <= 0:
+                return
+
+    def _still_closing(self, target: int, deadline: float | None) -> float:
+        """A close's wait went on for a step: warn, and return the next step (0:
+        the deadline passed, stop waiting)."""
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return 0.0
+        log.warning(
+            "link %s: closing: waiting for %s to be stored (%s)",
+            self.url,
+            self._unstored(target),
+            "no limit" if left is None else f"up to {left:.0f} s more",
+        )
+        return CLOSE_LOG_EVERY if left is None else min(CLOSE_LOG_EVERY, left)
 
     def __enter__(self) -> Link:
         return self
@@ -408,6 +488,24 @@ class Link(LinkThread):
         except Error as exc:
             log.error(
                 "link %s: %s (while leaving the with block on %s)", self.url, exc, et.__name__
+            )
+
+    async def __aenter__(self) -> Link:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """`async with`: close() as leaving a `with` block does, without blocking
+        the event loop while it waits for the records to be stored."""
+        if et is None:
+            await self._close_async()
+            return
+        try:
+            await self._close_async()
+        except Error as exc:
+            log.error(
+                "link %s: %s (while leaving the async with block on %s)", self.url, exc, et.__name__
             )
 
     def __repr__(self) -> str:
@@ -505,19 +603,146 @@ def launch(link: Link, started: threading.Event | None = None) -> None:
         started.set()
     if not link._connected.wait(link._timeout) or link._sender.state != SenderState.OPEN:
         error = link._error
-        link._stop = True
-        link._wakeup.mark_and_signal()
-        link._thread.join(5.0)
-        link._transport.close()
-        link._wakeup.close()
-        if isinstance(error, Fenced):
-            raise ConnectError(f"{link.url}: {error}")
-        if error is not None:
-            raise ConnectError(f"{link.url}: {error}") from None
-        # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
-        # without drops an INIT unanswered, and a keyed one drops plaintext, so
-        # silence is all a link can observe then
-        raise ConnectError(
-            f"no answer from {link.url} within {link._timeout:g} s "
-            "(no listener there, or a missing or unexpected secret?)"
+        _halt(link)
+        _free(link)
+        raise _connect_error(link, error)
+
+
+async def connect_async(
+    url: str,
+    stream: str,
+    producer: str | None = None,
+    capacity: int = 1_000_000,
+    capacity_bytes: int = 256 << 20,
+    datagram_size: int = 1400,
+    timeout: float = 10.0,
+    secret: bytes | None = None,
+    key_id: str | None = None,
+    on_stored: Callable[[int], Any] | None = None,
+    *,
+    close_timeout: float | None = CLOSE_TIMEOUT,
+    congestion: str = "bbr",
+) -> Link:
+    """`connect()` for asyncio: the same arguments, the same Link and the same
+    errors, and the event loop keeps running while the handshake goes on.
+
+    The link's own thread does the handshake; this awaits its outcome (the
+    link's Parker resolves a future, no thread waits for it).  Cancelling the
+    await (`asyncio.timeout`, `wait_for`, `task.cancel()`) stops the attempt:
+    the link's thread ends and its socket is closed before CancelledError
+    propagates.  A URL naming hosts by name, or a tcp:// one, is built in the
+    loop's default executor (the name lookup and the first TCP outcome may
+    block for a moment); a cancelled build is closed once it returns."""
+
+    def build() -> Link:
+        return Link(
+            url,
+            stream,
+            producer=producer,
+            capacity=capacity,
+            capacity_bytes=capacity_bytes,
+            datagram_size=datagram_size,
+            timeout=timeout,
+            secret=secret,
+            key_id=key_id,
+            on_stored=on_stored,
+            close_timeout=close_timeout,
+            congestion=congestion,
         )
+
+    link = build() if _builds_at_once(url) else await _build_elsewhere(build)
+    await _launch_async(link)
+    return link
+
+
+def _builds_at_once(url: str) -> bool:
+    """Whether `Link(url, ...)` cannot block: UDP only, to numeric hosts or localhost
+    (a bad URL too: Link raises ValueError at once)."""
+    try:
+        targets = _address.parse_urls(url)
+    except ValueError:
+        return True
+    return all(s == "udp" and _address.resolves_at_once(h) for s, h, _ in targets)
+
+
+async def _build_elsewhere(build: Callable[[], Link]) -> Link:
+    """Build a Link in the loop's default executor, where its name lookups and a
+    TCP connection's first outcome (transport.FIRST_CONNECT_WAIT) cannot hold
+    the loop.  Cancelled meanwhile, the link is closed as soon as it is built
+    (it has no thread yet: closing it is closing its sockets)."""
+    import asyncio  # noqa: PLC0415 -- see the parker: only a process that awaits pays for it
+
+    future = asyncio.get_running_loop().run_in_executor(None, build)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_discard)
+        raise
+
+
+def _discard(future: asyncio.Future[Link]) -> None:
+    """A build whose awaiter was cancelled is done: close what it built."""
+    if not future.cancelled() and future.exception() is None:
+        _free(future.result())
+
+
+async def _launch_async(link: Link) -> None:
+    """launch() for asyncio: start the thread, await the handshake's outcome on the
+    link's Parker; cancelled, stop the thread and await its end."""
+    import asyncio  # noqa: PLC0415
+
+    link._thread.start()
+
+    def ended() -> bool:
+        return link._ended
+
+    try:
+        await link._parker.wait_async(lambda: link._connected.is_set() or ended(), link._timeout)
+    except asyncio.CancelledError:
+        _halt(link)
+        try:
+            await link._parker.wait_async(ended, 5.0)
+        finally:  # cancelled once more: the thread is stopping, wait for it here
+            _free(link)
+        raise
+    if link._connected.is_set() and link._sender.state == SenderState.OPEN:
+        return
+    error = link._error
+    _halt(link)
+    try:
+        await link._parker.wait_async(ended, 5.0)
+    finally:  # cancelled meanwhile, too: the sockets go
+        _free(link)
+    raise _connect_error(link, error)
+
+
+def _halt(link: Link) -> None:
+    """Tell a link that did not connect to stop its thread."""
+    link._stop = True
+    link._wakeup.mark_and_signal()
+
+
+def _free(link: Link) -> None:
+    """Once its thread is told to stop: wait for it (a moment), close the sockets."""
+    if link._thread.is_alive():
+        link._thread.join(5.0)
+    link._transport.close()
+    link._wakeup.close()
+
+
+def _connect_error(link: Link, error: Error | None) -> ConnectError:
+    """Why a link did not connect (`error`: what its thread found, if anything)."""
+    if isinstance(error, Fenced):  # the session holding the name may end: not permanent
+        return ConnectError(f"{link.url}: {error}")
+    if error is not None:
+        permanent = isinstance(error, ConnectError) and error.permanent
+        return ConnectError(f"{link.url}: {error}", permanent=permanent)
+    if link._held:
+        return ConnectError(f"{link.url}: {held_reason(link._held, link.stream)}; try again later")
+    # a listener with keys answers a wrong key id or secret (KEYREFUSE); one
+    # without drops an INIT unanswered, and a keyed one drops plaintext, so
+    # silence is all a link can observe then
+    return ConnectError(
+        f"no answer from {link.url} within {link._timeout:g} s "
+        "(no listener there, or a missing or unexpected secret?)"
+    )

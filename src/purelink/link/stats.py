@@ -122,3 +122,8 @@ class LinkStats:
     competing: bool | None
     """Whether the controller believes other traffic shares the path's
     bottleneck with this link (None when it cannot tell, and on a tcp:// link)."""
+    disk_full: int = 0
+    """Refusals for now because the listener's disk had no room for the stream."""
+    waiting: str = ""
+    """Why the link waits now, as the listener said ("disk_full"), until it is
+    storing again; "" otherwise."""

@@ -25,6 +25,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from .._address import format_hostport
 from ..errors import ConnectError, Error, Fenced, LinkError
 from ..primitives.parker import Parker
 from ..primitives.wakeup import Wakeup
@@ -64,6 +65,18 @@ SMALL: Final = 1 << 16  # records below this take queue()'s inline path
 MAX_RECORD: Final = 16 << 20
 
 
+def held_reason(reason: str, stream: str) -> str:
+    """Why a listener refused a link for now, for people."""
+    if reason == "disk_full":
+        return f"the listener has no room on its disk for stream {stream!r}"
+    if reason == "stream_failed":
+        return (
+            f"the listener's store failed on stream {stream!r} (see its log): "
+            "it takes nothing more there until it is restarted"
+        )
+    return f"the listener refused the link for now ({reason})"
+
+
 class _Grant(Protocol):
     """What the grant is: an iterator over a `range` of seqs (PEP 424's length hint
     says how many it has not handed out yet)."""
@@ -82,6 +95,10 @@ class LinkThread:
     _transport: Transport
     _targets: list[tuple[str, str, int]]
     _at: int
+    _refused_by: dict[int, str]
+    _refused_for_good: set[int]
+    _held: str
+    _move_on: bool
     _failovers: int
     _sock_fd: int
     _trying_since: float
@@ -106,6 +123,8 @@ class LinkThread:
     _error: Error | None
     _stop: bool
     _closing: bool
+    _ended: bool
+    _pin: bool
     _stored: int
     _told: int
     _taken: int
@@ -166,6 +185,8 @@ class LinkThread:
             self._error = LinkError(f"the link thread crashed: {exc!r}")
             self._set_limits()
             self._connected.set()
+        finally:
+            self._ended = True  # what an asyncio close or connect waits for
             self._parker.unpark()
 
     def _loop(self) -> None:
@@ -201,7 +222,7 @@ class LinkThread:
                 self._handle_events()
                 if sender.state in (SenderState.FENCED, SenderState.FAILED):
                     break
-                if len(self._targets) > 1 and self._should_fail_over(now):
+                if len(self._targets) > 1 and (self._move_on or self._should_fail_over(now)):
                     self._failover(ep, now)
                 now = monotonic()
                 resume = sender.resume_time(now) if not self._stop else None
@@ -357,13 +378,16 @@ class LinkThread:
         link's URL.  Listeners that share a JetStream cluster know the producer's
         stored seq (docs/jetstream.md), so the new one resumes it exactly."""
         old = self._transport
+        self._move_on = False
         self._at = (self._at + 1) % len(self._targets)
         scheme, host, port = self._targets[self._at]
         try:
             new = self._make_transport(scheme, host, port)
         except OSError as exc:  # e.g. no route to it: the next one, next time
-            log.info("link %s: cannot reach %s:%d: %s", self.url, host, port, exc)
+            log.info("link %s: cannot reach %s: %s", self.url, format_hostport(host, port), exc)
             self._trying_since = now  # the next one, FAILOVER_AFTER from now
+            if not self._connected.is_set():  # once connected, listeners may restart
+                self._refused((exc.strerror or str(exc)).lower())
             return
         ep.unregister(self._sock_fd)
         old.close()
@@ -373,8 +397,34 @@ class LinkThread:
         self._trying_since = 0.0
         self._sending_since = 0.0
         self._failovers += 1
-        log.info("link %s: no answer; trying %s://%s:%d", self.url, scheme, host, port)
+        where = format_hostport(host, port)
+        log.info("link %s: no answer; trying %s://%s", self.url, scheme, where)
         self._sender.reset_session(now, "failover")
+
+    def _refused(self, why: str, permanent: bool = False) -> None:
+        """The listener tried refused the link before it ever connected: fail the
+        link with ConnectError if every listener of its URL has (a single one: at
+        once), else move on to the next one now, not after FAILOVER_AFTER.  The
+        error is permanent when every refusal was."""
+        self._refused_by[self._at] = why
+        if permanent:
+            self._refused_for_good.add(self._at)
+        if len(self._refused_by) < len(self._targets):
+            self._move_on = True
+            return
+        if len(self._targets) == 1:
+            message = why
+        else:
+            said = "; ".join(
+                f"{scheme}://{format_hostport(host, port)}: {self._refused_by[k]}"
+                for k, (scheme, host, port) in enumerate(self._targets)
+            )
+            whom = "every address" if self._pin else "every listener"
+            message = f"{whom} refused ({said})"
+        permanent = len(self._refused_for_good) == len(self._targets)
+        self._error = ConnectError(message, permanent=permanent)
+        self._stop = True
+        self._connected.set()
 
     def _make_transport(self, scheme: str, host: str, port: int) -> Transport:
         return UdpTransport(host, port) if scheme == "udp" else TcpTransport(host, port)
@@ -397,21 +447,54 @@ class LinkThread:
         transport.receive(heard)
         now = max(now, self._heard)
         self._path_too_big()
-        if transport.refused and not self._connected.is_set() and len(self._targets) == 1:
+        if transport.refused and not self._connected.is_set():
             # nothing listens there (a TCP reset, or over UDP an ICMP "port
             # unreachable"), or another service does: say so now, not after the
-            # handshake timeout
-            self._error = ConnectError(
-                "it answered what no purelink listener sends (is it a purelink listener's port?)"
-                if transport.foreign
-                else "connection refused"
-            )
-            self._stop = True
-            self._connected.set()
+            # handshake timeout -- or, given several listeners, move on to the next
+            # at once, and say so once every one of them refused
+            transport.refused = False
+            if transport.foreign:  # another service's port: no use trying it again
+                self._refused(
+                    "it answered what no purelink listener sends "
+                    "(is it a purelink listener's port?)",
+                    permanent=True,
+                )
+            else:
+                self._refused("connection refused")
             return now
         if transport.broken:
             self._sender.reset_session(now, "broken")
         return now
+
+    def _on_connected(self, ev: events.Connected) -> bool:
+        """A handshake succeeded: the first (the link is connected now: its seqs
+        start after what the listener has stored), or a reconnection; returns
+        whether `stored` advanced."""
+        self._refused_by.clear()  # counted only on the way to a first connection
+        self._refused_for_good.clear()
+        if self._held:
+            self._held = ""
+            log.warning("link %s: the listener is storing again", self.url)
+        self._max_record = min(ev.max_record, MAX_RECORD)
+        self._small = min(SMALL, self._max_record + 1)
+        if not self._connected.is_set():
+            self._gens = ()
+            self._new_ring(ev.stored + 1, len(self._slots[0]))
+            self._new_grant(ev.stored + 1, ev.stored + 1 + min(self._capacity, len(self._slots[0])))
+            self._stored = self._told = self._taken = ev.stored
+            self._set_limits()
+            if self._pin:  # one listener, several addresses: this one answered
+                self._targets = [self._targets[self._at]]
+                self._at = 0
+            self._connected.set()
+            self._parker.unpark()  # an asyncio connect waits on the parker
+            return False
+        if ev.stored > self._stored:
+            self._stored = ev.stored
+            self._bytes_out = self._sender.stored_bytes
+            self._set_limits()
+            return True
+        return False
 
     def _handle_events(self) -> None:
         sender = self._sender
@@ -422,23 +505,15 @@ class LinkThread:
                 self._bytes_out = sender.stored_bytes
                 self._set_limits()
                 advanced = True
+            elif isinstance(ev, events.Held):
+                self._held = ev.reason
+                log.warning(
+                    "link %s: %s; waiting: what it did not store is sent again once it can",
+                    self.url,
+                    held_reason(ev.reason, self.stream),
+                )
             elif isinstance(ev, events.Connected):
-                self._max_record = min(ev.max_record, MAX_RECORD)
-                self._small = min(SMALL, self._max_record + 1)
-                if not self._connected.is_set():
-                    self._gens = ()
-                    self._new_ring(ev.stored + 1, len(self._slots[0]))
-                    self._new_grant(
-                        ev.stored + 1, ev.stored + 1 + min(self._capacity, len(self._slots[0]))
-                    )
-                    self._stored = self._told = self._taken = ev.stored
-                    self._set_limits()
-                    self._connected.set()
-                elif ev.stored > self._stored:
-                    self._stored = ev.stored
-                    self._bytes_out = sender.stored_bytes
-                    self._set_limits()
-                    advanced = True
+                advanced = self._on_connected(ev) or advanced
             elif isinstance(ev, events.Reconnecting):
                 self._trying_since = 0.0
                 self._transport.reset()
@@ -455,7 +530,7 @@ class LinkThread:
                 self._parker.unpark()
             elif isinstance(ev, events.Failed):
                 if ev.kind == "refused" and not self._connected.is_set():
-                    self._error = ConnectError(ev.message)
+                    self._error = ConnectError(ev.message, permanent=ev.permanent)
                 else:
                     self._error = LinkError(ev.message)
                 self._set_limits()

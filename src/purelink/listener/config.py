@@ -24,8 +24,34 @@ from ..protocol.keys import KeyTable
 from ..protocol.names import validate_stream_name
 from ..store.jetstream.layout import parse_servers
 from .limits import LIMITS, check
+from .storage import MinFree
 
 __all__ = ["SYNC_MODES", "ListenerConfig"]
+
+DEFAULT_MIN_FREE: Final = "1%"
+"""The default low-space mark: 1 % of the file system (a 100 GB disk keeps 1 GB free)."""
+
+
+def parse_min_free(value: int | str) -> MinFree:
+    """BYTES (an int, or its digits) or "P%" (P from 0 to 50) -> MinFree; ValueError else."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError("min_free must be a number of bytes or a percentage like '1%'")
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            percent = float(text[:-1])
+            if not 0 <= percent <= 50:
+                raise ValueError
+            return MinFree(fraction=percent / 100)
+        count = int(text)
+        if count < 0:
+            raise ValueError
+        return MinFree(bytes=count)
+    except ValueError:
+        raise ValueError(
+            f"min_free must be bytes (0 or more) or a percentage from 0% to 50%, not {value!r}"
+        ) from None
+
 
 SYNC_MODES: Final = ("batch", "always", "none")
 """When a data directory's writes are synced: group commit, every write, never."""
@@ -81,6 +107,10 @@ class ListenerConfig:
     """With a JetStream cluster: the copies it keeps of each stream."""
     secret: bytes | None = None
     """One pre-shared secret instead of `keys` (at least 16 bytes)."""
+    min_free: int | str = DEFAULT_MIN_FREE
+    """The low-space mark of a data directory's file systems: bytes, or "P%" of
+    the file system's size; below it a stream there stores nothing more until
+    there is room (listener/storage.py)."""
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -91,6 +121,7 @@ class ListenerConfig:
             if address is not None:
                 _address.parse_hostport(address)  # ValueError for a malformed one
         self._check_limits()
+        parse_min_free(self.min_free)  # ValueError now for a bad one
         self._key_table()
         self._refuse_open_addresses()
         self._check_retention()
@@ -142,6 +173,10 @@ class ListenerConfig:
                 )
         retention = {validate_stream_name(k): v for k, v in self.retention.items()}
         object.__setattr__(self, "retention", retention)
+
+    def min_free_mark(self) -> MinFree:
+        """`min_free`, parsed."""
+        return parse_min_free(self.min_free)
 
     @property
     def jetstream_url(self) -> str | None:

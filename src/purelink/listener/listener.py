@@ -53,7 +53,8 @@ from ..store.datadir import DataDir, validate_stream_name
 from ..store.retention import RetentionPolicy
 from .backends.file import FileBackend
 from .backends.jetstream import JetStreamBackend
-from .config import ListenerConfig
+from .config import DEFAULT_MIN_FREE, ListenerConfig
+from .health import store_problem
 from .stats import ListenerStats, SyncTimes
 from .storage import StorageDriver
 from .tail.file import FileTailSource
@@ -123,6 +124,7 @@ class Listener:
         max_subscriptions: int = 64,
         insecure: bool = False,
         replicas: int = 3,
+        min_free: int | str = DEFAULT_MIN_FREE,
     ) -> None:
         # every argument checked, each limit within its bounds (config.py)
         config = ListenerConfig(
@@ -148,6 +150,7 @@ class Listener:
             max_subscriptions=max_subscriptions,
             replicas=replicas,
             secret=secret,
+            min_free=min_free,
         )
         self._config = config
         self.path = Path(data)
@@ -165,6 +168,8 @@ class Listener:
         self._drains = 0
         self._datagrams = 0
         self._bytes = 0
+        self._key_reloads = 0
+        self._key_reload_failures = 0
         self._handlers: dict[int, Callable[[float, int], None]] = {}
         self._round_buffers: list[bytearray] = []  # the round's datagrams are in them
         self.routes: dict[Any, Callable[[bytes], None]] = {}
@@ -223,7 +228,9 @@ class Listener:
 
             self._core = SecureCore(store, self._core_config, self._keys, time.time)
         self._driver = StorageDriver(
-            self._core, self._files if self._files is not None else self.jetstream
+            self._core,
+            self._files if self._files is not None else self.jetstream,
+            config.min_free_mark(),
         )
 
     def _open_sockets(self) -> None:
@@ -238,7 +245,7 @@ class Listener:
         if self._sock is not None:
             self.add_source(self._sock.fileno(), self._drain)
         if config.tcp is not None:
-            assert self._core is not None
+            assert self._core is not None and self._driver is not None
             self._tcp = TcpServer(
                 self,
                 self._core,
@@ -253,7 +260,9 @@ class Listener:
                 self._tail_source(),
                 keys=self._keys,
                 max_subscribers=config.max_subscriptions,
+                hold=self._driver.hold,
             )
+            self._driver.on_hold = self._tail.held_changed  # followers hear of a hold
             self._tcp.foreign = self._tail.take  # subscriptions share the TCP port
 
     def _tail_source(self) -> TailSource:
@@ -283,7 +292,7 @@ class Listener:
             if self._thread is not None:
                 self._thread.join()
             if self._jetstream is not None and not self._jetstream.drain(CLOSE_DRAIN):
-                log.error("purelink: JetStream did not acknowledge everything before close")
+                log.error("JetStream did not acknowledge everything before close")
             if self._files is not None:  # its sync thread stops, every stream is synced
                 self._files.close()
         finally:
@@ -345,6 +354,8 @@ class Listener:
         if self._tail is not None:  # subscriptions refused, by reason (all "tail_...")
             for reason, count in self._tail.statistics().dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
+        tail = self._tail.statistics() if self._tail is not None else None
+        first, last = self._positions()
         return ListenerStats(
             datagrams=self._datagrams + (tcp.frames if tcp else 0),
             bytes=self._bytes + (tcp.bytes if tcp else 0),
@@ -371,12 +382,35 @@ class Listener:
             memory=core.memory if core is not None else 0,
             dropped=dropped,
             frames=tcp.frames if tcp else 0,
-            subscribers=self._tail.statistics().subscribers if self._tail is not None else 0,
+            subscribers=tail.subscribers if tail is not None else 0,
+            tail_connections=tail.subscribers + tail.pending if tail is not None else 0,
+            frame_bytes=tcp.bytes if tcp else 0,
+            key_reloads=self._key_reloads,
+            key_reload_failures=self._key_reload_failures,
+            stream_first=first,
+            stream_last=last,
             stream_records=dict(driver.stream_records) if driver is not None else {},
             stream_bytes=dict(driver.stream_bytes) if driver is not None else {},
             sync_seconds=tuple(sync_times.counts),
             sync_seconds_sum=sync_times.sum,
+            no_room=driver.rooms() if driver is not None else {},
+            free_bytes=driver.free_by_stream() if driver is not None else {},
         )
+
+    def _positions(self) -> tuple[dict[str, int], dict[str, int]]:
+        """({stream: first position}, {stream: last position}) of a data directory's
+        open streams (empty for a cluster, whose positions are the cluster's)."""
+        data = self._data
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        if data is None:
+            return first, last
+        for stream in data.streams():
+            log = data.open_log(stream)
+            if log is not None:
+                first[stream] = log.first_position
+                last[stream] = log.last_position
+        return first, last
 
     # -------------------------------------------------------------- sockets
     def _bind_udp(self, host: str, port: int) -> socket.socket:
@@ -435,6 +469,11 @@ class Listener:
                     owed = tcp.timeout(t)
                     if owed >= 0 and (timeout < 0 or owed < timeout):
                         timeout = owed
+                room = driver.check(t)  # the free space, and streams waiting for room
+                if room is not None:
+                    wait = max(room - t, 0.0)
+                    if timeout < 0 or wait < timeout:
+                        timeout = wait
                 ready = ep.poll(timeout)
                 now = monotonic()
                 for fd, mask in ready:
@@ -476,6 +515,7 @@ class Listener:
         thread = self._thread
         if thread is None or not thread.is_alive():
             self._keys = keys  # not serving: start() (or nothing) takes them
+            self._key_reloads += 1
             return True
         done = threading.Event()
         self._new_keys.append((keys, done))
@@ -492,12 +532,19 @@ class Listener:
 
     def _use_keys(self, keys: KeyTable, now: float) -> None:
         self._keys = keys
+        self._key_reloads += 1
         from ..protocol.secure_core import SecureCore  # noqa: PLC0415 - loaded with the keys
 
         core = self._core
         if isinstance(core, SecureCore):
             ended = core.set_keys(keys, now)
-            log.info("purelink: keys reloaded (%d keys); %d sessions ended", len(keys), ended)
+            log.info(
+                "keys reloaded (%d key%s); %d sessions ended",
+                len(keys),
+                "" if len(keys) == 1 else "s",
+                ended,
+                extra={"keys": len(keys), "sessions_ended": ended},
+            )
         if self._tail is not None:
             self._tail.set_keys(keys)
 
@@ -583,3 +630,34 @@ def failure_fd(listener: Listener) -> int:
         if listener.error is not None:
             os.write(listener._failure_w, b"x")
     return listener._failure_r
+
+
+def key_reload_failed(listener: Listener) -> None:
+    """Count a reload that failed before it reached the listener (a keys file that
+    did not read: `purelink serve` on SIGHUP); `stats().key_reload_failures`.  A
+    function of this module for the reason `failure_fd` is."""
+    listener._key_reload_failures += 1
+
+
+def not_ready(listener: Listener) -> str | None:
+    """Why `listener` cannot take records now, in a few words, or None when it can:
+    started and not closed, its loop alive, its sockets bound, its store writable
+    (health.py) and, on a cluster, connected to it (`serve --metrics`' /readyz)."""
+    if not listener._started or listener._closed:
+        return "not started" if not listener._started else "closed"
+    thread = listener._thread
+    if listener.error is not None or thread is None or not thread.is_alive():
+        return "the listener's loop stopped"
+    config = listener._config
+    if config.udp is not None and listener._sock is None:
+        return "udp socket not bound"
+    if config.tcp is not None and listener.tcp_address is None:
+        return "tcp socket not bound"
+    driver = listener._driver
+    held = driver.rooms() if driver is not None else {}
+    if listener._jetstream is not None:
+        if not listener._jetstream.connected():
+            return "JetStream unreachable"
+        return store_problem(None, config.min_free_mark(), held, listener._jetstream.failed)
+    failed = listener._files.failed if listener._files is not None else set()
+    return store_problem(listener.path, config.min_free_mark(), held, failed)

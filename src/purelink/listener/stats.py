@@ -12,12 +12,41 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["SYNC_BUCKETS", "ListenerStats", "SyncTimes"]
+__all__ = ["DROP_REASONS", "SYNC_BUCKETS", "ListenerStats", "SyncTimes"]
 
 SYNC_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )  # fmt: skip
 """Upper bounds (seconds) of the fdatasync latency buckets in `ListenerStats.sync_seconds`."""
+
+DROP_REASONS: Final = (
+    # a datagram or frame that does not decode, or is not for the listener
+    "truncated", "bad_magic", "bad_version", "bad_checksum", "unknown_type", "malformed",
+    "unauthenticated", "replayed", "wrong_direction",
+    # a batch or piece over a limit
+    "too_large", "reorder_full", "memory_limit",
+    # a handshake refused
+    "handshake_rate_limited", "bad_cookie", "replayed_hello", "replayed_init", "bad_request",
+    "bad_stream", "link_limit", "stream_limit", "store_error", "disk_full", "stream_failed",
+    "unknown_key", "expired_key", "bad_secret", "forbidden", "key_revoked", "no_handshake",
+    "no_channel",
+    # a datagram for no live session of its sender
+    "unknown_conn", "wrong_address", "stale_epoch", "not_accepted", "session_expired",
+    # an answer not sent
+    "amplification_limit", "send_failed", "no_route",
+    # the TCP side
+    "accept_failed", "connection_limit", "no_fds", "read_timeout", "junk_frames",
+    "truncated_frame", "frame_too_large", "unsent_limit", "slow_reader",
+    # subscriptions refused or abandoned (tail/server.py)
+    "tail_bad_request", "tail_unauthenticated", "tail_unknown_key", "tail_expired_key",
+    "tail_bad_secret", "tail_forbidden", "tail_key_revoked", "tail_request_timeout",
+    "tail_truncated_request", "tail_trailing_bytes", "tail_too_many_pending",
+    "tail_too_many_subscribers", "tail_rate_limited", "tail_below_retained", "tail_damaged",
+    "tail_failed",
+)  # fmt: skip
+"""Every reason the listener counts in `ListenerStats.dropped` (docs/security.md says
+what each means): the metrics show each from the start, at 0.  tests/test_metrics.py
+reads the source for the reasons it counts and checks that each is here."""
 
 
 @dataclass(frozen=True)
@@ -25,9 +54,10 @@ class ListenerStats:
     """A snapshot of a listener's counters."""
 
     datagrams: int
-    """Datagrams received (after splitting GRO buffers)."""
+    """UDP datagrams received (after splitting GRO buffers) and TCP frames
+    received: `frames` says how many of them were frames."""
     bytes: int
-    """Bytes received."""
+    """Bytes received (UDP datagrams and TCP frames; `frame_bytes` of TCP)."""
     recv_calls: int
     """Receive system calls that returned data."""
     drains: int
@@ -39,7 +69,8 @@ class ListenerStats:
     """Readiness events of the TCP listening socket; accepts / accept_drains is the
     number of connections taken per event."""
     connections: int
-    """TCP connections open now."""
+    """TCP connections of links open now (and those not yet known to be a
+    subscriber's); `tail_connections` counts the subscribers'."""
     sessions: int
     """Sessions accepted (handshakes completed), over UDP and TCP."""
     links: int
@@ -80,6 +111,20 @@ class ListenerStats:
     """TCP frames received (counted in `datagrams` too)."""
     subscribers: int = 0
     """Subscriptions being served now (`purelink.subscribe`, `purelink tail`)."""
+    tail_connections: int = 0
+    """TCP connections of subscribers open now: those served, and those still
+    sending their request."""
+    frame_bytes: int = 0
+    """Bytes of TCP frames received (counted in `bytes` too)."""
+    key_reloads: int = 0
+    """Key tables the listener took since it started (`set_keys`: SIGHUP in `serve`)."""
+    key_reload_failures: int = 0
+    """Reloads that failed (a keys file that did not read): the keys in use stayed."""
+    stream_first: dict[str, int] = field(default_factory=dict)
+    """Position of the first record retained, per stream of a data directory
+    (0 when empty): retention moves it."""
+    stream_last: dict[str, int] = field(default_factory=dict)
+    """Position of the last record written, per stream of a data directory (0 when empty)."""
     stream_records: dict[str, int] = field(default_factory=dict)
     """Records stored since start, per stream."""
     stream_bytes: dict[str, int] = field(default_factory=dict)
@@ -89,6 +134,12 @@ class ListenerStats:
     that long, and longer than the bound before), then one for the rest."""
     sync_seconds_sum: float = 0.0
     """Seconds spent in fdatasync calls, all together."""
+    no_room: dict[str, str] = field(default_factory=dict)
+    """Streams the store has no room for now, and why: "disk_full" (a write
+    failed with ENOSPC or EDQUOT) or "min_free" (below the --min-free mark).
+    Their links wait; the streams go on by themselves once there is room."""
+    free_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes free on the file system of each stream written, as last looked at."""
 
 
 class SyncTimes:

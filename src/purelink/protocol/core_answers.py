@@ -22,6 +22,15 @@ moves them to the stream's queue of writes waiting for a sync, at the log
 position their last one ended at; `synced` raises each producer's `stored`
 as the sync passes those positions, asks for its ACK, and accepts the new
 sessions that waited for their producer's records to be durable.
+
+No room.  When the store has no room for a stream (`write_full`: a full disk,
+or below its min-free mark) the writes taken for it are not stored: each of
+its producers goes back to what the store holds (`received` = its last seq
+written there; what was held out of order is dropped), its session ends with
+REFUSE(disk_full), and new HELLOs for the stream are refused so until
+`stream_resumed`.  The links wait and ask again; their next session resends
+everything after the `stored` its ACCEPT says, so nothing is lost and
+nothing is stored twice.
 """
 
 from __future__ import annotations
@@ -39,11 +48,72 @@ __all__ = ["CoreAnswers"]
 class CoreAnswers(CoreSessions):
     """Durability in, answers out."""
 
-    def write_failed(self, stream: str) -> None:
-        """The writes taken for `stream` could not be stored, nor will any later
-        one be (the driver stops writing there): forget whose they were, so that
-        nothing ever says they are stored."""
+    def write_full(self, stream: str, ticket: int | None = None) -> None:
+        """The store has no room for the writes taken for `stream`: see "No room"
+        in the module header.  `ticket`: the store did write a part of them, up
+        to there (they become durable with it, and count as received).
+        Refusals go out at the next datagrams_to_send."""
         self._write_owners.pop(stream, None)
+        self._writes.pop(stream, None)
+        self._full.add(stream)
+        for (name, pid), producer in list(self._producers.items()):
+            if name != stream:
+                continue
+            _, written = self.store.producer_state(stream, pid)
+            if ticket is not None and written > producer.stored:
+                self._pending_sync.setdefault(stream, deque()).append(
+                    (ticket, [(producer, written)])
+                )
+            producer.received = max(written, producer.stored)
+            producer.reset_volatile()
+            self._account(producer)
+        self._end_sessions(stream, wire.RefuseReason.DISK_FULL)
+
+    def stream_failed(self, stream: str, final: bool) -> None:
+        """The store failed on `stream` for good: nothing more is written there,
+        and its sessions end with REFUSE(stream_failed) -- their links wait for
+        a restart of the listener, which recovers the stream from its files.
+        `final` (a failed sync): nothing written and not yet durable ever will
+        be, so nothing more is told stored and the sessions end now; else (a
+        failed write) what was written before it may still become durable, and
+        the sessions end once it has, told so first."""
+        self._write_owners.pop(stream, None)
+        self._writes.pop(stream, None)
+        self._failed_streams.add(stream)
+        if final:
+            self._pending_sync.pop(stream, None)
+        if not self._pending_sync.get(stream):
+            self._end_sessions(stream, wire.RefuseReason.STREAM_FAILED)
+
+    def _end_sessions(self, stream: str, reason: int) -> None:
+        """End every session of `stream`, each told why (a refusal for now), an
+        open one told first what is stored (its last ACK)."""
+        for (name, _), producer in list(self._producers.items()):
+            conn = producer.conn
+            if name != stream or not isinstance(conn, Session):
+                continue
+            if conn.state is SessionState.WAITING:  # never accepted: answer its HELLO
+                refuse = wire.Refuse(0, conn.nonce, 0, reason)
+            elif conn.state is SessionState.OPEN:
+                self._out.append((self._encode_ack(conn, 0), conn.addr))
+                refuse = wire.Refuse(conn.conn_id, 0, conn.epoch, reason)
+            else:
+                continue
+            # refused for now, not ended for good: its link sends the same HELLO
+            # again (a waiting one keeps its nonce), which must not read as a replay
+            conn.replay_until = None
+            self._move(conn, SessionState.CLOSED)
+            self._out.append((wire.encode_refuse(refuse), conn.addr))
+            self._drop(wire.RefuseReason.NAMES[reason])
+
+    def stream_resumed(self, stream: str) -> None:
+        """The store has room for `stream` again: its links may come back."""
+        self._full.discard(stream)
+
+    @property
+    def full_streams(self) -> frozenset[str]:
+        """Streams the store has no room for (their links are refused for now)."""
+        return frozenset(self._full)
 
     def written(self, stream: str, last_position: int) -> None:
         """The writes taken for `stream` are in the log, up to `last_position`."""
@@ -64,6 +134,8 @@ class CoreAnswers(CoreSessions):
                         self._want_ack(conn)
                     elif producer in self._closed_unsynced:
                         self._forget_closed(producer)
+        if self._failed_streams and stream in self._failed_streams and not queue:
+            self._end_sessions(stream, wire.RefuseReason.STREAM_FAILED)  # told, then ended
         waiting = self._accept_waiting.pop(stream, None)
         if waiting:
             still = []
@@ -102,26 +174,31 @@ class CoreAnswers(CoreSessions):
                 conn.ack_due = False
                 sent += 1
                 delay = int((now - conn.ack_delay_from) * 1e6) if conn.largest_pn else 0
-                ack = wire.Ack(
-                    conn.conn_id,
-                    conn.epoch,
-                    p.stored,
-                    p.received,
-                    p.window,
-                    conn.largest_pn,
-                    max(delay, 0),
-                    p.ranges(),
-                    p.fragment_spans(),
-                    tuple(conn.duplicates),
-                )
-                conn.largest_pn = 0
-                if conn.duplicates:
-                    conn.duplicates.clear()
-                out.append((wire.encode_ack(ack), conn.addr))
+                out.append((self._encode_ack(conn, delay), conn.addr))
             self.stats.acks += sent
             self._ack_due = held
             self._hold_until = hold_until
         return out
+
+    def _encode_ack(self, conn: Session, delay: int) -> bytes:
+        """The ACK that says where `conn`'s producer stands (and what it saw)."""
+        p = conn.producer
+        ack = wire.Ack(
+            conn.conn_id,
+            conn.epoch,
+            p.stored,
+            p.received,
+            p.window,
+            conn.largest_pn,
+            max(delay, 0),
+            p.ranges(),
+            p.fragment_spans(),
+            tuple(conn.duplicates),
+        )
+        conn.largest_pn = 0
+        if conn.duplicates:
+            conn.duplicates.clear()
+        return wire.encode_ack(ack)
 
     def timeout(self, now: float) -> float:
         """Seconds until a held ACK is due (the driver calls `datagrams_to_send`

@@ -53,6 +53,12 @@ class CoreHandshake(CoreSessions):
         pid = self._requested_producer(hello, addr, size)
         if pid is None:
             return
+        if self._full and hello.stream in self._full:  # no room: come back later
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.DISK_FULL, "disk_full")
+            return
+        if self._failed_streams and hello.stream in self._failed_streams:  # until a restart
+            self._refuse_hello(hello, addr, size, wire.RefuseReason.STREAM_FAILED, "stream_failed")
+            return
         if now >= self._next_sweep or len(self._conns) >= self.config.max_links:
             self._expire_idle(now)
         if len(self._conns) >= self.config.max_links:
@@ -140,7 +146,10 @@ class CoreHandshake(CoreSessions):
                 max_reorder=self.config.max_reorder,
                 max_record=self.config.max_record,
             )
-            producer.owner = self.store.epoch_owner(stream, pid)
+            # an anonymous producer's id is its link instance's: every epoch of it
+            # went to that link, whatever the store remembers (a segment's summary
+            # keeps an epoch handed out but never heard of, and no owner)
+            producer.owner = self.store.epoch_owner(stream, pid) or (pid if pid >> 63 else 0)
         except ValueError:
             self._refuse_hello(hello, addr, size, wire.RefuseReason.BAD_STREAM)
             return None

@@ -56,10 +56,13 @@ from .receiver import Producer, Write
 __all__ = ["AMPLIFICATION", "MOVES", "CoreState", "Session", "SessionState"]
 
 AMPLIFICATION: Final = 3
-_NOT_JUNK: Final = frozenset({"session_expired", "unknown_conn", "stale_epoch", "not_accepted"})
+_NOT_JUNK: Final = frozenset(
+    {"session_expired", "unknown_conn", "stale_epoch", "not_accepted", "disk_full", "stream_failed"}
+)
 """Drop reasons a real link can cause: a session expired or fenced under it (its
-next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), or a
-DATA racing its ACCEPT.  Every other reason means bytes no link sends."""
+next datagrams, up to the REFUSE, are `unknown_conn` or `stale_epoch`), a
+DATA racing its ACCEPT, or a HELLO the listener refuses for now (its disk,
+its store).  Every other reason means bytes no link sends."""
 
 
 class SessionState(enum.Enum):
@@ -134,6 +137,8 @@ class CoreState:
         self._hellos: dict[tuple[Address, int], int] = {}  # (addr, nonce) -> conn_id
         self._writes: dict[str, list[Write]] = {}
         self._write_owners: dict[str, list[tuple[Producer, int]]] = {}
+        self._full: set[str] = set()  # streams the store has no room for (core_answers.py)
+        self._failed_streams: set[str] = set()  # streams the store failed on for good
         self._pending_sync: dict[str, deque[tuple[int, list[tuple[Producer, int]]]]] = {}
         self._out: list[tuple[bytes, Address]] = []
         self._ack_due: set[int] = set()

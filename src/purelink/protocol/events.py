@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Connected", "Event", "Failed", "Fenced", "Reconnecting", "StoredAdvanced"]
+__all__ = ["Connected", "Event", "Failed", "Fenced", "Held", "Reconnecting", "StoredAdvanced"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,15 @@ class Fenced:
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """The listener refused the link for now (its disk is full): the link waits
+    and tries again; said once per episode, until it is storing again."""
+
+    reason: str
+    """The refusal's name ("disk_full")."""
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
     """The link cannot go on and must fail loudly."""
 
@@ -58,6 +67,8 @@ class Failed:
     """"refused" (handshake refused), "lost" (the listener lost told records), "conflict"."""
     message: str
     """One line for the application."""
+    permanent: bool = False
+    """Trying again cannot help (messages.RefuseReason.PERMANENT)."""
 
 
-Event = Connected | StoredAdvanced | Reconnecting | Fenced | Failed
+Event = Connected | StoredAdvanced | Reconnecting | Fenced | Held | Failed

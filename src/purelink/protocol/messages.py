@@ -81,6 +81,17 @@ class RefuseReason:
     """The producer name is not valid (the stream name's rule)."""
     BAD_DATAGRAM_SIZE = 15
     """The HELLO's `max_datagram` is below 128."""
+    DISK_FULL = 16
+    """The listener's disk has no room for the stream (full, or below its
+    --min-free mark): it stores nothing more there until it has room.  A link
+    waits and tries its HELLO again (an open session ends with it: the link
+    reconnects, and resends what was not stored)."""
+    STREAM_FAILED = 17
+    """The listener's store failed on this stream (an fsync failed: what was
+    written after the last good one cannot be trusted; or a write failed for
+    another reason than room) and takes nothing more
+    there until it is restarted, which recovers the stream from its files.  A
+    link waits and tries its HELLO again, as for DISK_FULL."""
 
     NAMES: Final = {
         1: "fenced",
@@ -98,8 +109,19 @@ class RefuseReason:
         13: "store_error",
         14: "bad_producer",
         15: "bad_datagram_size",
+        16: "disk_full",
+        17: "stream_failed",
     }
     """Each reason's name, as a link reports it ("the listener refused the link: max_links")."""
+    FOR_NOW: Final = frozenset({DISK_FULL, STREAM_FAILED})
+    """Refusals a link waits out: it tries its HELLO again on its backoff."""
+    PERMANENT: Final = frozenset(
+        {BAD_STREAM, BAD_REQUEST, FORBIDDEN, REVOKED, UNKNOWN_KEY, BAD_SECRET, EXPIRED_KEY}
+        | {BAD_PRODUCER, BAD_DATAGRAM_SIZE}
+    )
+    """Refusals that trying again cannot heal without a change on one side (a key,
+    a name, a setting); the others (a limit, a store error, fenced, unknown) can
+    heal by themselves, and a link may be tried again."""
     MEANINGS: Final = {
         "bad_stream": "the stream name is not valid",
         "limit": "a limit of the listener was reached",
@@ -111,6 +133,10 @@ class RefuseReason:
         "session (see the listener's log)",
         "bad_producer": "the producer name is not valid",
         "bad_datagram_size": "the link's datagram size is below 128 bytes",
+        "disk_full": "the listener's disk has no room for the stream (full, or below its "
+        "--min-free); the link waits and tries again",
+        "stream_failed": "the listener's store failed on the stream (see its log) and "
+        "takes nothing more there until it is restarted; the link waits and tries again",
     }
     """What a refusal means, by name, for people (the command line prints it)."""
 

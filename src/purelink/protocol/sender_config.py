@@ -60,4 +60,9 @@ class SenderStats:
     """Losses that proved spurious (the original arrived after all)."""
     handshakes: int = 0
     reconnects: int = 0
+    disk_full: int = 0
+    """Refusals for now because the listener's disk had no room (the link waited)."""
+    stream_failed: int = 0
+    """Refusals for now because the listener's store failed on the stream (the
+    link waited for a restart of the listener)."""
     dropped: int = 0

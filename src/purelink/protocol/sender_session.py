@@ -36,7 +36,7 @@ from collections import deque
 from typing import Final
 
 from . import wire
-from .events import Connected, Event, Failed, Fenced, Reconnecting
+from .events import Connected, Event, Failed, Fenced, Held, Reconnecting
 from .packing import Packer
 from .pmtu import PathMtu
 from .recovery import InFlight, RttEstimator
@@ -111,6 +111,7 @@ class SenderSession(SenderRecords):
         """When the one HELLO of this step went out (None: none, or resent)."""
         self._connected_once = False
         self._close_due = False
+        self._held = False  # refused for now (disk_full) since the last ACCEPT
 
     def _arm(self, now: float) -> None:
         """Arm the loss or probe timer (sender_answers.py)."""
@@ -229,6 +230,7 @@ class SenderSession(SenderRecords):
         self._move(SenderState.OPEN)
         if self._pmtu is not None:
             self._pmtu.start(now)
+        self._held = False
         self._events.append(Connected(msg.producer, msg.epoch, msg.stored, msg.max_record))
         self._arm(now)
 
@@ -241,9 +243,10 @@ class SenderSession(SenderRecords):
             if reason == wire.RefuseReason.FENCED:
                 self._move(SenderState.FENCED)
                 self._events.append(Fenced(self.epoch))
+            elif reason in wire.RefuseReason.FOR_NOW:
+                self._hold(reason)  # the HELLO's timer asks again, on its backoff
             else:
-                name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
-                self._fail("refused", f"the listener refused the link: {name}")
+                self._refused(reason)
             return
         if self.state != SenderState.OPEN or msg.conn_id != self.conn_id:
             self.stats.dropped += 1
@@ -256,13 +259,32 @@ class SenderSession(SenderRecords):
             self._events.append(Fenced(self.epoch))
         elif reason == wire.RefuseReason.UNKNOWN:
             self._reconnect(now, "unknown")
+        elif reason in wire.RefuseReason.FOR_NOW:
+            # the listener forgot what it had not stored of this session: a new
+            # one resends everything after what its ACCEPT says is stored
+            self._hold(reason)
+            self._reconnect(now, wire.RefuseReason.NAMES[reason])
         else:
-            name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
-            self._fail("refused", f"the listener refused the link: {name}")
+            self._refused(reason)
 
-    def _fail(self, kind: str, message: str) -> None:
+    def _hold(self, reason: int) -> None:
+        """Refused for now: count it, and say so once until the next ACCEPT."""
+        if reason == wire.RefuseReason.DISK_FULL:
+            self.stats.disk_full += 1
+        else:
+            self.stats.stream_failed += 1
+        if not self._held:
+            self._held = True
+            self._events.append(Held(wire.RefuseReason.NAMES[reason]))
+
+    def _refused(self, reason: int) -> None:
+        name = wire.RefuseReason.NAMES.get(reason, f"reason {reason}")
+        permanent = reason in wire.RefuseReason.PERMANENT
+        self._fail("refused", f"the listener refused the link: {name}", permanent)
+
+    def _fail(self, kind: str, message: str, permanent: bool = False) -> None:
         self._move(SenderState.FAILED)
-        self._events.append(Failed(kind, message))
+        self._events.append(Failed(kind, message, permanent))
         self._timer = None
 
     def _reconnect(self, now: float, reason: str) -> None:

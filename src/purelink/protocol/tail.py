@@ -19,6 +19,10 @@ Request, client to listener, little-endian, sent once:
     8s   "PLTAIL01"
     u64  start        first position wanted; 0 = the first record retained
     u8   flags        0x01 follow: wait for more instead of ending;
+                      0x02 list: the listener's streams, not a stream's records
+                      (tail_list.py: start 0, no name, no follow);
+                      0x04 since: `start` is a time, milliseconds since the Unix epoch:
+                           start at the first record stored at or after it;
                       0x40 sealed (tail_seal.py); any other bit: refused (bad_flags)
     u8   n            length of the stream name
     n    name         the stream (the README's naming rule)
@@ -29,8 +33,14 @@ Reply, listener to client: items back to back until the listener closes.
     batch    a stored batch, byte for byte: u64 position (>= 1), u32 crc, "PB", ...
              (docs/store.md); the first one holds `start`, the next ones follow on
     control  u64 0, u32 kind, u32 n, n bytes of UTF-8 text, u32 crc32c of kind..text
-             END (1): everything asked for was sent (follow=False); the listener closes
+             END (1): everything asked for was sent (follow=False); the listener closes.
+                 Its text is "no_stream" when the stream does not exist (else "")
              ERROR (2): the subscription failed (text says why); the listener closes
+             NOTICE (3): to a follower, whether the stream stores now: text "" (it does),
+                 "disk_full" (no room on the listener's disk, or below its --min-free)
+                 or "stream_failed" (a failed write or fsync; until a restart).  One
+                 comes before the follower first waits, then one at each change.
+             STREAM (4): one stream of a listing (tail_list.py), never in a stream's reply
 
 A batch is sent only once it is stored (synced, with sync="batch"/"always"),
 so a subscriber never sees a record a link was not, or could not yet be, told
@@ -57,33 +67,50 @@ __all__ = [
     "END",
     "ERROR",
     "FLAG_FOLLOW",
+    "FLAG_LIST",
     "FLAG_SEALED",
+    "FLAG_SINCE",
     "MAX_INIT",
     "MAX_ITEM",
+    "MAX_TEXT",
+    "NOTICE",
+    "NO_STREAM",
     "PREAMBLE",
+    "STREAM",
     "Request",
     "TailDecoder",
     "decode_request",
     "encode_control",
+    "encode_list_request",
     "encode_request",
     "request_size",
+    "split_control",
 ]
 
 PREAMBLE: Final = b"PLTAIL01"
 FLAG_FOLLOW: Final = 0x01
+FLAG_LIST: Final = 0x02
+"""The request asks for the listener's streams (tail_list.py)."""
+FLAG_SINCE: Final = 0x04
+"""`start` holds a time (ms since the Unix epoch), not a position."""
 FLAG_SEALED: Final = 0x40
 """The request is an INIT (tail_seal.py): the reply comes encrypted."""
 MAX_INIT: Final = 1024
 """Largest INIT a sealed request may carry."""
 END: Final = 1
 ERROR: Final = 2
+NOTICE: Final = 3
+STREAM: Final = 4
+NO_STREAM: Final = "no_stream"
+"""END's text when the stream asked for does not exist."""
 
 _FIXED = struct.Struct("<8sQBB")  # preamble, start, flags, name length
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _BATCH = struct.Struct("<QI2sBBIIQQI")  # wire.py's batch header, position first
 _CONTROL = struct.Struct("<QII")  # 0, kind, text length
-_MAX_TEXT: Final = 4096
+MAX_TEXT: Final = 4096
+"""Largest body of a control item."""
 MAX_ITEM: Final = 1 << 30
 """Largest batch a subscriber accepts (a record is at most the listener's max_record)."""
 _MAX_SEQ: Final = 0xFFFF_FFFF_FFFF_FFFF
@@ -93,18 +120,31 @@ class Request(NamedTuple):
     """A decoded subscription request."""
 
     stream: str
+    """The stream ("" in a listing)."""
     start: int
+    """The first position wanted (0: the first retained), or with `since` a time."""
     follow: bool
+    listing: bool = False
+    """A listing: the listener's streams (FLAG_LIST), not a stream's records."""
+    since: bool = False
+    """`start` is a time: milliseconds since the Unix epoch."""
 
 
-def encode_request(stream: str, start: int, follow: bool) -> bytes:
-    """The request's bytes. Raises ValueError for a bad name or start."""
+def encode_request(stream: str, start: int, follow: bool, since: bool = False) -> bytes:
+    """The request's bytes (with `since`, `start` is a time in ms since the Unix
+    epoch). Raises ValueError for a bad name or start."""
     name = validate_stream_name(stream).encode("ascii")
     if not 0 <= start <= _MAX_SEQ:
-        raise ValueError(
-            f"start must be a position, 1 to {_MAX_SEQ} (or 0: the first retained), not {start}"
-        )
-    body = _FIXED.pack(PREAMBLE, start, FLAG_FOLLOW if follow else 0, len(name)) + name
+        what = "a time, ms since the Unix epoch," if since else "a position,"
+        raise ValueError(f"start must be {what} 0 to {_MAX_SEQ}, not {start}")
+    flags = (FLAG_FOLLOW if follow else 0) | (FLAG_SINCE if since else 0)
+    body = _FIXED.pack(PREAMBLE, start, flags, len(name)) + name
+    return body + _U32.pack(crc32c(body))
+
+
+def encode_list_request() -> bytes:
+    """A listing request's bytes (FLAG_LIST: start 0, no name)."""
+    body = _FIXED.pack(PREAMBLE, 0, FLAG_LIST, 0)
     return body + _U32.pack(crc32c(body))
 
 
@@ -130,22 +170,41 @@ def decode_request(data: bytes) -> Request:
     end = _FIXED.size + n
     if crc32c(data[:end]) != _U32.unpack_from(data, end)[0]:
         raise ProtocolError("bad_checksum", "request")
-    if flags & ~FLAG_FOLLOW:  # a bit this listener does not know: not ignored
+    if flags & ~(FLAG_FOLLOW | FLAG_LIST | FLAG_SINCE):  # a bit this listener does not know
         raise ProtocolError("bad_flags", f"flags {flags:#04x}")
+    if flags & FLAG_LIST:
+        if flags != FLAG_LIST or start or n:
+            raise ProtocolError("bad_flags", "a listing has no name, start or follow")
+        return Request("", 0, False, True)
     try:
         stream = validate_stream_name(data[_FIXED.size : end].decode("ascii"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("bad_name", str(exc)) from None
     if start < 0:  # pragma: no cover - a u64 cannot be negative
         raise ProtocolError("bad_start", f"start {start}")
-    return Request(stream, start, bool(flags & FLAG_FOLLOW))
+    return Request(stream, start, bool(flags & FLAG_FOLLOW), since=bool(flags & FLAG_SINCE))
 
 
-def encode_control(kind: int, text: str = "") -> bytes:
-    """An END or ERROR item."""
-    raw = text.encode("utf-8")[:_MAX_TEXT]
+def encode_control(kind: int, text: str | bytes = "") -> bytes:
+    """A control item: END, ERROR or NOTICE with a text, STREAM with its bytes."""
+    raw = (text.encode("utf-8") if isinstance(text, str) else text)[:MAX_TEXT]
     body = _CONTROL.pack(0, kind, len(raw)) + raw
     return body + _U32.pack(crc32c(body[8:]))
+
+
+def split_control(buf: bytes, pos: int, end: int) -> tuple[int, bytes, int] | None:
+    """The control item at `pos` (its u64 0 already seen): (kind, body, size), or None
+    while it is not whole in buf[:end].  ProtocolError if its length or CRC is bad."""
+    _, kind, n = _CONTROL.unpack_from(buf, pos)
+    if n > MAX_TEXT:
+        raise ProtocolError("bad_control", f"text of {n} bytes")
+    size = int(_CONTROL.size + n + _U32.size)
+    if end - pos < size:
+        return None
+    body_end = pos + _CONTROL.size + n
+    if crc32c(buf[pos + 8 : body_end]) != _U32.unpack_from(buf, body_end)[0]:
+        raise ProtocolError("bad_checksum", "control item")
+    return int(kind), bytes(buf[pos + _CONTROL.size : body_end]), size
 
 
 class TailDecoder:
@@ -154,7 +213,7 @@ class TailDecoder:
     `feed(data)` takes the next bytes received (as `bytes`: records are sliced
     straight out of them, one copy each, no intermediate buffer) and returns
     the records of every batch now complete, from `start` on.  `ended` is set
-    by an END item; an ERROR item raises `ProtocolError("refused", text)`; a
+    by an END item, `held` by a NOTICE; an ERROR item raises `ProtocolError("refused", text)`; a
     batch that fails its checks, or a position that does not follow on, raises
     ProtocolError too.  Memory: the bytes of one incomplete item at most
     (`MAX_ITEM`).
@@ -164,13 +223,18 @@ class TailDecoder:
     per batch: the per-batch cost is what bounds a subscriber's records/s.
     """
 
-    __slots__ = ("_rest", "ended", "next_position")
+    __slots__ = ("_rest", "ended", "held", "next_position", "unknown_stream")
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, held: str | None = None) -> None:
         self.next_position = start
         """The position of the next record wanted (0: the first one retained)."""
         self.ended = False
         """An END item came: the reply is complete."""
+        self.unknown_stream = False
+        """The END said the stream does not exist (NO_STREAM)."""
+        self.held = held
+        """Why the stream stores nothing now, as the last NOTICE said ("disk_full",
+        "stream_failed"), or None."""
         self._rest = b""  # the start of an item not complete yet
 
     @property
@@ -261,21 +325,20 @@ class TailDecoder:
 
     def _control(self, buf: bytes, pos: int, end: int) -> int:
         """Decode a control item at `pos`: its size, or 0 if it is not whole yet."""
-        _, kind, n = _CONTROL.unpack_from(buf, pos)
-        if n > _MAX_TEXT:
-            raise ProtocolError("bad_control", f"text of {n} bytes")
-        size = int(_CONTROL.size + n + _U32.size)
-        if end - pos < size:
+        item = split_control(buf, pos, end)
+        if item is None:
             return 0
-        body_end = pos + _CONTROL.size + n
-        if crc32c(buf[pos + 8 : body_end]) != _U32.unpack_from(buf, body_end)[0]:
-            raise ProtocolError("bad_checksum", "control item")
-        text = buf[pos + _CONTROL.size : body_end].decode("utf-8", "replace")
+        kind, body, size = item
+        text = body.decode("utf-8", "replace")
         if kind == END:
             self.ended = True
+            self.unknown_stream = text == NO_STREAM
             return size
         if kind == ERROR:
             raise ProtocolError("refused", text)
+        if kind == NOTICE:
+            self.held = text or None
+            return size
         raise ProtocolError("bad_control", f"kind {kind}")
 
 

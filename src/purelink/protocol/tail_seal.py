@@ -49,6 +49,7 @@ __all__ = [
     "frame",
     "open_sealed_request",
     "respond",
+    "seal_request",
 ]
 
 _FIXED = struct.Struct("<8sQBB")
@@ -61,10 +62,16 @@ _MAX_FRAME: Final = CHUNK + OVERHEAD + 1024
 
 
 def encode_sealed_request(
-    stream: str, start: int, follow: bool, key_id: str, secret: bytes
+    stream: str, start: int, follow: bool, key_id: str, secret: bytes, since: bool = False
 ) -> tuple[bytes, Initiator]:
     """The request's bytes and the exchange they open. ValueError for bad arguments."""
-    init = Initiator(key_id, secret, encode_request(stream, start, follow))
+    return seal_request(encode_request(stream, start, follow, since), key_id, secret)
+
+
+def seal_request(plain: bytes, key_id: str, secret: bytes) -> tuple[bytes, Initiator]:
+    """A plaintext request (a subscription's, or a listing's: tail_list.py) as a
+    sealed one, and the exchange it opens."""
+    init = Initiator(key_id, secret, plain)
     body = _FIXED.pack(PREAMBLE, len(init.message), FLAG_SEALED, 0) + init.message
     return body + _U32.pack(crc32c(body)), init
 
@@ -75,7 +82,9 @@ def open_sealed_request(
     """(the request, the exchange, the subscriber's ephemeral, the key) of a sealed
     request.  ProtocolError with a reason: truncated, bad_checksum, bad_flags,
     unauthenticated (not sealed), unknown_key, expired_key, bad_secret,
-    forbidden (the key may not read the stream), and decode_request's."""
+    forbidden (the key may not read the stream), and decode_request's.  A listing
+    (FLAG_LIST inside) is not refused for its streams: the server lists only
+    those the key may read."""
     if len(data) < _FIXED.size + _U32.size:
         raise ProtocolError("truncated", "not a whole request")
     preamble, n, flags, _ = _FIXED.unpack_from(data)
@@ -109,7 +118,7 @@ def open_sealed_request(
         request = decode_request(hs.hello)
     except ProtocolError as exc:
         raise ProtocolError(exc.reason, "the request inside the INIT") from None
-    if not key.may_read(request.stream):
+    if not request.listing and not key.may_read(request.stream):  # a listing: filtered
         raise ProtocolError("forbidden", f"key {key_id!r} may not read this stream")
     return request, hs, e_i, key
 

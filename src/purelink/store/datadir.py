@@ -73,10 +73,13 @@ class DataDir:
 
         `retain_bytes`/`retain_age` are the default retention of every stream,
         `retention` maps a stream to its own (bytes, age); see retention.py.
+        `clock` (Unix seconds) is what retention ages segments by and what
+        stamps each stored batch's time (times.py).
         """
         self.path = Path(path)
         """The data directory."""
         self._segment_bytes = segment_bytes
+        self._clock = clock
         self._max_streams = max_streams
         self._logs: dict[str, StreamLog] = {}
         self._streams = self.path / STREAMS_DIR
@@ -125,7 +128,9 @@ class DataDir:
         self.close()
 
     def _open(self, name: str) -> StreamLog:
-        log = StreamLog(self._streams / name, name, segment_bytes=self._segment_bytes)
+        log = StreamLog(
+            self._streams / name, name, segment_bytes=self._segment_bytes, clock=self._clock
+        )
         log.on_roll = self.retention.wake
         self._logs[name] = log
         return log

@@ -24,12 +24,14 @@ it looks a segment up and opens its own fd on it, so retention
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Generator, Iterator
+from itertools import repeat
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from purelink.errors import Error
 from purelink.primitives.grace import GraceReader
@@ -42,6 +44,7 @@ from .format import CORRUPT, STREAMS_DIR, ScanState, has_valid_successor, scan_b
 from .log import StreamLog
 from .reader import StreamInfo
 from .segment import list_segments
+from .times import SegmentTimes, last_time, seek_time
 
 __all__ = ["INDEX_EVERY", "DataDirReader"]
 
@@ -164,7 +167,33 @@ class DataDirReader:
         for index in self._segments(stream):
             with contextlib.suppress(FileNotFoundError):  # removed by retention meanwhile
                 size += index.path.stat().st_size
-        return StreamInfo(stream, first, last, last - first + 1 if first else 0, size)
+        records = last - first + 1 if first else 0
+        return StreamInfo(stream, first, last, records, size, self.last_time(stream))
+
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record stored at or after `when` (Unix
+        seconds), found by seeking (times.py): the position after the last
+        record when none is that recent, 1 for an unknown stream.  Raises
+        purelink.Error when records stored without a time (by a purelink that
+        kept none) come before it."""
+        end = self.last(stream) + 1  # first: a segment that rolls meanwhile is listed below
+        segments = self._segments(stream)
+        if not segments:
+            return 1
+        ms = math.ceil(when * 1000 - 1e-6)  # a time given in whole ms stays that ms
+        return seek_time(stream, [(s.base, s.path) for s in segments], ms, end)
+
+    def last_time(self, stream: str) -> float | None:
+        """When the newest batch of the stream was stored (Unix seconds; None
+        when empty or stored without a time)."""
+        return last_time([s.path for s in self._segments(stream)])
+
+    def read_timed(
+        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
+    ) -> Iterator[tuple[int, float | None, bytes]]:
+        """As `read`, with each record's stored time: (position, Unix seconds or
+        None when its batch was stored without a time, payload)."""
+        return self._read(stream, start, stop, follow, _segment_timed)
 
     def read(
         self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
@@ -181,6 +210,11 @@ class DataDirReader:
         when retention overtakes a slow reader: never a gap), or the stream is
         corrupt (naming the file and offset).  An unknown stream is empty.
         """
+        return self._read(stream, start, stop, follow, _segment_plain)
+
+    def _read(
+        self, stream: str, start: int, stop: int | None, follow: bool, each: _Each[Item]
+    ) -> Iterator[Item]:
         if start < 0:
             raise ValueError(f"start must be a position >= 1 (or 0: the beginning), not {start}")
         segments = self._segments(stream)
@@ -189,7 +223,11 @@ class DataDirReader:
         elif segments and start < segments[0].base:
             raise _overtaken(stream, segments[0].base, start)
         if follow:
-            return follow_records(self, stream, start, stop)
+            if each is _segment_plain:
+                return follow_records(self, stream, start, stop)
+            return follow_records(
+                self, stream, start, stop, read=lambda s, a, b: self._read(s, a, b, False, each)
+            )
         if not segments or (stop is not None and stop <= start):
             return iter(())
         bases = [s.base for s in segments]
@@ -198,7 +236,7 @@ class DataDirReader:
             snapshot = segments[-1].path.stat().st_size
         except FileNotFoundError:
             snapshot = 0
-        return self._records(stream, segments[i:], start, stop, snapshot)
+        return self._records(stream, segments[i:], start, stop, snapshot, each)
 
     def _records(
         self,
@@ -207,7 +245,8 @@ class DataDirReader:
         start: int,
         stop: int | None,
         snapshot: int,
-    ) -> Iterator[tuple[int, bytes]]:
+        each: _Each[Item],
+    ) -> Iterator[Item]:
         limit = stop if stop is not None else 1 << 64
         expected = segments[0].base
         opener = _SegmentOpener(stream, self.writer, self._segments)
@@ -221,7 +260,7 @@ class DataDirReader:
                 fd = opener.open(index, max(start, expected))
                 try:
                     expected = yield from self._segment_records(
-                        index, fd, start, limit, snapshot, closed=k + 1 < len(segments)
+                        index, fd, start, limit, snapshot, each, closed=k + 1 < len(segments)
                     )
                 finally:
                     os.close(fd)
@@ -231,16 +270,26 @@ class DataDirReader:
             opener.close()
 
     def _segment_records(
-        self, index: _SegmentIndex, fd: int, start: int, limit: int, snapshot: int, *, closed: bool
-    ) -> Generator[tuple[int, bytes], None, int]:
-        """Yield the records of one segment in [start, limit); return the
-        position that follows the last batch read."""
+        self,
+        index: _SegmentIndex,
+        fd: int,
+        start: int,
+        limit: int,
+        snapshot: int,
+        each: _Each[Item],
+        *,
+        closed: bool,
+    ) -> Generator[Item, None, int]:
+        """Yield the records of one segment in [start, limit) (as `each` makes
+        them of a batch); return the position that follows the last batch read."""
         end = os.fstat(fd).st_size if closed else snapshot
         if start >= index.end_position:
             self._extend(index, fd, end, start, closed=closed)
         with self._lock:  # another thread may be extending this index
             offset, position = index.seek(max(start, index.base))
         state = ScanState(offset, position)
+        # loaded after the size was noted: the writer stamps a batch's time before it writes it
+        times = SegmentTimes.load(index.path) if each is _segment_timed else None
         for _, batch, header in scan_batches(fd, state, end):
             pos, count = header.position, header.count
             if pos + count <= start:
@@ -252,7 +301,7 @@ class DataDirReader:
             hi = limit - pos if limit < pos + count else count
             if lo or hi < count:
                 records = records[lo:hi]
-            yield from zip(range(pos + lo, pos + hi), records, strict=True)
+            yield from each(range(pos + lo, pos + hi), records, times, pos)
         self._judge(index, fd, state, end, closed=closed)
         return state.position
 
@@ -289,6 +338,25 @@ class DataDirReader:
             state.problem == CORRUPT and has_valid_successor(fd, state.offset, end, state.position)
         ):
             raise Error(f"segment {index.path} is corrupt at offset {state.offset}: {state.detail}")
+
+
+Item = TypeVar("Item", tuple[int, bytes], tuple[int, float | None, bytes])
+_Each = Callable[[range, list[bytes], SegmentTimes | None, int], Iterator[Item]]
+
+
+def _segment_plain(
+    positions: range, records: list[bytes], times: SegmentTimes | None, pos: int
+) -> Iterator[tuple[int, bytes]]:
+    """A batch's records as `read` yields them."""
+    return zip(positions, records, strict=True)
+
+
+def _segment_timed(
+    positions: range, records: list[bytes], times: SegmentTimes | None, pos: int
+) -> Iterator[tuple[int, float | None, bytes]]:
+    """A batch's records as `read_timed` yields them: one stored time for all."""
+    at = times.at(pos) if times is not None else None
+    return zip(positions, repeat(at), records, strict=False)
 
 
 def _overtaken(stream: str, first: int, position: int) -> Error:

@@ -43,7 +43,7 @@ import select
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
 from .format import STREAMS_DIR
 
@@ -70,6 +70,10 @@ _PARENT_MASK: Final = IN_CREATE | IN_MOVED_TO
 _SELF_MASK: Final = IN_DELETE_SELF | IN_MOVE_SELF
 
 
+Item = TypeVar("Item", tuple[int, bytes], tuple[int, float | None, bytes])
+_Read = Callable[[str, int, int | None], Iterator[Item]]
+
+
 class Followed(Protocol):
     """What a follower needs of the data directory's reader (datadir_reader.py)."""
 
@@ -94,21 +98,25 @@ def follow_records(
     stop: int | None,
     *,
     on_wait: Callable[[], object] | None = None,
-) -> Iterator[tuple[int, bytes]]:
+    read: Callable[[str, int, int | None], Iterator[Item]] | None = None,
+) -> Iterator[Item]:
     """Yield (position, payload) from `start`, waiting for more, until `stop`.
 
     `on_wait` is called before each wait (`purelink read --follow` flushes its
-    output there: once per burst of records, not once per record).
+    output there: once per burst of records, not once per record).  `read`
+    replaces `store.read` for each plain read (`read_timed`: items of
+    (position, stored time, payload)).
     """
+    plain = read if read is not None else cast("_Read[Item]", store.read)
     position = start
     watch: FileWatch | None = None
     stale = 0  # wakes in a row on which the writer said "more" but the files showed none
     try:
         while stop is None or position < stop:
             before = position
-            for position_, payload in store.read(stream, position, stop):
-                yield position_, payload
-                position = position_ + 1
+            for item in plain(stream, position, stop):
+                yield item
+                position = item[0] + 1
             if stop is not None and position >= stop:
                 return
             if on_wait is not None and position > before:

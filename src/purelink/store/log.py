@@ -40,6 +40,7 @@ import contextlib
 import os
 import struct
 import threading
+import time
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -51,8 +52,9 @@ from purelink.primitives.parker import Parker
 from purelink.protocol.wire import BATCH_HEADER, BatchHeader, position_bytes
 
 from .epochs import EpochsFile
-from .format import EPOCHS_FILE, ProducerState
+from .format import EPOCHS_FILE, ProducerState, segment_name
 from .segment import SegmentWriter, list_segments, recover, write_summary
+from .times import TimesWriter, last_ms, recover_times
 
 __all__ = ["INDEX_EVERY", "IOV_MAX", "BatchIndex", "ProducerState", "StreamLog", "walk_batches"]
 
@@ -197,8 +199,17 @@ class StreamLog:
     listener's); `sync` may be called from any thread at any time.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], name: str, *, segment_bytes: int) -> None:
-        """Open (and recover) the stream in `folder`, which must exist."""
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        name: str,
+        *,
+        segment_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Open (and recover) the stream in `folder`, which must exist.  `clock`
+        (Unix seconds) stamps each chunk of batches with its stored time
+        (times.py)."""
         if segment_bytes < 1:
             raise ValueError("segment_bytes must be positive")
         self.name = name
@@ -213,10 +224,18 @@ class StreamLog:
         self._failed: OSError | None = None
         self._first, self._active, self._last = recover(self.folder, name, self.producers)
         self._synced = self._last
+        self._synced_size = self._active.size  # the active segment's bytes known durable
+        self._clock = clock
+        try:
+            self._times = self._recover_times()
+        except BaseException:
+            self._active.close()
+            raise
         try:
             self._epochs = EpochsFile(self.folder / EPOCHS_FILE)
         except BaseException:
             self._active.close()
+            self._times.close()
             raise
         owners = self._epochs.owners
         for producer, epoch in self._epochs.epochs.items():
@@ -247,6 +266,20 @@ class StreamLog:
 
     def __repr__(self) -> str:
         return f"<StreamLog {self.name!r} last={self._last} synced={self._synced}>"
+
+    def _recover_times(self) -> TimesWriter:
+        """The active segment's times file, cut to the batches recovery kept;
+        times go on from the newest one stamped (the closed segment's if none)."""
+        active = self._active
+        try:
+            before = 0
+            if active.base > self._first:
+                segments = list_segments(self.folder)
+                older = [path for base, path in segments if base < active.base]
+                before = last_ms(older[-1]) if older else 0
+            return recover_times(active.path, self._last, active.size, before)
+        except OSError as exc:
+            raise Error(f"stream {self.name!r}: cannot open times of {active.path}: {exc}") from exc
 
     @property
     def last_position(self) -> int:
@@ -320,9 +353,15 @@ class StreamLog:
     ) -> None:
         """Write one chunk of batches, then publish it (index, producers, last)."""
         offset = seg.size
+        times = self._times
+        try:
+            mark = times.stamp(self._last + 1, offset, self._clock())
+        except OSError as exc:  # the time goes first: nothing of the chunk is written
+            raise Error(f"stream {self.name!r}: writing {times.path} failed: {exc}") from exc
         try:
             seg.write(iov, total)
         except OSError as exc:
+            times.cut(mark)
             if os.fstat(seg.fd).st_size > seg.size:  # could not cut the partial write back
                 self._failed = exc
             raise Error(f"stream {self.name!r}: writing {seg.path} failed: {exc}") from exc
@@ -343,20 +382,32 @@ class StreamLog:
         with self._lock:
             old = self._active
             try:
+                self._times.sync()
                 os.fdatasync(old.fd)
             except OSError as exc:
                 self._failed = exc
                 raise Error(f"stream {self.name!r}: fdatasync of {old.path} failed: {exc}") from exc
             self._synced = self._last
+            self._synced_size = old.size
+            try:  # the times file first: the segment's creation makes both names durable
+                times = TimesWriter.open(
+                    self.folder / segment_name(base), 0, self._times.last_ms, new=True
+                )
+            except OSError as exc:
+                raise Error(f"stream {self.name!r}: cannot create a times file: {exc}") from exc
             try:
                 new = SegmentWriter.create(self.folder, base)
             except OSError as exc:
+                times.close()
                 raise Error(f"stream {self.name!r}: cannot create a segment: {exc}") from exc
+            self._times.close()
+            self._times = times
             # the summary speeds up the next open, and retention keeps the newest
             # removed one as the producers' state; recovery scans without it
             with contextlib.suppress(OSError):
                 write_summary(self.folder, old.base, old.size, base, self.producers)
             self._active = new
+            self._synced_size = new.size
             with self._index_lock:  # the old index stays findable while it is swapped
                 self._keep_closed_index(self._index)
                 self._index = BatchIndex(base, (base, 0), 0, self._every)
@@ -409,6 +460,12 @@ class StreamLog:
         """Whether `close` was called."""
         return self._closed
 
+    @property
+    def failed(self) -> bool:
+        """Whether the log refuses all work: an fsync failed, or a write that
+        failed could not be cut back."""
+        return self._failed is not None
+
     def sync(self) -> int:
         """fdatasync what was appended so far; return the position now durable.
 
@@ -422,17 +479,39 @@ class StreamLog:
                 return self._synced
             last = self._last
             if last > self._synced:
+                active = self._active
+                size = active.size  # with `last`: what this sync makes durable
                 try:
-                    os.fdatasync(self._active.fd)
+                    self._times.sync()  # a durable batch has a durable time
+                    os.fdatasync(active.fd)
                 except OSError as exc:
                     self._failed = exc
+                    cut = self._cut_unsynced(active)
                     raise Error(
-                        f"stream {self.name!r}: fdatasync of {self._active.path} failed: {exc}"
+                        f"stream {self.name!r}: fdatasync of {active.path} failed: {exc}{cut}"
                     ) from exc
                 self._synced = last
+                self._synced_size = size
             synced = self._synced
         self.synced_parker.unpark()  # subscribers wait for stored, not written, records
         return synced
+
+    def _cut_unsynced(self, active: SegmentWriter) -> str:
+        """After a failed fdatasync the kernel may have dropped the dirty pages and
+        marked them clean (fsyncgate): the bytes after the last good sync may
+        read back as written yet never reach the disk.  Cut them off, durably,
+        so that a restart recovers only what was durable (its links resend the
+        rest); the log refuses all work from here on.  What to add to the error."""
+        try:
+            os.ftruncate(active.fd, self._synced_size)
+            os.fdatasync(active.fd)
+        except OSError as exc:
+            return (
+                f"; its unsynced tail could not be cut ({exc}): a restart may read "
+                "records that were never made durable"
+            )
+        active.size = self._synced_size
+        return f"; cut back to position {self._synced}, the last one made durable"
 
     def _check(self) -> None:
         if self._failed is not None:
@@ -479,6 +558,7 @@ class StreamLog:
                 return
             self._closed = True
             self._active.close()
+            self._times.close()
             self._epochs.close()
         self.parker.unpark()  # followers in this process move on to watching the files
         self.synced_parker.unpark()

@@ -31,6 +31,9 @@ class StreamInfo:
     """Records retained."""
     bytes: int
     """Bytes the store holds for the stream (segment files on disk; JetStream's, per replica)."""
+    last_time: float | None = None
+    """When its newest record was stored (Unix seconds; None when empty, or when
+    it was stored without a time)."""
 
 
 class StoreReader(Protocol):
@@ -58,6 +61,20 @@ class StoreReader(Protocol):
         """(position, payload) from `start` (inclusive; 0 or 1: the first retained)
         to `stop` (exclusive; None: all stored when called, or for ever with
         `follow`), in order; a later start below the first retained raises."""
+        ...
+
+    def read_timed(
+        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
+    ) -> Iterator[tuple[int, float | None, bytes]]:
+        """As `read`, with when each record was stored: (position, Unix seconds,
+        payload); the time is None for a record stored without one."""
+        ...
+
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record stored at or after `when` (Unix
+        seconds), by seeking, not by reading the records; the position after
+        the last record when none is that recent.  purelink.Error when that
+        cannot be told (records stored without a time come before it)."""
         ...
 
     def close(self) -> None:

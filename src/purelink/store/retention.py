@@ -67,6 +67,7 @@ from purelink.primitives.grace import GraceDomain
 from .format import SEGMENT_SUFFIX, SUMMARY_SUFFIX, decode_summary, parse_segment_name
 from .log import StreamLog
 from .segment import fsync_dir
+from .times import TIMES_SUFFIX, times_path
 
 __all__ = [
     "Retention",
@@ -226,7 +227,7 @@ class Retention:
             try:
                 self.run_once()
             except Exception:  # a disk error: log it, keep the listener serving
-                log.exception("purelink: retention pass failed")
+                log.exception("retention pass failed")
 
     # ---- one pass -------------------------------------------------------------------
 
@@ -258,10 +259,14 @@ class Retention:
                 os.unlink(path)
             except FileNotFoundError:
                 continue
+            with contextlib.suppress(FileNotFoundError):  # its stored times go with it
+                os.unlink(times_path(path))
             self._segments_removed += 1
             self._bytes_removed += size
-        keep = victims[-1][1].with_suffix(SUMMARY_SUFFIX)
-        _remove_summaries_before(folder, parse_segment_name(keep.with_suffix(SEGMENT_SUFFIX).name))
+        last = victims[-1][0]
+        _remove_before(folder, SUMMARY_SUFFIX, last)  # the last one's: the next open needs it
+        # and the times of every removed segment, one a crash left behind included
+        _remove_before(folder, TIMES_SUFFIX, last + 1)
         fsync_dir(folder)
         log.info(
             "stream %r: retention removed %d segment(s); records retained start at %d",
@@ -333,14 +338,12 @@ def _snapshot_ok(path: Path, base: int, next_base: int, size: int) -> bool:
     )
 
 
-def _remove_summaries_before(folder: Path, keep_base: int | None) -> None:
-    """Unlink the `.sum` files of removed segments older than the one kept."""
-    if keep_base is None:
-        return
+def _remove_before(folder: Path, suffix: str, keep_base: int) -> None:
+    """Unlink the `suffix` files (`.sum`, `.times`) of segments below `keep_base`."""
     with os.scandir(folder) as entries:
-        names = [e.name for e in entries if e.name.endswith(SUMMARY_SUFFIX)]
+        names = [e.name for e in entries if e.name.endswith(suffix)]
     for name in names:
-        base = parse_segment_name(name[: -len(SUMMARY_SUFFIX)] + SEGMENT_SUFFIX)
+        base = parse_segment_name(name[: -len(suffix)] + SEGMENT_SUFFIX)
         if base is not None and base < keep_base:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(folder / name)

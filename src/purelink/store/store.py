@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._when import When, unix_seconds
 from .datadir_reader import DataDirReader
 from .reader import StoreReader, StreamInfo
 
@@ -71,8 +72,54 @@ class Store:
         """first, last, records and bytes of a stream (zeros when unknown)."""
         return self._reader.stream_info(stream)
 
+    def position_at(self, stream: str, when: When) -> int:
+        """The position of the first record stored at or after `when` -- a
+        `datetime` (no zone: UTC) or seconds ago -- found by seeking, not by
+        reading the records; the position after the last record when none is
+        that recent.  Raises purelink.Error when records stored without a time
+        (by a purelink that kept none) come before it: which of them are that
+        recent cannot be told."""
+        return self._reader.position_at(stream, unix_seconds(when))
+
+    def read_timed(
+        self,
+        stream: str,
+        start: int = 1,
+        stop: int | None = None,
+        follow: bool = False,
+        *,
+        since: When | None = None,
+        until: When | None = None,
+    ) -> Iterator[tuple[int, float | None, bytes]]:
+        """As `read`, with when each record was stored: (position, stored time,
+        payload), the time in Unix seconds (millisecond precision), None for a
+        record stored without one."""
+        start, stop = self._span(stream, start, stop, since, until)
+        return self._reader.read_timed(stream, start, stop, follow)
+
+    def _span(
+        self, stream: str, start: int, stop: int | None, since: When | None, until: When | None
+    ) -> tuple[int, int | None]:
+        """(start, stop) with `since`/`until` turned into positions."""
+        if since is not None:
+            if start not in (0, 1):
+                raise ValueError("give start or since, not both")
+            start = self.position_at(stream, since)
+        if until is not None:
+            if stop is not None:
+                raise ValueError("give stop or until, not both")
+            stop = self.position_at(stream, until)
+        return start, stop
+
     def read(
-        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
+        self,
+        stream: str,
+        start: int = 1,
+        stop: int | None = None,
+        follow: bool = False,
+        *,
+        since: When | None = None,
+        until: When | None = None,
     ) -> Iterator[tuple[int, bytes]]:
         """(position, payload) of records from `start` (inclusive) to `stop`
         (exclusive; None = all stored when called), in order.  `start` 1 (the
@@ -80,11 +127,16 @@ class Store:
         retained, as for `purelink.subscribe`.  With follow=True, wait for
         more records instead of ending (until `stop`).
 
+        `since` starts at the first record stored at or after a time, `until`
+        stops before the first one stored at or after another: a `datetime`
+        (no zone: UTC) or seconds ago, found by seeking (`position_at`).
+
         Raises ValueError for start < 0 or a bad name, and purelink.Error when
         a later `start` is below the first retained position, naming it (also
         when retention overtakes a slow reader: never a gap), or the stream is
         corrupt (naming where).  An unknown stream is empty.
         """
+        start, stop = self._span(stream, start, stop, since, until)
         return self._reader.read(stream, start, stop, follow)
 
     def close(self) -> None:

@@ -20,12 +20,13 @@ the core's ProducerTable:
 
 from __future__ import annotations
 
+import errno
 import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..listener.storage import STORED, StorageEvent
+from ..listener.storage import FAILED, STORED, StorageEvent
 from ..protocol.batch import BatchHeader
 from .fakes import FakeClock, MemoryStore
 
@@ -35,27 +36,45 @@ Writes = Sequence[tuple[bytes | memoryview, BatchHeader]]
 
 
 class MemoryBackend:
-    """A MemoryStore made durable by group commit every `sync_interval` seconds."""
+    """A MemoryStore made durable by group commit every `sync_interval` seconds.
 
-    def __init__(self, store: MemoryStore, clock: FakeClock, sync_interval: float) -> None:
+    `disk`, when set, is a simulated file system of that many bytes holding
+    every stream: an append that would take more than is `free` raises ENOSPC
+    and writes nothing (a test empties or fills it by setting `free`)."""
+
+    def __init__(
+        self, store: MemoryStore, clock: FakeClock, sync_interval: float, disk: int | None = None
+    ) -> None:
         self.store = store
         self.clock = clock
         self.sync_interval = sync_interval
         self.events: deque[StorageEvent] = deque()
         self.failed: set[str] = set()
+        self.disk = disk
+        self.free = disk or 0
+        self.failing: set[str] = set()
+        """Streams whose next sync fails (an injected EIO): FAILED, never STORED."""
         self._dirty: set[str] = set()
         self._next_sync: float | None = None
 
     def append(self, stream: str, writes: Writes) -> int:
+        if self.disk is not None:
+            size = sum(len(b) for b, _ in writes)
+            if size > self.free:
+                raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+            self.free -= size
         self._dirty.add(stream)
         return self.store.append(stream, list(writes))
+
+    def space(self, stream: str) -> tuple[int, int, int] | None:
+        return None if self.disk is None else (1, self.free, self.disk)
 
     def flush(self) -> None:
         if not self._dirty:
             return
         if self.sync_interval <= 0:
             for stream in sorted(self._dirty):
-                self.events.append((STORED, stream, self.store.sync(stream)))
+                self._sync(stream)
             self._dirty.clear()
         elif self._next_sync is None:
             self._next_sync = self.clock.now + self.sync_interval
@@ -68,12 +87,23 @@ class MemoryBackend:
             self._next_sync = None
             self._dirty.clear()
             for stream in list(self.store.batches):
-                self.events.append((STORED, stream, self.store.sync(stream)))
+                self._sync(stream)
+
+    def _sync(self, stream: str) -> None:
+        if stream in self.failing:
+            if stream not in self.failed:  # said once; nothing is synced there again
+                self.failed.add(stream)
+                self.events.append((FAILED, stream, 0))
+            return
+        self.events.append((STORED, stream, self.store.sync(stream)))
 
     def stop(self) -> None:
-        """The listener stopped cleanly: everything written is synced."""
+        """The listener stopped cleanly: everything written is synced (not on a
+        stream whose sync failed); the next listener opens every stream afresh."""
         for stream in list(self.store.batches):
-            self.store.sync(stream)
+            if stream not in self.failed:
+                self.store.sync(stream)
+        self.failed.clear()
         self.events.clear()
         self._dirty.clear()
         self._next_sync = None
@@ -81,6 +111,7 @@ class MemoryBackend:
     def crash(self) -> None:
         """The listener died: what was not synced is gone."""
         self.store.crash()
+        self.failed.clear()
         self.events.clear()
         self._dirty.clear()
         self._next_sync = None  # a sync pending would stay due forever: time would stop
@@ -141,6 +172,9 @@ class ReplicatedBackend:
         ]
         s.flying.append(_InFlight(s.tickets, copied, self._due()))
         return s.tickets
+
+    def space(self, stream: str) -> tuple[int, int, int] | None:
+        return None
 
     def flush(self) -> None:
         pass  # every append is in flight already

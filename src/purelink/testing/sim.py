@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..listener.storage import StorageDriver
+from ..listener.storage import MinFree, StorageDriver
 from ..protocol import events, wire
 from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
@@ -75,6 +75,8 @@ class Simulation:
         keys: KeyTable | None = None,
         rekey: RekeyPolicy | None = None,
         replication: Replication | None = None,
+        disk: int | None = None,
+        min_free: MinFree | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.keys = keys
@@ -86,12 +88,13 @@ class Simulation:
         self.net = net
         self.store = MemoryStore()
         self.backend: MemoryBackend | ReplicatedBackend = (
-            MemoryBackend(self.store, self.clock, sync_interval)
+            MemoryBackend(self.store, self.clock, sync_interval, disk)
             if replication is None
             else ReplicatedBackend(self.store, self.clock, replication)
         )
         """The backend behind the storage driver; the core's ProducerTable is `store` itself."""
         self.core_config = core_config or CoreConfig()
+        self.min_free = min_free or MinFree()
         self.core: ListenerCore | None = None
         self.driver: StorageDriver | None = None
         self._start_core()
@@ -115,7 +118,7 @@ class Simulation:
             wall = lambda: self.wall  # noqa: E731 - the listener's Unix time, set by tests
             core = SecureCore(self.store, self.core_config, self.keys, wall, self.rekey)
         self.core = core
-        self.driver = StorageDriver(core, self.backend)
+        self.driver = StorageDriver(core, self.backend, self.min_free, lambda: self.clock.now)
 
     def add_link(
         self,
@@ -246,7 +249,9 @@ class Simulation:
         self.steps += 1
         now = self.clock.now
         self._send(now)
-        due = self._next_due(now)
+        # the driver's next look at the disk's room (it may have answers to give)
+        due_room = self.driver.check(now) if self.driver is not None else None
+        due = self._next_due(now, due_room)
         if due is None:
             return False
         self.clock.now = due
@@ -293,12 +298,13 @@ class Simulation:
                 for data in out:
                     send(data, source, name, now, True)
 
-    def _next_due(self, now: float) -> float | None:
-        """The next time anything is due (never before `now`), or None."""
+    def _next_due(self, now: float, due_room: float | None) -> float | None:
+        """The next time anything is due (never before `now`), or None;
+        `due_room` is when the storage driver looks at the disk's room again."""
         due = self.net.next_due()
-        t = self.backend.next_due()
-        if t is not None and (due is None or t < due):
-            due = t
+        for t in (self.backend.next_due(), due_room):
+            if t is not None and (due is None or t < due):
+                due = t
         for link in self.links.values():
             t = link.sender.get_timer()
             if t is not None and (due is None or t < due):

@@ -37,7 +37,7 @@ from ...protocol.batch import BatchHeader
 from ...store.datadir import DataDir
 from ...store.log import StreamLog
 from ..stats import SyncTimes
-from ..storage import STORED, StorageEvent
+from ..storage import FAILED, STORED, NoRoom, StorageEvent, no_room
 
 __all__ = ["DataDirProducers", "FileBackend"]
 
@@ -89,6 +89,7 @@ class FileBackend:
         self._sync_fd = -1  # blocking eventfd: the sync thread sleeps in a read of it
         self._thread: threading.Thread | None = None
         self._wake: Callable[[], None] = _nothing
+        self._sync_failed: set[str] = set()  # said once, by the sync thread
 
     def start(self, wake: Callable[[], None], on_crash: Callable[[BaseException], None]) -> None:
         """Start the sync thread (sync="batch"); `wake()` after events are put."""
@@ -109,7 +110,26 @@ class FileBackend:
     # ------------------------------------------------------------ the loop's
     def append(self, stream: str, writes: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
         log_: StreamLog = self.data.stream(stream)
-        last = log_.append(writes)
+        before = log_.last_position
+        try:
+            last = log_.append(writes)
+        except Error as exc:
+            if not no_room(exc) or log_.failed:  # a failed fsync, or a write not cut back
+                raise
+            # the log cut the write back to its last whole batch; what it did write
+            # before that is made durable as any other, and the driver is told
+            written = log_.last_position
+            if written > before:
+                self._made(stream, log_, written)
+            raise NoRoom(str(exc), written if written > before else None) from exc
+        try:
+            self._made(stream, log_, last)
+        except Error as exc:
+            raise Error(str(exc)) from None  # an fsync's ENOSPC is no "no room": see storage.py
+        return last
+
+    def _made(self, stream: str, log_: StreamLog, last: int) -> None:
+        """Written up to `last`: durable as `sync` says."""
         if self.sync == "none":
             self.events.append((STORED, stream, last))
         elif self.sync == "always":
@@ -117,7 +137,20 @@ class FileBackend:
         else:
             self._dirty.append(stream)
             self._pending = True
-        return last
+
+    def space(self, stream: str) -> tuple[int, int, int] | None:
+        """(device, free bytes, size) of the file system of the stream's folder."""
+        log_ = self.data.open_log(stream)
+        folder = log_.folder if log_ is not None else self.data.path
+        try:
+            device = os.stat(folder).st_dev
+            fs = os.statvfs(folder)
+        except OSError:
+            return None
+        free = fs.f_bavail * fs.f_frsize
+        if fs.f_files and not fs.f_favail:  # no inode left: no new segment either
+            free = 0
+        return device, free, fs.f_blocks * fs.f_frsize
 
     def flush(self) -> None:
         if self._pending:
@@ -147,7 +180,8 @@ class FileBackend:
             try:
                 self._timed_sync(self.data.stream(name, create=False))
             except (OSError, Error) as exc:  # a failed log refuses: sync the others
-                log.error("purelink: stream %s was not synced at close: %s", name, exc)
+                if name not in self.failed and name not in self._sync_failed:  # said already
+                    log.error("stream %s was not synced at close: %s", name, exc)
 
     # ------------------------------------------------------------ group commit
     def _timed_sync(self, log_: StreamLog) -> int:
@@ -179,10 +213,21 @@ class FileBackend:
             while pending:
                 dirty.add(pending.popleft())
             for stream in dirty:
+                log_ = data.stream(stream, create=False)
                 try:
-                    position = self._timed_sync(data.stream(stream, create=False))
-                except Exception:  # pragma: no cover - a disk error: never answer "stored"
-                    log.exception("purelink: sync of stream %s failed", stream)
+                    position = self._timed_sync(log_)
+                except (Error, OSError) as exc:  # fail-stop: see listener/storage.py
+                    if stream not in self._sync_failed:
+                        self._sync_failed.add(stream)
+                        log.error(
+                            "stream %s is stopped: %s; nothing written after "
+                            "position %d is told stored, its links wait, and a restart "
+                            "of the listener recovers it from its files",
+                            stream,
+                            exc,
+                            log_.synced_position,
+                        )
+                        self.events.append((FAILED, stream, 0))
                     continue
                 self.events.append((STORED, stream, position))
             with contextlib.suppress(OSError):  # closed at shutdown

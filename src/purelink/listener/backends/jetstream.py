@@ -106,6 +106,11 @@ class JetStreamBackend:
             time.sleep(0.005)
         return True
 
+    def connected(self) -> bool:
+        """Whether the connection to the cluster is up now (any thread)."""
+        nats = self._nats
+        return nats is not None and bool(nats.nc.is_connected)
+
     def close(self) -> None:
         if self._nats is not None:
             self._nats.close()
@@ -114,6 +119,10 @@ class JetStreamBackend:
     # ------------------------------------------------------------ the loop's
     def append(self, stream: str, writes: Sequence[tuple[bytes | memoryview, BatchHeader]]) -> int:
         return self.writer.append(stream, writes)
+
+    def space(self, stream: str) -> tuple[int, int, int] | None:
+        """None: the cluster keeps its own disks (JetStream refuses when they fill)."""
+        return None
 
     def flush(self) -> None:
         pass  # the writer publishes as messages come

@@ -37,7 +37,10 @@ from pathlib import Path
 from ...errors import Error
 from ...primitives.parker import Parker
 from ...store.datadir import DataDir
+from ...store.datadir_reader import DataDirReader
 from ...store.log import StreamLog, walk_batches
+from ...store.reader import StreamInfo
+from ...store.times import last_time
 from .out import Out
 from .source import Refused
 
@@ -62,6 +65,7 @@ class FileTailSource:
 
     def __init__(self, data: DataDir, *, sync: str) -> None:
         self.data = data
+        self._reader = DataDirReader(data.path)
         self.stored: Callable[[StreamLog], int]
         self.parker_of: Callable[[StreamLog], Parker]
         if sync == "none":  # "stored" means written to the OS
@@ -75,6 +79,17 @@ class FileTailSource:
         except KeyError:
             return None
         return _FileReader(self, stream_log, stream, start, follow)
+
+    def streams(self) -> list[StreamInfo]:
+        infos = []
+        for name in self.data.streams():
+            stream_log = self.data.open_log(name)
+            if stream_log is not None:
+                infos.append(_info(stream_log, self.stored(stream_log)))
+        return infos
+
+    def position_at(self, stream: str, when: float) -> int:
+        return self._reader.position_at(stream, when)  # the writer's segment table
 
     def wake(self) -> None:
         for name in self.data.streams():
@@ -189,6 +204,19 @@ def _skip(stream_log: StreamLog, cursor: _Cursor, upto: int, size: int) -> None:
         )
     except Error as exc:
         raise Refused("tail_damaged", f"segment {cursor.path}: {exc}") from None
+
+
+def _info(stream_log: StreamLog, stored: int) -> StreamInfo:
+    """A stream's listing up to its stored position; bytes: its segment files."""
+    segments = stream_log.segments
+    first = segments[0][0] if segments and stored >= segments[0][0] else 0
+    size = 0
+    for _, path in segments:
+        with contextlib.suppress(FileNotFoundError):  # retention removed it meanwhile
+            size += path.stat().st_size
+    records = stored - first + 1 if first else 0
+    when = last_time([path for _, path in segments]) if first else None
+    return StreamInfo(stream_log.name, first, stored if first else 0, records, size, when)
 
 
 def _last(stream_log: StreamLog) -> int:

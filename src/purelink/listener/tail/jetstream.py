@@ -46,6 +46,7 @@ from ...store.jetstream.layout import (
     stream_name,
 )
 from ...store.jetstream.reader import BatchParts, BelowRetained, JetStreamReader
+from ...store.reader import StreamInfo
 from .out import Out
 from .source import Refused
 
@@ -78,9 +79,15 @@ class JetStreamTailSource:
             self._readers.add(reader)
         return reader
 
+    def position_at(self, stream: str, when: float) -> int:
+        return self.store.position_at(stream, when)
+
     def forget(self, reader: _JetStreamTailReader) -> None:
         with self._lock:
             self._readers.discard(reader)
+
+    def streams(self) -> list[StreamInfo]:
+        return [self.store.stream_info(name) for name in self.store.streams()]
 
     def wake(self) -> None:
         with self._lock:
@@ -166,7 +173,9 @@ class _JetStreamTailReader:
             if self._feed is not None:
                 self._source.store.submit(self._feed.close(wait=True))
 
-    def _take(self, out: Out, seq: int, headers: dict[str, str], part: bytes) -> None:
+    def _take(
+        self, out: Out, seq: int, headers: dict[str, str], part: bytes, _: float | None = None
+    ) -> None:
         """Send what message `seq` holds past the position wanted next."""
         if seq < self._next_seq:
             return  # delivered twice (a consumer made again)

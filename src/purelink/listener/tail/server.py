@@ -4,7 +4,9 @@ Why it exists: `purelink.subscribe` / `purelink tail` read a stream from a
 listener's TCP port (docs/store.md, protocol/tail.py for the bytes).  This
 server does what every store needs alike; where the batches come from is
 its `TailSource` (source.py): a data directory's segments by sendfile
-(file.py) or a JetStream stream's messages (jetstream.py).
+(file.py) or a JetStream stream's messages (jetstream.py).  A listing
+request (`purelink streams tcp://...`) is served the same way, its reply
+built by listing.py.
 
 How a connection gets here: the listener's TCP server reads the first bytes
 of every connection as a link's frame; `PREAMBLE` read as a frame length is
@@ -55,6 +57,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -66,6 +69,8 @@ from ...protocol.tail import (
     END,
     ERROR,
     FLAG_SEALED,
+    NO_STREAM,
+    NOTICE,
     PREAMBLE,
     Request,
     decode_request,
@@ -73,6 +78,7 @@ from ...protocol.tail import (
     request_size,
 )
 from .hangups import HangUps
+from .listing import send_listing
 from .out import Gone as _Gone
 from .out import Out as _Out
 from .out import OutCounters
@@ -154,7 +160,7 @@ class TailStatistics:
     """
 
     subscriptions: int
-    """Subscriptions accepted (requests that decoded and got a slot)."""
+    """Subscriptions accepted (requests that decoded and got a slot; listings too)."""
     subscribers: int
     """Subscribers served now (each holds a slot of `max_subscribers`)."""
     refused: int
@@ -172,12 +178,18 @@ class TailStatistics:
 class _Alarm:
     """A follower's flag that the hang-up watch raised, and how it wakes the follower."""
 
-    __slots__ = ("parker", "rung", "watching")
+    __slots__ = ("news", "parker", "rung", "watching")
 
     def __init__(self, parker: Parker) -> None:
         self.parker = parker
         self.rung = False
         self.watching = False
+        self.news = False  # the stream was held or went on: tell the follower
+
+    def tell(self) -> None:
+        """On the listener's loop thread: the stream's hold changed."""
+        self.news = True
+        self.parker.unpark()
 
     def ring(self) -> None:
         """On the watch thread: flag, then unpark (the parker's order: state first)."""
@@ -198,9 +210,14 @@ class TailServer:
         request_timeout: float = REQUEST_TIMEOUT,
         subscribe_rate: float = SUBSCRIBE_RATE,
         subscribe_burst: float = SUBSCRIBE_BURST,
+        hold: Callable[[str], str | None] | None = None,
     ) -> None:
-        """`subscribe_rate` 0: no rate limit."""
+        """`subscribe_rate` 0: no rate limit.  `hold(stream)`: why the stream
+        stores nothing now, or None (StorageDriver.hold); followers are told
+        (a NOTICE) before they first wait and whenever `held_changed` says so."""
         self._source = source
+        self._hold = hold
+        self._followers: dict[str, set[_Alarm]] = {}
         self.keys = keys
         """With keys, every subscription is encrypted (protocol/tail_seal.py) and
         a key reads only the streams it may; swapped whole by a reload."""
@@ -287,6 +304,14 @@ class TailServer:
             self._unpend(not whole)
             mine.close()
         return TAKEN
+
+    def held_changed(self, stream: str) -> None:
+        """The stream was held or goes on (the listener's loop thread): wake its
+        followers to tell them."""
+        with self._lock:
+            alarms = list(self._followers.get(stream, ()))
+        for alarm in alarms:
+            alarm.tell()
 
     def set_keys(self, keys: KeyTable) -> int:
         """Use `keys` for new subscriptions; end those whose key is gone, expired or
@@ -382,18 +407,14 @@ class TailServer:
                 self._subscriptions += 1
                 subscribed = True
             if exchange is not None:
-                from ...protocol.tail_seal import respond  # noqa: PLC0415
-
-                hs, e_i, key_id = exchange
-                with self._lock:  # a reload since _decode has not seen this one: check
-                    self._keyed[sock] = (key_id, request.stream)
-                    keys = self.keys
-                    if keys is None or _revoked(keys, key_id, request.stream, time.time()):
-                        raise _Refused("tail_key_revoked", "key revoked")
-                resp, channel = respond(hs, e_i, time.monotonic())
-                sock.sendall(resp)
-                out = _SealedOut(self._sent, sock, channel)
-            self._stream(out, request.stream, request.start, request.follow)
+                out = self._seal(sock, request, exchange)
+            if request.listing:  # the streams the key may read (all, without keys)
+                send_listing(out, self._source, self.keys, exchange and exchange[2])
+            else:
+                start = request.start
+                if request.since:  # a time: the subscriber's thread seeks to it
+                    start = self._source.position_at(request.stream, start / 1000)
+                self._stream(out, request.stream, start, request.follow)
         except ProtocolError as exc:
             self._refuse(out, _bad_request(exc))
         except _Refused as exc:
@@ -403,13 +424,30 @@ class TailServer:
         except (_Gone, OSError):
             pass
         except Exception:  # pragma: no cover - a bug: log it, never crash the listener
-            log.exception("purelink: subscription failed")
+            log.exception("subscription failed")
         finally:
             with self._lock:
                 self._threads.pop(sock, None)
                 self._keyed.pop(sock, None)
                 self._subscribers -= subscribed
             sock.close()
+
+    def _seal(self, sock: socket.socket, request: Request, exchange: Any) -> _SealedOut:
+        """Answer a sealed request's exchange: the Out that seals the reply.  A
+        subscription is remembered by key and stream (`set_keys` may end it)."""
+        from ...protocol.tail_seal import respond  # noqa: PLC0415
+
+        hs, e_i, key_id = exchange
+        stream = None if request.listing else request.stream
+        with self._lock:  # a reload since _decode has not seen this one: check
+            if stream is not None:
+                self._keyed[sock] = (key_id, stream)
+            keys = self.keys
+            if keys is None or _revoked(keys, key_id, stream, time.time()):
+                raise _Refused("tail_key_revoked", "key revoked")
+        resp, channel = respond(hs, e_i, time.monotonic())
+        sock.sendall(resp)
+        return _SealedOut(self._sent, sock, channel)
 
     def _refuse(self, out: _Out, refusal: _Refused) -> None:
         """Count the refusal (unless closing) and tell the subscriber, briefly."""
@@ -452,18 +490,37 @@ class TailServer:
     def _stream(self, out: _Out, stream: str, start: int, follow: bool) -> None:
         sock = out.sock
         reader = self._open(sock, stream, start, follow)
-        if reader is None:  # an unknown stream is empty
-            out.send(encode_control(END))
+        if reader is None:  # an unknown stream is empty, and said so
+            out.send(encode_control(END, NO_STREAM))
             return
         alarm = _Alarm(reader.parker)
+        with self._lock:
+            self._followers.setdefault(stream, set()).add(alarm)
+        told: str | None = "?"  # nothing told yet
         try:
             while not reader.send(out):
+                told = self._tell(out, stream, alarm, told)
                 self._wait(sock, reader, alarm)
             out.send(encode_control(END))
         finally:
+            with self._lock:
+                followers = self._followers[stream]
+                followers.discard(alarm)
+                if not followers:
+                    del self._followers[stream]
             if alarm.watching:
                 self._hangups.unwatch(sock)
             reader.close()
+
+    def _tell(self, out: _Out, stream: str, alarm: _Alarm, told: str | None) -> str | None:
+        """Send a NOTICE if the stream's hold is not what the follower was told."""
+        if self._hold is None:
+            return told
+        alarm.news = False  # first: a change after the look below wakes it again
+        held = self._hold(stream)
+        if held != told:
+            out.send(encode_control(NOTICE, held or ""))
+        return held
 
     def _open(
         self, sock: socket.socket, stream: str, start: int, follow: bool
@@ -497,7 +554,7 @@ class TailServer:
         its slot now).  Looks first too: one that left at once never parks."""
 
         def ready() -> bool:
-            return alarm.rung or reader.ready() or self._sent.closing
+            return alarm.rung or alarm.news or reader.ready() or self._sent.closing
 
         if _hung_up(sock, 0):
             raise _Gone
@@ -512,7 +569,7 @@ class TailServer:
                     raise _Gone
                 if alarm.watching:
                     self._hangups.rearm(sock)  # a stale event, or a byte-less wake: again
-            if reader.ready() or self._sent.closing:
+            if alarm.news or reader.ready() or self._sent.closing:
                 break
         if self._sent.closing or reader.ended():
             raise _Gone
@@ -554,10 +611,13 @@ def _source(sock: socket.socket) -> object:
     return peer[0] if isinstance(peer, tuple) else peer
 
 
-def _revoked(keys: KeyTable, key_id: str, stream: str, wall: float) -> bool:
-    """Whether `keys` no longer let key `key_id` read `stream` (gone, expired, narrowed)."""
+def _revoked(keys: KeyTable, key_id: str, stream: str | None, wall: float) -> bool:
+    """Whether `keys` no longer let key `key_id` read `stream` (gone, expired, narrowed);
+    stream None (a listing): whether the key is gone or expired."""
     key = keys.get(key_id)
-    return key is None or key.expired(wall) or not key.may_read(stream)
+    if key is None or key.expired(wall):
+        return True
+    return stream is not None and not key.may_read(stream)
 
 
 _KEY_REASONS: Final = frozenset(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ...primitives.parker import Parker
+    from ...store.reader import StreamInfo
     from .out import Out
 
 __all__ = ["Refused", "TailReader", "TailSource"]
@@ -76,6 +77,16 @@ class TailSource(Protocol):
     def open(self, stream: str, start: int, follow: bool) -> TailReader | None:
         """A read of `stream` from position `start` (0: the first retained);
         None while the stream does not exist.  Raises Refused (below retained)."""
+        ...
+
+    def streams(self) -> list[StreamInfo]:
+        """Every stream, sorted by name: first and last *stored* position, records,
+        bytes (a listing, protocol/tail_list.py)."""
+        ...
+
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record of `stream` stored at or after `when`
+        (Unix seconds), by seeking; purelink.Error if that cannot be told."""
         ...
 
     def wake(self) -> None:

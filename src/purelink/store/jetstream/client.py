@@ -44,6 +44,11 @@ def require_nats() -> Any:
     return nats
 
 
+class NoAnswer(Error):
+    """NATS did not answer a call within its timeout (a leader election, a node
+    down: a reader may ask again)."""
+
+
 class NatsThread:
     """A connection to the servers of `url` (`nats://h1:4222,h2:4222`)."""
 
@@ -135,7 +140,7 @@ class NatsThread:
             return future.result(self.timeout if timeout is None else timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise Error(f"NATS at {self.url} did not answer in time") from None
+            raise NoAnswer(f"NATS at {self.url} did not answer in time") from None
 
     def close(self) -> None:
         if self.loop.is_closed():

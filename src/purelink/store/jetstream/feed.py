@@ -40,8 +40,8 @@ GIVE_UP: Final = 30.0
 INACTIVE: Final = 60.0
 """Seconds after its last request that the cluster drops a consumer."""
 
-Message = tuple[int, dict[str, str], bytes]
-"""(JetStream sequence, headers, body)."""
+Message = tuple[int, dict[str, str], bytes, float | None]
+"""(JetStream sequence, headers, body, when the cluster stored it: Unix seconds)."""
 
 _deleting: set[asyncio.Future[None]] = set()
 """Consumer deletions under way (a task must be referenced until it ends)."""
@@ -85,7 +85,10 @@ class Feed:
         self._failing = 0.0
         if got:
             self.pulled = got[-1].metadata.sequence.stream + 1
-        return [(m.metadata.sequence.stream, dict(m.headers or {}), m.data or b"") for m in got]
+        return [
+            (m.metadata.sequence.stream, dict(m.headers or {}), m.data or b"", _stamp(m))
+            for m in got
+        ]
 
     async def close(self, wait: bool = False) -> None:
         """Forget the consumer and delete it, in the background unless `wait` (the
@@ -128,3 +131,9 @@ class Feed:
     async def _delete(self, name: str) -> None:
         with contextlib.suppress(Exception):
             await self.js.delete_consumer(self.name, name)
+
+
+def _stamp(msg: Any) -> float | None:
+    """When the cluster stored a fetched message (Unix seconds), if it says."""
+    when = getattr(msg.metadata, "timestamp", None)
+    return when.timestamp() if when is not None else None

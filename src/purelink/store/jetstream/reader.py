@@ -24,17 +24,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import logging
 import time
-from collections.abc import Coroutine, Generator, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Generator, Iterator
+from typing import Any, Final, TypeVar
 
 from purelink.errors import Error
 from purelink.protocol.batch import batch_records, verify_batch
 from purelink.protocol.names import validate_stream_name
 
 from ..reader import StreamInfo
-from .client import NatsThread, say
-from .feed import GIVE_UP, WAIT, Feed
+from .client import NatsThread, NoAnswer, say
+from .feed import GIVE_UP, WAIT, Feed, Message
 from .layout import (
     METADATA_KEY,
     STREAM_PREFIX,
@@ -119,15 +121,31 @@ def _length_at(view: memoryview, offset: int) -> int:
     return int.from_bytes(view[offset + 16 : offset + 20], "little")
 
 
+log = logging.getLogger("purelink.store")
+
+RETRY_FOR: Final = 30.0
+"""Seconds a read asks again while the cluster does not answer or has no
+leader: several times a JetStream election (a few seconds each)."""
+
+
 class JetStreamReader:
     """The reader of the streams kept in the JetStream cluster at `url`
     (`nats://h1:4222,...`): a `StoreReader` (store/reader.py), the body of
     `Store("nats://...")`."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0, nats: NatsThread | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        nats: NatsThread | None = None,
+        retry_for: float = RETRY_FOR,
+    ) -> None:
         """Connects to `url`, or reads over `nats`, a connection someone else
-        owns and closes (a listener's, whose subscriptions read through it)."""
+        owns and closes (a listener's, whose subscriptions read through it).
+        `retry_for`: seconds a read asks again through an election (`_call`)."""
         self.url = url
+        self.retry_for = retry_for
         self._owned = nats is None
         self._nats = NatsThread(url, timeout=timeout) if nats is None else nats
         self._js: Any = self._nats.js
@@ -168,7 +186,7 @@ class JetStreamReader:
                     out.append(meta[METADATA_KEY])
             return sorted(out)
 
-        return list(self._call(names()))
+        return list(self._call(names))
 
     def _info(self, stream: str) -> Any:
         """The JetStream stream's info, or None when it does not exist."""
@@ -181,21 +199,23 @@ class JetStreamReader:
             except nats.js.errors.NotFoundError:
                 return None
 
-        return self._call(info())
+        return self._call(info)
 
     def last(self, stream: str) -> int:
         """Position of the last record stored (0 when empty or unknown)."""
         info = self._info(stream)
         if info is None or not info.state.messages:
             return 0
-        return int(self._call(self._last_end(stream_name(stream), info.state.last_seq))) - 1
+        return int(self._call(lambda: self._last_end(stream_name(stream), info.state.last_seq))) - 1
 
     def first(self, stream: str) -> int:
         """Position of the first record retained (0 when empty or unknown)."""
         info = self._info(stream)
         if info is None or not info.state.messages:
             return 0
-        found = self._call(self._batch_at_or_after(stream_name(stream), info.state.first_seq))
+        found = self._call(
+            lambda: self._batch_at_or_after(stream_name(stream), info.state.first_seq)
+        )
         return 0 if found is None else found[1].position
 
     def stream_info(self, stream: str) -> StreamInfo:
@@ -204,7 +224,19 @@ class JetStreamReader:
         if info is None:
             return StreamInfo(stream, 0, 0, 0, 0)
         first, last = self.first(stream), self.last(stream)
-        return StreamInfo(stream, first, last, last - first + 1 if first else 0, info.state.bytes)
+        newest = (
+            self._call(lambda: self._get(stream_name(stream), info.state.last_seq))
+            if info.state.messages
+            else None
+        )
+        return StreamInfo(
+            stream,
+            first,
+            last,
+            last - first + 1 if first else 0,
+            info.state.bytes,
+            newest[3] if newest is not None else None,
+        )
 
     # ------------------------------------------------------------ reading
     def read(
@@ -213,10 +245,30 @@ class JetStreamReader:
         """(position, payload) from `start` (inclusive) to `stop` (exclusive;
         None = all stored when called), as the file store's `read`: `start` 0 or
         1 is the first record retained; a later start below it raises."""
+        return ((p, r) for p, _, r in self.read_timed(stream, start, stop, follow))
+
+    def read_timed(
+        self, stream: str, start: int = 1, stop: int | None = None, follow: bool = False
+    ) -> Iterator[tuple[int, float | None, bytes]]:
+        """As `read`, with when each record was stored: the JetStream message's
+        own time (the cluster stamps every message it stores), Unix seconds."""
         if start < 0:
             raise ValueError(f"start must be >= 0, not {start}")
         validate_stream_name(stream)
         return self._read(stream, start, stop, follow)
+
+    def position_at(self, stream: str, when: float) -> int:
+        """The position of the first record stored at or after `when` (Unix
+        seconds): a binary search over the messages' own times, ~log2(messages)
+        gets; the position after the last record when none is that recent, 1
+        for an unknown stream."""
+        validate_stream_name(stream)
+        info = self._info(stream)
+        if info is None:
+            return 1
+        name, state = stream_name(stream), info.state
+        found = self._call(lambda: self._seek_time(name, state.first_seq, state.last_seq, when))
+        return found if found is not None else self.last(stream) + 1
 
     def locate(self, stream: str, start: int) -> tuple[int, int, int] | None:
         """Where a read from position `start` (0 or 1: the first retained) begins:
@@ -231,7 +283,9 @@ class JetStreamReader:
             return None
         state = info.state
         first = (
-            self._call(self._batch_at_or_after(name, state.first_seq)) if state.messages else None
+            self._call(lambda: self._batch_at_or_after(name, state.first_seq))
+            if state.messages
+            else None
         )
         if first is None:  # nothing yet, or epoch markers only
             return state.last_seq + 1, 0 if start <= 1 else start, state.last_seq
@@ -242,12 +296,12 @@ class JetStreamReader:
             raise BelowRetained(
                 f"stream {stream!r}: records retained start at {retained}, cannot read from {start}"
             )
-        seq = self._call(self._seek(name, state.first_seq, state.last_seq, start))
+        seq = self._call(lambda: self._seek(name, state.first_seq, state.last_seq, start))
         return seq, start, state.last_seq
 
     def _read(
         self, stream: str, start: int, stop: int | None, follow: bool
-    ) -> Iterator[tuple[int, bytes]]:
+    ) -> Iterator[tuple[int, float | None, bytes]]:
         name = stream_name(stream)
         limit = stop if stop is not None else 1 << 64
         if limit <= start:
@@ -298,44 +352,65 @@ class JetStreamReader:
         limit: int,
         follow: bool,
         feeds: list[Feed],
-    ) -> Iterator[tuple[int, bytes]]:
+    ) -> Iterator[tuple[int, float | None, bytes]]:
         parts = BatchParts(stream)
         while position < limit:
             if seq <= end_seq:  # stored when the read began (or when it last looked)
-                msgs = self._call(self._fetch(name, seq, min(end_seq, seq + AHEAD - 1)))
+                ahead = min(end_seq, seq + AHEAD - 1)
+                msgs = self._call(functools.partial(self._fetch, name, seq, ahead))
             elif not follow:
                 return
             else:  # caught up: from here on the cluster tells when there is more
                 if not feeds:
                     feeds.append(Feed(self._js, name, seq, AHEAD))
-                msgs = self._call(feeds[0].fetch(), timeout=WAIT + 3 * self._nats.timeout)
+                msgs = self._follow(feeds, name, seq)
                 if not msgs:
                     continue
                 end_seq = max(end_seq, msgs[-1][0])
-            for mseq, headers, part in msgs:
+            for mseq, headers, part, when in msgs:
                 if mseq < seq:
                     continue  # a feed made again may bring a message twice
                 seq = mseq + 1
                 position = yield from self._message_records(
-                    stream, mseq, headers, part, parts, position, limit
+                    stream, (mseq, headers, part, when), parts, position, limit
                 )
                 if position >= limit:
                     return
             if not msgs:
                 seq = end_seq + 1
 
+    def _follow(self, feeds: list[Feed], name: str, seq: int) -> list[Any]:
+        """The feed's next messages.  Through an election the feed is made again
+        from `seq` (not asked again: a fetch cut short may have pulled messages
+        it never handed over), for up to `retry_for` seconds."""
+        deadline = time.monotonic() + self.retry_for
+        pause = 0.05
+        while True:
+            try:
+                return list(self._nats.call(feeds[0].fetch(), WAIT + 3 * self._nats.timeout))
+            except Exception as exc:
+                if not _transient(exc) or time.monotonic() >= deadline:
+                    if isinstance(exc, Error):
+                        raise
+                    raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+                log.debug("JetStream at %s: %s; following again from %d", self.url, say(exc), seq)
+                with contextlib.suppress(Exception):
+                    self._nats.call(feeds[0].close())
+                feeds[:] = [Feed(self._js, name, seq, AHEAD)]
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
     def _message_records(
         self,
         stream: str,
-        mseq: int,
-        headers: dict[str, str],
-        part: bytes,
+        message: Message,
         parts: BatchParts,
         position: int,
         limit: int,
-    ) -> Generator[tuple[int, bytes], None, int]:
-        """Yield the records of message `mseq` from `position` (0: from the
+    ) -> Generator[tuple[int, float | None, bytes], None, int]:
+        """Yield the records of a message from `position` (0: from the
         first batch's) up to `limit`; return the position wanted next."""
+        mseq, headers, part, when = message
         if decode_marker(headers) is not None:
             return position  # an epoch marker holds no records
         h = self._headers(headers, mseq)
@@ -357,24 +432,25 @@ class JetStreamReader:
                 if p >= limit:
                     return position
                 if p >= position:
-                    yield p, record
+                    yield p, when, record
                     position = p + 1
         return position
 
     # ------------------------------------------------------------ on the loop
-    async def _get(self, name: str, seq: int) -> tuple[int, dict[str, str], bytes] | None:
+    async def _get(self, name: str, seq: int) -> Message | None:
         """The message at `seq` or the next one after it; None past the end."""
         nats = _nats_module()
         try:
             msg = await self._js.get_msg(name, seq, next=True)
         except nats.js.errors.NotFoundError:
             return None
-        return msg.seq, dict(msg.headers or {}), msg.data or b""
+        when = msg.time.timestamp() if msg.time is not None else None
+        return msg.seq, dict(msg.headers or {}), msg.data or b"", when
 
-    async def _fetch(self, name: str, lo: int, hi: int) -> list[tuple[int, dict[str, str], bytes]]:
+    async def _fetch(self, name: str, lo: int, hi: int) -> list[Message]:
         """Messages lo..hi in order (fewer where some were removed)."""
         got = await asyncio.gather(*(self._get(name, s) for s in range(lo, hi + 1)))
-        out: list[tuple[int, dict[str, str], bytes]] = []
+        out: list[Message] = []
         last = lo - 1
         for m in got:
             if m is not None and m[0] > last:  # `next` may return the same later message twice
@@ -402,6 +478,24 @@ class JetStreamReader:
             seq -= 1
         return 1
 
+    async def _seek_time(self, name: str, lo: int, hi: int, when: float) -> int | None:
+        """The position of the first batch in a message stored at or after
+        `when`, by a binary search over the sequences lo..hi; None if none."""
+        first = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            m = await self._get(name, mid)
+            if m is None or m[0] > hi:
+                hi = mid - 1
+            elif m[3] is not None and m[3] >= when:
+                first, hi = m[0], mid - 1
+            else:
+                lo = m[0] + 1
+        if first is None:
+            return None
+        found = await self._batch_at_or_after(name, first)  # past epoch markers
+        return found[1].position if found is not None else None
+
     async def _seek(self, name: str, lo: int, hi: int, position: int) -> int:
         """The first sequence whose batch may hold `position` (the last batch
         message starting at or before it)."""
@@ -427,13 +521,49 @@ class JetStreamReader:
         except ValueError as exc:
             raise Error(f"JetStream message {seq}: {exc}") from None
 
-    def _call(self, coro: Any, timeout: float | None = None) -> Any:
-        try:
-            return self._nats.call(coro, timeout)
-        except Error:
-            raise
-        except Exception as exc:
-            raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]], timeout: float | None = None) -> T:
+        """Run the coroutine `make()` gives on the connection's loop, and return its
+        result.  Through a leader election or a node going down -- no answer in
+        time, "no responders", JetStream unavailable -- it asks again (a new
+        `make()`: every call here only reads) for up to `retry_for` seconds, and
+        says so at debug level; anything else, or still no answer after that,
+        raises purelink.Error."""
+        deadline: float | None = None
+        pause = 0.05
+        while True:
+            try:
+                return self._nats.call(make(), timeout)
+            except Exception as exc:
+                if not _transient(exc):
+                    if isinstance(exc, Error):
+                        raise
+                    raise Error(f"JetStream at {self.url}: {say(exc)}") from None
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.retry_for
+                if now >= deadline:
+                    raise Error(
+                        f"JetStream at {self.url}: {say(exc)} "
+                        f"(asked again for {self.retry_for:g} s)"
+                    ) from None
+                log.debug("JetStream at %s: %s; asking again", self.url, say(exc))
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 1.0)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed read may pass if asked again: no answer in time, no
+    responders, JetStream unavailable (a meta or stream leader election)."""
+    if isinstance(exc, NoAnswer | TimeoutError):
+        return True
+    nats = _nats_module()
+    return isinstance(
+        exc,
+        nats.errors.TimeoutError
+        | nats.errors.NoRespondersError
+        | nats.errors.ConnectionReconnectingError
+        | nats.js.errors.ServiceUnavailableError,
+    )
 
 
 def _nats_module() -> Any:

@@ -398,7 +398,7 @@ class JetStreamWriter:
                 else:
                     await self._recover(s, round_, failure)
         except Exception:  # never silent: a bug here would leave links waiting for ever
-            log.exception("purelink: JetStream writer of stream %s stopped", s.name)
+            log.exception("JetStream writer of stream %s stopped", s.name)
             raise
         finally:
             s.busy = False
@@ -421,7 +421,7 @@ class JetStreamWriter:
         try:
             await self._tail(s)
         except Exception as exc:  # the cluster did not answer in time
-            log.warning("purelink: JetStream stream %s: %s; again", s.name, say(exc))
+            log.warning("JetStream stream %s: %s; again", s.name, say(exc))
             s.last_seq = -1
             await asyncio.sleep(LOOK_PAUSE)
 
@@ -492,7 +492,7 @@ class JetStreamWriter:
         """A round failed: look at the stream for what went in after all, and
         queue again what did not."""
         log.info(
-            "purelink: JetStream stream %s: a publish failed (%s); looking again",
+            "JetStream stream %s: a publish failed (%s); looking again",
             s.name,
             say(failure),
         )
@@ -514,7 +514,7 @@ class JetStreamWriter:
                 places = [await self._where(s, m.producer) for m in msgs]
                 break
             except Exception as exc:
-                log.warning("purelink: JetStream stream %s: %s; again", s.name, say(exc))
+                log.warning("JetStream stream %s: %s; again", s.name, say(exc))
                 s.last_seq = -1
                 await asyncio.sleep(LOOK_PAUSE)
         again: list[Message] = []
