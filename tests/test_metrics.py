@@ -193,7 +193,8 @@ def test_link_collector_exports_link_and_handler_stats(tmp_path: Path) -> None:
     assert ("purelink_link_bottleneck_bandwidth_bytes_per_second", app) in samples
     assert samples[("purelink_link_min_rtt_seconds", app)] > 0  # the handshake's at least
     assert ("purelink_link_pacing_rate_bytes_per_second", app) in samples
-    assert ("purelink_link_competing", app) not in samples  # BBR cannot tell: no series
+    assert samples[("purelink_link_competing", app)] == 0  # alone on loopback
+    assert dict(labels)["cross_traffic"] == "none"
     assert samples[("purelink_link_records_stored_total", logs)] == 1
     assert samples[("purelink_log_records_dropped_total", logs)] == 0
     assert samples[("purelink_log_records_pending", logs)] == 0
@@ -211,7 +212,7 @@ def test_link_collector_leaves_out_what_a_tcp_link_cannot_see(tmp_path: Path) ->
         dict(labels)["producer"] for _, labels in samples if dict(labels).get("stream") == "app"
     }
     app = (("producer", producer), ("stream", "app"), ("url", url))
-    info = (*app, ("controller", "kernel"), ("state", ""))
+    info = (*app, ("controller", "kernel"), ("cross_traffic", ""), ("state", ""))
     assert samples[("purelink_link_congestion_info", tuple(sorted(info)))] == 1
     assert ("purelink_link_competing", app) not in samples
     assert samples[("purelink_link_cwnd_bytes", app)] > 0

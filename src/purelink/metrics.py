@@ -124,7 +124,8 @@ class LinkCollector:
     anonymous one (N numbers the anonymous links of the process, the same in
     every collector).  A LinkHandler adds `purelink_log_records_dropped_total`
     and `purelink_log_records_pending`.  The congestion controller's name and
-    phase are the labels `controller` and `state` of
+    phase, and what it believes shares the bottleneck, are the labels
+    `controller`, `state` and `cross_traffic` of
     `purelink_link_congestion_info` (always 1).
     """
 
@@ -192,8 +193,9 @@ class _LinkGauges:
         )
         self.info = core.GaugeMetricFamily(
             "purelink_link_congestion_info",
-            "The congestion control (kernel: a tcp:// link's) and its phase, as labels.",
-            labels=[*labels, "controller", "state"],
+            "The congestion control (kernel: a tcp:// link's), its phase and what it"
+            " believes shares the bottleneck, as labels.",
+            labels=[*labels, "controller", "state", "cross_traffic"],
         )
         self.congestion = {
             field: core.GaugeMetricFamily(f"purelink_{name}", text, labels=labels)
@@ -204,7 +206,8 @@ class _LinkGauges:
         self.unstored.add_metric(values, stats.queued - stats.stored)
         self.rtt.add_metric(values, stats.rtt)
         self.cwnd.add_metric(values, stats.cwnd)
-        self.info.add_metric([*values, stats.congestion, stats.congestion_state], 1)
+        cross = stats.cross_traffic or ""
+        self.info.add_metric([*values, stats.congestion, stats.congestion_state, cross], 1)
         for field, family in self.congestion.items():
             value = getattr(stats, field)
             if value is not None:  # not measured: no series, rather than a false 0

@@ -44,7 +44,8 @@ def test_a_bbr_link_shows_the_bandwidth_and_min_rtt_it_measured(tmp_path: Path) 
     ):
         first = link.stats()
         assert (first.congestion, first.congestion_state) == ("bbr", Bbr.STARTUP)
-        assert first.competing is None
+        # alone on loopback: nothing shares the path, and BBR says so
+        assert first.competing is False and first.cross_traffic == "none"
         seen: list[purelink.LinkStats] = []
         done = threading.Event()
 
@@ -69,7 +70,8 @@ def test_a_bbr_link_shows_the_bandwidth_and_min_rtt_it_measured(tmp_path: Path) 
     assert stats.btl_bw is not None and stats.btl_bw > 0
     assert stats.min_rtt is not None and 0 < stats.min_rtt < 1.0  # loopback
     assert stats.pacing_rate is not None and stats.pacing_rate > 0
-    assert stats.cwnd > 0 and stats.competing is None
+    assert stats.cwnd > 0
+    assert stats.competing is False and stats.cross_traffic == "none"
     assert seen and all(
         s.congestion == "bbr"
         and s.congestion_state in PHASES["bbr"]
@@ -98,7 +100,7 @@ def test_a_loss_based_link_shows_its_phase_and_no_bandwidth(
         assert stats.pacing_rate is not None and stats.pacing_rate > 0
     else:
         assert stats.min_rtt is None and stats.pacing_rate == 0.0
-    assert stats.competing is None
+    assert stats.competing is None and stats.cross_traffic is None
 
 
 def test_a_tcp_link_says_the_kernel_does_its_congestion_control(tmp_path: Path) -> None:
@@ -110,5 +112,5 @@ def test_a_tcp_link_says_the_kernel_does_its_congestion_control(tmp_path: Path) 
         stats = link.stats()
     assert (stats.congestion, stats.congestion_state) == ("kernel", "")
     assert stats.btl_bw is None and stats.min_rtt is None and stats.pacing_rate is None
-    assert stats.competing is None
+    assert stats.competing is None and stats.cross_traffic is None
     assert stats.cwnd > 0  # the link's own bound on bytes in flight, as before

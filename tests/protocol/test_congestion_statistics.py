@@ -81,7 +81,7 @@ def test_bbr_shows_its_model_bandwidth_and_min_rtt() -> None:
     assert (s.name, s.state) == ("bbr", Bbr.STARTUP)
     # no sample yet: measured as nothing so far (0.0), not unknown (None)
     assert s.btl_bw == 0.0 and s.min_rtt == 0.0 and s.pacing_rate == 0.0
-    assert s.competing is None
+    assert s.competing is False and s.cross_traffic == "none"  # nothing judged yet
     cc.on_path_rtt(0.04, 100.0)  # the handshake's round trip
     assert cc.statistics().min_rtt == 0.04
     feed(cc, 4 * 12)  # a dozen round trips: startup finds the pipe full

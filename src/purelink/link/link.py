@@ -352,6 +352,7 @@ class Link(LinkThread):
             min_rtt=None if cc is None else cc.min_rtt,
             pacing_rate=None if cc is None else cc.pacing_rate,
             competing=None if cc is None else cc.competing,
+            cross_traffic=None if cc is None else cc.cross_traffic,
             disk_full=s.stats.disk_full,
             waiting=self._held,
         )

@@ -122,6 +122,12 @@ class LinkStats:
     competing: bool | None
     """Whether the controller believes other traffic shares the path's
     bottleneck with this link (None when it cannot tell, and on a tcp:// link)."""
+    cross_traffic: str | None = None
+    """What the controller believes shares the bottleneck, and so how the link
+    competes (BBR, the default): "none" (alone, or beside purelink links:
+    the cooperative rules), "loss" (a loss-based flow such as CUBIC: a
+    loss-based window), "model" (a model-based one such as BBR v1: BBR v1's
+    rules); None for a controller that cannot tell, and on a tcp:// link."""
     disk_full: int = 0
     """Refusals for now because the listener's disk had no room for the stream."""
     waiting: str = ""

@@ -29,7 +29,10 @@ policy has to carry what it does not know:
 
 * `btl_bw`: its estimate of the bottleneck's bandwidth, bytes/s (BBR's model);
 * `min_rtt`: the smallest round trip it has seen, seconds;
-* `competing`: whether it believes other traffic shares its bottleneck.
+* `competing`: whether it believes other traffic shares its bottleneck;
+* `cross_traffic`: what it believes that traffic is ("none", "loss": a
+  loss-based flow such as CUBIC, "model": a model-based one such as BBR v1;
+  bbr.py competes accordingly, crosstraffic.py judges).
 
 Without them a snapshot says None: not measured, never a made-up zero or no.
 
@@ -98,6 +101,10 @@ class CongestionStatistics:
     competing: bool | None
     """Whether it believes other traffic shares its bottleneck (None for a
     controller that cannot tell)."""
+    cross_traffic: str | None = None
+    """What it believes that traffic is: "none", "loss" (loss-based, such as
+    CUBIC) or "model" (model-based, such as BBR v1); None for a controller
+    that cannot tell."""
 
 
 class CongestionControl(ABC):
@@ -157,6 +164,7 @@ class CongestionControl(ABC):
         btl_bw = getattr(self, "btl_bw", None)
         min_rtt = getattr(self, "min_rtt", None)
         competing = getattr(self, "competing", None)
+        cross = getattr(self, "cross_traffic", None)
         return CongestionStatistics(
             name=self.name,
             state=self.state,
@@ -165,4 +173,5 @@ class CongestionControl(ABC):
             btl_bw=None if btl_bw is None else float(btl_bw),
             min_rtt=None if min_rtt is None else float(min_rtt),
             competing=None if competing is None else bool(competing),
+            cross_traffic=None if cross is None else str(cross),
         )

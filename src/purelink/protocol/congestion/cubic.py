@@ -45,9 +45,11 @@ loss.py's, shared with NewReno.
     a spurious loss   the window, W_max and the curve of before come back
     a probe timeout   ssthresh = cwnd * beta, cwnd = the minimum, slow start
 
-C = 0.4 and beta = 0.7, as the RFC.  Pacing (as Linux paces TCP with fq):
-2 x cwnd / srtt in slow start and 1.2 x cwnd / srtt afterwards, so that a
-window is spread over the round trip instead of leaving in one burst;
+C = 0.4 and beta = 0.7, as the RFC (`beta=` sets another, and alpha_cubic
+follows it; `hystart=False` leaves the first slow start to the first
+loss).  Pacing (as Linux paces TCP with fq): 2 x cwnd / srtt in slow
+start and 1.2 x cwnd / srtt afterwards, so that a window is spread over
+the round trip instead of leaving in one burst;
 srtt is the RFC 6298 average of the answers' RTT samples.  `min_rtt`, the
 smallest of them and of the handshake's round trip, steers nothing: it is
 there for `statistics()` (the link's stats), beside srtt.
@@ -112,9 +114,20 @@ class Cubic(LossBased[_Saved]):
     TIMEOUT_BETA = BETA
 
     def __init__(
-        self, datagram_size: int, *, initial_datagrams: int = 32, maximum: int = 64 << 20
+        self,
+        datagram_size: int,
+        *,
+        initial_datagrams: int = 32,
+        maximum: int = 64 << 20,
+        beta: float = BETA,
+        hystart: bool = True,
     ) -> None:
         super().__init__(datagram_size, initial_datagrams=initial_datagrams, maximum=maximum)
+        self.beta = beta
+        """The share of the window a cut keeps (the RFC's 0.7 unless told)."""
+        self._alpha = 3 * (1 - beta) / (1 + beta)  # the Reno-friendly growth (section 4.3)
+        self.hystart = hystart
+        """HyStart++ in the first slow start (off: slow start until the first loss)."""
         self.srtt = 0.0
         self.min_rtt = 0.0
         """The smallest RTT sample (the handshake's included), seconds; 0.0: none yet."""
@@ -183,14 +196,14 @@ class Cubic(LossBased[_Saved]):
         target = curve.at(now - curve.start + self.srtt)
         target = min(max(target, cwnd), 1.5 * cwnd)
         grown = cwnd + (target - cwnd) * acked / cwnd
-        curve.w_est += (ALPHA if curve.w_est < curve.prior else 1.0) * acked / cwnd
+        curve.w_est += (self._alpha if curve.w_est < curve.prior else 1.0) * acked / cwnd
         self.cwnd = int(max(grown, curve.w_est) * size)
 
     def _reduce(self, now: float) -> None:
         cwnd = self.cwnd / self.datagram_size
         self._prior = cwnd
-        self.w_max = cwnd * (1 + BETA) / 2 if cwnd < self.w_max else cwnd  # fast convergence
-        self.cwnd = max(int(self.cwnd * BETA), self.minimum)
+        self.w_max = cwnd * (1 + self.beta) / 2 if cwnd < self.w_max else cwnd  # fast convergence
+        self.cwnd = max(int(self.cwnd * self.beta), self.minimum)
         self.ssthresh = self.cwnd
         self._curve = None  # the epoch starts once recovery is over
         self._css_baseline = 0.0
@@ -214,7 +227,7 @@ class Cubic(LossBased[_Saved]):
         self._take_min_rtt(rtt)
         self._round_min = min(self._round_min, rtt) if self._round_samples else rtt
         self._round_samples += 1
-        if self.ssthresh == NO_THRESHOLD:
+        if self.ssthresh == NO_THRESHOLD and self.hystart:
             self._hystart()
         if sample.prior_delivered >= self._round_end:  # a round trip ended
             self._end_round(sample.total_delivered)
