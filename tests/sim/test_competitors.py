@@ -451,3 +451,36 @@ def test_a_purelink_link_beside_cubic() -> None:
 @pytest.mark.parametrize("kind", ["cubic", "bbr"])
 def test_a_purelink_link_beside_a_tcp_flow_slow(kind: str, buffer: float) -> None:
     beside(kind, buffer, 40.0, 10.0)
+
+
+def verdict(kinds: list[str], buffer: float, **kw: float) -> tuple[str, float]:
+    """What the first flow's (a purelink link's) controller believes shares
+    its path at the end of a run, and that link's part of the pair."""
+    run = share(kinds, buffer=buffer, **kw)
+    link = run.flows[0]
+    assert isinstance(link, SimLink)
+    return str(link.sender.cc.statistics().cross_traffic), run.share(0) if len(kinds) > 1 else 1.0
+
+
+def test_alone_the_link_keeps_its_cooperative_rules() -> None:
+    """Alone on a deep buffer the link's own queue is its share: no verdict."""
+    kind, _ = verdict([PURELINK], 10.0, seconds=8.0, warm=2.0)
+    assert kind == "none"
+
+
+def test_beside_cubic_on_a_deep_buffer_the_link_competes_as_a_loss_based_flow() -> None:
+    """CUBIC fills 10 bdps whatever the link does: the cooperative rules left
+    the link 0.02 of the pair; the queue grows while the link holds still, so
+    the link takes a CUBIC window."""
+    kind, part = verdict([PURELINK, "cubic"], 10.0, seconds=12.0, warm=4.0)
+    assert kind == "loss"
+    assert part > 0.2, part
+
+
+def test_beside_bbr_on_a_deep_buffer_the_link_keeps_bbr_s_own_rules() -> None:
+    """BBR v1 keeps 2 bdp in flight and its queue stands whatever the link
+    does: the cooperative rules left the link 0.22 of the pair; as a model
+    of its own, without the queue share, it holds its 2 bdp too."""
+    kind, part = verdict([PURELINK, "bbr"], 2.5, seconds=12.0, warm=4.0)
+    assert kind == "model"
+    assert part > 0.3, part

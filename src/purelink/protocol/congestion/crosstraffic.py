@@ -21,24 +21,29 @@ delay its own share of a queue would make.  The verdict (`kind`):
     NONE   no competitor that keeps a queue: the cooperative rules
            (alone, or beside purelink links, which yield as we do)
     MODEL  a flow that keeps a queue and does not yield to one: for
-           HELD_ROUNDS rounds the queue stood at more than OTHERS_SHARES
-           times our share of it (QUEUE_SHARE datagrams at our rate: a
-           queue not of our making, even if we held our share and yielded
-           each round) and did not shrink below HELD_SHRINK of where it was
-           at the first (purelink links yield too, so a queue they share
-           shrinks, and two of them hold about two shares); Copa's test of
-           a queue that never empties, with our own part taken out.  Then
-           BBR v1's rules: no queue-share yield, no loss bound
+           HELD_ROUNDS rounds in a row the queue stood at more than our
+           share of it (QUEUE_SHARE datagrams at our rate, so that we
+           yielded every round) and did not shrink below HELD_SHRINK of
+           where it was at the first.  Purelink links that share a queue
+           yield too, so it shrinks, and they hover about their shares,
+           over one round and under the next; HELD_ROUNDS (8) outlasts
+           most of a newcomer's startup and drain, whose queue stands a
+           few rounds (with 3, links started 0.5-1.5 s apart took the
+           verdict and split 0.3/0.7).  Copa's test of a queue that never
+           empties, with our own part taken out.  Then BBR v1's rules: no queue-share yield,
+           no loss bound
     LOSS   the competitor is elastic: it backs off when the buffer
            overflows (Nimbus's question, asked of the events a loss-based
-           flow cannot hide), seen in one of two ways:
+           flow cannot hide), seen in a MODEL verdict in one of two ways:
              * a cut: within FALL_ROUNDS rounds the queue fell by more than
                FALL_SHARE of itself and FALL_RTT min RTTs beyond what our
-               own flight's fall explains (our fall in bytes / btl_bw); a
-               loss-based flow's multiplicative decrease, which a paced
-               model-based flow does not make;
+               own flight's fall explains (our fall in bytes / btl_bw), and
+               never to under 0.1 min RTT on the way (a BBR flow's ProbeRTT
+               empties the queue for a moment); a loss-based flow's multiplicative
+               decrease, which a paced model-based flow does not make;
              * growth: over GROW_ROUNDS rounds the queue grew nearly every
-               round, by GROW_RATIO and by a quarter of the smaller of min
+               round, from at least 0.1 min RTT (not a refill after a
+               drain), by GROW_RATIO and by a quarter of the smaller of min
                RTT and the deepest queue seen, to at least half that
                deepest queue (about the buffer, once it overflowed), while
                our flight did not grow: a window that grows with every ACK
@@ -72,9 +77,9 @@ from typing import Final
 
 __all__ = ["CrossTraffic"]
 
-HELD_ROUNDS: Final = 4
+HELD_ROUNDS: Final = 8
 HELD_SHRINK: Final = 0.9
-OTHERS_SHARES: Final = 3.0
+OTHERS_SHARES: Final = 1.0  # the queue's delay over our share's, for a round to count
 FALL_SHARE: Final = 0.25
 FALL_RTT: Final = 0.1
 FALL_ROUNDS: Final = 4
@@ -86,6 +91,7 @@ LOSSY_WINDOW: Final = 8
 FLIGHT_ROUNDS: Final = 6
 CUBIC_CUT: Final = 0.3
 MAX_START: Final = 3.0
+EMPTY_QUEUE: Final = 0.1
 
 
 class CrossTraffic:
@@ -132,7 +138,7 @@ class CrossTraffic:
         self._deepest = max(self._deepest, queue_delay)
         self._lossy.append(lost >= 2 * self.datagram_size)
         if self.kind == CrossTraffic.NONE:
-            others = queue_delay > OTHERS_SHARES * ours and queue_delay > 0.1 * min_rtt
+            others = queue_delay > OTHERS_SHARES * ours and queue_delay > EMPTY_QUEUE * min_rtt
             if not others:
                 self._held = 0
             elif not self._held or queue_delay >= HELD_SHRINK * self._held_from:
@@ -144,7 +150,7 @@ class CrossTraffic:
             if self._held >= HELD_ROUNDS:
                 return self._switch(CrossTraffic.MODEL)
             return False
-        self._empty = self._empty + 1 if queue_delay < 0.1 * min_rtt else 0
+        self._empty = self._empty + 1 if queue_delay < EMPTY_QUEUE * min_rtt else 0
         if self.kind == CrossTraffic.LOSS:
             if sum(self._lossy) >= LOSSY_ROUNDS:
                 return self._switch(CrossTraffic.MODEL)
@@ -169,10 +175,12 @@ class CrossTraffic:
         if len(queues) < 2:
             return None
         now = queues[-1]
+        if now < EMPTY_QUEUE * min_rtt:
+            return None  # emptied: a ProbeRTT's drain (BBR's), not a cut
         ours = max(max(self._flights) - flight, 0) / max(btl_bw, 1.0)
-        for before in queues[:-1]:
-            if before < 0.1 * min_rtt:
-                continue
+        for i, before in enumerate(queues[:-1]):
+            if min(queues[i:]) < EMPTY_QUEUE * min_rtt:
+                continue  # it emptied since: a drain, not a cut
             fall = before - now - ours
             if fall > FALL_SHARE * before and fall > FALL_RTT * min_rtt:
                 # a cut of 0.3 W by a flow of window W = (mu - r) rtt lowers the
@@ -193,6 +201,7 @@ class CrossTraffic:
         first, last = grown[0], grown[-1]
         if (
             rises >= len(delays) - 2
+            and first[0] >= EMPTY_QUEUE * min_rtt  # not a queue refilling after a drain
             and last[1] <= first[1]
             and last[0] > GROW_RATIO * first[0]
             and last[0] - first[0] > 0.25 * min(min_rtt, self._deepest)
