@@ -468,13 +468,14 @@ def test_alone_the_link_keeps_its_cooperative_rules() -> None:
     assert kind == "none"
 
 
-def test_beside_cubic_on_a_deep_buffer_the_link_competes_as_a_loss_based_flow() -> None:
+def test_beside_cubic_on_a_deep_buffer_the_link_competes() -> None:
     """CUBIC fills 10 bdps whatever the link does: the cooperative rules left
-    the link 0.02 of the pair; the queue grows while the link holds still, so
-    the link takes a CUBIC window."""
+    the link 0.02 of the pair.  The queue stands, then grows while the link
+    holds still: the link takes a CUBIC window (and, once the buffer
+    overflows round after round, BBR v1's rules), and a fair part."""
     kind, part = verdict([PURELINK, "cubic"], 10.0, seconds=12.0, warm=4.0)
-    assert kind == "loss"
-    assert part > 0.2, part
+    assert kind in ("loss", "model")
+    assert 0.35 <= part <= 0.65, part
 
 
 def test_beside_bbr_on_a_deep_buffer_the_link_keeps_bbr_s_own_rules() -> None:
