@@ -453,6 +453,10 @@ def test_a_purelink_link_beside_a_tcp_flow_slow(kind: str, buffer: float) -> Non
     beside(kind, buffer, 40.0, 10.0)
 
 
+SHARED = f"{PURELINK}-bbr-shared"
+"""A link whose controller judges what shares the path ("bbr-shared")."""
+
+
 def verdict(kinds: list[str], buffer: float, **kw: float) -> tuple[str, float]:
     """What the first flow's (a purelink link's) controller believes shares
     its path at the end of a run, and that link's part of the pair."""
@@ -464,8 +468,16 @@ def verdict(kinds: list[str], buffer: float, **kw: float) -> tuple[str, float]:
 
 def test_alone_the_link_keeps_its_cooperative_rules() -> None:
     """Alone on a deep buffer the link's own queue is its share: no verdict."""
-    kind, _ = verdict([PURELINK], 10.0, seconds=8.0, warm=2.0)
+    kind, _ = verdict([SHARED], 10.0, seconds=8.0, warm=2.0)
     assert kind == "none"
+
+
+def test_the_default_controller_does_not_judge_and_yields_beside_cubic() -> None:
+    """Plain "bbr" keeps its cooperative rules beside CUBIC on a deep buffer:
+    no verdict, and it yields (the Vegas starvation bbr-shared is for)."""
+    kind, part = verdict([PURELINK, "cubic"], 10.0, seconds=12.0, warm=4.0)
+    assert kind == "none"
+    assert part < 0.2, part
 
 
 def test_beside_cubic_on_a_deep_buffer_the_link_competes() -> None:
@@ -473,7 +485,7 @@ def test_beside_cubic_on_a_deep_buffer_the_link_competes() -> None:
     the link 0.02 of the pair.  The queue stands, then grows while the link
     holds still: the link takes a CUBIC window (and, once the buffer
     overflows round after round, BBR v1's rules), and a fair part."""
-    kind, part = verdict([PURELINK, "cubic"], 10.0, seconds=12.0, warm=4.0)
+    kind, part = verdict([SHARED, "cubic"], 10.0, seconds=12.0, warm=4.0)
     assert kind in ("loss", "model")
     assert 0.35 <= part <= 0.65, part
 
@@ -482,6 +494,6 @@ def test_beside_bbr_on_a_deep_buffer_the_link_keeps_bbr_s_own_rules() -> None:
     """BBR v1 keeps 2 bdp in flight and its queue stands whatever the link
     does: the cooperative rules left the link 0.22 of the pair; as a model
     of its own, without the queue share, it holds its 2 bdp too."""
-    kind, part = verdict([PURELINK, "bbr"], 2.5, seconds=12.0, warm=4.0)
+    kind, part = verdict([SHARED, "bbr"], 2.5, seconds=12.0, warm=4.0)
     assert kind == "model"
     assert part > 0.3, part

@@ -2,8 +2,9 @@
 fast it sends (base.py says what the sender tells them and reads back).
 
 `create(name, ...)` makes one by name: "bbr" (the default of UDP links),
-"cubic" (RFC 9438, paced) or "newreno" (TCP links, and the before variant of
-the benchmarks)."""
+"bbr-shared" (BBR that judges what shares the path and competes with TCP
+flows by it: bbr.py, crosstraffic.py), "cubic" (RFC 9438, paced) or
+"newreno" (TCP links, and the before variant of the benchmarks)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ __all__ = [
     "create",
 ]
 
-NAMES = ("bbr", "cubic", "newreno")
+NAMES = ("bbr", "bbr-shared", "cubic", "newreno")
 """The controllers `create` knows."""
 
 
@@ -33,6 +34,8 @@ def create(name: str, datagram_size: int, seed: int = 0) -> CongestionControl:
     """A controller by name; ValueError for an unknown one."""
     if name == "bbr":
         return Bbr(datagram_size, seed=seed)
+    if name == "bbr-shared":
+        return Bbr(datagram_size, seed=seed, shared=True)
     if name == "cubic":
         return Cubic(datagram_size)
     if name == "newreno":

@@ -123,8 +123,9 @@ queue yields first, and a flow with less keeps its 2 bdp and grows into
 the room: they meet where each holds the share.  A lone flow on a deep
 buffer keeps a queue of 16 datagrams instead of a bdp, at the same rate.
 
-Beside other traffic.  The queue-share rule is right beside purelink links,
-which yield by it as this flow does, and wrong beside TCP: a loss-based
+Beside other traffic ("bbr-shared" only).  The queue-share rule is right
+beside purelink links, which yield by it as this flow does, and wrong beside
+TCP: a loss-based
 flow keeps the buffer full whatever we do, so a flow that reads that queue
 as its own yields round after round (the Vegas starvation: 2 % of the path
 beside CUBIC on a buffer of 10 bdp).  So each round's standing queue, our
@@ -156,6 +157,13 @@ A loss-based window that meets persistent loss (4 of 8 round trips lose 2
 datagrams or more: the competitor does not back off) goes to "model"; a
 "model" verdict whose queue stays empty for 8 round trips goes back to
 "none".  Alone the verdict stays "none" and the flow is the BBR above.
+
+The judgement is opt-in: `Bbr(shared=True)`, named "bbr-shared".  Plain
+"bbr" (the default) never consults it -- its verdict stays "none" and it
+yields beside TCP as described above -- because the judgement has a known
+miss: a purelink link that starts 0.5-1.5 s after another builds a startup
+queue the first one can take for a competitor's, and the pair then splits
+about 0.3 / 0.7 instead of converging.
 
 A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
@@ -237,8 +245,20 @@ class Bbr(CongestionControl):
     PROBE_BW = "probe_bw"
     PROBE_RTT = "probe_rtt"
 
-    def __init__(self, datagram_size: int, *, initial_datagrams: int = 32, seed: int = 0) -> None:
+    def __init__(
+        self,
+        datagram_size: int,
+        *,
+        initial_datagrams: int = 32,
+        seed: int = 0,
+        shared: bool = False,
+    ) -> None:
         super().__init__(datagram_size)
+        self.shared = shared
+        """Whether the flow judges what shares the path and competes by it
+        ("bbr-shared"); without it the verdict stays "none" (see the module
+        docstring, "Beside other traffic")."""
+        self.name = "bbr-shared" if shared else "bbr"
         self.initial_cwnd = initial_datagrams * datagram_size
         self.cwnd = self.initial_cwnd
         self.pacing_rate = 0.0
@@ -360,7 +380,7 @@ class Bbr(CongestionControl):
             self._check_full_pipe(sample)
             if self.filled:
                 self._enter(Bbr.DRAIN, now)
-        if self.mode == Bbr.DRAIN and sample.in_flight <= max(self.bdp, self.minimum):
+        if self.mode == Bbr.DRAIN and sample.in_flight <= self._drained():
             self._enter_probe_bw(now)
         if self.mode == Bbr.PROBE_BW:
             self._advance_cycle(sample, now)
@@ -489,7 +509,7 @@ class Bbr(CongestionControl):
             return
         self._queue_delay = max(round_rtt - self.typical_rtt, 0.0)
         bw = self._bw.value
-        changed = self.cross.round(
+        changed = self.shared and self.cross.round(
             queue_delay=self._queue_delay,
             flight=self._flight,
             lost=lost,
@@ -504,6 +524,12 @@ class Bbr(CongestionControl):
             # rate the round delivered is our rate
             self._bw = _MaxFilter(BW_FILTER_ROUNDS)
             self._bw.update(rate, self.round_count)
+
+    def _drained(self) -> float:
+        """The flight at which DRAIN ends: one bdp; with the judgement on, at
+        least the minimum window, so that a path whose bdp is a datagram or
+        two reaches PROBE_BW, where the judgement runs."""
+        return max(self.bdp, self.minimum) if self.shared else self.bdp
 
     def _over_share(self) -> bool:
         if self.cross.kind != CrossTraffic.NONE:
