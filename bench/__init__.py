@@ -43,9 +43,11 @@ BENCHMARKS: dict[str, str] = {
     "logging": "us per logger.info call through LinkHandler, FileHandler and QueueHandler",
     "compare": "200,000 x 61 B from one thread: purelink, pyzmq, asyncio TCP, Redis, NATS",
     "overhead": "wire bytes per payload byte by record-size mix, over a loopback link",
-    "paths": "goodput through emulated lossy, reordering, dark and small-MTU paths (root)",
+    "paths": "goodput through emulated lossy, dark, small-MTU paths; --shared: beside TCP (root)",
     "handshake": "seconds from connect to OPEN through loss both ways, in virtual time",
     "jetstream": "200,000 x 61 B into a 3-node R3 JetStream cluster: purelink beside nats-py",
+    "ccsweep": "BBR in virtual time over paths drawn from the whole space, worst seed first",
+    "ccshare": "purelink links beside Reno, CUBIC, BBR flows on one bottleneck, virtual time",
     "since": "where since=T starts in a stream of many segments: seek vs read from 1",
 }
 """Every benchmark by name, in the order the whole suite runs them."""

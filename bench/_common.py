@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from purelink.testing.nats import NatsCluster
 
 __all__ = [
+    "SHARE_BAND",
     "Report",
     "ServeProcess",
     "Summary",
@@ -78,6 +79,11 @@ __all__ = [
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 """The source checkout the benchmarks live in (for the git revision)."""
+
+SHARE_BAND = 0.3
+"""How far a flow's part of a shared bottleneck may be from a fair share, in
+fair shares: 1/(N+M) x [0.7, 1.3] of N + M flows, 0.35-0.65 of a pair
+(bench/ccshare.py's target, and the band `bench paths --shared` draws)."""
 
 READY_LINE = re.compile(r"^purelink listening .*\budp=(\S+):(\d+)\b.*\bdata=(.+)$")
 

@@ -17,6 +17,10 @@ target, the worst first:
 and at every seed, exactly once: what reached the store is each link's
 records 1..k, once each, in order, byte for byte.
 
+How a link shares a path with competing TCP flows is bench/ccshare.py's
+question: it runs this sweep (its draws, seeds and worker processes) with
+the simulation's TCP models beside the links.
+
 Utilisation is measured as tests/sim/test_congestion_sim.py measures it: the
 first transmissions of records that reached the listener after the warm-up
 (8 RTTs, at least 1 s), over rate x time.
@@ -29,19 +33,31 @@ first transmissions of records that reached the listener after the warm-up
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from purelink.protocol.listener_core import CoreConfig
 from purelink.testing import FakeNet, NetConfig, SimLink, Simulation
 
 from ._common import Report
 
-__all__ = ["Cell", "Outcome", "draw_cells", "failures", "main", "run_cell"]
+__all__ = [
+    "Cell",
+    "Outcome",
+    "draw_cells",
+    "draw_path",
+    "failures",
+    "log_uniform",
+    "main",
+    "parse_fields",
+    "run_cell",
+    "run_seeds",
+]
 
 DATAGRAM = 1400
 MIXES = ("1000 B", "61 B", "uniform 0-20 KB", "log-uniform 1 B-20 KB")
@@ -227,8 +243,20 @@ def failures(cell: Cell, out: Outcome) -> list[str]:
     return bad
 
 
-def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+def log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    """A draw between `lo` and `hi` whose logarithm is uniform (as many paths
+    at 2-20 Mbit/s as at 20-200)."""
     return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def draw_path(
+    rng: random.Random, rtts: tuple[float, float], queues: tuple[float, float]
+) -> tuple[float, float, float]:
+    """Rate (2-200 Mbit/s), RTT (s) and queue (bdps), each log-uniform between
+    its bounds and rounded as the rows print them."""
+    mbit = round(log_uniform(rng, 2, 200), 1)
+    rtt = round(log_uniform(rng, *rtts), 3)
+    return mbit, rtt, round(log_uniform(rng, *queues), 2)
 
 
 def draw_cells(count: int, seed: int, share: bool = False) -> list[Cell]:
@@ -237,9 +265,7 @@ def draw_cells(count: int, seed: int, share: bool = False) -> list[Cell]:
     rng = random.Random(seed)
     cells = []
     for i in range(count):
-        mbit = round(_log_uniform(rng, 2, 200), 1)
-        rtt = round(_log_uniform(rng, 0.004, 0.3), 3)
-        queue = round(_log_uniform(rng, 0.1, 2.0), 2)
+        mbit, rtt, queue = draw_path(rng, (0.004, 0.3), (0.1, 2.0))
         kind = i % 4
         loss = round(rng.choice((0.001, 0.005, 0.01, 0.02, 0.05)), 3) if kind in (1, 3) else 0.0
         jitter = round(rng.uniform(0.02, 0.25), 3) if kind in (2, 3) else 0.0
@@ -253,26 +279,57 @@ def draw_cells(count: int, seed: int, share: bool = False) -> list[Cell]:
     return cells
 
 
-def parse_path(text: str) -> Cell:
-    """A Cell from `name=value,...` of its fields, e.g.
-    `mbit=10,rtt=0.1,queue=1,loss=0.01,both=0,jitter=0.25,symmetric=1,mix=61 B`."""
+def parse_fields(text: str, cls: type[Any]) -> dict[str, Any]:
+    """The fields of dataclass `cls` that `name=value,...` names, each read as
+    its annotation says (bool: anything but 0, false, no is true; str: as is)."""
+    kinds = {f.name: f.type for f in dataclasses.fields(cls)}
     fields: dict[str, Any] = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
         key = key.strip()
-        if key == "mix":
-            fields[key] = value
-        elif key in ("both", "symmetric"):
-            fields[key] = value not in ("0", "false", "no")
-        elif key in ("links", "reorder"):
-            fields[key] = int(value)
+        kind = kinds.get(key)
+        if kind is None:
+            raise ValueError(f"{key!r} is not one of {', '.join(kinds)}")
+        if kind == "bool":
+            fields[key] = value.strip() not in ("0", "false", "no")
+        elif kind in ("int", "float"):
+            fields[key] = int(value) if kind == "int" else float(value)
         else:
-            fields[key] = float(value)
-    return Cell(**fields)
+            fields[key] = value
+    return fields
 
 
-def _run(job: tuple[Cell, int]) -> tuple[Cell, Outcome]:
-    return job[0], run_cell(*job)
+def parse_path(text: str) -> Cell:
+    """A Cell from `name=value,...` of its fields, e.g.
+    `mbit=10,rtt=0.1,queue=1,loss=0.01,both=0,jitter=0.25,symmetric=1,mix=61 B`."""
+    return Cell(**parse_fields(text, Cell))
+
+
+C = TypeVar("C")
+R = TypeVar("R")
+
+
+def _call(job: tuple[Callable[[C, int], R], C, int]) -> tuple[C, R]:
+    run, cell, seed = job
+    return cell, run(cell, seed)
+
+
+def run_seeds(
+    run: Callable[[C, int], R], cells: Sequence[C], seeds: int, jobs: int
+) -> dict[C, list[R]]:
+    """`run(cell, seed)` for every cell at seeds 0 .. seeds-1, in `jobs`
+    processes (1: in this one; `run` is then free to be any callable, else
+    a module's function); each cell's outcomes in seed order."""
+    work = [(run, cell, seed) for cell in cells for seed in range(seeds)]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_call, work))
+    else:  # in this process
+        results = list(map(_call, work))
+    out: dict[C, list[R]] = {cell: [] for cell in cells}
+    for cell, outcome in results:
+        out[cell].append(outcome)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -286,12 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cells = [parse_path(p) for p in args.path] or draw_cells(args.cells, args.draw, args.share)
-    jobs = [(cell, seed) for cell in cells for seed in range(args.seeds)]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(_run, jobs))
-    else:  # in this process
-        results = list(map(_run, jobs))
+    results = run_seeds(run_cell, cells, args.seeds, args.jobs)
     report = Report(
         "ccsweep",
         "BBR in virtual time: each path's worst seed against its target",
@@ -299,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rows = []
     for cell in cells:
-        runs = [out for c, out in results if c == cell]
+        runs = results[cell]
         worst = min(runs, key=lambda o: o.score)
         bad = sorted({b for o in runs for b in failures(cell, o)})
         rows.append({

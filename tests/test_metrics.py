@@ -179,9 +179,46 @@ def test_link_collector_exports_link_and_handler_stats(tmp_path: Path) -> None:
     assert samples[("purelink_link_records_unstored", app)] == 0
     assert samples[("purelink_link_datagrams_sent_total", app)] >= 1
     assert samples[("purelink_link_rtt_seconds", app)] > 0
+    info = {  # the phase may have moved on since the scrape: not compared with stats()
+        labels: value
+        for (name, labels), value in samples.items()
+        if name == "purelink_link_congestion_info" and ("stream", "app") in labels
+    }
+    assert list(info.values()) == [1]
+    (labels,) = info
+    assert dict(labels)["controller"] == "bbr"
+    assert dict(labels)["state"] in ("startup", "drain", "probe_bw", "probe_rtt")
+    # BBR keeps a bandwidth estimate and paces: a series each (the values move
+    # with the link; stats() is compared with the controller in tests/protocol)
+    assert ("purelink_link_bottleneck_bandwidth_bytes_per_second", app) in samples
+    assert samples[("purelink_link_min_rtt_seconds", app)] > 0  # the handshake's at least
+    assert ("purelink_link_pacing_rate_bytes_per_second", app) in samples
+    assert samples[("purelink_link_competing", app)] == 0  # alone on loopback
+    assert dict(labels)["cross_traffic"] == "none"
     assert samples[("purelink_link_records_stored_total", logs)] == 1
     assert samples[("purelink_log_records_dropped_total", logs)] == 0
     assert samples[("purelink_log_records_pending", logs)] == 0
+
+
+def test_link_collector_leaves_out_what_a_tcp_link_cannot_see(tmp_path: Path) -> None:
+    with purelink.Listener(tmp_path / "data", udp=None, tcp="127.0.0.1:0") as listener:
+        assert listener.tcp_address is not None
+        url = "tcp://%s:%d" % listener.tcp_address
+        with purelink.connect(url, stream="app") as link:
+            registry = CollectorRegistry(auto_describe=True)
+            registry.register(LinkCollector(link))
+            samples = _parse(generate_latest(registry).decode())
+    (producer,) = {
+        dict(labels)["producer"] for _, labels in samples if dict(labels).get("stream") == "app"
+    }
+    app = (("producer", producer), ("stream", "app"), ("url", url))
+    info = (*app, ("controller", "kernel"), ("cross_traffic", ""), ("state", ""))
+    assert samples[("purelink_link_congestion_info", tuple(sorted(info)))] == 1
+    assert ("purelink_link_competing", app) not in samples
+    assert samples[("purelink_link_cwnd_bytes", app)] > 0
+    for name in ("bottleneck_bandwidth_bytes_per_second", "min_rtt_seconds"):
+        assert (f"purelink_link_{name}", app) not in samples  # not measured: no series
+    assert ("purelink_link_pacing_rate_bytes_per_second", app) not in samples
 
 
 def test_link_collector_needs_a_link() -> None:

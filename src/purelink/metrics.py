@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from purelink.link.link import Link
+from purelink.link.link import Link, LinkStats
 from purelink.logging import LinkHandler
 
 if TYPE_CHECKING:
@@ -53,6 +53,15 @@ _LINK_COUNTERS = (
     ("parks", "link_parks", "Times a wait_stored() caller parked."),
     ("unparks", "link_unparks", "Times the link thread woke a parked waiter."),
     ("send_errors", "link_send_errors", "Datagrams the kernel refused to send."),
+)
+
+# (field of LinkStats, metric name, help): the congestion controller's view, a
+# gauge each; a field that is None (not measured) leaves the link's series out
+_LINK_CONGESTION = (
+    ("btl_bw", "link_bottleneck_bandwidth_bytes_per_second", "Estimated bottleneck bandwidth."),
+    ("min_rtt", "link_min_rtt_seconds", "Smallest round trip the congestion control has seen."),
+    ("pacing_rate", "link_pacing_rate_bytes_per_second", "Rate at which datagrams are released."),
+    ("competing", "link_competing", "1 if the link believes other traffic shares its bottleneck."),
 )
 
 # (field of ListenerStats, metric name, help): what an operator reads
@@ -114,7 +123,10 @@ class LinkCollector:
     its own: `producer` is a named link's producer, and "anonymous-N" for an
     anonymous one (N numbers the anonymous links of the process, the same in
     every collector).  A LinkHandler adds `purelink_log_records_dropped_total`
-    and `purelink_log_records_pending`.
+    and `purelink_log_records_pending`.  The congestion controller's name and
+    phase, and what it believes shares the bottleneck, are the labels
+    `controller`, `state` and `cross_traffic` of
+    `purelink_link_congestion_info` (always 1).
     """
 
     def __init__(self, *links: Link | LinkHandler) -> None:
@@ -133,15 +145,7 @@ class LinkCollector:
             name: core.CounterMetricFamily(f"purelink_{name}", text, labels=labels)
             for _, name, text in _LINK_COUNTERS
         }
-        unstored = core.GaugeMetricFamily(
-            "purelink_link_records_unstored", "Records queued, not yet stored.", labels=labels
-        )
-        rtt = core.GaugeMetricFamily(
-            "purelink_link_rtt_seconds", "Smoothed round-trip time.", labels=labels
-        )
-        cwnd = core.GaugeMetricFamily(
-            "purelink_link_cwnd_bytes", "Congestion window.", labels=labels
-        )
+        gauges = _LinkGauges(core, labels)
         dropped = core.CounterMetricFamily(
             "purelink_log_records_dropped",
             "Log records a LinkHandler could not store (full link, closed, gave up).",
@@ -167,13 +171,51 @@ class LinkCollector:
             stats = link.stats()
             for field, name, _ in _LINK_COUNTERS:
                 counters[name].add_metric(values, getattr(stats, field))
-            unstored.add_metric(values, stats.queued - stats.stored)
-            rtt.add_metric(values, stats.rtt)
-            cwnd.add_metric(values, stats.cwnd)
+            gauges.add(values, stats)
         yield from counters.values()
-        yield from (unstored, rtt, cwnd)
+        yield from gauges.families()
         if handlers:
             yield from (dropped, pending)
+
+
+class _LinkGauges:
+    """LinkCollector's gauges: what a link holds now, and its congestion control's view."""
+
+    def __init__(self, core: Any, labels: list[str]) -> None:
+        self.unstored = core.GaugeMetricFamily(
+            "purelink_link_records_unstored", "Records queued, not yet stored.", labels=labels
+        )
+        self.rtt = core.GaugeMetricFamily(
+            "purelink_link_rtt_seconds", "Smoothed round-trip time.", labels=labels
+        )
+        self.cwnd = core.GaugeMetricFamily(
+            "purelink_link_cwnd_bytes", "Congestion window.", labels=labels
+        )
+        self.info = core.GaugeMetricFamily(
+            "purelink_link_congestion_info",
+            "The congestion control (kernel: a tcp:// link's), its phase and what it"
+            " believes shares the bottleneck, as labels.",
+            labels=[*labels, "controller", "state", "cross_traffic"],
+        )
+        self.congestion = {
+            field: core.GaugeMetricFamily(f"purelink_{name}", text, labels=labels)
+            for field, name, text in _LINK_CONGESTION
+        }
+
+    def add(self, values: list[str], stats: LinkStats) -> None:
+        self.unstored.add_metric(values, stats.queued - stats.stored)
+        self.rtt.add_metric(values, stats.rtt)
+        self.cwnd.add_metric(values, stats.cwnd)
+        cross = stats.cross_traffic or ""
+        self.info.add_metric([*values, stats.congestion, stats.congestion_state, cross], 1)
+        for field, family in self.congestion.items():
+            value = getattr(stats, field)
+            if value is not None:  # not measured: no series, rather than a false 0
+                family.add_metric(values, float(value))
+
+    def families(self) -> Iterator[Metric]:
+        yield from (self.unstored, self.rtt, self.cwnd, self.info)
+        yield from self.congestion.values()
 
 
 _ANONYMOUS: weakref.WeakKeyDictionary[Link | LinkHandler, int] = weakref.WeakKeyDictionary()

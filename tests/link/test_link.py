@@ -575,15 +575,16 @@ def test_a_hole_needs_time_and_looks_before_it_fails_the_link() -> None:
 
 
 def test_congestion_is_chosen_by_name_and_checked(listener: purelink.Listener) -> None:
-    """`connect(..., congestion=...)`: BBR by default on UDP, NewReno on request;
-    a TCP link leaves congestion control to the kernel (NewReno only bounds it)."""
-    with pytest.raises(ValueError, match="congestion must be one of bbr, newreno"):
-        purelink.connect(url(listener), stream="s", congestion="cubic")
+    """`connect(..., congestion=...)`: BBR by default on UDP, CUBIC or NewReno on
+    request; a TCP link leaves congestion control to the kernel (NewReno only
+    bounds it)."""
+    with pytest.raises(ValueError, match="must be one of bbr, bbr-shared, cubic, newreno"):
+        purelink.connect(url(listener), stream="s", congestion="vegas")
     tcp = listener.udp_address is None
-    for name in ("bbr", "newreno"):
+    for name in ("bbr", "bbr-shared", "cubic", "newreno"):
         with purelink.connect(url(listener), stream="s", congestion=name) as link:
             for i in range(2000):
                 link.queue(b"%d" % i)
             assert link.wait_stored(timeout=30)
             assert link._sender.cc.name == ("newreno" if tcp else name)
-    assert len(read_all(listener, "s")) == 4000
+    assert len(read_all(listener, "s")) == 8000

@@ -12,7 +12,7 @@ import weakref
 import pytest
 
 from purelink.protocol import wire
-from purelink.protocol.congestion import Bbr, NewReno, RateSample, create
+from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
 from purelink.protocol.congestion.bbr import QUEUE_SHARE
 from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
@@ -232,10 +232,13 @@ def test_bbr_learns_the_path_loss_rate_only_where_it_builds_no_queue() -> None:
 
 
 def test_create_by_name() -> None:
-    assert isinstance(create("bbr", D), Bbr)
+    plain, shared = create("bbr", D), create("bbr-shared", D)
+    assert isinstance(plain, Bbr) and not plain.shared and plain.name == "bbr"
+    assert isinstance(shared, Bbr) and shared.shared and shared.name == "bbr-shared"
+    assert isinstance(create("cubic", D), Cubic)
     assert isinstance(create("newreno", D), NewReno)
-    with pytest.raises(ValueError, match="congestion must be one of bbr, newreno"):
-        create("cubic", D)
+    with pytest.raises(ValueError, match="one of bbr, bbr-shared, cubic, newreno, not 'vegas'"):
+        create("vegas", D)
 
 
 # --------------------------------------------------------- RTT and RACK

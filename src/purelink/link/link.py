@@ -57,7 +57,7 @@ from ..protocol.sender import Sender, SenderConfig, SenderState
 from . import ring
 from .stats import LinkStats, check_arguments
 from .thread import HOLE_LIMIT, HOLE_RECHECK, MAX_RECORD, SMALL, LinkThread, held_reason
-from .transport import Transport
+from .transport import Transport, UdpTransport
 
 if TYPE_CHECKING:
     import asyncio
@@ -329,9 +329,15 @@ class Link(_HandOff, LinkThread):
         return seq
 
     def stats(self) -> LinkStats:
-        """A snapshot of the counters."""
+        """A snapshot of the counters, and of the congestion controller's view of
+        the path (on a udp:// link; a tcp:// link's is the kernel's).  Read
+        without a lock while the link thread runs: each figure is current, not
+        all taken at one instant."""
         s = self._sender
         p = self._parker.statistics()
+        # the transport in use, not the target: a failover may have failed to
+        # make the next one and kept the last
+        cc = s.cc.statistics() if isinstance(self._transport, UdpTransport) else None
         return LinkStats(
             queued=self.queued,
             stored=self._stored,
@@ -360,6 +366,13 @@ class Link(_HandOff, LinkThread):
             cwnd=s.cc.cwnd,
             send_errors=self._transport.send_errors,
             late_pickups=self._late_pickups,
+            congestion="kernel" if cc is None else cc.name,
+            congestion_state="" if cc is None else cc.state,
+            btl_bw=None if cc is None else cc.btl_bw,
+            min_rtt=None if cc is None else cc.min_rtt,
+            pacing_rate=None if cc is None else cc.pacing_rate,
+            competing=None if cc is None else cc.competing,
+            cross_traffic=None if cc is None else cc.cross_traffic,
             disk_full=s.stats.disk_full,
             waiting=self._held,
         )
@@ -571,7 +584,9 @@ def connect(
     """Open a link to a listener and return once the handshake is done.
 
     `congestion` is the window policy of a UDP link: "bbr" (paced, the
-    default) or "newreno"; a TCP link leaves it to the kernel.
+    default; yields beside TCP flows), "bbr-shared" (BBR that judges what
+    shares the path and competes with TCP flows by it), "cubic" (RFC 9438,
+    paced) or "newreno"; a TCP link leaves it to the kernel.
 
     Raises ConnectError if the listener does not answer within `timeout`
     seconds, refuses the link or refuses the connection (tcp://); ValueError

@@ -100,6 +100,35 @@ class LinkStats:
     ended.  A diagnostic: a lost wakeup would show here, but so does a record
     queued in the instant the timer fired (the lost-wakeup test runs with no
     timers at all, where a lost wakeup would hang instead)."""
+    congestion: str
+    """The congestion controller in charge: "bbr", "bbr-shared", "cubic" or "newreno" on a
+    udp:// link (`connect(congestion=...)`); "kernel" on a tcp:// link, whose
+    bytes the kernel's own TCP paces (`cwnd` is then only the link's bound on
+    bytes in flight, and the fields below say None: the link cannot see them)."""
+    congestion_state: str
+    """The controller's phase: BBR's "startup", "drain", "probe_bw" or
+    "probe_rtt"; CUBIC's and NewReno's "slow_start", "congestion_avoidance" or
+    "recovery"; "" on a tcp:// link."""
+    btl_bw: float | None
+    """The controller's estimate of the path's bottleneck bandwidth, bytes/s
+    (BBR's model; 0.0 before the first answer); None for a controller that keeps
+    no such estimate (CUBIC, NewReno) and on a tcp:// link."""
+    min_rtt: float | None
+    """The smallest round trip the controller has seen, seconds (BBR: within
+    its 10 s window, the handshake's included; 0.0 before the first sample);
+    None for one that does not track it (NewReno) and on a tcp:// link."""
+    pacing_rate: float | None
+    """Bytes per second at which the link releases datagrams (0.0: not paced,
+    the window alone clocks them, as with NewReno); None on a tcp:// link."""
+    competing: bool | None
+    """Whether the controller believes other traffic shares the path's
+    bottleneck with this link (None when it cannot tell, and on a tcp:// link)."""
+    cross_traffic: str | None = None
+    """What the controller believes shares the bottleneck, and so how the link
+    competes (BBR, the default): "none" (alone, or beside purelink links:
+    the cooperative rules), "loss" (a loss-based flow such as CUBIC: a
+    loss-based window), "model" (a model-based one such as BBR v1: BBR v1's
+    rules); None for a controller that cannot tell, and on a tcp:// link."""
     disk_full: int = 0
     """Refusals for now because the listener's disk had no room for the stream."""
     waiting: str = ""

@@ -13,8 +13,7 @@ compete for it as they would on a real path.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-from typing import overload
+from typing import NamedTuple, overload
 
 from ..protocol import wire
 from ..protocol.names import validate_stream_name
@@ -37,13 +36,15 @@ class FakeClock:
         self.now += seconds
 
 
-@dataclass(order=True)
-class _InFlight:
+class _InFlight(NamedTuple):
+    """A datagram on its way; the heap orders by (due, order), order being unique
+    (a tuple compares in C: the heap is the simulation's hottest path)."""
+
     due: float
     order: int
-    dest: str = field(compare=False)
-    data: bytes = field(compare=False)
-    source: tuple[str, int] = field(compare=False)
+    dest: str
+    data: bytes
+    source: tuple[str, int]
 
 
 class _Total:
@@ -158,10 +159,9 @@ class FakeNet:
 
     def deliver(self, now: float) -> list[tuple[str, bytes, tuple[str, int]]]:
         """Every datagram due by `now`: (dest, data, source)."""
-        out = []
-        while self._queue and self._queue[0].due <= now:
-            item = heapq.heappop(self._queue)
-            out.append((item.dest, item.data, item.source))
+        queue, pop, out = self._queue, heapq.heappop, []
+        while queue and queue[0].due <= now:
+            out.append(pop(queue)[2:])
         return out
 
 

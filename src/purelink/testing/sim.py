@@ -9,6 +9,12 @@ answer once per drain, and answer again when the store says what became
 durable -- at the next group commit, every `sync_interval` (MemoryBackend),
 or, given `replication=`, when a simulated replicated log's delayed, failing,
 sometimes lost acknowledgements come (ReplicatedBackend; testing/backends.py).
+
+Beside the links, `add_competitor` puts bulk TCP flows on the same path
+(testing/competitors.py), each with its sink beside the listener: segments
+go to "tcp:<n>", ACKs come back to "tcpack:<n>", and the flows take their
+turns at sending with the links.  With no competitor a run is the run it
+was before they existed, datagram for datagram.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from ..protocol.keys import KeyTable
 from ..protocol.listener_core import CoreConfig, ListenerCore
 from ..protocol.sender import Sender, SenderConfig, SenderState
 from .backends import MemoryBackend, ReplicatedBackend, Replication
+from .competitors import WINDOW, Competitor
 from .fakes import FakeClock, FakeNet, MemoryStore
 
 if TYPE_CHECKING:
@@ -92,6 +99,10 @@ class Simulation:
         self.driver: StorageDriver | None = None
         self._start_core()
         self.links: dict[tuple[str, int], SimLink] = {}
+        self.competitors: list[Competitor] = []
+        """TCP flows sharing the path with the links (`add_competitor`)."""
+        self._routes: dict[str, Callable[[bytes, float], None]] = {}
+        self._sink_timers: list[Callable[[float], None]] = []  # the competitors' receivers
         self.sync_interval = sync_interval
         self._port = 40000
         self.restarts = 0
@@ -146,6 +157,47 @@ class Simulation:
         self.links[link.addr] = link
         return link
 
+    def add_competitor(
+        self,
+        kind: str,
+        *,
+        start: float | None = None,
+        seed: int = 0,
+        paced: bool | None = None,
+        window: int = WINDOW,
+    ) -> Competitor:
+        """A bulk TCP flow of `kind` ("reno", "cubic", "bbr"; testing/competitors.py)
+        from a host of its own beside the links, through the same path, to a sink
+        beside the listener; it sends its SYN at `start` (None: now).  `paced`
+        (None: as Linux by default) paces reno and cubic as the fq qdisc does;
+        `window` is its receive window, segments."""
+        n = len(self.competitors) + 1
+        flow = Competitor(
+            f"tcp:{n}",
+            kind,
+            start=self.clock.now if start is None else start,
+            seed=seed,
+            paced=paced,
+            window=window,
+        )
+        net, sink, source, acks = self.net, flow.sink, (flow.name, 0), f"tcpack:{n}"
+
+        def to_sink(data: bytes, now: float) -> None:
+            ack = sink.receive(data, now)
+            if ack is not None:
+                net.send(ack, source, acks, now, up=False)
+
+        def sink_timer(now: float) -> None:
+            ack = sink.on_timer(now)
+            if ack is not None:
+                net.send(ack, source, acks, now, up=False)
+
+        self._routes[flow.name] = to_sink
+        self._routes[acks] = flow.receive_ack
+        self._sink_timers.append(sink_timer)
+        self.competitors.append(flow)
+        return flow
+
     def restart_listener(self, *, crash: bool = True) -> None:
         """Kill the listener (losing what was not synced when `crash`) and start a new one."""
         if crash:
@@ -196,30 +248,20 @@ class Simulation:
         """Run the next thing due; False when nothing is left to do."""
         self.steps += 1
         now = self.clock.now
-        # links take turns at going first: at a full bottleneck queue the first
-        # to send at an instant gets the slot that just freed, and a fixed order
-        # would hand it to the same link every time (a real path has no such order)
-        links = list(self.links.values())
-        turn = self.steps % len(links) if links else 0
-        for link in links[turn:] + links[:turn]:
-            self._push(link)
-            self._flush_link(link, now)
+        self._send(now)
+        # the driver's next look at the disk's room (it may have answers to give)
         due_room = self.driver.check(now) if self.driver is not None else None
-        candidates = [
-            t for t in (self.net.next_due(), self.backend.next_due(), due_room) if t is not None
-        ]
-        for link in self.links.values():
-            t = link.sender.get_timer()
-            if t is not None:
-                candidates.append(t)
-        if not candidates:
+        due = self._next_due(now, due_room)
+        if due is None:
             return False
-        due = max(min(candidates), now)
         self.clock.now = due
+        routes = self._routes
         for dest, data, source in self.net.deliver(due):
             if dest == LISTENER:
                 if self.core is not None:
                     self.core.receive_datagram(data, source, due)
+            elif (route := routes.get(dest)) is not None:
+                route(data, due)
             else:
                 host, port = dest.rsplit(":", 1)
                 target = self.links.get((host, int(port)))
@@ -232,7 +274,49 @@ class Simulation:
         for link in self.links.values():
             link.sender.handle_timer(due)
             self._collect(link)
+        for flow in self.competitors:
+            flow.on_timer(due)
+        for sink_timer in self._sink_timers:
+            sink_timer(due)
         return True
+
+    def _send(self, now: float) -> None:
+        """What every sender has to send at `now`.  They take turns at going first:
+        at a full bottleneck queue the first to send at an instant gets the slot
+        that just freed, and a fixed order would hand it to the same sender every
+        time (a real path has no such order)."""
+        senders: list[SimLink | Competitor] = [*self.links.values(), *self.competitors]
+        turn = self.steps % len(senders) if senders else 0
+        for sender in senders[turn:] + senders[:turn]:
+            if isinstance(sender, SimLink):
+                self._push(sender)
+                self._flush_link(sender, now)
+                continue
+            out = sender.datagrams_to_send(now)
+            if out:
+                send, source, name = self.net.send, (sender.name, 0), sender.name
+                for data in out:
+                    send(data, source, name, now, True)
+
+    def _next_due(self, now: float, due_room: float | None) -> float | None:
+        """The next time anything is due (never before `now`), or None;
+        `due_room` is when the storage driver looks at the disk's room again."""
+        due = self.net.next_due()
+        for t in (self.backend.next_due(), due_room):
+            if t is not None and (due is None or t < due):
+                due = t
+        for link in self.links.values():
+            t = link.sender.get_timer()
+            if t is not None and (due is None or t < due):
+                due = t
+        for flow in self.competitors:
+            t = flow.next_timer()
+            if t is not None and (due is None or t < due):
+                due = t
+            t = flow.sink.next_timer()
+            if t is not None and (due is None or t < due):
+                due = t
+        return None if due is None else max(due, now)
 
     def run(
         self, until: Callable[[], bool], *, max_time: float = 600.0, max_steps: int = 5_000_000

@@ -22,6 +22,20 @@ The algorithm (written out in each module's docstring):
 A sample taken while the sender had nothing more to send says so
 (`RateSample.is_app_limited`): that is how a controller learns of it.
 
+What it shows (`statistics()`, read into `link.stats()` and the metrics): the
+four that every controller has (`name`, `state`, `cwnd`, `pacing_rate`) and
+three that a controller has only if it keeps them, read by name so that no
+policy has to carry what it does not know:
+
+* `btl_bw`: its estimate of the bottleneck's bandwidth, bytes/s (BBR's model);
+* `min_rtt`: the smallest round trip it has seen, seconds;
+* `competing`: whether it believes other traffic shares its bottleneck;
+* `cross_traffic`: what it believes that traffic is ("none", "loss": a
+  loss-based flow such as CUBIC, "model": a model-based one such as BBR v1;
+  bbr.py competes accordingly, crosstraffic.py judges).
+
+Without them a snapshot says None: not measured, never a made-up zero or no.
+
 A controller never reads a clock and never sees a datagram: only sizes and times.
 """
 
@@ -30,7 +44,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-__all__ = ["CongestionControl", "RateSample"]
+__all__ = ["CongestionControl", "CongestionStatistics", "RateSample"]
 
 
 @dataclass(slots=True)
@@ -63,6 +77,34 @@ class RateSample:
     """Bytes in flight after it."""
     total_delivered: int = 0
     """Bytes delivered over the connection's life, after this answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class CongestionStatistics:
+    """A snapshot of what a congestion controller believes about its path."""
+
+    name: str
+    """The controller, as `create` (and `connect(congestion=...)`) names it."""
+    state: str
+    """Its phase: BBR's "startup", "drain", "probe_bw", "probe_rtt"; CUBIC's and
+    NewReno's "slow_start", "congestion_avoidance", "recovery"."""
+    cwnd: int
+    """Bytes that may be in flight."""
+    pacing_rate: float
+    """Bytes per second at which it sends (0.0: no pacing, or no estimate yet)."""
+    btl_bw: float | None
+    """Estimated bottleneck bandwidth, bytes/s: 0.0 before the first sample; None
+    for a controller that keeps no such estimate."""
+    min_rtt: float | None
+    """The smallest round trip it has seen (BBR: within its 10 s window), seconds:
+    0.0 before the first sample; None for a controller that does not track it."""
+    competing: bool | None
+    """Whether it believes other traffic shares its bottleneck (None for a
+    controller that cannot tell)."""
+    cross_traffic: str | None = None
+    """What it believes that traffic is: "none", "loss" (loss-based, such as
+    CUBIC) or "model" (model-based, such as BBR v1); None for a controller
+    that cannot tell."""
 
 
 class CongestionControl(ABC):
@@ -112,3 +154,24 @@ class CongestionControl(ABC):
     def state(self) -> str:
         """A name for the controller's phase (stats, logs)."""
         return self.name
+
+    def statistics(self) -> CongestionStatistics:
+        """A snapshot of the controller's view of the path (see the module docstring).
+
+        It only reads attributes, each of them whole, so another thread may call it
+        while the sender's thread feeds the controller (as `link.stats()` does); the
+        figures are each current, not taken at one instant together."""
+        btl_bw = getattr(self, "btl_bw", None)
+        min_rtt = getattr(self, "min_rtt", None)
+        competing = getattr(self, "competing", None)
+        cross = getattr(self, "cross_traffic", None)
+        return CongestionStatistics(
+            name=self.name,
+            state=self.state,
+            cwnd=self.cwnd,
+            pacing_rate=self.pacing_rate,
+            btl_bw=None if btl_bw is None else float(btl_bw),
+            min_rtt=None if min_rtt is None else float(min_rtt),
+            competing=None if competing is None else bool(competing),
+            cross_traffic=None if cross is None else str(cross),
+        )

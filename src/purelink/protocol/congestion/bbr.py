@@ -60,7 +60,8 @@ States:
                fraction of the other's rate, and they did not come within 25 %
                of each other in 10 s.
     DRAIN      pacing_gain 0.35: the queue Startup built drains; once bytes in
-               flight are at most one bdp -> PROBE_BW.
+               flight are at most one bdp (or the minimum window, on a path
+               whose bdp is a datagram or two) -> PROBE_BW.
     PROBE_BW   pacing_gain cycles 1.25, 0.75, 1, 1, 1, 1, 1, 1, each phase about
                one min_rtt long (entering at a random phase other than 0.75, from
                a seeded RNG): probe for more bandwidth, drain what the probe
@@ -122,6 +123,48 @@ queue yields first, and a flow with less keeps its 2 bdp and grows into
 the room: they meet where each holds the share.  A lone flow on a deep
 buffer keeps a queue of 16 datagrams instead of a bdp, at the same rate.
 
+Beside other traffic ("bbr-shared" only).  The queue-share rule is right
+beside purelink links, which yield by it as this flow does, and wrong beside
+TCP: a loss-based
+flow keeps the buffer full whatever we do, so a flow that reads that queue
+as its own yields round after round (the Vegas starvation: 2 % of the path
+beside CUBIC on a buffer of 10 bdp).  So each round's standing queue, our
+flight and our losses also go to a judgement of what shares the path
+(crosstraffic.py, after Copa's test of a queue that never empties and
+Nimbus's question of whether the cross traffic is elastic), and the flow
+competes by the verdict (`cross_traffic`, and `competing` when not "none"):
+
+    none    the rules above (alone, or beside purelink links)
+    model   a competitor that keeps a queue and does not yield to one
+            (Linux's BBR v1): no queue-share rule and no loss bound, BBR
+            v1's own rules, so that two models each keep their 2 bdp
+    loss    a competitor that backs off at an overflow and grows its window
+            with every answer (CUBIC, Reno): the window is CUBIC's (RFC
+            9438: its curve, its Reno-friendly estimate, one cut per round
+            trip of loss, the undo of a spurious one) but with a cut to 0.5
+            instead of 0.7 (a paced window loses less than the unpaced
+            flows beside it at a drop-tail queue; 0.5 gives back what
+            pacing takes), paced as CUBIC paces, starting in avoidance at
+            the fair window the verdict estimated from a cut, or, when the
+            verdict came from a growing queue (the competitor still in its
+            first climb), in slow start without HyStart from our flight to
+            the first loss, as the competitor climbs to it.  No ProbeRTT
+            (beside a loss-based flow the queue never empties, and a
+            ProbeRTT would hand it the buffer); the model keeps measuring
+            underneath, for the way back
+
+A loss-based window that meets persistent loss (4 of 8 round trips lose 2
+datagrams or more: the competitor does not back off) goes to "model"; a
+"model" verdict whose queue stays empty for 8 round trips goes back to
+"none".  Alone the verdict stays "none" and the flow is the BBR above.
+
+The judgement is opt-in: `Bbr(shared=True)`, named "bbr-shared".  Plain
+"bbr" (the default) never consults it -- its verdict stays "none" and it
+yields beside TCP as described above -- because the judgement has a known
+miss: a purelink link that starts 0.5-1.5 s after another builds a startup
+queue the first one can take for a competitor's, and the pair then splits
+about 0.3 / 0.7 instead of converging.
+
 A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
 the cwnd of before, so after an outage the link is back at full rate within
@@ -136,6 +179,8 @@ from collections import deque
 from typing import Final
 
 from .base import CongestionControl, RateSample
+from .crosstraffic import CrossTraffic
+from .cubic import Cubic
 
 __all__ = ["Bbr"]
 
@@ -164,6 +209,8 @@ GROWTH_TIME: Final = 0.025
 JITTER_GAIN: Final = 1 / 16
 JITTER_RTTS: Final = 2.0
 TYPICAL_SHARE: Final = 0.625
+COMPETING_BETA: Final = 0.5
+COMPETING_SLOW_START: Final = True
 
 
 class _MaxFilter:
@@ -198,8 +245,20 @@ class Bbr(CongestionControl):
     PROBE_BW = "probe_bw"
     PROBE_RTT = "probe_rtt"
 
-    def __init__(self, datagram_size: int, *, initial_datagrams: int = 32, seed: int = 0) -> None:
+    def __init__(
+        self,
+        datagram_size: int,
+        *,
+        initial_datagrams: int = 32,
+        seed: int = 0,
+        shared: bool = False,
+    ) -> None:
         super().__init__(datagram_size)
+        self.shared = shared
+        """Whether the flow judges what shares the path and competes by it
+        ("bbr-shared"); without it the verdict stays "none" (see the module
+        docstring, "Beside other traffic")."""
+        self.name = "bbr-shared" if shared else "bbr"
         self.initial_cwnd = initial_datagrams * datagram_size
         self.cwnd = self.initial_cwnd
         self.pacing_rate = 0.0
@@ -244,6 +303,12 @@ class Bbr(CongestionControl):
         self._queue_delay = 0.0
         """Queueing delay that stood all the last round long, seconds."""
         self._jitter_samples = 0
+        self.queue_share = QUEUE_SHARE * datagram_size
+        """Bytes of ours a standing queue may hold before we yield (see the module docstring)."""
+        self.cross = CrossTraffic(datagram_size)
+        """What shares the bottleneck (crosstraffic.py): how this flow competes."""
+        self._window: Cubic | None = None  # the loss-based window while cross.kind is LOSS
+        self._flight = 0  # bytes in flight after the last answer
 
     # ------------------------------------------------------------ model
     @property
@@ -278,6 +343,16 @@ class Bbr(CongestionControl):
         return self.mode
 
     @property
+    def competing(self) -> bool:
+        """Whether a flow that does not yield as purelink links do shares the path."""
+        return self.cross.kind != CrossTraffic.NONE
+
+    @property
+    def cross_traffic(self) -> str:
+        """crosstraffic.py's verdict: "none", "loss" or "model"."""
+        return self.cross.kind
+
+    @property
     def minimum(self) -> int:
         return MIN_DATAGRAMS * self.datagram_size
 
@@ -285,6 +360,9 @@ class Bbr(CongestionControl):
     def on_ack(self, sample: RateSample, now: float) -> None:
         """Update the model, then the state, then pacing rate and cwnd."""
         acked = sample.newly_acked
+        self._flight = sample.in_flight
+        if self._window is not None:
+            self._window.on_ack(sample, now)
         if self._timed_out and acked:
             self._timed_out = False  # answers again: the cwnd of before the outage
             self.cwnd = max(self.cwnd, self._prior_cwnd)
@@ -302,7 +380,7 @@ class Bbr(CongestionControl):
             self._check_full_pipe(sample)
             if self.filled:
                 self._enter(Bbr.DRAIN, now)
-        if self.mode == Bbr.DRAIN and sample.in_flight <= self.bdp:
+        if self.mode == Bbr.DRAIN and sample.in_flight <= self._drained():
             self._enter_probe_bw(now)
         if self.mode == Bbr.PROBE_BW:
             self._advance_cycle(sample, now)
@@ -314,6 +392,8 @@ class Bbr(CongestionControl):
         """Counted toward this round's loss rate (see the module docstring)."""
         self.losses += 1
         self._round_lost += size
+        if self._window is not None:
+            self._window.on_lost(sent_time, size, now)
 
     def on_spurious(self, sent_time: float, now: float) -> None:
         """A loss that was not one: it no longer counts toward the round's loss
@@ -321,6 +401,8 @@ class Bbr(CongestionControl):
         that round's real losses fall under the threshold."""
         size = self.datagram_size
         self._round_lost = max(self._round_lost - size, 0)
+        if self._window is not None:
+            self._window.on_spurious(sent_time, now)
         undo = self._undo
         if undo is None:
             return
@@ -351,6 +433,8 @@ class Bbr(CongestionControl):
             self._prior_cwnd = max(self._prior_cwnd, self.cwnd)
             self._timed_out = True
         self.cwnd = self.minimum
+        if self._window is not None:
+            self._window.on_timeout(now)
 
     # -------------------------------------------------------- internals
     def _update_round(self, rs: RateSample, now: float) -> None:
@@ -372,7 +456,7 @@ class Bbr(CongestionControl):
         lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
         self._round_lost = self._round_acked = self._round_inflight = 0
         round_rtt, self._round_rtt = self._round_rtt, 0.0
-        self._check_queue_share(round_rtt, rs.is_app_limited)
+        self._check_queue_share(round_rtt, rs.is_app_limited, lost)
         if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
             return
         total = lost + acked
@@ -412,24 +496,64 @@ class Bbr(CongestionControl):
             # and never under the model's own bdp, which probing raises
             self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
 
-    def _check_queue_share(self, round_rtt: float, app_limited: bool) -> None:
+    def _check_queue_share(self, round_rtt: float, app_limited: bool, lost: int) -> None:
         """At each round's end in PROBE_BW: the queue that stood all round long
         (its smallest RTT above the typical one) holds about btl_bw x its delay
         of our bytes; more than QUEUE_SHARE datagrams of them is more than our
-        share (see the module docstring).  An app-limited round judges nothing."""
+        share (see the module docstring).  The round also goes to the judgement
+        of what shares the path (crosstraffic.py).  An app-limited round judges
+        nothing."""
         rate, self._round_rate = self._round_rate, 0.0
         self._queue_delay = 0.0
         if self.mode != Bbr.PROBE_BW or app_limited or not round_rtt:
             return
         self._queue_delay = max(round_rtt - self.typical_rtt, 0.0)
+        bw = self._bw.value
+        changed = self.shared and self.cross.round(
+            queue_delay=self._queue_delay,
+            flight=self._flight,
+            lost=lost,
+            ours=self.queue_share / bw if bw else 0.0,
+            btl_bw=bw,
+            min_rtt=self.min_rtt,
+        )
+        if changed:
+            self._compete()
         if rate and self._over_share():
             # the max filter's samples from our probes were others' room: the
             # rate the round delivered is our rate
             self._bw = _MaxFilter(BW_FILTER_ROUNDS)
             self._bw.update(rate, self.round_count)
 
+    def _drained(self) -> float:
+        """The flight at which DRAIN ends: one bdp; with the judgement on, at
+        least the minimum window, so that a path whose bdp is a datagram or
+        two reaches PROBE_BW, where the judgement runs."""
+        return max(self.bdp, self.minimum) if self.shared else self.bdp
+
     def _over_share(self) -> bool:
-        return self._bw.value * self._queue_delay > QUEUE_SHARE * self.datagram_size
+        if self.cross.kind != CrossTraffic.NONE:
+            return False  # a competitor that does not yield: no share to keep
+        return self._bw.value * self._queue_delay > self.queue_share
+
+    def _compete(self) -> None:
+        """The verdict changed (crosstraffic.py): MODEL drops the loss bound
+        (BBR v1's rules); LOSS starts the loss-based window at the verdict's
+        window, in congestion avoidance on a curve whose plateau is that
+        window; NONE goes back to the cooperative rules."""
+        kind = self.cross.kind
+        self._window = None
+        if kind == CrossTraffic.MODEL:
+            self.inflight_hi = None
+        elif kind == CrossTraffic.LOSS:
+            window = Cubic(self.datagram_size, beta=COMPETING_BETA, hystart=False)
+            window.cwnd = max(int(self.cross.window), self.minimum)
+            if not (COMPETING_SLOW_START and self.cross.growing):
+                window.ssthresh = window.cwnd
+                window.w_max = window.cwnd / self.datagram_size
+            window.on_path_rtt(self.min_rtt, 0.0)
+            window.srtt = self.rtt + self._queue_delay
+            self._window = window
 
     def _update_bw(self, rs: RateSample) -> None:
         rate = rs.delivery_rate
@@ -514,6 +638,10 @@ class Bbr(CongestionControl):
             self.pacing_gain = PROBE_BW_GAINS[self._cycle]
 
     def _check_probe_rtt(self, rs: RateSample, now: float) -> None:
+        if self._window is not None:
+            # beside a loss-based flow the queue never empties: no ProbeRTT
+            self._min_rtt_stamp = now
+            return
         if (
             self.mode != Bbr.PROBE_RTT
             and self.min_rtt
@@ -557,12 +685,15 @@ class Bbr(CongestionControl):
         if self.filled or rate > self.pacing_rate:
             self.pacing_rate = rate
 
+    def _cwnd_target(self, bdp: float) -> float:
+        return self.cwnd_gain * bdp
+
     def _set_cwnd(self, acked: int) -> None:
         bdp = self.bdp
         if not bdp:
             target = float(self.initial_cwnd)
         else:
-            target = self.cwnd_gain * bdp
+            target = self._cwnd_target(bdp)
             if self.filled:
                 target += self._extra.value
             # room for the pacer's bursts (3 quanta of about 1 ms each)
@@ -575,7 +706,7 @@ class Bbr(CongestionControl):
             cwnd = self.cwnd
         if self.mode == Bbr.PROBE_BW and self._over_share():
             # more than our share of a standing queue: one bdp and the share
-            cwnd = min(cwnd, int(bdp + QUEUE_SHARE * self.datagram_size))
+            cwnd = min(cwnd, int(bdp + self.queue_share))
         if self.inflight_hi is not None and self.mode == Bbr.PROBE_BW:
             # leave some room for others' probes except while probing (BBR v2's headroom)
             room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM
@@ -583,6 +714,11 @@ class Bbr(CongestionControl):
         cwnd = max(cwnd, self.minimum)
         if self.mode == Bbr.PROBE_RTT:
             cwnd = min(cwnd, self._probe_rtt_cwnd())
+        if self._window is not None:
+            # beside a loss-based flow: the loss-based window, paced as it paces
+            cwnd = max(self._window.cwnd, self.minimum)
+            if self._window.pacing_rate:
+                self.pacing_rate = self._window.pacing_rate
         if self._timed_out:
             cwnd = self.minimum
         self.cwnd = cwnd

@@ -1,0 +1,220 @@
+"""What shares the bottleneck: nothing that keeps a queue, a loss-based flow or a model-based one.
+
+Why a module of its own: BBR's cooperative rules (bbr.py: each flow keeps
+at most QUEUE_SHARE datagrams of its own in a standing queue) are right
+beside purelink links and wrong beside TCP.  A loss-based flow (CUBIC,
+Reno) fills the buffer whatever the others do, so a flow that reads that
+queue as its own yields, and yields again, to 2 % of the path (the Vegas
+starvation that BBR v2/v3, Copa's competitive mode and Nimbus were designed
+around); a model-based one (Linux's BBR v1) keeps 2 bdp in flight and
+ignores loss, so a loss-based answer to it starves on shallow buffers.  The
+controller must tell the three apart from what it measures -- its own
+flight, the round trip's standing queue, its losses -- and this is the
+judgement, kept apart from the window arithmetic so that it can be tested
+on its own.
+
+Once per round trip (in BBR's PROBE_BW, not app-limited) the controller
+reports the round: the delay that stood all round long (its smallest RTT
+above the typical one), its flight at the round's end, its losses, and the
+delay its own share of a queue would make.  The verdict (`kind`):
+
+    NONE   no competitor that keeps a queue: the cooperative rules
+           (alone, or beside purelink links, which yield as we do)
+    MODEL  a flow that keeps a queue and does not yield to one: for
+           HELD_ROUNDS rounds in a row the queue stood at more than our
+           share of it (QUEUE_SHARE datagrams at our rate, so that we
+           yielded every round) and did not shrink below HELD_SHRINK of
+           where it was at the first.  Purelink links that share a queue
+           yield too, so it shrinks, and they hover about their shares,
+           over one round and under the next; HELD_ROUNDS (8) outlasts
+           most of a newcomer's startup and drain, whose queue stands a
+           few rounds (with 3, links started 0.5-1.5 s apart took the
+           verdict and split 0.3/0.7).  Copa's test of a queue that never
+           empties, with our own part taken out.  Then BBR v1's rules: no queue-share yield,
+           no loss bound
+    LOSS   the competitor is elastic: it backs off when the buffer
+           overflows (Nimbus's question, asked of the events a loss-based
+           flow cannot hide), seen in a MODEL verdict in one of two ways:
+             * a cut: within FALL_ROUNDS rounds the queue fell by more than
+               FALL_SHARE of itself and FALL_RTT min RTTs beyond what our
+               own flight's fall explains (our fall in bytes / btl_bw), and
+               never to under 0.1 min RTT on the way (a BBR flow's ProbeRTT
+               empties the queue for a moment); a loss-based flow's multiplicative
+               decrease, which a paced model-based flow does not make;
+             * growth: over GROW_ROUNDS rounds the queue grew nearly every
+               round, from at least 0.1 min RTT (not a refill after a
+               drain), by GROW_RATIO and by a quarter of the smaller of min
+               RTT and the deepest queue seen, to at least half that
+               deepest queue (about the buffer, once it overflowed), while
+               our flight did not grow: a window that grows with every ACK
+               (CUBIC's), which a model-based flow capped at 2 bdp does not.
+           Then a window that competes as a loss-based flow does (bbr.py:
+           CUBIC's curve with a deeper cut), from `window`: the fair share
+           that the cut implies when it was a cut (a CUBIC cut of 0.3 W
+           lowers the queue by 0.3 W / mu with W = (mu - r) rtt, which
+           gives the path's rate mu from our rate r); when it was growth
+           (`growing`: the competitor has not cut yet, and nothing tells
+           its window) our flight scaled by the queue's growth, from which
+           the window slow-starts to the first loss, as the competitor's
+           own did; never below our flight nor above 3 x it.
+    back   LOSS -> MODEL when LOSSY_ROUNDS of the last 8 rounds lost at
+           least 2 datagrams (the competitor does not back off: it keeps
+           the buffer overflowing); MODEL -> NONE once the queue has been
+           under 0.1 min RTT for EMPTY_ROUNDS rounds in a row (it left).
+           LOSS stays LOSS: a lone loss-based window's own queue cannot be
+           told from a competitor's, so it goes back through MODEL.
+
+The judgement looks only at the queue's delay and its own flight, never at
+another flow's packets: what a sender can see (RFC 9438's and the BBR
+draft's premise).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import pairwise
+from typing import Final
+
+__all__ = ["CrossTraffic"]
+
+HELD_ROUNDS: Final = 8
+HELD_SHRINK: Final = 0.9
+OTHERS_SHARES: Final = 1.0  # the queue's delay over our share's, for a round to count
+FALL_SHARE: Final = 0.25
+FALL_RTT: Final = 0.1
+FALL_ROUNDS: Final = 4
+GROW_ROUNDS: Final = 6
+GROW_RATIO: Final = 1.2
+EMPTY_ROUNDS: Final = 8
+LOSSY_ROUNDS: Final = 4
+LOSSY_WINDOW: Final = 8
+FLIGHT_ROUNDS: Final = 6
+CUBIC_CUT: Final = 0.3
+MAX_START: Final = 3.0
+EMPTY_QUEUE: Final = 0.1
+
+
+class CrossTraffic:
+    """The verdict on what shares the bottleneck (see the module docstring)."""
+
+    NONE: Final = "none"
+    LOSS: Final = "loss"
+    MODEL: Final = "model"
+
+    def __init__(self, datagram_size: int) -> None:
+        self.datagram_size = datagram_size
+        self.kind = CrossTraffic.NONE
+        self.window = 0.0
+        """On a switch to LOSS: the window to start from, bytes."""
+        self.switches = 0
+        """How many times the verdict changed."""
+        self.growing = False
+        """The last LOSS verdict came from a growing queue, not from a cut: the
+        competitor's window is still growing and `window` is a guess."""
+        self._held = 0  # consecutive rounds of a queue that is not (only) ours
+        self._held_from = 0.0  # the queue's delay when they began
+        self._empty = 0  # consecutive rounds without a queue
+        self._queues: deque[float] = deque(maxlen=FALL_ROUNDS)  # each round's standing delay
+        self._grown: deque[tuple[float, int]] = deque(maxlen=GROW_ROUNDS)  # (delay, flight)
+        self._flights: deque[int] = deque(maxlen=FLIGHT_ROUNDS)
+        self._lossy: deque[bool] = deque(maxlen=LOSSY_WINDOW)
+        self._deepest = 0.0  # the deepest standing queue seen: about the buffer, once full
+
+    def round(
+        self,
+        *,
+        queue_delay: float,
+        flight: int,
+        lost: int,
+        ours: float,
+        btl_bw: float,
+        min_rtt: float,
+    ) -> bool:
+        """One round trip: its standing queue's delay (seconds), our flight at
+        its end and bytes lost in it (bytes), the delay our share of a queue
+        makes (QUEUE_SHARE datagrams / btl_bw), the model's btl_bw and
+        min_rtt.  True when the verdict changed."""
+        self._flights.append(flight)
+        self._deepest = max(self._deepest, queue_delay)
+        self._lossy.append(lost >= 2 * self.datagram_size)
+        if self.kind == CrossTraffic.NONE:
+            others = queue_delay > OTHERS_SHARES * ours and queue_delay > EMPTY_QUEUE * min_rtt
+            if not others:
+                self._held = 0
+            elif not self._held or queue_delay >= HELD_SHRINK * self._held_from:
+                # a queue that shrinks as we yield is one that others yield to too
+                self._held_from = queue_delay if not self._held else self._held_from
+                self._held += 1
+            else:
+                self._held = 0
+            if self._held >= HELD_ROUNDS:
+                return self._switch(CrossTraffic.MODEL)
+            return False
+        self._empty = self._empty + 1 if queue_delay < EMPTY_QUEUE * min_rtt else 0
+        if self.kind == CrossTraffic.LOSS:
+            if sum(self._lossy) >= LOSSY_ROUNDS:
+                return self._switch(CrossTraffic.MODEL)
+            return False
+        if self._empty >= EMPTY_ROUNDS:
+            return self._switch(CrossTraffic.NONE)
+        self._queues.append(queue_delay)
+        self._grown.append((queue_delay, flight))
+        window = self._cut(flight, btl_bw, min_rtt)
+        self.growing = window is None
+        if window is None:
+            window = self._growth(min_rtt)
+        if window is None:
+            return False
+        self.window = min(max(window, flight), MAX_START * max(flight, 4 * self.datagram_size))
+        return self._switch(CrossTraffic.LOSS)
+
+    def _cut(self, flight: int, btl_bw: float, min_rtt: float) -> float | None:
+        """A fall of the queue that our own flight does not explain: the fair
+        window it implies (module docstring), or None."""
+        queues = list(self._queues)
+        if len(queues) < 2:
+            return None
+        now = queues[-1]
+        if now < EMPTY_QUEUE * min_rtt:
+            return None  # emptied: a ProbeRTT's drain (BBR's), not a cut
+        ours = max(max(self._flights) - flight, 0) / max(btl_bw, 1.0)
+        for i, before in enumerate(queues[:-1]):
+            if min(queues[i:]) < EMPTY_QUEUE * min_rtt:
+                continue  # it emptied since: a drain, not a cut
+            fall = before - now - ours
+            if fall > FALL_SHARE * before and fall > FALL_RTT * min_rtt:
+                # a cut of 0.3 W by a flow of window W = (mu - r) rtt lowers the
+                # delay by 0.3 W / mu: mu = r / (1 - fall / (0.3 rtt))
+                share = min(fall / (CUBIC_CUT * (min_rtt + before)), 0.95)
+                mu = btl_bw / (1.0 - share)
+                return mu * (min_rtt + now) / 2
+        return None
+
+    def _growth(self, min_rtt: float) -> float | None:
+        """A queue that grew nearly every round while our flight did not: our
+        flight scaled by the growth (module docstring), or None."""
+        grown = list(self._grown)
+        if len(grown) < GROW_ROUNDS:
+            return None
+        delays = [d for d, _ in grown]
+        rises = sum(b > a for a, b in pairwise(delays))
+        first, last = grown[0], grown[-1]
+        if (
+            rises >= len(delays) - 2
+            and first[0] >= EMPTY_QUEUE * min_rtt  # not a queue refilling after a drain
+            and last[1] <= first[1]
+            and last[0] > GROW_RATIO * first[0]
+            and last[0] - first[0] > 0.25 * min(min_rtt, self._deepest)
+            and last[0] > 0.5 * self._deepest
+        ):
+            return last[1] * last[0] / max(first[0], 1e-6) / 2
+        return None
+
+    def _switch(self, kind: str) -> bool:
+        self.kind = kind
+        self.switches += 1
+        self._held = self._empty = 0
+        self._queues.clear()
+        self._grown.clear()
+        self._lossy.clear()
+        return True
