@@ -212,6 +212,27 @@ pl_crc32c(uint32_t crc, const void *data, size_t len)
     return ~crc_tables(crc, p, len);
 }
 
+/* The arguments of crc32c() and crc32c_portable(): (data, value=0), data
+ * as a buffer the caller releases; 0, or -1 with an exception set. */
+static int
+crc_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_buffer *view,
+         uint32_t *value)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "%s(data, value=0) takes 1 or 2 arguments", name);
+        return -1;
+    }
+    *value = 0;
+    if (nargs == 2) {
+        unsigned long v = PyLong_AsUnsignedLongMask(args[1]);
+        if (v == (unsigned long)-1 && PyErr_Occurred()) {
+            return -1;
+        }
+        *value = (uint32_t)v;
+    }
+    return PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE);
+}
+
 /* Bytes above which crc32c() lets other threads run while it works. */
 #define RELEASE_GIL_ABOVE (256 * 1024)
 
@@ -219,29 +240,18 @@ static PyObject *
 py_crc32c(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "crc32c(data, value=0) takes 1 or 2 arguments");
-        return NULL;
-    }
-    unsigned long value = 0;
-    if (nargs == 2) {
-        value = PyLong_AsUnsignedLongMask(args[1]);
-        if (value == (unsigned long)-1 && PyErr_Occurred()) {
-            return NULL;
-        }
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+    uint32_t crc;
+    if (crc_args("crc32c", args, nargs, &view, &crc) < 0) {
         return NULL;
     }
-    uint32_t crc;
     if (view.len > RELEASE_GIL_ABOVE) {
         Py_BEGIN_ALLOW_THREADS
-        crc = pl_crc32c((uint32_t)value, view.buf, (size_t)view.len);
+        crc = pl_crc32c(crc, view.buf, (size_t)view.len);
         Py_END_ALLOW_THREADS
     }
     else {
-        crc = pl_crc32c((uint32_t)value, view.buf, (size_t)view.len);
+        crc = pl_crc32c(crc, view.buf, (size_t)view.len);
     }
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
@@ -252,22 +262,12 @@ static PyObject *
 py_crc32c_portable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "crc32c_portable(data, value=0) takes 1 or 2 arguments");
-        return NULL;
-    }
-    unsigned long value = 0;
-    if (nargs == 2) {
-        value = PyLong_AsUnsignedLongMask(args[1]);
-        if (value == (unsigned long)-1 && PyErr_Occurred()) {
-            return NULL;
-        }
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+    uint32_t crc;
+    if (crc_args("crc32c_portable", args, nargs, &view, &crc) < 0) {
         return NULL;
     }
-    uint32_t crc = ~crc_tables(~(uint32_t)value, view.buf, (size_t)view.len);
+    crc = ~crc_tables(~crc, view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }
