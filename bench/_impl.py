@@ -5,8 +5,10 @@ compiled core (`purelink._speedups`) and pure Python (`purelink.native`
 chooses once, at import; PURELINK_NO_EXTENSIONS=1 forces pure Python).  A
 figure means little without the other path's figure beside it, measured in
 the same invocation on the same machine, so each benchmark of the per-record
-path (queue, drain, stages, sizes, secret) takes `--impl` and this module
-runs it once per implementation, each in its own process:
+and per-connection work (queue, drain, stages, sizes, secret, wakeups, latency, links,
+connections, logging, compare, overhead) takes `--impl` and this module runs
+it once per implementation, each in its own process (the listener processes
+a benchmark starts inherit its environment, so they run the same path):
 
 * `--impl compiled,python` (the default where the compiled core is built and
   PURELINK_NO_EXTENSIONS is not set; else the implementation in use) starts

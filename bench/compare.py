@@ -56,6 +56,7 @@ import purelink
 from purelink.testing.ports import free_port
 
 from ._common import Report, base_parser, make_records, serving, summarize_key
+from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["SYSTEMS", "main"]
 
@@ -383,7 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=61)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="which, comma-separated")
     parser.add_argument("--plot", metavar="FILE", help="draw records/s per system (PNG)")
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if (code := run_elsewhere("compare", argv, args, first_only=["--plot"])) is not None:
+        return code
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SYSTEMS]
     if unknown:

@@ -90,6 +90,7 @@ from typing import Any
 import purelink
 
 from ._common import Report, Summary, base_parser, process_cpu_ns, serve_stats, summarize
+from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["VARIANTS", "main"]
 
@@ -490,6 +491,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}"
     )
+    add_impl_argument(parser)
     args = parser.parse_args(argv)
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
     if (
@@ -563,7 +565,10 @@ def _compare(report: Report, cpu: dict[str, Summary]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
+    if (code := run_elsewhere("connections", argv, args)) is not None:
+        return code
     with contextlib.suppress(ValueError, OSError):  # 200 links take ~1,000 descriptors
         _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

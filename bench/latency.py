@@ -40,6 +40,7 @@ from typing import Any
 from purelink.link.link import Link
 
 from ._common import Report, base_parser, percentile, serving, summarize
+from ._impl import add_impl_argument, run_elsewhere
 from ._links import asleep, open_link
 
 __all__ = ["P50_TARGET_US", "main", "product_remedy", "sample"]
@@ -172,7 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2000, metavar="N")
     parser.add_argument("--syncs", default="none,batch", help="comma-separated sync modes")
     parser.add_argument("--no-reference", action="store_true", help="skip the reference rows")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if (code := run_elsewhere("latency", argv, args)) is not None:
+        return code
     syncs = [s for s in args.syncs.split(",") if s]
     if args.samples < 1 or args.repeat < 1 or not syncs:
         parser.error("--samples and --repeat must be at least 1, --syncs not empty")

@@ -35,6 +35,7 @@ from typing import Any
 import purelink
 
 from ._common import Report, base_parser, rss_bytes, self_cpu_ns, serving, summarize_key
+from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["main", "run_links"]
 
@@ -75,6 +76,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = base_parser("links", __doc__.splitlines()[0] if __doc__ else "links")
     parser.add_argument("--links", type=int, default=200, metavar="N")
     parser.add_argument("--child", metavar="URL,CAPACITY", help=argparse.SUPPRESS)
+    add_impl_argument(parser)
     args = parser.parse_args(list(argv))
     if args.links < 1 or args.repeat < 1:
         parser.error("--links and --repeat must be at least 1")
@@ -93,11 +95,14 @@ def _child_run(url: str, links: int, capacity: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     if args.child:
         url, capacity = args.child.rsplit(",", 1)
         print(json.dumps(run_links(url, args.links, int(capacity))))
         return 0
+    if (code := run_elsewhere("links", argv, args)) is not None:
+        return code
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     for _ in range(args.repeat):
         for variant, capacity in VARIANTS.items():

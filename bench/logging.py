@@ -43,6 +43,7 @@ import logging
 import logging.handlers
 import queue
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ from typing import Any
 from purelink.logging import JSONFormatter, LinkHandler
 
 from ._common import Report, base_parser, ratio, serving, summarize_key
+from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["main", "run_handler"]
 
@@ -206,7 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=100, help="calls per timed block")
     parser.add_argument("--isolated", type=int, default=2_000, help="calls timed one by one")
     parser.add_argument("--handlers", default=",".join(KINDS), help="which, comma-separated")
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if (code := run_elsewhere("logging", argv, args)) is not None:
+        return code
     kinds = [k.strip() for k in args.handlers.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from typing import Any
 import purelink
 
 from ._common import Report, base_parser, summarize_key
+from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["MIXES", "main", "measure"]
 
@@ -134,7 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--mixes", default=",".join(MIXES), help="comma-separated mix names (default: all)"
     )
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if (code := run_elsewhere("overhead", argv, args)) is not None:
+        return code
     mixes = [m for m in args.mixes.split(",") if m]
     unknown = [m for m in mixes if m not in MIXES]
     if unknown or args.mb <= 0 or args.repeat < 1:

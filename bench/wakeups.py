@@ -37,6 +37,7 @@ from ._common import (
     serving,
     summarize_key,
 )
+from ._impl import add_impl_argument, run_elsewhere
 from ._links import asleep, open_link
 from .queue import run_queue
 
@@ -106,7 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000, metavar="N")
     parser.add_argument("--seconds", type=float, default=10.0, metavar="S", help="idle time")
     parser.add_argument("--idle-repeat", type=int, default=1, metavar="N", help="idle runs")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    add_impl_argument(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if (code := run_elsewhere("wakeups", argv, args)) is not None:
+        return code
     if args.records < 1 or args.repeat < 1 or args.idle_repeat < 1 or not args.seconds > 0:
         parser.error("--records, --repeat, --idle-repeat and --seconds must be positive")
 

@@ -61,8 +61,21 @@ TINY: dict[str, list[str]] = {
 }
 
 
-IMPL_BENCHMARKS = ("queue", "drain", "stages", "sizes", "secret")
-"""The benchmarks of the per-record path: they take `--impl` (bench/_impl.py)."""
+IMPL_BENCHMARKS = (
+    "queue",
+    "drain",
+    "stages",
+    "sizes",
+    "secret",
+    "wakeups",
+    "latency",
+    "links",
+    "connections",
+    "logging",
+    "compare",
+    "overhead",
+)
+"""The benchmarks that take `--impl` (bench/_impl.py): those of the per-record and per-connection work."""
 
 NAMES = {"compiled": "compiled core", "python": "pure Python"}
 CURRENT = "compiled" if native.COMPILED else "python"
