@@ -75,7 +75,7 @@ IMPL_BENCHMARKS = (
     "compare",
     "overhead",
 )
-"""The benchmarks that take `--impl` (bench/_impl.py): those of the per-record and per-connection work."""
+"""The benchmarks that take `--impl` (bench/_impl.py): the per-record and per-connection work."""
 
 NAMES = {"compiled": "compiled core", "python": "pure Python"}
 CURRENT = "compiled" if native.COMPILED else "python"
