@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from helpers.udp import datagrams, udp_pair
 from purelink import _udp
 from purelink.link import nogil
 
@@ -28,19 +29,8 @@ from purelink.link import nogil
 @pytest.fixture
 def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     """A receiver (no GRO: one datagram per recv) and a sender connected to it."""
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(5.0)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.setblocking(False)
-    tx.connect(rx.getsockname())
-    yield rx, tx
-    rx.close()
-    tx.close()
-
-
-def _datagrams(rx: socket.socket, n: int) -> list[bytes]:
-    return [rx.recv(65536) for _ in range(n)]
+    with udp_pair() as sockets:
+        yield sockets
 
 
 def test_the_control_message_header_is_the_c_librarys() -> None:
@@ -51,7 +41,7 @@ def test_the_control_message_header_is_the_c_librarys() -> None:
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["ctypes", "socket-module"])
-def test_send_gso_cuts_equal_datagrams(
+def test_send_gso_cuts_equaldatagrams(
     pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch, native: bool
 ) -> None:
     monkeypatch.setattr(nogil, "native_cmsg", native)
@@ -59,9 +49,9 @@ def test_send_gso_cuts_equal_datagrams(
     fast = nogil.NoGilSocket(tx)
     segments = [bytes([i]) * 300 for i in range(5)] + [b"tail"]  # a shorter last one
     assert fast.send_gso(b"".join(segments), 300) == 5 * 300 + 4
-    assert _datagrams(rx, 6) == segments
+    assert datagrams(rx, 6) == segments
     assert fast.send_gso(b"a" * 1000 + b"b" * 1000, 1000) == 2000  # the size changes
-    assert _datagrams(rx, 2) == [b"a" * 1000, b"b" * 1000]
+    assert datagrams(rx, 2) == [b"a" * 1000, b"b" * 1000]
 
 
 def test_send_and_recv(pair: tuple[socket.socket, socket.socket]) -> None:

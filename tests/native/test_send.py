@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.udp import datagrams, udp_pair
 from purelink import native
 from purelink.link import transport
 
@@ -33,32 +34,20 @@ needs_core = pytest.mark.skipif(
 @pytest.fixture
 def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     """A receiver (no GRO: one datagram per recv) and a sender connected to it."""
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(5.0)
-    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.setblocking(False)
-    tx.connect(rx.getsockname())
-    yield rx, tx
-    rx.close()
-    tx.close()
-
-
-def _datagrams(rx: socket.socket, n: int) -> list[bytes]:
-    return [rx.recv(65536) for _ in range(n)]
+    with udp_pair(rcvbuf=4 << 20) as sockets:
+        yield sockets
 
 
 @needs_core
 @pytest.mark.parametrize("release", [False, True], ids=["gil-kept", "gil-released"])
-def test_a_run_arrives_as_its_datagrams(
+def test_a_run_arrives_as_itsdatagrams(
     pair: tuple[socket.socket, socket.socket], release: bool
 ) -> None:
     assert send_run is not None
     rx, tx = pair
     run = [b"head"] + [bytes([i]) * 300 for i in range(5)] + [b"tail", b"next"]
     assert send_run(tx.fileno(), run, 1, 7, 300, release) == 5 * 300 + 4
-    assert _datagrams(rx, 6) == run[1:7]
+    assert datagrams(rx, 6) == run[1:7]
     assert send_run(tx.fileno(), run, 0, 1, 0, release) == 4  # one: a plain datagram
     assert rx.recv(100) == b"head"
 
@@ -126,7 +115,7 @@ def test_the_transport_sends_the_same_datagrams_both_ways(seed: int, n: int, siz
         transport._send_run = send_run if compiled else None  # type: ignore[misc]
         try:
             link.send(burst)
-            got.append((_datagrams(rx, len(burst)), link.send_calls, link.send_errors))
+            got.append((datagrams(rx, len(burst)), link.send_calls, link.send_errors))
         finally:
             transport._send_run = before  # type: ignore[misc]
             link.close()
