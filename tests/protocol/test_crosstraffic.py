@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from purelink.protocol.congestion.crosstraffic import (
     EMPTY_ROUNDS,
+    FALL_HOLD,
     GROW_ROUNDS,
     HELD_ROUNDS,
     LOSSY_ROUNDS,
@@ -19,14 +20,24 @@ BW = 4_000_000.0  # bytes/s
 OURS = 16 * D / BW  # the delay our share of a queue makes
 
 
-def feed(judge: CrossTraffic, delay: float, *, flight: int = 40 * D, lost: int = 0,
+CLOCK: dict[int, float] = {}
+"""Each judge's time: a round lasts the path's RTT and the queue's delay."""
+
+
+def feed(judge: CrossTraffic, delay: float, *, flight: int = 40 * D, cut: bool = False,
          rounds: int = 1) -> bool:  # fmt: skip
     changed = False
     for _ in range(rounds):
+        now = CLOCK[id(judge)] = CLOCK.get(id(judge), 0.0) + RTT + delay
         changed |= judge.round(
-            queue_delay=delay, flight=flight, lost=lost, ours=OURS, btl_bw=BW, min_rtt=RTT,
+            queue_delay=delay, flight=flight, ours=OURS, btl_bw=BW, min_rtt=RTT, cut=cut, now=now,
         )  # fmt: skip
     return changed
+
+
+def hold_rounds(delay: float) -> int:
+    """Rounds of `delay` that outlast the time a fall must stand to be a cut."""
+    return int((FALL_HOLD + 2 * RTT) / (RTT + delay)) + 1
 
 
 def model() -> CrossTraffic:
@@ -40,7 +51,7 @@ def model() -> CrossTraffic:
 def test_alone_without_a_queue_nothing_competes() -> None:
     judge = CrossTraffic(D)
     assert not feed(judge, 0.0, rounds=100)
-    assert not feed(judge, 0.5 * OURS, lost=10 * D, rounds=100)  # our own queue, our overflows
+    assert not feed(judge, 0.5 * OURS, rounds=100)  # our own queue
     assert judge.kind == CrossTraffic.NONE and judge.switches == 0
 
 
@@ -69,7 +80,9 @@ def test_purelink_links_shares_are_no_competitor() -> None:
 def test_a_fall_of_the_queue_we_did_not_make_is_a_loss_based_cut() -> None:
     judge = model()
     feed(judge, 0.03, rounds=2)
-    assert feed(judge, 0.015)  # half the queue went, our flight did not move
+    assert not feed(judge, 0.015)  # half the queue went, our flight did not move
+    assert judge.kind == CrossTraffic.MODEL  # not yet: it must stay down
+    assert feed(judge, 0.015, rounds=hold_rounds(0.015))
     assert judge.kind == CrossTraffic.LOSS
     # the fair window the cut implies: above our flight, at most MAX_START x it
     assert 40 * D < judge.window <= MAX_START * 40 * D
@@ -94,13 +107,27 @@ def test_a_queue_that_grows_while_we_hold_still_is_a_growing_window() -> None:
     assert judge.kind == CrossTraffic.MODEL
 
 
-def test_persistent_loss_turns_a_loss_verdict_to_model() -> None:
+def test_a_fall_that_comes_back_is_no_cut() -> None:
+    """A BBR flow's ProbeRTT lowers the queue for 200 ms and a round trip
+    (ours keeps part of it standing), then its flight comes back whole."""
     judge = model()
     feed(judge, 0.03, rounds=2)
-    feed(judge, 0.015)
+    assert not feed(judge, 0.012, rounds=3)
+    assert not feed(judge, 0.03, rounds=hold_rounds(0.03))
+    assert judge.kind == CrossTraffic.MODEL
+
+
+def test_persistent_cuts_turn_a_loss_verdict_to_model() -> None:
+    """Our loss-based window cut in LOSSY_ROUNDS of the last 8 round trips
+    (in avoidance: a slow start's end is our own overshoot): the competitor
+    does not back off.  Loss without a cut of ours counts nothing."""
+    judge = model()
+    feed(judge, 0.03, rounds=2)
+    feed(judge, 0.015, rounds=hold_rounds(0.015) + 1)
     assert judge.kind == CrossTraffic.LOSS
-    assert not feed(judge, 0.03, lost=5 * D, rounds=LOSSY_ROUNDS - 1)
-    assert feed(judge, 0.03, lost=5 * D)
+    assert not feed(judge, 0.03, rounds=20)  # no cut of ours
+    assert not feed(judge, 0.03, cut=True, rounds=LOSSY_ROUNDS - 1)
+    assert feed(judge, 0.03, cut=True)
     assert judge.kind == CrossTraffic.MODEL
 
 
@@ -109,6 +136,16 @@ def test_an_empty_queue_ends_a_model_verdict() -> None:
     assert not feed(judge, 0.0, rounds=EMPTY_ROUNDS - 1)
     assert feed(judge, 0.0)
     assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_queue_growing_back_to_where_it_stood_is_not_a_growing_window() -> None:
+    """A model-based flow that comes back after its ProbeRTT refills the queue
+    to its old level over a few rounds: growth counts only to a new high."""
+    judge = model()
+    feed(judge, 0.05, rounds=GROW_ROUNDS + 2)
+    for i in range(2 * GROW_ROUNDS):
+        assert not feed(judge, min(0.02 + 0.004 * i, 0.05))
+    assert judge.kind == CrossTraffic.MODEL
 
 
 def test_a_queue_refilling_after_a_drain_proves_nothing() -> None:

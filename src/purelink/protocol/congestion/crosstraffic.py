@@ -26,12 +26,14 @@ delay its own share of a queue would make.  The verdict (`kind`):
            yielded every round) and did not shrink below HELD_SHRINK of
            where it was at the first.  Purelink links that share a queue
            yield too, so it shrinks, and they hover about their shares,
-           over one round and under the next; HELD_ROUNDS (8) outlasts
-           most of a newcomer's startup and drain, whose queue stands a
-           few rounds (with 3, links started 0.5-1.5 s apart took the
-           verdict and split 0.3/0.7).  Copa's test of a queue that never
-           empties, with our own part taken out.  Then BBR v1's rules: no queue-share yield,
-           no loss bound
+           over one round and under the next; HELD_ROUNDS (16) outlasts
+           a newcomer's startup and drain, whose queue stands a few
+           rounds (with 3, links started 0.5-1.5 s apart took the verdict
+           and split 0.3/0.7; with 8, twice as many pairs of bbr-shared
+           links missed 25 % in tests/sim/test_congestion_sim.py's slow
+           cases).  Copa's test of a queue that never empties, with our
+           own part taken out.  Then BBR v1's rules: no queue-share
+           yield, no loss bound
     LOSS   the competitor is elastic: it backs off when the buffer
            overflows (Nimbus's question, asked of the events a loss-based
            flow cannot hide), seen in a MODEL verdict in one of two ways:
@@ -41,13 +43,24 @@ delay its own share of a queue would make.  The verdict (`kind`):
                never to under 0.1 min RTT on the way (a BBR flow's ProbeRTT
                empties the queue for a moment); a loss-based flow's multiplicative
                decrease, which a paced model-based flow does not make;
+               and it stood: the queue stayed under halfway back for
+               FALL_HOLD (0.3 s) and two min RTTs.  A BBR flow's ProbeRTT
+               beside ours does not empty the queue (our part stands) and
+               lowers it for 200 ms and a round trip, then the flow's
+               flight comes back whole;
              * growth: over GROW_ROUNDS rounds the queue grew nearly every
                round, from at least 0.1 min RTT (not a refill after a
                drain), by GROW_RATIO and by a quarter of the smaller of min
                RTT and the deepest queue seen, to at least half that
                deepest queue (about the buffer, once it overflowed), while
                our flight did not grow: a window that grows with every ACK
-               (CUBIC's), which a model-based flow capped at 2 bdp does not.
+               (CUBIC's), which a model-based flow capped at 2 bdp does not;
+               and to a new high, over GROW_HIGH (1.1) x the highest queue
+               before those rounds: a BBR flow back from its ProbeRTT
+               refills the queue round by round to where it stood, and no
+               higher (read as growth, it sent a link beside BBR v1 on 10
+               bdp, 20 Mbit/s, 40 ms, into a slow start that took 0.65 of
+               the pair; 0.51 with the new high).
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
@@ -57,9 +70,14 @@ delay its own share of a queue would make.  The verdict (`kind`):
            its window) our flight scaled by the queue's growth, from which
            the window slow-starts to the first loss, as the competitor's
            own did; never below our flight nor above 3 x it.
-    back   LOSS -> MODEL when LOSSY_ROUNDS of the last 8 rounds lost at
-           least 2 datagrams (the competitor does not back off: it keeps
-           the buffer overflowing); MODEL -> NONE once the queue has been
+    back   LOSS -> MODEL when our loss-based window cut in LOSSY_ROUNDS (3)
+           of the last 8 rounds while in congestion avoidance (the
+           competitor does not back off: it keeps the buffer overflowing;
+           a CUBIC competitor's epochs last seconds, and the end of our own
+           slow start, an overshoot of ours, does not count: counting lost
+           rounds instead sent a link that slow-started into a 10-bdp
+           buffer beside CUBIC to BBR v1's rules, where it fell to 0.07 of
+           the path); MODEL -> NONE once the queue has been
            under 0.1 min RTT for EMPTY_ROUNDS rounds in a row (it left).
            LOSS stays LOSS: a lone loss-based window's own queue cannot be
            told from a competitor's, so it goes back through MODEL.
@@ -77,16 +95,18 @@ from typing import Final
 
 __all__ = ["CrossTraffic"]
 
-HELD_ROUNDS: Final = 8
+HELD_ROUNDS: Final = 16
 HELD_SHRINK: Final = 0.9
 OTHERS_SHARES: Final = 1.0  # the queue's delay over our share's, for a round to count
 FALL_SHARE: Final = 0.25
 FALL_RTT: Final = 0.1
 FALL_ROUNDS: Final = 4
+FALL_HOLD: Final = 0.3
 GROW_ROUNDS: Final = 6
 GROW_RATIO: Final = 1.2
+GROW_HIGH: Final = 1.1
 EMPTY_ROUNDS: Final = 8
-LOSSY_ROUNDS: Final = 4
+LOSSY_ROUNDS: Final = 3
 LOSSY_WINDOW: Final = 8
 FLIGHT_ROUNDS: Final = 6
 CUBIC_CUT: Final = 0.3
@@ -118,6 +138,8 @@ class CrossTraffic:
         self._grown: deque[tuple[float, int]] = deque(maxlen=GROW_ROUNDS)  # (delay, flight)
         self._flights: deque[int] = deque(maxlen=FLIGHT_ROUNDS)
         self._lossy: deque[bool] = deque(maxlen=LOSSY_WINDOW)
+        self._high = 0.0  # the highest queue before the growth window, since the last switch
+        self._fall: tuple[float, float, float] | None = None  # a cut seen: (when, halfway, window)
         self._deepest = 0.0  # the deepest standing queue seen: about the buffer, once full
 
     def round(
@@ -125,18 +147,20 @@ class CrossTraffic:
         *,
         queue_delay: float,
         flight: int,
-        lost: int,
         ours: float,
         btl_bw: float,
         min_rtt: float,
+        cut: bool,
+        now: float,
     ) -> bool:
         """One round trip: its standing queue's delay (seconds), our flight at
-        its end and bytes lost in it (bytes), the delay our share of a queue
-        makes (QUEUE_SHARE datagrams / btl_bw), the model's btl_bw and
-        min_rtt.  True when the verdict changed."""
+        its end (bytes), the delay our share of a queue makes (QUEUE_SHARE
+        datagrams / btl_bw), the model's btl_bw and min_rtt, whether our
+        loss-based window cut in congestion avoidance in it, and the time
+        at its end.  True when the verdict changed."""
         self._flights.append(flight)
         self._deepest = max(self._deepest, queue_delay)
-        self._lossy.append(lost >= 2 * self.datagram_size)
+        self._lossy.append(cut)
         if self.kind == CrossTraffic.NONE:
             others = queue_delay > OTHERS_SHARES * ours and queue_delay > EMPTY_QUEUE * min_rtt
             if not others:
@@ -158,8 +182,10 @@ class CrossTraffic:
         if self._empty >= EMPTY_ROUNDS:
             return self._switch(CrossTraffic.NONE)
         self._queues.append(queue_delay)
+        if len(self._grown) == GROW_ROUNDS:
+            self._high = max(self._high, self._grown[0][0])  # older than the window
         self._grown.append((queue_delay, flight))
-        window = self._cut(flight, btl_bw, min_rtt)
+        window = self._confirmed(self._cut(flight, btl_bw, min_rtt), queue_delay, now, min_rtt)
         self.growing = window is None
         if window is None:
             window = self._growth(min_rtt)
@@ -190,6 +216,26 @@ class CrossTraffic:
                 return mu * (min_rtt + now) / 2
         return None
 
+    def _confirmed(
+        self, window: float | None, queue: float, now: float, min_rtt: float
+    ) -> float | None:
+        """A cut stands only once the queue stayed down for FALL_HOLD s and two
+        round trips: a BBR flow's ProbeRTT lowers it for 200 ms and a round
+        trip, then its flight comes back whole."""
+        pending = self._fall
+        if pending is None:
+            if window is not None:
+                self._fall = (now, (max(self._queues) + queue) / 2, window)
+            return None
+        since, halfway, estimate = pending
+        if queue > halfway:
+            self._fall = None  # it came back: not a cut
+            return None
+        if now - since < FALL_HOLD + 2 * min_rtt:
+            return None
+        self._fall = None
+        return estimate
+
     def _growth(self, min_rtt: float) -> float | None:
         """A queue that grew nearly every round while our flight did not: our
         flight scaled by the growth (module docstring), or None."""
@@ -206,9 +252,15 @@ class CrossTraffic:
             and last[0] > GROW_RATIO * first[0]
             and last[0] - first[0] > 0.25 * min(min_rtt, self._deepest)
             and last[0] > 0.5 * self._deepest
+            and last[0] > GROW_HIGH * self._high  # a new high, not a refill to an old level
         ):
             return last[1] * last[0] / max(first[0], 1e-6) / 2
         return None
+
+    @property
+    def held(self) -> int:
+        """Rounds in a row of a queue that is not (only) ours, under NONE."""
+        return self._held if self.kind == CrossTraffic.NONE else 0
 
     def _switch(self, kind: str) -> bool:
         self.kind = kind
@@ -216,5 +268,7 @@ class CrossTraffic:
         self._held = self._empty = 0
         self._queues.clear()
         self._grown.clear()
+        self._high = 0.0
         self._lossy.clear()
+        self._fall = None
         return True

@@ -58,6 +58,8 @@ class LossBased(CongestionControl, Generic[S]):
         self._recovering = False  # cut, and no datagram sent since answered yet
         self._undo: tuple[S, float] | None = None  # the state of before, the first loss's send time
         self._unproven = 0  # losses of the current cut not yet proven spurious
+        self.avoidance_cuts = 0
+        """Cuts made in congestion avoidance (not at the end of a slow start)."""
 
     # ------------------------------------------------------------- inputs
     def on_ack(self, sample: RateSample, now: float) -> None:
@@ -82,6 +84,8 @@ class LossBased(CongestionControl, Generic[S]):
                 self._unproven += 1
             return  # this round trip already cut the window
         self._unproven = 1
+        if self.cwnd >= self.ssthresh:
+            self.avoidance_cuts += 1
         self._undo = (self._saved(), sent_time)
         self.recovery_start = now
         self._recovering = True
