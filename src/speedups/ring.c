@@ -784,6 +784,9 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
         }
         for (long long i = 0; i <= hi - lo; i++) {
             long long s = lo + i;
+            if (i + PL_AHEAD <= hi - lo) { /* the slot's index is masked: always in the list */
+                pl_prefetch_object(slot(&g[k], s + PL_AHEAD));
+            }
             PyObject *rec = slot(&g[k], s);
             if (rec == NULL) {
                 return -1;
