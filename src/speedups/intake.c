@@ -20,6 +20,15 @@
  * is checked; the Python path, which then takes it, writes the same bytes to
  * the same place.)
  *
+ * Within one receive (a GRO buffer holds dozens of datagrams), the next DATA
+ * of the same session and the next piece of the same batch are taken as a
+ * run (`Run`, `PieceRun`): checked against what the run's first datagram
+ * found, and what they change of the Python state written back once, when
+ * the run ends -- before any Python code runs.  What the C takes it copies
+ * (a DATA's batch into a bytes, a piece into its batch's buffer), so a
+ * receive buffer none of whose datagrams went to Python goes back to the pool
+ * at once, and the next receive reuses it warm.
+ *
  * Every length and offset read from the wire is checked against the bytes
  * that came before it is used.  All of it holds the GIL but the receive
  * system call, made into a buffer this code holds an export of.
