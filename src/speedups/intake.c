@@ -510,6 +510,30 @@ data_bytes_ok(const unsigned char *d, Py_ssize_t size)
  * 0, or -1 with an exception set. */
 static int prun_end(Ctx *c);
 
+/* What a run's datagrams did to their session, written back as note_pn does
+ * for each (the same `now` for all): the largest packet number if it moved,
+ * last_seen, and the session put on the ACK list; 0, or -1 with an exception. */
+static int
+run_seen(Ctx *c, PyObject *conn, PyObject *key, int pn_moved, uint64_t largest)
+{
+    int r = 0;
+    if (pn_moved) {
+        PyObject *pn = PyLong_FromUnsignedLongLong(largest);
+        r = pn == NULL ? -1 : PyObject_SetAttr(conn, NAME(c, N_LARGEST_PN), pn);
+        Py_XDECREF(pn);
+        r = r < 0 ? r : PyObject_SetAttr(conn, NAME(c, N_ACK_DELAY_FROM), c->now);
+    }
+    r = r < 0 ? r : PyObject_SetAttr(conn, NAME(c, N_LAST_SEEN), c->now);
+    int due = r < 0 ? 1 : attr_true(conn, NAME(c, N_ACK_DUE));
+    if (due != 1) {
+        PyObject *due_set = PyObject_GetAttr(c->core, NAME(c, N_ACK_DUE_SET));
+        r = due_set == NULL || PyObject_SetAttr(conn, NAME(c, N_ACK_DUE), Py_True) < 0
+                ? -1 : PySet_Add(due_set, key);
+        Py_XDECREF(due_set);
+    }
+    return r;
+}
+
 static int
 data_run_end(Ctx *c)
 {
@@ -517,20 +541,7 @@ data_run_end(Ctx *c)
     int r = 0;
     if (run->taken) {
         r = PyObject_SetAttr(run->p, NAME(c, N_RECEIVED), run->received_obj);
-        if (r == 0 && run->pn_moved) {
-            PyObject *pn = PyLong_FromUnsignedLongLong(run->largest);
-            r = pn == NULL ? -1 : PyObject_SetAttr(run->conn, NAME(c, N_LARGEST_PN), pn);
-            Py_XDECREF(pn);
-            r = r < 0 ? r : PyObject_SetAttr(run->conn, NAME(c, N_ACK_DELAY_FROM), c->now);
-        }
-        r = r < 0 ? r : PyObject_SetAttr(run->conn, NAME(c, N_LAST_SEEN), c->now);
-        int due = r < 0 ? 1 : attr_true(run->conn, NAME(c, N_ACK_DUE));
-        if (due != 1) {
-            PyObject *due_set = PyObject_GetAttr(c->core, NAME(c, N_ACK_DUE_SET));
-            r = due_set == NULL || PyObject_SetAttr(run->conn, NAME(c, N_ACK_DUE), Py_True) < 0
-                    ? -1 : PySet_Add(due_set, run->key);
-            Py_XDECREF(due_set);
-        }
+        r = r < 0 ? r : run_seen(c, run->conn, run->key, run->pn_moved, run->largest);
     }
     Py_CLEAR(run->conn);
     Py_CLEAR(run->p);
@@ -996,20 +1007,7 @@ prun_end(Ctx *c)
             r = PyList_SetItem(spans, 0, span); /* steals span */
         }
         Py_XDECREF(spans);
-        if (r == 0 && pr->pn_moved) {
-            PyObject *pn = PyLong_FromUnsignedLongLong(pr->largest);
-            r = pn == NULL ? -1 : PyObject_SetAttr(pr->conn, NAME(c, N_LARGEST_PN), pn);
-            Py_XDECREF(pn);
-            r = r < 0 ? r : PyObject_SetAttr(pr->conn, NAME(c, N_ACK_DELAY_FROM), c->now);
-        }
-        r = r < 0 ? r : PyObject_SetAttr(pr->conn, NAME(c, N_LAST_SEEN), c->now);
-        int due = r < 0 ? 1 : attr_true(pr->conn, NAME(c, N_ACK_DUE));
-        if (due != 1) {
-            PyObject *due_set = PyObject_GetAttr(c->core, NAME(c, N_ACK_DUE_SET));
-            r = due_set == NULL || PyObject_SetAttr(pr->conn, NAME(c, N_ACK_DUE), Py_True) < 0
-                    ? -1 : PySet_Add(due_set, pr->key);
-            Py_XDECREF(due_set);
-        }
+        r = r < 0 ? r : run_seen(c, pr->conn, pr->key, pr->pn_moved, pr->largest);
     }
     Py_CLEAR(pr->conn);
     Py_CLEAR(pr->key);
