@@ -20,6 +20,15 @@
  * is checked; the Python path, which then takes it, writes the same bytes to
  * the same place.)
  *
+ * Within one receive (a GRO buffer holds dozens of datagrams), the next DATA
+ * of the same session and the next piece of the same batch are taken as a
+ * run (`Run`, `PieceRun`): checked against what the run's first datagram
+ * found, and what they change of the Python state written back once, when
+ * the run ends -- before any Python code runs.  What the C takes it copies
+ * (a DATA's batch into a bytes, a piece into its batch's buffer), so a
+ * receive buffer none of whose datagrams went to Python goes back to the pool
+ * at once, and the next receive reuses it warm.
+ *
  * Every length and offset read from the wire is checked against the bytes
  * that came before it is used.  All of it holds the GIL but the receive
  * system call, made into a buffer this code holds an export of.
@@ -91,7 +100,26 @@ typedef struct {
     int taken, pn_moved;
 } Run;
 
-/* One call's work: the core, the time, the run, and the counters it owes the
+/* A piece run: the next pieces of one batch (not its last), taken one after
+ * the other with no Python code in between, as a DATA run is.  It begins at a
+ * piece the full path took (`piece_hold`: every check made, the span and the
+ * packet number written), so the state it keeps -- the session, the
+ * producer, the batch being put together and an export of its buffer -- is
+ * what that check saw, and nothing but this code changes it until the run
+ * ends.  A next piece that continues it exactly (same session, address,
+ * epoch, seq and total, at the byte where the last one ended, not the last
+ * piece, its CRC right) is copied in place; what it changes of the Python
+ * state (the batch's one span, the packet numbers) is written back once, when
+ * the run ends, before any Python code runs. */
+typedef struct {
+    PyObject *conn, *key, *p, *part, *addr;
+    Py_buffer buf; /* the batch's buffer (held while part != NULL) */
+    uint32_t conn_id, epoch;
+    uint64_t seq, total, end, largest;
+    int taken, pn_moved;
+} PieceRun;
+
+/* One call's work: the core, the time, the runs, and the counters it owes the
  * core's stats (added in one go when a run ends). */
 typedef struct {
     Intake *self;
@@ -99,6 +127,7 @@ typedef struct {
     PyObject *now;
     long long datagrams, bytes, batches, records, held;
     Run run;
+    PieceRun prun;
 } Ctx;
 
 /* Where a taken batch's memoryview comes from: `obj`'s bytes from `at` on
@@ -479,27 +508,40 @@ data_bytes_ok(const unsigned char *d, Py_ssize_t size)
 
 /* The run ends: what it changed of its session written back (see `Run`);
  * 0, or -1 with an exception set. */
+static int prun_end(Ctx *c);
+
+/* What a run's datagrams did to their session, written back as note_pn does
+ * for each (the same `now` for all): the largest packet number if it moved,
+ * last_seen, and the session put on the ACK list; 0, or -1 with an exception. */
 static int
-run_end(Ctx *c)
+run_seen(Ctx *c, PyObject *conn, PyObject *key, int pn_moved, uint64_t largest)
+{
+    int r = 0;
+    if (pn_moved) {
+        PyObject *pn = PyLong_FromUnsignedLongLong(largest);
+        r = pn == NULL ? -1 : PyObject_SetAttr(conn, NAME(c, N_LARGEST_PN), pn);
+        Py_XDECREF(pn);
+        r = r < 0 ? r : PyObject_SetAttr(conn, NAME(c, N_ACK_DELAY_FROM), c->now);
+    }
+    r = r < 0 ? r : PyObject_SetAttr(conn, NAME(c, N_LAST_SEEN), c->now);
+    int due = r < 0 ? 1 : attr_true(conn, NAME(c, N_ACK_DUE));
+    if (due != 1) {
+        PyObject *due_set = PyObject_GetAttr(c->core, NAME(c, N_ACK_DUE_SET));
+        r = due_set == NULL || PyObject_SetAttr(conn, NAME(c, N_ACK_DUE), Py_True) < 0
+                ? -1 : PySet_Add(due_set, key);
+        Py_XDECREF(due_set);
+    }
+    return r;
+}
+
+static int
+data_run_end(Ctx *c)
 {
     Run *run = &c->run;
     int r = 0;
     if (run->taken) {
         r = PyObject_SetAttr(run->p, NAME(c, N_RECEIVED), run->received_obj);
-        if (r == 0 && run->pn_moved) {
-            PyObject *pn = PyLong_FromUnsignedLongLong(run->largest);
-            r = pn == NULL ? -1 : PyObject_SetAttr(run->conn, NAME(c, N_LARGEST_PN), pn);
-            Py_XDECREF(pn);
-            r = r < 0 ? r : PyObject_SetAttr(run->conn, NAME(c, N_ACK_DELAY_FROM), c->now);
-        }
-        r = r < 0 ? r : PyObject_SetAttr(run->conn, NAME(c, N_LAST_SEEN), c->now);
-        int due = r < 0 ? 1 : attr_true(run->conn, NAME(c, N_ACK_DUE));
-        if (due != 1) {
-            PyObject *due_set = PyObject_GetAttr(c->core, NAME(c, N_ACK_DUE_SET));
-            r = due_set == NULL || PyObject_SetAttr(run->conn, NAME(c, N_ACK_DUE), Py_True) < 0
-                    ? -1 : PySet_Add(due_set, run->key);
-            Py_XDECREF(due_set);
-        }
+        r = r < 0 ? r : run_seen(c, run->conn, run->key, run->pn_moved, run->largest);
     }
     Py_CLEAR(run->conn);
     Py_CLEAR(run->p);
@@ -511,6 +553,15 @@ run_end(Ctx *c)
     Py_CLEAR(run->received_obj);
     run->taken = run->pn_moved = 0;
     return r;
+}
+
+/* Whichever run is going on ends (at most one is: each begins after the
+ * other ended); 0, or -1 with an exception set. */
+static int
+run_end(Ctx *c)
+{
+    int r = prun_end(c);
+    return data_run_end(c) < 0 || r < 0 ? -1 : 0;
 }
 
 /* A run begins at a DATA of session `conn_id`: its session and producer
@@ -930,9 +981,114 @@ piece_hold(Ctx *c, Piece *k)
     return note_pn(c, k->conn, k->key, k->pn) < 0 ? -1 : 1;
 }
 
+/* The piece run ends: the batch's span and the session's packet numbers
+ * written back (as piece_hold and note_pn would have, piece by piece: the
+ * same `now` throughout the call); 0, or -1 with an exception set. */
+static int
+prun_end(Ctx *c)
+{
+    PieceRun *pr = &c->prun;
+    if (pr->part == NULL) {
+        return 0;
+    }
+    PyBuffer_Release(&pr->buf);
+    int r = 0;
+    if (pr->taken) {
+        PyObject *spans = PyObject_GetAttr(pr->part, NAME(c, N_SPANS));
+        PyObject *span = spans == NULL ? NULL : Py_BuildValue("(iK)", 0, (unsigned long long)pr->end);
+        if (span == NULL || !PyList_Check(spans) || PyList_Size(spans) != 1) {
+            Py_XDECREF(span);
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_RuntimeError, "intake: a batch's spans changed in a run");
+            }
+            r = -1;
+        }
+        else {
+            r = PyList_SetItem(spans, 0, span); /* steals span */
+        }
+        Py_XDECREF(spans);
+        r = r < 0 ? r : run_seen(c, pr->conn, pr->key, pr->pn_moved, pr->largest);
+    }
+    Py_CLEAR(pr->conn);
+    Py_CLEAR(pr->key);
+    Py_CLEAR(pr->p);
+    Py_CLEAR(pr->part);
+    Py_CLEAR(pr->addr);
+    pr->taken = pr->pn_moved = 0;
+    return r;
+}
+
+/* A piece run begins after piece_hold took `k` (see PieceRun); no run if
+ * anything it needs cannot be had (nothing changed either way). */
+static void
+prun_begin(Ctx *c, Piece *k, PyObject *addr)
+{
+    PieceRun *pr = &c->prun;
+    uint64_t largest;
+    if (attr_u64(k->conn, NAME(c, N_LARGEST_PN), &largest) < 0) {
+        return;
+    }
+    PyObject *buf = PyObject_GetAttr(k->part, NAME(c, N_BUF));
+    int r = buf == NULL ? -1 : PyObject_GetBuffer(buf, &pr->buf, PyBUF_WRITABLE);
+    Py_XDECREF(buf);
+    if (r < 0) {
+        PyErr_Clear();
+        return;
+    }
+    if ((uint64_t)pr->buf.len != k->total) {
+        PyBuffer_Release(&pr->buf);
+        return;
+    }
+    pr->conn = Py_NewRef(k->conn);
+    pr->key = Py_NewRef(k->key);
+    pr->p = Py_NewRef(k->p);
+    pr->part = Py_NewRef(k->part);
+    pr->addr = Py_NewRef(addr);
+    pr->conn_id = (uint32_t)PyLong_AsUnsignedLong(k->key);
+    pr->epoch = k->epoch;
+    pr->seq = k->seq;
+    pr->total = k->total;
+    pr->end = k->end;
+    pr->largest = largest;
+    pr->taken = pr->pn_moved = 0;
+}
+
+/* The next piece of the run, in place: 1 (taken), or 0 (it does not
+ * continue the run exactly: nothing changed, the full path decides). */
+static int
+prun_next(Ctx *c, const unsigned char *d, Py_ssize_t size, PyObject *addr)
+{
+    PieceRun *pr = &c->prun;
+    if (size <= FRAGMENT_HEAD + TRAILER || d[0] != 'P' || d[1] != 'L' ||
+        d[2] != DATAGRAM_VERSION || addr != pr->addr || rd32(d + 4) != pr->conn_id ||
+        rd32(d + 16) != pr->epoch || rd64(d + 20) != pr->seq || rd32(d + 28) != pr->total ||
+        rd32(d + 32) != pr->end) {
+        return 0;
+    }
+    Py_ssize_t chunk_len = size - FRAGMENT_HEAD - TRAILER;
+    uint64_t end = pr->end + (uint64_t)chunk_len;
+    Py_ssize_t crc_end = size - TRAILER;
+    if (end >= pr->total || pl_crc32c(0, d, (size_t)crc_end) != rd32(d + crc_end)) {
+        return 0; /* the last piece (checked whole), or a bad one: the full path */
+    }
+    memcpy((char *)pr->buf.buf + pr->end, d + FRAGMENT_HEAD, (size_t)chunk_len);
+    pr->end = end;
+    uint64_t pn = rd64(d + 8);
+    if (pn > pr->largest) {
+        pr->largest = pn;
+        pr->pn_moved = 1;
+    }
+    pr->taken = 1;
+    c->held += 1;
+    return 1;
+}
+
 static int
 take_piece(Ctx *c, const unsigned char *d, Py_ssize_t size, PyObject *addr)
 {
+    if (c->prun.part != NULL && prun_next(c, d, size, addr)) {
+        return 1;
+    }
     if (run_end(c) < 0) { /* the Python state is read afresh below */
         return -1;
     }
@@ -949,6 +1105,9 @@ take_piece(Ctx *c, const unsigned char *d, Py_ssize_t size, PyObject *addr)
         }
         else {
             r = piece_hold(c, &k);
+            if (r == 1) {
+                prun_begin(c, &k, addr);
+            }
         }
     }
     piece_clear(&k);
@@ -1070,10 +1229,12 @@ typedef struct {
     PyObject *last_addr;
 } Drain;
 
-/* Hand each datagram of one receive to the fast path or to `fallback`. */
+/* Hand each datagram of one receive to the fast path or to `fallback`;
+ * *shown: whether any went to `fallback` (which may keep a view of `buf`:
+ * the fast path copies what it keeps). */
 static int
 segments(Ctx *c, Drain *dr, PyObject *buf, const unsigned char *data, Py_ssize_t n, int segment,
-         PyObject *addr, int fast, PyObject *fallback)
+         PyObject *addr, int fast, PyObject *fallback, int *shown)
 {
     Source src = {buf, NULL, 0};
     Py_ssize_t step = segment > 0 && segment < n ? segment : n;
@@ -1084,7 +1245,6 @@ segments(Ctx *c, Drain *dr, PyObject *buf, const unsigned char *data, Py_ssize_t
         dr->datagrams += 1;
         int taken = 0;
         if (fast) {
-            src.at = at;
             taken = take_one(c, data + at, len, &src, addr);
             if (taken == 1) {
                 c->datagrams += 1;
@@ -1095,6 +1255,8 @@ segments(Ctx *c, Drain *dr, PyObject *buf, const unsigned char *data, Py_ssize_t
             r = -1;
         }
         else if (!taken) {
+            *shown = 1;
+            /* (src is the whole buffer, from 0: the datagram is at .. at + len) */
             PyObject *view = flush(c) < 0 ? NULL : source_slice(&src, at, at + len);
             PyObject *x = view == NULL ? NULL
                           : PyObject_CallFunctionObjArgs(fallback, view, addr, c->now, NULL);
@@ -1174,22 +1336,34 @@ receive_one(Ctx *c, Drain *dr, int fd, PyObject *get, PyObject *put, PyObject *u
     }
     dr->calls += 1;
     dr->bytes += n;
-    if (PyList_Append(used, buf) < 0) {
-        r = -1;
-    }
-    else if (dr->last_addr == NULL || msg.msg_namelen != dr->last_len ||
-             memcmp(&sa, &dr->last_sa, msg.msg_namelen) != 0) {
+    if (dr->last_addr == NULL || msg.msg_namelen != dr->last_len ||
+        memcmp(&sa, &dr->last_sa, msg.msg_namelen) != 0) {
         Py_CLEAR(dr->last_addr);
         dr->last_addr = make_address(&sa, msg.msg_namelen);
         memcpy(&dr->last_sa, &sa, sizeof sa);
         dr->last_len = msg.msg_namelen;
         r = dr->last_addr == NULL ? -1 : 1;
     }
+    int shown = 0;
     if (r == 1) {
         int segment = gro ? gro_segment(&msg) : 0;
-        r = segments(c, dr, buf, into.buf, n, segment, dr->last_addr, fast, fallback) < 0 ? -1 : 1;
+        r = segments(c, dr, buf, into.buf, n, segment, dr->last_addr, fast, fallback, &shown) < 0
+                ? -1 : 1;
     }
     PyBuffer_Release(&into);
+    /* a buffer whose datagrams the fast path took whole is referred to by
+     * nothing: back to the pool now (the next receive reuses it, still in
+     * the cache); one that Python code saw stays until the round's writes
+     * are done (`used`) */
+    if (r == 1 && !shown) {
+        r = flush(c) < 0 ? -1 : 1;
+        PyObject *x = r < 0 ? NULL : PyObject_CallFunctionObjArgs(put, buf, NULL);
+        r = x == NULL ? -1 : 1;
+        Py_XDECREF(x);
+    }
+    else if (PyList_Append(used, buf) < 0) {
+        r = -1;
+    }
     Py_DECREF(buf);
     return r;
 }
@@ -1304,8 +1478,9 @@ static PyMethodDef intake_methods[] = {
     {"drain", (PyCFunction)intake_drain, METH_VARARGS,
      "drain(core, fd, get, put, used, gro, fast, budget, now, fallback, /) -> (receives,\n"
      "datagrams, bytes): receive until EAGAIN or `budget` receives, each into a buffer from\n"
-     "get() (appended to `used`; put() back when nothing came), a GRO receive split by its\n"
-     "segment size; each datagram taken (when `fast`) or given to fallback(view, addr, now)."},
+     "get() (appended to `used` when a datagram of it went to `fallback`; else put() back at\n"
+     "once), a GRO receive split by its segment size; each datagram taken (when `fast`) or\n"
+     "given to fallback(view, addr, now)."},
     {NULL, NULL, 0, NULL},
 };
 

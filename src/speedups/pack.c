@@ -541,9 +541,13 @@ real_bytes(Fill *w, Py_ssize_t i, Py_ssize_t n)
 static int
 copy_records(Fill *w, unsigned char *p, Py_ssize_t i, Py_ssize_t n, long long room)
 {
+    Py_ssize_t ahead = PyList_Size(w->recs) - PL_AHEAD; /* the last k that may look ahead */
     for (Py_ssize_t k = i; k < i + n; k++) {
         char *src;
         Py_ssize_t len;
+        if (k < ahead) {
+            pl_prefetch_object(PyList_GetItem(w->recs, k + PL_AHEAD));
+        }
         if (PyBytes_AsStringAndSize(PyList_GetItem(w->recs, k), &src, &len) < 0) {
             return -1;
         }

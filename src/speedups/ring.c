@@ -784,6 +784,13 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
         }
         for (long long i = 0; i <= hi - lo; i++) {
             long long s = lo + i;
+            if (i + PL_AHEAD <= hi - lo) {
+                PyObject *ahead = slot(&g[k], s + PL_AHEAD); /* a masked index: in the list */
+                if (ahead == NULL) {
+                    PyErr_Clear(); /* (a hint only: the slot itself is read below) */
+                }
+                pl_prefetch_object(ahead);
+            }
             PyObject *rec = slot(&g[k], s);
             if (rec == NULL) {
                 return -1;

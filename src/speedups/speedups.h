@@ -29,4 +29,24 @@ int pl_intake_exec(PyObject *module);
  * (crc32c.c).  No Python calls: safe without the GIL. */
 uint32_t pl_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* How many records ahead a loop over a link's records asks for the next
+ * one's object: a backlog's records meet the loop cold (each in its own
+ * cache lines, far from the last), and a load's latency is several records'
+ * work, so it is asked for this far ahead, as a hint the CPU may ignore.
+ * Nothing is read through the pointer: a hint on any address is harmless. */
+#define PL_AHEAD 12
+
+/* Ask for the first two cache lines of `obj` (a small bytes object: its
+ * header and its first bytes), to be written (its reference count). */
+static inline void
+pl_prefetch_object(const void *obj)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(obj, 1, 3);
+    __builtin_prefetch((const char *)obj + 64, 0, 3);
+#else
+    (void)obj;
+#endif
+}
+
 #endif

@@ -92,14 +92,14 @@ class Pair:
         assert state(self.c) == state(self.py)
         return [w for batches in writes.values() for w in batches]
 
-    def open(self, producer: str = "") -> wire.Accept:
-        """A session opened on both by the same handshake."""
+    def open(self, producer: str = "", addr: tuple[str, int] = ADDR) -> wire.Accept:
+        """A session from `addr` opened on both by the same handshake."""
         pid = 0 if producer else ANON
-        self.feed(wire.encode_hello(wire.Hello(7, "s", producer, pid, 1400, b"")))
+        self.feed(wire.encode_hello(wire.Hello(7, "s", producer, pid, 1400, b"")), addr)
         ((retry_bytes, _),) = self.answers()
         retry = wire.decode_datagram(retry_bytes)
         assert isinstance(retry, wire.Retry)
-        self.feed(wire.encode_hello(wire.Hello(7, "s", producer, pid, 1400, retry.cookie)))
+        self.feed(wire.encode_hello(wire.Hello(7, "s", producer, pid, 1400, retry.cookie)), addr)
         accepts = [wire.decode_datagram(d) for d, _ in self.answers()]
         (accept,) = [m for m in accepts if isinstance(m, wire.Accept)]
         return accept

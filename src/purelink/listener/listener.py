@@ -574,8 +574,10 @@ class Listener:
         receive = core.receive_datagram
         intake = core.intake
         if intake is not None:
-            # the compiled core receives and takes the common case itself; a core
-            # behind the encrypted layer gets every datagram as it came
+            # the compiled core receives and takes the common case itself (a buffer
+            # whose datagrams it took whole goes back to the pool at once: it keeps
+            # copies; one Python saw waits in `used` for the round); a core behind
+            # the encrypted layer gets every datagram as it came
             fast = type(core).receive_datagram is ListenerCore.receive_datagram
             calls, datagrams, nbytes = intake.drain(
                 core, sock.fileno(), pool.get, pool.put, used, self._gro, fast,

@@ -63,7 +63,10 @@ class Intake(Protocol):
         fallback: Callable[[memoryview, Any, float], None],
         /,
     ) -> tuple[int, int, int]:
-        """Receive until EAGAIN or `budget` receives: (receives, datagrams, bytes)."""
+        """Receive until EAGAIN or `budget` receives: (receives, datagrams, bytes).
+        A buffer any of whose datagrams went to `fallback` is appended to `used`
+        (Python may keep views of it until the round's writes); the others go
+        back with `put` at once."""
 
 
 __all__ = ["DATA_FAST", "INTAKE", "CoreIntake", "Intake"]
