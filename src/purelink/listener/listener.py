@@ -241,7 +241,11 @@ class Listener:
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll = select.epoll()
         self._epoll.register(self._wake_fd, select.EPOLLIN)
-        self._epoll.register(self._synced_fd, select.EPOLLIN)
+        # edge-triggered: every write of the store's wakeup is an edge of its own
+        # (an eventfd reports each write), and the loop takes the store's events
+        # every round anyway, so the count is never read back: one system call
+        # less per sync (docs/performance.md, connections)
+        self._epoll.register(self._synced_fd, select.EPOLLIN | select.EPOLLET)
         if self._sock is not None:
             self.add_source(self._sock.fileno(), self._drain)
         if config.tcp is not None:
@@ -480,9 +484,7 @@ class Listener:
                     handler = handlers.get(fd)
                     if handler is not None:
                         handler(now, mask)
-                    elif fd == self._synced_fd:
-                        with contextlib.suppress(BlockingIOError):
-                            os.eventfd_read(self._synced_fd)
+                    elif fd == self._synced_fd:  # edge-triggered: nothing to read
                         driver.take_events()
                     elif fd == self._wake_fd:
                         with contextlib.suppress(BlockingIOError):
