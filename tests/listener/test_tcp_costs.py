@@ -325,3 +325,55 @@ def test_the_loop_never_reads_the_store_wakeup(
         assert lst.stats().syncs >= 3 and lst.stats().records_stored == 3
     assert synced_fd not in read
     assert read  # the sync thread's own wakeups still go through it
+
+
+def test_a_sync_that_lands_while_the_loop_works_does_not_wake_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store wakes the loop only when it sleeps in epoll: a sync that lands
+    while the loop is in a handler writes no eventfd, and its record is still
+    told stored (the loop takes the store's events at the end of its round)."""
+    writes: list[int] = []
+    real_write = os.eventfd_write
+
+    def eventfd_write(fd: int, value: int) -> None:
+        writes.append(fd)
+        real_write(fd, value)
+
+    monkeypatch.setattr(os, "eventfd_write", eventfd_write)
+    syncing, busy, woke = threading.Event(), threading.Event(), threading.Event()
+    with purelink.Listener(tmp_path / "data", udp=None, tcp="127.0.0.1:0") as lst:
+        files, tcp = lst._files, lst._tcp
+        assert files is not None and tcp is not None and tcp._sock is not None
+        listening = tcp._sock.fileno()
+        on_accept = lst._handlers[listening]
+        real_sync, real_wake = files._timed_sync, files._wake
+
+        def accept_while_a_sync_lands(now: float, mask: int) -> None:
+            busy.set()  # the loop is in a handler now...
+            assert woke.wait(TIMEOUT)  # ...while the sync thread says its sync landed
+            on_accept(now, mask)
+
+        def sync_once_the_loop_works(log: Any) -> int:
+            syncing.set()
+            assert busy.wait(TIMEOUT)
+            return real_sync(log)
+
+        def wake() -> None:
+            real_wake()
+            woke.set()
+
+        with purelink.connect(tcp_url(lst), stream="s", timeout=TIMEOUT) as link:
+            lst._handlers[listening] = accept_while_a_sync_lands
+            files._timed_sync = sync_once_the_loop_works  # type: ignore[method-assign]
+            files._wake = wake
+            synced_fd = lst._synced_fd
+            link.queue(b"r")  # written, then synced once the loop is busy with:
+            assert syncing.wait(TIMEOUT)
+            other = socket.create_connection(tcp._sock.getsockname(), timeout=TIMEOUT)
+            other.sendall(hello_frame())  # (accepted once its HELLO is in)
+            assert link.wait_stored(timeout=TIMEOUT)
+            files._timed_sync = real_sync  # type: ignore[method-assign]
+            assert synced_fd not in writes  # the loop was never woken for that sync
+            other.close()
+        assert lst.stats().records_stored == 1

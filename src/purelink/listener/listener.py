@@ -97,6 +97,7 @@ class Listener:
     _epoll: select.epoll | None = None
     _wake_fd = -1
     _synced_fd = -1  # the store's events are waiting (backends/)
+    _polling = False  # the loop sleeps in epoll, or is about to: the store must wake it
     _failure_r = _failure_w = -1  # readable once a thread of ours died (failure_fd)
 
     def __init__(
@@ -187,8 +188,15 @@ class Listener:
         synced_fd = self._synced_fd
 
         def wake() -> None:
-            with contextlib.suppress(OSError):  # closed at shutdown
-                os.eventfd_write(synced_fd, 1)
+            # only a loop that sleeps in epoll (or is about to) is woken, once: a busy
+            # one takes the store's events at the end of its round anyway, and looks
+            # at them once more after it says it sleeps (`_loop`), so no event waits
+            # for a wakeup that never comes (mechanism 1, as a link's queue() wakes
+            # its thread)
+            if self._polling:
+                self._polling = False
+                with contextlib.suppress(OSError):  # closed at shutdown
+                    os.eventfd_write(synced_fd, 1)
 
         try:
             self._open_store(wake)
@@ -463,6 +471,7 @@ class Listener:
         assert driver is not None
         tcp = self._tcp
         monotonic = time.monotonic
+        events = driver.backend.events  # what the store said (take_events hands it over)
         try:
             while not self._stop:
                 # no timeout unless a TCP connection owes bytes or an ACK is held for a
@@ -478,7 +487,11 @@ class Listener:
                     wait = max(room - t, 0.0)
                     if timeout < 0 or wait < timeout:
                         timeout = wait
+                self._polling = True  # from here on the store wakes the loop (`wake`)...
+                if events:  # ...and what it said before that is taken without sleeping
+                    timeout = 0
                 ready = ep.poll(timeout)
+                self._polling = False
                 now = monotonic()
                 for fd, mask in ready:
                     handler = handlers.get(fd)
