@@ -216,15 +216,21 @@ def test_conn_ids_read_random_bytes_ahead(monkeypatch: pytest.MonkeyPatch) -> No
     assert calls == [1024] * 3  # 256 ids a call
 
 
-def test_a_closed_link_leaves_no_timer_entry(deferred: tuple[RecordingHost, TcpServer]) -> None:
-    """The CLOSE's read closes the connection: nothing is owed, so no entry goes
-    in the timer queue (which would keep the loop waking up to drop it)."""
-    h, server = deferred
+def short_link_open(h: Host, server: TcpServer) -> tuple[socket.socket, wire.Accept]:
+    """A peer connected to `server` whose HELLO was read and answered (at time 1)."""
     (peer,) = connect_many(server, 1)
     peer.sendall(hello_frame())
     h.turn(now=1.0)
     (accept,) = answers(peer)
     assert isinstance(accept, wire.Accept)
+    return peer, accept
+
+
+def test_a_closed_link_leaves_no_timer_entry(deferred: tuple[RecordingHost, TcpServer]) -> None:
+    """The CLOSE's read closes the connection: nothing is owed, so no entry goes
+    in the timer queue (which would keep the loop waking up to drop it)."""
+    h, server = deferred
+    peer, accept = short_link_open(h, server)
     peer.sendall(encode_frame(wire.encode_close(accept.conn_id, accept.epoch)))
     h.turn(now=2.0)
     assert server.connections == 0
@@ -253,11 +259,7 @@ def test_a_close_with_the_eof_behind_it_is_not_read_on(
     """The peer's CLOSE and its EOF are both queued (EPOLLRDHUP): one receive
     takes the CLOSE, which closes the connection; the EOF is not read."""
     h, server = deferred
-    (peer,) = connect_many(server, 1)
-    peer.sendall(hello_frame())
-    h.turn(now=1.0)
-    (accept,) = answers(peer)
-    assert isinstance(accept, wire.Accept)
+    peer, accept = short_link_open(h, server)
     (conn,) = server._conns.values()
     counting = CountingSocket(conn.sock)
     conn.sock = counting  # type: ignore[assignment]

@@ -65,9 +65,9 @@ sessions as a CLOSE would.  The other way round, once a read has fed the
 core a CLOSE that left the connection no open session (`finished`), the
 connection is closed at once instead of in a later readiness event for the
 link's EOF, owing nothing (no timer entry is made for it): a short link then
-costs three read events (HELLO, DATA, CLOSE), not four.  (The core also holds a TCP peer's "received" ACK for the sync in
-flight, so a short link gets two answers, ACCEPT and "stored": see
-protocol/core_answers.py.)
+costs three read events (HELLO, DATA, CLOSE), not four.  (The core also
+holds a TCP peer's "received" ACK for the sync in flight, so a short link
+gets two answers, ACCEPT and "stored": see protocol/core_answers.py.)
 
 Bad input, all counted by reason in `dropped` and all ending the connection
 only: a frame length over the limit (known from its 4 header bytes, before
