@@ -14,20 +14,28 @@ to undo without any test failing on behaviour.  Each test pins one of them
 * an accepted socket is never switched to non-blocking (no FIONBIO per
   connection): its reads and writes pass MSG_DONTWAIT, so they never wait;
 * the core's conn ids come from random bytes read ahead, not one getrandom
-  call per session.
+  call per session;
+* a connection whose last session said CLOSE is closed without a timer entry,
+  and without reading on to its peer's EOF when that is queued behind it;
+* a short link's ACCEPT and ACK are packed from the session's fields, without
+  message objects;
+* the store's wakeup (an eventfd, edge-triggered) is never read back by the loop.
 """
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers.tcp import TIMEOUT, Host, closed_by_peer, connect_many, tcp_host
+import purelink
+from helpers.tcp import TIMEOUT, Host, closed_by_peer, connect_many, tcp_host, tcp_url
 from purelink.listener.tail.server import TAKEN
 from purelink.listener.tcp import TcpServer
 from purelink.protocol import core_sessions, wire
@@ -206,3 +214,168 @@ def test_conn_ids_read_random_bytes_ahead(monkeypatch: pytest.MonkeyPatch) -> No
             ids.add(accept.conn_id)
     assert len(ids) == 600 and 0 not in ids
     assert calls == [1024] * 3  # 256 ids a call
+
+
+def short_link_open(h: Host, server: TcpServer) -> tuple[socket.socket, wire.Accept]:
+    """A peer connected to `server` whose HELLO was read and answered (at time 1)."""
+    (peer,) = connect_many(server, 1)
+    peer.sendall(hello_frame())
+    h.turn(now=1.0)
+    (accept,) = answers(peer)
+    assert isinstance(accept, wire.Accept)
+    return peer, accept
+
+
+def test_a_closed_link_leaves_no_timer_entry(deferred: tuple[RecordingHost, TcpServer]) -> None:
+    """The CLOSE's read closes the connection: nothing is owed, so no entry goes
+    in the timer queue (which would keep the loop waking up to drop it)."""
+    h, server = deferred
+    peer, accept = short_link_open(h, server)
+    peer.sendall(encode_frame(wire.encode_close(accept.conn_id, accept.epoch)))
+    h.turn(now=2.0)
+    assert server.connections == 0
+    assert not server._timers and server.timeout(2.0) == -1.0
+    peer.close()
+
+
+class CountingSocket:
+    """A connection's socket that counts its receive calls."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.receives = 0
+
+    def recv_into(self, *args: Any) -> int:
+        self.receives += 1
+        return self.sock.recv_into(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+def test_a_close_with_the_eof_behind_it_is_not_read_on(
+    deferred: tuple[RecordingHost, TcpServer],
+) -> None:
+    """The peer's CLOSE and its EOF are both queued (EPOLLRDHUP): one receive
+    takes the CLOSE, which closes the connection; the EOF is not read."""
+    h, server = deferred
+    peer, accept = short_link_open(h, server)
+    (conn,) = server._conns.values()
+    counting = CountingSocket(conn.sock)
+    conn.sock = counting  # type: ignore[assignment]
+    peer.sendall(encode_frame(wire.encode_close(accept.conn_id, accept.epoch)))
+    peer.shutdown(socket.SHUT_WR)  # loopback: the FIN is queued behind the CLOSE now
+    h.turn(now=2.0)
+    assert server.connections == 0 and server.dropped == {}
+    assert counting.receives == 1
+    assert closed_by_peer(peer, TIMEOUT)
+    peer.close()
+
+
+def test_a_short_links_answers_are_made_without_message_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ACCEPT and the "stored" ACK of a short link (nothing held, nothing seen
+    twice) are packed from the session's fields: no wire.Accept or wire.Ack is
+    made for them (the bytes are the same: tests/protocol/test_wire_fuzz.py)."""
+
+    def made(*args: object) -> None:
+        raise AssertionError("a message object was made for an answer")
+
+    core = ListenerCore(MemoryStore())
+    key = ("tcp:h", 1)
+    with monkeypatch.context() as patch:
+        patch.setattr(wire, "Accept", made)
+        patch.setattr(wire, "Ack", made)
+        core.receive_datagram(hello_frame()[4:], key, 1.0, True)
+        ((accept_bytes, _),) = core.datagrams_to_send(1.0)
+    accept = wire.decode_datagram(accept_bytes)
+    assert isinstance(accept, wire.Accept)
+    batch = wire.encode_batch(accept.producer, accept.epoch, 1, [b"r" * 128])
+    with monkeypatch.context() as patch:
+        patch.setattr(wire, "Accept", made)
+        patch.setattr(wire, "Ack", made)
+        core.receive_datagram(wire.encode_data(accept.conn_id, 1, batch), key, 1.0, True)
+        assert [h.last_seq for _, h in core.take_writes()["s"]] == [1]
+        core.written("s", 1)
+        core.synced("s", 1)
+        ((ack_bytes, _),) = core.datagrams_to_send(1.001)
+    ack = wire.decode_datagram(ack_bytes)
+    assert isinstance(ack, wire.Ack)
+    assert (ack.stored, ack.received, ack.largest_pn, ack.ranges) == (1, 1, 1, ())
+
+
+def test_the_loop_never_reads_the_store_wakeup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's eventfd is edge-triggered in the loop's epoll: each sync's
+    write wakes the loop, which takes the events without reading the count."""
+    read: list[int] = []
+    real = os.eventfd_read
+
+    def eventfd_read(fd: int) -> int:
+        read.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(os, "eventfd_read", eventfd_read)
+    with purelink.Listener(tmp_path / "data", udp=None, tcp="127.0.0.1:0") as lst:
+        synced_fd = lst._synced_fd
+        for _ in range(3):  # one sync each: the link waits for its record to be stored
+            with purelink.connect(tcp_url(lst), stream="s", timeout=TIMEOUT) as link:
+                link.queue(b"r")
+                assert link.wait_stored(timeout=TIMEOUT)
+        assert lst.stats().syncs >= 3 and lst.stats().records_stored == 3
+    assert synced_fd not in read
+    assert read  # the sync thread's own wakeups still go through it
+
+
+def test_a_sync_that_lands_while_the_loop_works_does_not_wake_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store wakes the loop only when it sleeps in epoll: a sync that lands
+    while the loop is in a handler writes no eventfd, and its record is still
+    told stored (the loop takes the store's events at the end of its round)."""
+    writes: list[int] = []
+    real_write = os.eventfd_write
+
+    def eventfd_write(fd: int, value: int) -> None:
+        writes.append(fd)
+        real_write(fd, value)
+
+    monkeypatch.setattr(os, "eventfd_write", eventfd_write)
+    syncing, busy, woke = threading.Event(), threading.Event(), threading.Event()
+    with purelink.Listener(tmp_path / "data", udp=None, tcp="127.0.0.1:0") as lst:
+        files, tcp = lst._files, lst._tcp
+        assert files is not None and tcp is not None and tcp._sock is not None
+        listening = tcp._sock.fileno()
+        on_accept = lst._handlers[listening]
+        real_sync, real_wake = files._timed_sync, files._wake
+
+        def accept_while_a_sync_lands(now: float, mask: int) -> None:
+            busy.set()  # the loop is in a handler now...
+            assert woke.wait(TIMEOUT)  # ...while the sync thread says its sync landed
+            on_accept(now, mask)
+
+        def sync_once_the_loop_works(log: Any) -> int:
+            syncing.set()
+            assert busy.wait(TIMEOUT)
+            return real_sync(log)
+
+        def wake() -> None:
+            real_wake()
+            woke.set()
+
+        with purelink.connect(tcp_url(lst), stream="s", timeout=TIMEOUT) as link:
+            lst._handlers[listening] = accept_while_a_sync_lands
+            files._timed_sync = sync_once_the_loop_works  # type: ignore[method-assign]
+            files._wake = wake
+            synced_fd = lst._synced_fd
+            link.queue(b"r")  # written, then synced once the loop is busy with:
+            assert syncing.wait(TIMEOUT)
+            other = socket.create_connection(tcp._sock.getsockname(), timeout=TIMEOUT)
+            other.sendall(hello_frame())  # (accepted once its HELLO is in)
+            assert link.wait_stored(timeout=TIMEOUT)
+            files._timed_sync = real_sync  # type: ignore[method-assign]
+            assert synced_fd not in writes  # the loop was never woken for that sync
+            other.close()
+        assert lst.stats().records_stored == 1

@@ -522,3 +522,11 @@ def test_a_close_before_the_sync_forgets_the_producer_once_synced() -> None:
     assert store.forgotten == {("s", a.producer)}
     assert core.stats.forgotten == 1
     assert not list(core.producers())
+
+
+def test_a_session_keeps_no_dict(core: ListenerCore) -> None:
+    """One Session is made per short link: slots, no __dict__ beside it."""
+    handshake(core)
+    (session,) = core._conns.values()
+    assert not hasattr(session, "__dict__")
+    assert hash(session.state) == object.__hash__(session.state)  # hashed in C, by identity

@@ -412,3 +412,57 @@ def test_batch_with_trailing_junk(batch: bytes, junk: bytes) -> None:
 def test_batch_truncated(batch: bytes, data: st.DataObject) -> None:
     n = data.draw(st.integers(0, len(batch) - 1))
     assert verify_or_reason(batch[:n]) in {"truncated", "malformed"}
+
+
+# The listener's answers made in one pack (wire.accept_datagram, plain_ack_datagram:
+# every short link gets an ACCEPT and an ACK so) against the layout of docs/wire.md,
+# spelled out here field by field, and against the message-object encoders.
+_DOC_HEADER = struct.Struct("<2sBBI")  # magic, version, type, conn_id
+_DOC_ACCEPT = struct.Struct("<QQIQQII")  # nonce, producer, epoch, stored, received, window, max
+_DOC_ACK = struct.Struct("<IQQIQIBB")  # epoch ... ack_delay, n_ranges, n_fragments
+
+
+def _documented(kind: int, conn_id: int, body: bytes) -> bytes:
+    sealed = _DOC_HEADER.pack(b"PL", 2, kind, conn_id) + body
+    return sealed + struct.pack("<I", crc32c(sealed))
+
+
+@given(u32, u64, u64, u32, u64, u32, u32, u32)
+def test_accept_datagram_is_the_documented_accept(
+    conn_id: int,
+    nonce: int,
+    producer: int,
+    epoch: int,
+    stored: int,
+    ahead: int,
+    window: int,
+    max_record: int,
+) -> None:
+    received = min(stored + ahead, 0xFFFF_FFFF_FFFF_FFFF)  # never below stored
+    fields = (nonce, producer, epoch, stored, received, window, max_record)
+    made = wire.accept_datagram(conn_id, *fields)
+    assert made == _documented(3, conn_id, _DOC_ACCEPT.pack(*fields))
+    assert made == wire.encode_accept(Accept(conn_id, *fields))
+    assert wire.decode_datagram(made) == Accept(conn_id, *fields)
+
+
+@given(u32, u32, u64, u32, u32, u64, st.integers(0, 1 << 40))
+def test_plain_ack_datagram_is_the_documented_ack(
+    conn_id: int,
+    epoch: int,
+    stored: int,
+    ahead: int,
+    window: int,
+    largest_pn: int,
+    delay: int,
+) -> None:
+    received = min(stored + ahead, 0xFFFF_FFFF_FFFF_FFFF)  # never below stored
+    made = wire.plain_ack_datagram(conn_id, epoch, stored, received, window, largest_pn, delay)
+    clamped = min(delay, 0xFFFF_FFFF)
+    body = _DOC_ACK.pack(epoch, stored, received, window, largest_pn, clamped, 0, 0) + b"\0"
+    assert made == _documented(6, conn_id, body)  # no ranges, no fragments, no duplicates
+    ack = Ack(conn_id, epoch, stored, received, window, largest_pn, delay, (), (), ())
+    assert made == wire.encode_ack(ack)
+    assert wire.decode_datagram(made) == Ack(
+        conn_id, epoch, stored, received, window, largest_pn, clamped, (), (), ()
+    )

@@ -97,6 +97,7 @@ class Listener:
     _epoll: select.epoll | None = None
     _wake_fd = -1
     _synced_fd = -1  # the store's events are waiting (backends/)
+    _polling = False  # the loop sleeps in epoll, or is about to: the store must wake it
     _failure_r = _failure_w = -1  # readable once a thread of ours died (failure_fd)
 
     def __init__(
@@ -187,8 +188,15 @@ class Listener:
         synced_fd = self._synced_fd
 
         def wake() -> None:
-            with contextlib.suppress(OSError):  # closed at shutdown
-                os.eventfd_write(synced_fd, 1)
+            # only a loop that sleeps in epoll (or is about to) is woken, once: a busy
+            # one takes the store's events at the end of its round anyway, and looks
+            # at them once more after it says it sleeps (`_loop`), so no event waits
+            # for a wakeup that never comes (mechanism 1, as a link's queue() wakes
+            # its thread)
+            if self._polling:
+                self._polling = False
+                with contextlib.suppress(OSError):  # closed at shutdown
+                    os.eventfd_write(synced_fd, 1)
 
         try:
             self._open_store(wake)
@@ -241,7 +249,11 @@ class Listener:
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll = select.epoll()
         self._epoll.register(self._wake_fd, select.EPOLLIN)
-        self._epoll.register(self._synced_fd, select.EPOLLIN)
+        # edge-triggered: every write of the store's wakeup is an edge of its own
+        # (an eventfd reports each write), and the loop takes the store's events
+        # every round anyway, so the count is never read back: one system call
+        # less per sync (docs/performance.md, connections)
+        self._epoll.register(self._synced_fd, select.EPOLLIN | select.EPOLLET)
         if self._sock is not None:
             self.add_source(self._sock.fileno(), self._drain)
         if config.tcp is not None:
@@ -459,6 +471,7 @@ class Listener:
         assert driver is not None
         tcp = self._tcp
         monotonic = time.monotonic
+        events = driver.backend.events  # what the store said (take_events hands it over)
         try:
             while not self._stop:
                 # no timeout unless a TCP connection owes bytes or an ACK is held for a
@@ -474,15 +487,17 @@ class Listener:
                     wait = max(room - t, 0.0)
                     if timeout < 0 or wait < timeout:
                         timeout = wait
+                self._polling = True  # from here on the store wakes the loop (`wake`)...
+                if events:  # ...and what it said before that is taken without sleeping
+                    timeout = 0
                 ready = ep.poll(timeout)
+                self._polling = False
                 now = monotonic()
                 for fd, mask in ready:
                     handler = handlers.get(fd)
                     if handler is not None:
                         handler(now, mask)
-                    elif fd == self._synced_fd:
-                        with contextlib.suppress(BlockingIOError):
-                            os.eventfd_read(self._synced_fd)
+                    elif fd == self._synced_fd:  # edge-triggered: nothing to read
                         driver.take_events()
                     elif fd == self._wake_fd:
                         with contextlib.suppress(BlockingIOError):

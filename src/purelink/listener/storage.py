@@ -268,7 +268,7 @@ class StorageDriver:
             self._next_space = now + SPACE_EVERY
             self._look_at_space()
         due = None
-        for stream, state in list(self.no_room.items()):
+        for stream, state in list(self.no_room.items()) if self.no_room else ():
             if now >= state.next_look:
                 if self._has_room(stream, state):
                     del self.no_room[stream]

@@ -17,7 +17,9 @@ connection is likewise read until it has no more, within `read_budget`
 receives per event; a receive that returns less than it asked for means the
 socket is empty now, which saves the EAGAIN call -- unless epoll said the
 peer's EOF is queued (EPOLLRDHUP), when reading on to the EOF closes the
-connection in the same event instead of the next one.  Counters: `accepts`,
+connection in the same event instead of the next one (and not even then when
+the frames read said CLOSE for the connection's last session: it closes
+anyway, so the EOF is left unread).  Counters: `accepts`,
 `accept_drains` (events of the listening socket), `drains` (events of the
 listening socket and of connections), `recv_calls`.
 
@@ -62,10 +64,10 @@ the connection closes the core is told (`disconnected`), which ends its
 sessions as a CLOSE would.  The other way round, once a read has fed the
 core a CLOSE that left the connection no open session (`finished`), the
 connection is closed at once instead of in a later readiness event for the
-link's EOF: a short link then costs three read events (HELLO, DATA, CLOSE),
-not four.  (The core also holds a TCP peer's "received" ACK for the sync in
-flight, so a short link gets two answers, ACCEPT and "stored": see
-protocol/core_answers.py.)
+link's EOF, owing nothing (no timer entry is made for it): a short link then
+costs three read events (HELLO, DATA, CLOSE), not four.  (The core also
+holds a TCP peer's "received" ACK for the sync in flight, so a short link
+gets two answers, ACCEPT and "stored": see protocol/core_answers.py.)
 
 Bad input, all counted by reason in `dropped` and all ending the connection
 only: a frame length over the limit (known from its 4 header bytes, before
@@ -390,7 +392,8 @@ class TcpServer:
                 return  # it said all it had to (or was dropped): never polled
         conn.handler = partial(self._on_ready, conn)
         loop.add_source(conn.fd, conn.handler, _EPOLLIN)
-        self._schedule(conn)
+        if conn.deadline is not None:  # it owes bytes (most often it has a session)
+            self._schedule(conn)
 
     # -------------------------------------------------------------- read
     def _on_ready(self, conn: _Conn, now: float, mask: int) -> None:
@@ -461,8 +464,11 @@ class TcpServer:
             if bad is not None:
                 reason, eof, start = self._bad_frame(conn, bad, view, start, end, budget)
                 break
-            if (n < want and not closing) or budget <= 0:
-                break  # the socket had less than asked (it is empty now), or enough
+            if (n < want and (not closing or core.closing(key))) or budget <= 0:
+                # the socket had less than asked (it is empty now, but for the peer's
+                # EOF when `closing`: read on to it, unless the last session said
+                # CLOSE, which closes the connection anyway), or enough
+                break
         self._settle(conn, now, view, start, end, had, budget, eof, reason, drops)
         view.release()
         self._give_back(buf, fed)
@@ -525,7 +531,10 @@ class TcpServer:
             conn.junk += junk
             if conn.junk > JUNK_LIMIT and reason is None:
                 reason = "junk_frames"
-        session = fed and reason is None and core.has_session(conn.key)
+        # its last session said CLOSE: it is closed below, and owes nothing (no
+        # timer entry is made for a connection about to close)
+        done = fed and reason is None and core.finished(conn.key)
+        session = fed and reason is None and not done and core.has_session(conn.key)
         tail = end - start
         if reason is None and tail:
             if eof:
@@ -535,18 +544,18 @@ class TcpServer:
             else:
                 conn.partial = bytes(view[start:end])
                 self._buffered += tail
-                if session or (not had and conn.deadline is None):
+                if not done and (session or (not had and conn.deadline is None)):
                     # a new frame began: it has read_timeout to finish (a connection
                     # without a session keeps the deadline it has)
                     self._owe(conn, now)
         elif fed and reason is None:
             if session:
                 conn.deadline = None  # nothing owed
-            elif conn.deadline is None:  # frames, but no session: it owes one
+            elif conn.deadline is None and not done:  # frames, but no session: it owes one
                 self._owe(conn, now)
         if reason is not None:
             self._close(conn, reason)
-        elif eof or (fed and core.finished(conn.key)):
+        elif eof or done:
             self._close(conn, None)  # gone, or its last session said CLOSE: done with it
 
     def _owe(self, conn: _Conn, now: float) -> None:

@@ -183,6 +183,13 @@ class CoreAnswers(CoreSessions):
     def _encode_ack(self, conn: Session, delay: int) -> bytes:
         """The ACK that says where `conn`'s producer stands (and what it saw)."""
         p = conn.producer
+        if not p.held and not p.partials and not conn.duplicates:
+            # nothing held, nothing seen twice (a short link's ACKs): the bytes of
+            # wire.encode_ack(wire.Ack(...)) with no ranges, without the Ack
+            largest, conn.largest_pn = conn.largest_pn, 0
+            return wire.plain_ack_datagram(
+                conn.conn_id, conn.epoch, p.stored, p.received, p.window, largest, max(delay, 0)
+            )
         ack = wire.Ack(
             conn.conn_id,
             conn.epoch,

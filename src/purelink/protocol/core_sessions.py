@@ -64,6 +64,12 @@ class CoreSessions(CoreState):
             return True
         return False
 
+    def closing(self, addr: Address) -> bool:
+        """Whether `finished(addr)` would say True now (it does not consume it):
+        a reader of a connection whose peer's EOF is queued need not read on to
+        it, since the connection closes anyway."""
+        return addr in self._finished
+
     def has_session(self, addr: Address) -> bool:
         """Whether the proven peer `addr` has a session open (accepted, or waiting
         for its ACCEPT): its connection then owes nothing while it is idle."""
@@ -192,7 +198,8 @@ class CoreSessions(CoreState):
 
     def _send_accept(self, conn: Session) -> None:
         p = conn.producer
-        accept = wire.Accept(
+        # the bytes of wire.encode_accept(wire.Accept(...)), without the Accept
+        accept = wire.accept_datagram(
             conn.conn_id,
             conn.nonce,
             p.pid,
@@ -202,7 +209,7 @@ class CoreSessions(CoreState):
             p.window,
             p.max_record,
         )
-        self._out.append((wire.encode_accept(accept), conn.addr))
+        self._out.append((accept, conn.addr))
 
     def _new_conn_id(self) -> int:
         """A random conn id, not 0 and not in use.  The operating system's random

@@ -79,6 +79,11 @@ class SessionState(enum.Enum):
     CLOSED = "closed"
     """Ended: it said CLOSE, expired, lost its connection or its key."""
 
+    # its members are singletons compared by identity: hash them so too, in C
+    # (Enum's own __hash__ is a Python call, two per move in `MOVES`, two moves
+    # per short link)
+    __hash__ = object.__hash__
+
 
 MOVES: Final = frozenset(
     {
@@ -94,9 +99,10 @@ MOVES: Final = frozenset(
 """The legal moves of a session's state; `CoreSessions._move` refuses any other."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Session:
-    """One session: a producer's epoch at one address, and what it owes an answer."""
+    """One session: a producer's epoch at one address, and what it owes an answer.
+    (Slots: one is made per connection of a short link, so no __dict__ for it.)"""
 
     conn_id: int
     addr: Address

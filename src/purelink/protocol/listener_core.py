@@ -75,16 +75,18 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         except ProtocolError as exc:
             self._drop(exc.reason)
             return
-        if isinstance(msg, wire.Data):
-            self._on_data(msg, addr, now, len(data))
-        elif isinstance(msg, wire.Fragment):
-            self._on_fragment(msg, addr, now, len(data))
-        elif isinstance(msg, wire.Hello):
-            self._on_hello(msg, addr, now, len(data), proven)
-        elif isinstance(msg, wire.Probe):
-            self._on_probe(msg, addr, now, size)
+        # most DATA and FRAGMENTs were taken by a fast path above: a HELLO and a
+        # CLOSE (every link's, two of a short link's three messages) are asked first
+        if isinstance(msg, wire.Hello):
+            self._on_hello(msg, addr, now, size, proven)
         elif isinstance(msg, wire.Close):
             self._on_close(msg, addr, size)
+        elif isinstance(msg, wire.Data):
+            self._on_data(msg, addr, now, size)
+        elif isinstance(msg, wire.Fragment):
+            self._on_fragment(msg, addr, now, size)
+        elif isinstance(msg, wire.Probe):
+            self._on_probe(msg, addr, now, size)
         else:
             self._drop("wrong_direction")
 
@@ -108,5 +110,5 @@ class ListenerCore(CoreHandshake, CoreIntake, CoreAnswers):
         conn = self._session(msg.conn_id, msg.epoch, addr, size)
         if conn is not None:
             self._close(conn, said_close=True)
-            if conn.proven and not any(c in self._conns for c in self._by_peer.get(addr, ())):
+            if conn.proven and not self.has_session(addr):
                 self._finished.add(addr)

@@ -91,6 +91,7 @@ __all__ = [
     "Refuse",
     "RefuseReason",
     "Retry",
+    "accept_datagram",
     "batch_records",
     "decode_batch_header",
     "decode_datagram",
@@ -109,6 +110,7 @@ __all__ = [
     "encode_probe",
     "encode_refuse",
     "encode_retry",
+    "plain_ack_datagram",
     "position_bytes",
     "reseal",
     "reseal_data",
@@ -149,6 +151,10 @@ _ZEROS: Final = bytes(65536)
 FRAGMENT_OVERHEAD: Final = HEADER + _FRAG.size + _TRAILER  # bytes around a piece of a batch
 PROBE_SIZE: Final = HEADER + _PROBE.size + _TRAILER  # an unpadded PROBE (24 bytes)
 _FRAG_DATAGRAM = struct.Struct("<2sBBIQIQII")  # datagram header and fragment head
+# whole datagrams less their CRC, for the answers a listener makes per session: an
+# ACCEPT, and an ACK that holds no ranges, fragments or duplicates (most ACKs)
+_ACCEPT_DATAGRAM = struct.Struct("<2sBBIQQIQQII")
+_PLAIN_ACK_DATAGRAM = struct.Struct("<2sBBIIQQIQIBBB")
 
 
 def _seal(kind: int, conn_id: int, parts: Sequence[bytes]) -> bytes:
@@ -189,10 +195,35 @@ def encode_retry(msg: Retry) -> bytes:
 def encode_accept(msg: Accept) -> bytes:
     """ACCEPT: u64 nonce, u64 producer, u32 epoch, u64 stored, u64 received,
     u32 window, u32 max_record."""
-    body = _ACCEPT.pack(
-        msg.nonce, msg.producer, msg.epoch, msg.stored, msg.received, msg.window, msg.max_record
+    return accept_datagram(
+        msg.conn_id,
+        msg.nonce,
+        msg.producer,
+        msg.epoch,
+        msg.stored,
+        msg.received,
+        msg.window,
+        msg.max_record,
     )
-    return _seal(MsgType.ACCEPT, msg.conn_id, (body,))
+
+
+def accept_datagram(
+    conn_id: int,
+    nonce: int,
+    producer: int,
+    epoch: int,
+    stored: int,
+    received: int,
+    window: int,
+    max_record: int,
+) -> bytes:
+    """`encode_accept` of an `Accept` of these fields, without making one: the
+    listener answers every HELLO so (one pack and one CRC)."""
+    body = _ACCEPT_DATAGRAM.pack(
+        DATAGRAM_MAGIC, DATAGRAM_VERSION, MsgType.ACCEPT, conn_id,
+        nonce, producer, epoch, stored, received, window, max_record,
+    )  # fmt: skip
+    return body + _U32.pack(crc32c(body))
 
 
 def encode_data(conn_id: int, pn: int, batch: bytes, pad_to: int = 0) -> bytes:
@@ -314,6 +345,16 @@ def encode_ack(msg: Ack) -> bytes:
     u32 ack_delay, u8 n_ranges, u8 n_fragments, n_ranges x (u64 first, u64 last),
     then per fragment entry: u64 seq, u8 n, n x (u32 start, u32 end); then u8
     n_duplicates, n_duplicates x u64 pn."""
+    if not msg.ranges and not msg.fragments and not msg.duplicates:
+        return plain_ack_datagram(
+            msg.conn_id,
+            msg.epoch,
+            msg.stored,
+            msg.received,
+            msg.window,
+            msg.largest_pn,
+            msg.ack_delay,
+        )
     parts = [
         _ACK.pack(
             msg.epoch,
@@ -333,6 +374,25 @@ def encode_ack(msg: Ack) -> bytes:
     parts.append(_U8.pack(len(msg.duplicates)))
     parts.extend(_PN.pack(pn) for pn in msg.duplicates)
     return _seal(MsgType.ACK, msg.conn_id, parts)
+
+
+def plain_ack_datagram(
+    conn_id: int,
+    epoch: int,
+    stored: int,
+    received: int,
+    window: int,
+    largest_pn: int,
+    ack_delay: int,
+) -> bytes:
+    """`encode_ack` of an `Ack` of these fields and no ranges, fragments or
+    duplicates (what nearly every ACK holds), without making one: one pack
+    and one CRC."""
+    body = _PLAIN_ACK_DATAGRAM.pack(
+        DATAGRAM_MAGIC, DATAGRAM_VERSION, MsgType.ACK, conn_id, epoch, stored, received,
+        window, largest_pn, min(ack_delay, 0xFFFF_FFFF), 0, 0, 0,
+    )  # fmt: skip
+    return body + _U32.pack(crc32c(body))
 
 
 def encode_probe(conn_id: int, pn: int, epoch: int, pad_to: int = 0) -> bytes:
