@@ -69,6 +69,7 @@ class NatsCluster:
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * size
         self.settled = False
         """Ready (wait_ready), and no node started, killed or paused since."""
+        self._whole = False  # every node started together, and none killed or paused since
         self._configure()
 
     def _configure(self) -> None:
@@ -117,7 +118,7 @@ class NatsCluster:
         route to them."""
         if i is not None:
             self._start_node(i)
-            self.settled = False
+            self.settled = self._whole = False
             return
         for attempt in range(3):
             try:
@@ -130,6 +131,7 @@ class NatsCluster:
                     raise
                 self._configure()
         self.settled = False
+        self._whole = True
 
     def _start_node(self, k: int) -> None:
         d = self.root / f"n{k + 1}"
@@ -183,7 +185,24 @@ class NatsCluster:
             return
         deadline = time.monotonic() + timeout
         running = [k for k, p in enumerate(self.procs) if p is not None]
+        restarts = 0
         while True:
+            exited = self._exited(running)
+            if exited:
+                # a node that bound its route port and then exited (another
+                # process took its client or monitoring port between
+                # `free_ports` and its bind): a cluster no test has touched
+                # since it started starts again on fresh ports, as `start`
+                # does; otherwise the test did something, and it is told now
+                # instead of after the timeout
+                if not self._whole or restarts == 2:
+                    raise _NodeExited(exited)
+                restarts += 1
+                self.stop()
+                self._configure()
+                self.start()
+                deadline = time.monotonic() + timeout
+                continue
             said = {f"n{k + 1}": self.health(k) for k in running}
             if all(v == "ok" for v in said.values()):
                 said["leader"] = self._one_live_leader(running)
@@ -195,6 +214,16 @@ class NatsCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the NATS cluster is not ready in {timeout} s: {said}")
             time.sleep(0.05)
+
+    def _exited(self, running: list[int]) -> str:
+        """What the first of `running` that exited on its own said last, or ""."""
+        for k in running:
+            proc = self.procs[k]
+            if proc is not None and proc.poll() is not None:
+                log = self.root / f"n{k + 1}" / "server.log"
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                return f"nats-server n{k + 1} exited ({proc.returncode}): " + " | ".join(tail)
+        return ""
 
     def meta_leader(self, i: int) -> str:
         """The meta leader node `i` names on its monitoring port ("" for none, or
@@ -254,14 +283,14 @@ class NatsCluster:
             p.send_signal(sig)
             p.wait(10)
         self.procs[i] = None
-        self.settled = False
+        self.settled = self._whole = False
 
     def pause(self, i: int) -> None:
         """SIGSTOP node `i` (it keeps its connections and answers nothing)."""
         p = self.procs[i]
         assert p is not None
         p.send_signal(signal.SIGSTOP)
-        self.settled = False
+        self.settled = self._whole = False
 
     def resume(self, i: int) -> None:
         """SIGCONT node `i` after `pause(i)`."""

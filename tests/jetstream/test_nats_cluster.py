@@ -1,0 +1,55 @@
+"""The test cluster of real nats-server processes (purelink.testing.nats): a node
+that exits on its own before the cluster is first ready (another process on
+the machine took one of its ports after `free_ports` chose it, as happens
+when test lanes run side by side) makes the whole cluster start again on
+fresh ports; once a test has killed or restarted nodes, such an exit is
+reported at once instead of after wait_ready's timeout."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from purelink.testing.nats import NatsCluster, nats_server_binary
+
+pytestmark = pytest.mark.skipif(nats_server_binary() is None, reason="no nats-server")
+
+
+def die(cluster: NatsCluster, i: int) -> None:
+    """Node `i` exits on its own: killed behind the cluster's back."""
+    proc = cluster.procs[i]
+    assert proc is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def test_a_node_that_exits_before_the_cluster_is_ready_starts_it_again(tmp_path: Path) -> None:
+    cluster = NatsCluster(tmp_path)
+    try:
+        cluster.start()
+        chosen = list(cluster.client_ports)
+        die(cluster, 2)
+        cluster.wait_ready(timeout=30.0)
+        assert cluster.client_ports != chosen, "started again on fresh ports"
+        assert all(p is not None and p.poll() is None for p in cluster.procs)
+    finally:
+        cluster.stop()
+
+
+def test_after_a_test_killed_a_node_an_exit_is_reported_at_once(tmp_path: Path) -> None:
+    cluster = NatsCluster(tmp_path)
+    try:
+        cluster.start()
+        cluster.wait_ready(timeout=30.0)
+        cluster.kill(0)
+        cluster.start(0)
+        die(cluster, 1)
+        began = time.monotonic()
+        with pytest.raises(RuntimeError, match="nats-server n2 exited"):
+            cluster.wait_ready(timeout=30.0)
+        assert time.monotonic() - began < 5.0
+    finally:
+        cluster.stop()
