@@ -172,10 +172,10 @@ get_ll(PyObject *o, const char *name, long long *v)
     return *v == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* o.name = x, taking the new reference x (NULL: its creation failed) */
 static int
-set_ll(PyObject *o, const char *name, long long v)
+set_new(PyObject *o, const char *name, PyObject *x)
 {
-    PyObject *x = PyLong_FromLongLong(v);
     if (x == NULL) {
         return -1;
     }
@@ -185,15 +185,15 @@ set_ll(PyObject *o, const char *name, long long v)
 }
 
 static int
+set_ll(PyObject *o, const char *name, long long v)
+{
+    return set_new(o, name, PyLong_FromLongLong(v));
+}
+
+static int
 set_double(PyObject *o, const char *name, double v)
 {
-    PyObject *x = PyFloat_FromDouble(v);
-    if (x == NULL) {
-        return -1;
-    }
-    int rc = PyObject_SetAttrString(o, name, x);
-    Py_DECREF(x);
-    return rc;
+    return set_new(o, name, PyFloat_FromDouble(v));
 }
 
 static int

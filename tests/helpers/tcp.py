@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import purelink
 from purelink.listener.tcp import TcpServer
@@ -121,9 +121,19 @@ class Host:
         return len(ready)
 
 
-def tcp_host() -> Iterator[tuple[Host, TcpServer]]:
-    """A TcpServer on a Host turned by hand (the `host` fixtures)."""
-    h = Host()
+H = TypeVar("H", bound=Host)
+
+
+def tcp_host(
+    make: Callable[[], H] = Host,  # type: ignore[assignment]  # H is Host when not given
+    *,
+    max_connections: int = 1000,
+    defer_accept: bool = False,
+) -> Iterator[tuple[H, TcpServer]]:
+    """A TcpServer on a Host turned by hand (the `host` fixtures); by default
+    silent connections are accepted at once (connect_many), where the
+    Listener defers an accept to the first bytes."""
+    h = make()
     server = TcpServer(
         h,
         h.core,
@@ -131,9 +141,9 @@ def tcp_host() -> Iterator[tuple[Host, TcpServer]]:
         0,
         pool=h.pool,
         round_buffers=h.round_buffers,
-        max_connections=1000,
+        max_connections=max_connections,
         read_timeout=10.0,
-        defer_accept=False,  # silent connections are accepted at once (connect_many)
+        defer_accept=defer_accept,
     )
     server.start()
     yield h, server

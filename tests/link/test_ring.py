@@ -18,37 +18,16 @@ import sys
 import threading
 import time
 import tracemalloc
-from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import purelink
-from purelink import native
+from helpers.ring import Collector
 from purelink.link import ring
 from purelink.link.link import Link
 from purelink.store.store import Store
-
-
-class Collector:
-    """Stands in for the Sender: keeps what the link thread pushes."""
-
-    def __init__(self) -> None:
-        self.records: list[bytes] = []
-
-    def push(self, records: list[bytes], lengths: array[int] | None = None) -> None:
-        assert lengths is not None and list(lengths) == [len(r) for r in records]
-        self.records.extend(records)
-
-    def push_taken(self, gens: tuple[ring.Gen, ...], start: int, end: int) -> int:
-        """The compiled core's push (the link thread calls it where the core has
-        its ring): the same take, through push."""
-        assert native.part("ring") is not None
-        records: list[bytes] = []
-        table = native.part("ring").ring_take_into(gens, start, end, records)  # type: ignore[union-attr]
-        self.push(records, array("H", table))
-        return len(records)
 
 
 def writer(link: Link, count: int, out: list[int]) -> Iterator[None]:

@@ -73,21 +73,7 @@ class RecordingHost(Host):
 @pytest.fixture
 def deferred() -> Iterator[tuple[RecordingHost, TcpServer]]:
     """A TcpServer as the Listener makes it: accepts deferred to the first bytes."""
-    h = RecordingHost()
-    server = TcpServer(
-        h,
-        h.core,
-        "127.0.0.1",
-        0,
-        pool=h.pool,
-        round_buffers=h.round_buffers,
-        max_connections=100,
-        read_timeout=10.0,
-    )
-    server.start()
-    yield h, server
-    server.close()
-    h.epoll.close()
+    yield from tcp_host(RecordingHost, max_connections=100, defer_accept=True)
 
 
 def test_a_hello_is_read_with_its_accept_in_one_event(

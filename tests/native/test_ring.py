@@ -30,6 +30,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from helpers.ring import Collector
 from purelink import native
 from purelink.errors import LinkError
 from purelink.link import ring
@@ -63,26 +64,6 @@ def _pure_link_module() -> ModuleType:
 
 
 PURE = _pure_link_module() if core is not None else sys.modules["purelink.link.link"]
-
-
-class Collector:
-    """Stands in for the Sender: keeps what the link thread pushes."""
-
-    def __init__(self) -> None:
-        self.records: list[bytes] = []
-
-    def push(self, records: list[bytes], lengths: array[int] | None = None) -> None:
-        assert lengths is not None and list(lengths) == [min(len(r), 0xFFFF) for r in records]
-        self.records.extend(records)
-
-    def push_taken(self, gens: tuple[ring.Gen, ...], start: int, end: int) -> int:
-        """The compiled core's push (the link thread calls it where the core has
-        its ring): the same take, through push."""
-        assert native.part("ring") is not None
-        records: list[bytes] = []
-        table = native.part("ring").ring_take_into(gens, start, end, records)  # type: ignore[union-attr]
-        self.push(records, array("H", table))
-        return len(records)
 
 
 @contextlib.contextmanager
