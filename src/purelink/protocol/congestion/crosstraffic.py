@@ -29,10 +29,10 @@ delay its own share of a queue would make.  The verdict (`kind`):
            over one round and under the next; HELD_ROUNDS (16) outlasts
            a newcomer's startup and drain, whose queue stands a few
            rounds (with 3, links started 0.5-1.5 s apart took the verdict
-           and split 0.3/0.7; with 8, twice as many pairs of bbr-shared
-           links missed 25 % in tests/sim/test_congestion_sim.py's slow
-           cases).  Copa's test of a queue that never empties, with our
-           own part taken out.  Then BBR v1's rules: no queue-share
+           and split 0.3/0.7; with 16, 41 of the 47 slow pair cases of
+           tests/sim/test_congestion_sim.py, run with bbr-shared, come
+           within 25 %).  Copa's test of a queue that never empties, with
+           our own part taken out.  Then BBR v1's rules: no queue-share
            yield, no loss bound
     LOSS   the competitor is elastic: it backs off when the buffer
            overflows (Nimbus's question, asked of the events a loss-based
