@@ -578,10 +578,10 @@ def test_congestion_is_chosen_by_name_and_checked(listener: purelink.Listener) -
     """`connect(..., congestion=...)`: BBR by default on UDP, CUBIC or NewReno on
     request; a TCP link leaves congestion control to the kernel (NewReno only
     bounds it)."""
-    with pytest.raises(ValueError, match="must be one of bbr, bbr-shared, cubic, newreno"):
+    with pytest.raises(ValueError, match="must be one of bbr, bbr-cooperative, cubic, newreno"):
         purelink.connect(url(listener), stream="s", congestion="vegas")
     tcp = listener.udp_address is None
-    for name in ("bbr", "bbr-shared", "cubic", "newreno"):
+    for name in ("bbr", "bbr-cooperative", "cubic", "newreno"):
         with purelink.connect(url(listener), stream="s", congestion=name) as link:
             for i in range(2000):
                 link.queue(b"%d" % i)

@@ -164,14 +164,16 @@ def test_bbr_holding_more_than_its_share_of_a_standing_queue_takes_its_rate() ->
     bytes in it (btl_bw x 30 ms) are more than QUEUE_SHARE datagrams takes the
     rate it got as its bandwidth (the max filter would keep 5 MB/s for ten
     rounds) and keeps one bdp and its share in flight; a flow with a few
-    datagrams in it keeps its max filter."""
-    big = Bbr(D, seed=1)
+    datagrams in it keeps its max filter.  (The cooperative rule alone, as
+    "bbr-cooperative" keeps it: the default judges such a queue too, and keeps
+    its filter while it does; tests/protocol/test_crosstraffic.py.)"""
+    big = Bbr(D, seed=1, shared=False)
     now = feed_bbr(big, 5e6, 0.05, 12, 100.0)
     assert big.mode == Bbr.PROBE_BW
     feed_bbr(big, 3e6, 0.08, 3, now, in_flight=int(3e6 * 0.08))
     assert big.btl_bw == 3e6
     assert big.cwnd <= big.bdp + QUEUE_SHARE * D
-    small = Bbr(D, seed=1)
+    small = Bbr(D, seed=1, shared=False)
     now = feed_bbr(small, 2e5, 0.05, 12, 100.0)
     feed_bbr(small, 1.5e5, 0.08, 3, now, in_flight=int(1.5e5 * 0.08))
     assert small.btl_bw == 2e5
@@ -232,12 +234,16 @@ def test_bbr_learns_the_path_loss_rate_only_where_it_builds_no_queue() -> None:
 
 
 def test_create_by_name() -> None:
-    plain, shared = create("bbr", D), create("bbr-shared", D)
-    assert isinstance(plain, Bbr) and not plain.shared and plain.name == "bbr"
-    assert isinstance(shared, Bbr) and shared.shared and shared.name == "bbr-shared"
+    judging, cooperative = create("bbr", D), create("bbr-cooperative", D)
+    assert isinstance(judging, Bbr) and judging.shared and judging.name == "bbr"
+    assert isinstance(cooperative, Bbr) and not cooperative.shared
+    assert cooperative.name == "bbr-cooperative"
+    old = create("bbr-shared", D)  # the judging BBR's name before it was the default
+    assert isinstance(old, Bbr) and old.shared and old.name == "bbr"
     assert isinstance(create("cubic", D), Cubic)
     assert isinstance(create("newreno", D), NewReno)
-    with pytest.raises(ValueError, match="one of bbr, bbr-shared, cubic, newreno, not 'vegas'"):
+    names = "one of bbr, bbr-cooperative, cubic, newreno, not 'vegas'"
+    with pytest.raises(ValueError, match=names):
         create("vegas", D)
 
 

@@ -61,7 +61,7 @@ def mirrors(cc: CongestionControl, s: CongestionStatistics) -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["bbr", "bbr-shared", "cubic", "newreno"])
+@pytest.mark.parametrize("name", ["bbr", "bbr-cooperative", "cubic", "newreno"])
 def test_a_snapshot_is_frozen_and_apart_from_the_controller(name: str) -> None:
     cc = create(name, D)
     before = cc.statistics()

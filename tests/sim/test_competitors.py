@@ -453,8 +453,10 @@ def test_a_purelink_link_beside_a_tcp_flow_slow(kind: str, buffer: float) -> Non
     beside(kind, buffer, 40.0, 10.0)
 
 
-SHARED = f"{PURELINK}-bbr-shared"
-"""A link whose controller judges what shares the path ("bbr-shared")."""
+SHARED = PURELINK
+"""A link whose controller judges what shares the path (the default, "bbr")."""
+COOPERATIVE = f"{PURELINK}-bbr-cooperative"
+"""A link whose BBR never judges ("bbr-cooperative")."""
 
 
 def verdict(kinds: list[str], buffer: float, **kw: float) -> tuple[str, float]:
@@ -472,10 +474,10 @@ def test_alone_the_link_keeps_its_cooperative_rules() -> None:
     assert kind == "none"
 
 
-def test_the_default_controller_does_not_judge_and_yields_beside_cubic() -> None:
-    """Plain "bbr" keeps its cooperative rules beside CUBIC on a deep buffer:
-    no verdict, and it yields (the Vegas starvation bbr-shared is for)."""
-    kind, part = verdict([PURELINK, "cubic"], 10.0, seconds=12.0, warm=4.0)
+def test_the_cooperative_controller_does_not_judge_and_yields_beside_cubic() -> None:
+    """ "bbr-cooperative" keeps its cooperative rules beside CUBIC on a deep
+    buffer: no verdict, and it yields (the Vegas starvation the judgement is for)."""
+    kind, part = verdict([COOPERATIVE, "cubic"], 10.0, seconds=12.0, warm=4.0)
     assert kind == "none"
     assert part < 0.2, part
 
@@ -490,12 +492,13 @@ def test_beside_cubic_on_a_deep_buffer_the_link_competes() -> None:
     assert 0.35 <= part <= 0.65, part
 
 
-def test_beside_bbr_on_a_deep_buffer_the_link_keeps_bbr_s_own_rules() -> None:
+def test_beside_bbr_on_a_long_path_the_link_competes() -> None:
     """BBR v1 keeps 2 bdp in flight and its queue stands whatever the link
-    does: the cooperative rules left the link 0.22 of the pair; as a model
-    of its own, without the queue share, it holds its 2 bdp too."""
-    kind, part = verdict([SHARED, "bbr"], 2.5, seconds=12.0, warm=4.0)
-    assert kind == "model"
+    does: on 20 Mbit/s, 100 ms, 2 bdp the cooperative rules leave the link
+    0.16 of the pair (bbr-cooperative, this seed); judging that queue a
+    competitor's, the link stops yielding to it and holds more."""
+    kind, part = verdict([SHARED, "bbr"], 2.0, mbit=20, rtt=0.1, seconds=12.0, warm=4.0)
+    assert kind in ("loss", "model")
     assert part > 0.3, part
 
 

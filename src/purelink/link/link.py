@@ -584,8 +584,9 @@ def connect(
     """Open a link to a listener and return once the handshake is done.
 
     `congestion` is the window policy of a UDP link: "bbr" (paced, the
-    default; yields beside TCP flows), "bbr-shared" (BBR that judges what
-    shares the path and competes with TCP flows by it), "cubic" (RFC 9438,
+    default; judges what shares the path and competes with TCP flows by it),
+    "bbr-cooperative" (the same BBR without the judgement: for a path only
+    purelink links share; yields beside TCP flows), "cubic" (RFC 9438,
     paced) or "newreno"; a TCP link leaves it to the kernel.
 
     Raises ConnectError if the listener does not answer within `timeout`

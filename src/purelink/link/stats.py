@@ -101,7 +101,7 @@ class LinkStats:
     queued in the instant the timer fired (the lost-wakeup test runs with no
     timers at all, where a lost wakeup would hang instead)."""
     congestion: str
-    """The congestion controller in charge: "bbr", "bbr-shared", "cubic" or "newreno" on a
+    """The congestion controller in charge: "bbr", "bbr-cooperative", "cubic" or "newreno" on a
     udp:// link (`connect(congestion=...)`); "kernel" on a tcp:// link, whose
     bytes the kernel's own TCP paces (`cwnd` is then only the link's bound on
     bytes in flight, and the fields below say None: the link cannot see them)."""

@@ -38,9 +38,9 @@ class SenderConfig:
     """Most datagrams returned by one datagrams_to_send call (a paced sender
     returns at most one pacing quantum's worth, which may be fewer)."""
     congestion: str = "bbr"
-    """The congestion controller: "bbr" (paced, model-based), "bbr-shared"
-    (BBR that judges what shares the path and competes with TCP flows by it),
-    "cubic" (paced, loss-based) or "newreno"."""
+    """The congestion controller: "bbr" (paced, model-based; judges what shares
+    the path and competes with TCP flows by it), "bbr-cooperative" (the same
+    without the judgement), "cubic" (paced, loss-based) or "newreno"."""
 
 
 @dataclass

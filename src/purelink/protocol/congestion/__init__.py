@@ -1,10 +1,13 @@
 """Congestion controllers: the policy of how much a link has in flight and how
 fast it sends (base.py says what the sender tells them and reads back).
 
-`create(name, ...)` makes one by name: "bbr" (the default of UDP links),
-"bbr-shared" (BBR that judges what shares the path and competes with TCP
-flows by it: bbr.py, crosstraffic.py), "cubic" (RFC 9438, paced) or
-"newreno" (TCP links, and the before variant of the benchmarks)."""
+`create(name, ...)` makes one by name: "bbr" (the default of UDP links: BBR
+that judges what shares the path and competes with TCP flows by it; bbr.py,
+crosstraffic.py), "bbr-cooperative" (the same BBR without the judgement, for
+a path that only purelink links share), "cubic" (RFC 9438, paced) or
+"newreno" (TCP links, and the before variant of the benchmarks).
+"bbr-shared", the judging BBR's name while it was not the default, still
+makes it."""
 
 from __future__ import annotations
 
@@ -26,16 +29,16 @@ __all__ = [
     "create",
 ]
 
-NAMES = ("bbr", "bbr-shared", "cubic", "newreno")
+NAMES = ("bbr", "bbr-cooperative", "cubic", "newreno")
 """The controllers `create` knows."""
 
 
 def create(name: str, datagram_size: int, seed: int = 0) -> CongestionControl:
     """A controller by name; ValueError for an unknown one."""
-    if name == "bbr":
+    if name in ("bbr", "bbr-shared"):
         return Bbr(datagram_size, seed=seed)
-    if name == "bbr-shared":
-        return Bbr(datagram_size, seed=seed, shared=True)
+    if name == "bbr-cooperative":
+        return Bbr(datagram_size, seed=seed, shared=False)
     if name == "cubic":
         return Cubic(datagram_size)
     if name == "newreno":

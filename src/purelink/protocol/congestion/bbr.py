@@ -123,7 +123,7 @@ queue yields first, and a flow with less keeps its 2 bdp and grows into
 the room: they meet where each holds the share.  A lone flow on a deep
 buffer keeps a queue of 16 datagrams instead of a bdp, at the same rate.
 
-Beside other traffic ("bbr-shared" only).  The queue-share rule is right
+Beside other traffic (not under "bbr-cooperative").  The queue-share rule is right
 beside purelink links, which yield by it as this flow does, and wrong beside
 TCP: a loss-based
 flow keeps the buffer full whatever we do, so a flow that reads that queue
@@ -167,15 +167,17 @@ congestion avoidance: the competitor does not back off) goes to "model"; a
 "model" verdict whose queue stays empty for 8 round trips goes back to
 "none".  Alone the verdict stays "none" and the flow is the BBR above.
 
-The judgement is opt-in: `Bbr(shared=True)`, named "bbr-shared".  Plain
-"bbr" (the default) never consults it -- its verdict stays "none" and it
-yields beside TCP as described above -- because the judgement has a known
-miss: purelink links that share a buffer of one bdp or more can take each
-other's queue (a newcomer's startup, a loss bound's cut) for a
-competitor's, turn competitive one after the other, and keep an uneven
-split: with "bbr-shared" 6 of the 47 pairs of tests/sim/test_congestion_sim.py's
-slow cases end outside 25 % of each other (the smaller from 0.31 to 0.41 of
-the path), where "bbr" converges in all of them.
+The judgement is on by default (`Bbr(shared=True)`, "bbr").  It has a
+price where only purelink links share a buffer of one bdp or more: they
+may take each other's queue (a newcomer's startup, a loss bound's cut) for
+a competitor's, turn competitive one after the other and keep an uneven
+split.  A round counts toward the "model" verdict only while the queue
+stands above OTHERS_SHARES (1.25) times the delay of our share of it, not
+just above it: at 1.0, 6 of the 47 slow pair cases of
+tests/sim/test_congestion_sim.py ended outside 25 % of each other; at 1.25
+all 47 converge, as they do without the judgement.  On a path that only
+purelink links share, "bbr-cooperative" (`Bbr(shared=False)`) never judges:
+its verdict stays "none", and beside TCP it yields as described above.
 
 A probe timeout (the path may be gone: an outage) sets cwnd to the
 minimum but keeps btl_bw and min_rtt; the first answer afterwards restores
@@ -263,14 +265,14 @@ class Bbr(CongestionControl):
         *,
         initial_datagrams: int = 32,
         seed: int = 0,
-        shared: bool = False,
+        shared: bool = True,
     ) -> None:
         super().__init__(datagram_size)
         self.shared = shared
         """Whether the flow judges what shares the path and competes by it
-        ("bbr-shared"); without it the verdict stays "none" (see the module
-        docstring, "Beside other traffic")."""
-        self.name = "bbr-shared" if shared else "bbr"
+        ("bbr", the default); without it ("bbr-cooperative") the verdict stays
+        "none" (see the module docstring, "Beside other traffic")."""
+        self.name = "bbr" if shared else "bbr-cooperative"
         self.initial_cwnd = initial_datagrams * datagram_size
         self.cwnd = self.initial_cwnd
         self.pacing_rate = 0.0
