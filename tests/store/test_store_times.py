@@ -19,7 +19,7 @@ import purelink.store.times as times_module
 from purelink.errors import Error
 from purelink.protocol.wire import BatchHeader, encode_batch, verify_batch
 from purelink.store import DataDir, Store
-from purelink.store.times import MTIME_SLACK, TIME_ENTRY, SegmentTimes
+from purelink.store.times import TIME_ENTRY, SegmentTimes
 
 T0 = 1_700_000_000.0
 Batch = tuple[bytes, BatchHeader]
@@ -198,7 +198,7 @@ def test_a_segment_whose_times_never_reached_the_disk_gets_a_late_time(tmp_path:
     with Store(tmp_path) as store:
         timed = list(store.read_timed("s"))
         base = int(active.stem)
-        assert {t for p, t, _ in timed if p >= base} == {stored + MTIME_SLACK}
+        assert {t for p, t, _ in timed if p >= base} == {stored}
         assert all(t == T0 + (p - 1) // 3 for p, t, _ in timed if p < base)
         assert store.position_at("s", T0 + 19) <= base  # seeks, early rather than late
         since = datetime.fromtimestamp(stored, UTC)

@@ -222,13 +222,12 @@ class StreamLog:
         self._lock = threading.Lock()
         self._closed = False
         self._failed: OSError | None = None
-        changed = _last_change(self.folder)  # before recovery cuts (and so touches) it
         self._first, self._active, self._last = recover(self.folder, name, self.producers)
         self._synced = self._last
         self._synced_size = self._active.size  # the active segment's bytes known durable
         self._clock = clock
         try:
-            self._times = self._recover_times(changed)
+            self._times = self._recover_times()
         except BaseException:
             self._active.close()
             raise
@@ -268,10 +267,9 @@ class StreamLog:
     def __repr__(self) -> str:
         return f"<StreamLog {self.name!r} last={self._last} synced={self._synced}>"
 
-    def _recover_times(self, changed: float) -> TimesWriter:
+    def _recover_times(self) -> TimesWriter:
         """The active segment's times file, cut to the batches recovery kept;
-        times go on from the newest one stamped (the closed segment's if none).
-        `changed`: the segment's mtime before recovery (times.py, crash rules)."""
+        times go on from the newest one stamped (the closed segment's if none)."""
         active = self._active
         try:
             before = 0
@@ -279,7 +277,7 @@ class StreamLog:
                 segments = list_segments(self.folder)
                 older = [path for base, path in segments if base < active.base]
                 before = last_ms(older[-1]) if older else 0
-            return recover_times(active.path, self._last, active.size, before, changed)
+            return recover_times(active.path, self._last, active.size, before)
         except OSError as exc:
             raise Error(f"stream {self.name!r}: cannot open times of {active.path}: {exc}") from exc
 
@@ -484,8 +482,7 @@ class StreamLog:
                 active = self._active
                 size = active.size  # with `last`: what this sync makes durable
                 try:
-                    # the times file only once a SYNC_EVERY: recovery covers the rest
-                    self._times.sync_if_due(time.monotonic())
+                    self._times.sync()  # a durable batch has a durable time
                     os.fdatasync(active.fd)
                 except OSError as exc:
                     self._failed = exc
@@ -555,25 +552,13 @@ class StreamLog:
         self.producers.pop(producer, None)
 
     def close(self) -> None:
-        """Close the files; does not sync the segment (call `sync` first), only
-        the times file's newest entries (times.py, crash rules).  Idempotent."""
+        """Close the files; does not sync (call `sync` first).  Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            with contextlib.suppress(OSError):  # a time is no record: the close goes on
-                self._times.sync()
             self._active.close()
             self._times.close()
             self._epochs.close()
         self.parker.unpark()  # followers in this process move on to watching the files
         self.synced_parker.unpark()
-
-
-def _last_change(folder: Path) -> float:
-    """The mtime of the stream's newest segment (0 if it has none)."""
-    segments = list_segments(folder)
-    try:
-        return segments[-1][1].stat().st_mtime if segments else 0.0
-    except FileNotFoundError:
-        return 0.0

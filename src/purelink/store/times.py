@@ -21,16 +21,9 @@ over the segments by the time of their first entry (one 28-byte pread each),
 then among the entries of one segment (`seek_time`) -- never by reading the
 records.
 
-Crash rules.  An entry is written *before* the batches it stamps, so a
-process that dies leaves every batch's entry in the page cache.  The file is
-fdatasynced at a roll and at close, and by a sync of the log only when its
-last fdatasync is `SYNC_EVERY` or more ago: one fdatasync per sync (the
-segment's) instead of two, and a power cut can lose at most about that much
-of the newest entries.  Recovery therefore never trusts the newest entry to
-cover what follows it: the batches after the last entry's first batch take
-the segment's last change time (its mtime before recovery touched it, plus
-`MTIME_SLACK`) when that is later -- a time no earlier than any of them was
-stored, so `since` may start early there, never late.  On open, recovery keeps the entries
+Crash rules.  An entry is written *before* the batches it stamps and is
+fdatasynced before them (on `sync`, and at a roll), so a batch that is
+durable always has its time durable.  On open, recovery keeps the entries
 that pass their CRC and stamp batches that survived (`recover_times`) and
 cuts the rest: a torn entry, or one whose batches were cut as a torn tail.
 A segment without a times file (written before times were kept) reads
@@ -42,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
@@ -50,7 +42,6 @@ from pathlib import Path
 from typing import Final
 
 from purelink.errors import Error
-from purelink.protocol.wire import BATCH_MAGIC
 
 from .._crc32c import crc32c
 from .format import parse_segment_name
@@ -70,15 +61,6 @@ __all__ = [
 ]
 
 TIMES_SUFFIX: Final = ".times"
-SYNC_EVERY: Final = 1.0
-"""Seconds between fdatasyncs of a times file by the log's syncs, at least
-(a roll and a close sync it too): what a power cut may take of its newest
-entries, which recovery then replaces with a later time (never an earlier one)."""
-MTIME_SLACK: Final = 0.01
-"""Seconds added to a segment's mtime where recovery stamps with it: the kernel
-stamps a file's changes with its coarse clock, up to a tick (1-10 ms) behind
-the wall clock that stamped the entries."""
-_BATCH_SIZES = struct.Struct("<2s2xII")  # magic, length, count: bytes 12-23 of a batch
 _ENTRY = struct.Struct("<QQQ")
 _CRC = struct.Struct("<I")
 TIME_ENTRY: Final = _ENTRY.size + _CRC.size  # 28
@@ -217,7 +199,7 @@ class TimesWriter:
     `stamp` belongs to the appending thread; `sync` may run on any thread
     (under the log's lock, as the segment's fdatasync does)."""
 
-    __slots__ = ("_dirty", "_fresh", "_synced_at", "fd", "last_ms", "path", "size")
+    __slots__ = ("_dirty", "_fresh", "fd", "last_ms", "path", "size")
 
     def __init__(self, fd: int, path: Path, size: int, last_ms: int) -> None:
         self.fd = fd
@@ -230,7 +212,6 @@ class TimesWriter:
         """The last time stamped on the stream (times never go back)."""
         self._fresh = size == 0  # the segment's first chunk must get an entry
         self._dirty = False
-        self._synced_at = -SYNC_EVERY  # monotonic time of its last fdatasync
 
     @classmethod
     def open(cls, segment: Path, size: int, last_ms: int, *, new: bool = False) -> TimesWriter:
@@ -272,19 +253,12 @@ class TimesWriter:
             self.size = size
             self._fresh = size == 0
 
-    def sync(self, now: float | None = None) -> None:
-        """fdatasync the entries written since the last sync (at a roll and at
-        close: a closed segment's times are durable).  `now`: monotonic seconds."""
+    def sync(self) -> None:
+        """fdatasync the entries written since the last sync (before the
+        segment's own fdatasync: a durable batch has a durable time)."""
         if self._dirty:
             self._dirty = False
-            self._synced_at = time.monotonic() if now is None else now
             os.fdatasync(self.fd)
-
-    def sync_if_due(self, now: float) -> None:
-        """`sync` if the last one is `SYNC_EVERY` or more before `now` (monotonic):
-        what a sync of the log does (crash rules in the module header)."""
-        if self._dirty and now - self._synced_at >= SYNC_EVERY:
-            self.sync(now)
 
     def close(self) -> None:
         """Close the file (no sync)."""
@@ -292,13 +266,11 @@ class TimesWriter:
 
 
 def recover_times(
-    segment: Path, last_position: int, segment_size: int, floor_ms: int, changed: float
+    segment: Path, last_position: int, segment_size: int, floor_ms: int
 ) -> TimesWriter:
     """Open the active segment's times file after recovery cut the segment at
     `segment_size` bytes (last record `last_position`): keep the whole entries
-    that stamp batches still there, cut the rest, and stamp the batches that
-    may have lost their entries with `changed` (the segment's mtime before
-    recovery touched it) where that is later; make it all durable."""
+    that stamp batches still there, cut the rest, make the cut durable."""
     path = times_path(segment)
     try:
         data = path.read_bytes()
@@ -316,45 +288,22 @@ def recover_times(
     try:
         if len(data) != keep:
             os.ftruncate(writer.fd, keep)
-        late = max(floor_ms / 1000, changed + MTIME_SLACK)
-        if keep:
-            # the entries after the last one kept may not have reached the disk (a
-            # power cut within SYNC_EVERY of a times sync): the batches after its
-            # first take the segment's last change, no earlier than any of them
-            # was stored -- a `since` may then start early, never late
-            n = keep // TIME_ENTRY - 1
-            after = _next_batch(segment, int(times.positions[n]), int(times.offsets[n]))
-            if after is not None and after[1] < segment_size and int(late * 1000) > floor_ms:
-                writer.stamp(after[0], after[1], late)
-        elif segment_size and (existed or floor_ms):
-            # the segment's first entry did not reach the disk either
+            os.fdatasync(writer.fd)
+        if not keep and segment_size and (existed or floor_ms):
+            # the segment's first entry did not reach the disk (a power cut before
+            # the times file's pages did): its batches take the segment's last
+            # change, no earlier than any of them was stored -- a `since` may then
+            # start early, never late
             base = parse_segment_name(segment.name)
             if base is not None:
-                writer.stamp(base, 0, late)
-        if writer.size != keep:  # stamped above: the cut goes with it
-            writer.sync()
-        elif len(data) != keep:
-            os.fdatasync(writer.fd)  # the cut
+                writer.stamp(base, 0, max(floor_ms / 1000, segment.stat().st_mtime))
+                writer.sync()
         if not existed:
             fsync_dir(segment.parent)
     except BaseException:
         writer.close()
         raise
     return writer
-
-
-def _next_batch(segment: Path, position: int, offset: int) -> tuple[int, int] | None:
-    """(position, offset) of the batch after the one at `offset` of `segment`
-    (None if its header does not read as a batch's)."""
-    with segment.open("rb") as f:
-        f.seek(offset + 12)
-        head = f.read(_BATCH_SIZES.size)
-    if len(head) < _BATCH_SIZES.size:
-        return None
-    magic, length, count = _BATCH_SIZES.unpack(head)
-    if magic != BATCH_MAGIC or length <= 0:
-        return None
-    return position + count, offset + length
 
 
 def last_ms(segment: Path) -> int:
