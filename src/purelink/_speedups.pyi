@@ -137,7 +137,8 @@ class Intake:
     """The listener's fast intake over a ListenerCore's state (core_intake.py)."""
 
     def __init__(self, batch_header: type, partial: type, open: object) -> None: ...
-    def take(self, core: object, data: bytes | memoryview, addr: object, now: float, /) -> bool: ...
+    def take(self, core: object, data: bytes | memoryview, addr: object, now: float, /) -> bool:
+        """The datagram taken by the fast path, or False: declined, nothing changed."""
     def drain(
         self,
         core: object,
@@ -151,6 +152,10 @@ class Intake:
         now: float,
         fallback: Callable[[memoryview, Any, float], None],
         /,
-    ) -> tuple[int, int, int]: ...
+    ) -> tuple[int, int, int]:
+        """Receive until EAGAIN or `budget` receives: (receives, datagrams, bytes).
+        A buffer any of whose datagrams went to `fallback` is appended to `used`
+        (Python may keep views of it until the round's writes); the others go
+        back with `put` at once."""
 
 has_intake: int

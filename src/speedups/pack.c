@@ -520,15 +520,22 @@ emit_pieces(Packer *self, Fill *w, unsigned long long first, unsigned long long 
     return 0;
 }
 
-/* Bytes of records recs[i:i+n] (each must be bytes); -1 with an exception. */
+/* Bytes of records recs[i:i+n]; -1 with an exception.  From the length
+ * table, but for a clamped entry (a record of 65,535 bytes or more, asked
+ * for its size): the records themselves are not read here, so a backlog's
+ * records are first met in copy_records, which asks for them ahead.  A table
+ * that is not the records' is caught there (it counts every byte it copies). */
 static long long
 real_bytes(Fill *w, Py_ssize_t i, Py_ssize_t n)
 {
     long long total = 0;
     for (Py_ssize_t k = i; k < i + n; k++) {
-        Py_ssize_t len = PyBytes_Size(PyList_GetItem(w->recs, k));
-        if (len < 0) {
-            return -1;
+        Py_ssize_t len = w->lens[k];
+        if (len == 0xFFFF) {
+            len = PyBytes_Size(PyList_GetItem(w->recs, k));
+            if (len < 0) {
+                return -1;
+            }
         }
         total += len;
     }

@@ -30,8 +30,7 @@ data could never drain.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from .._crc32c import crc32c
 from ..errors import ProtocolError
@@ -42,34 +41,11 @@ from .core_sessions import CoreSessions
 from .core_state import Session, SessionState
 from .receiver import MAX_ACK_DUPLICATES, Partial, Producer, Write, largest_record
 
-
-class Intake(Protocol):
-    """What the compiled intake does (purelink._speedups.Intake, intake.c)."""
-
-    def take(self, core: object, data: bytes | memoryview, addr: Address, now: float, /) -> bool:
-        """The datagram taken by the fast path, or False: declined, nothing changed."""
-
-    def drain(
-        self,
-        core: object,
-        fd: int,
-        get: Callable[[], bytearray],
-        put: Callable[[bytearray], None],
-        used: list[bytearray],
-        gro: bool,
-        fast: bool,
-        budget: int,
-        now: float,
-        fallback: Callable[[memoryview, Any, float], None],
-        /,
-    ) -> tuple[int, int, int]:
-        """Receive until EAGAIN or `budget` receives: (receives, datagrams, bytes).
-        A buffer any of whose datagrams went to `fallback` is appended to `used`
-        (Python may keep views of it until the round's writes); the others go
-        back with `put` at once."""
+if TYPE_CHECKING:
+    from .._speedups import Intake
 
 
-__all__ = ["DATA_FAST", "INTAKE", "CoreIntake", "Intake"]
+__all__ = ["DATA_FAST", "INTAKE", "CoreIntake"]
 
 # a DATA datagram's fixed part: header, packet number, batch header
 DATA_FAST: Final = struct.Struct("<2sBBIQQI2sBBIIQQI")

@@ -31,12 +31,17 @@ that handles its kind.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import ProtocolError
 from . import wire
 from .core_answers import CoreAnswers
 from .core_handshake import CoreHandshake
-from .core_intake import DATA_FAST, INTAKE, CoreIntake, Intake
+from .core_intake import DATA_FAST, INTAKE, CoreIntake
 from .core_parts import Address, CoreConfig, ProducerTable, named_producer_id
+
+if TYPE_CHECKING:
+    from .._speedups import Intake
 
 __all__ = ["CoreConfig", "ListenerCore", "ProducerTable", "named_producer_id"]
 
