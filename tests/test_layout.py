@@ -33,9 +33,12 @@ LONGEST = 80  # lines a function may have (STYLE.md, "Small files, small functio
 
 
 def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
-    """Every module of `package` under `root`: name -> (file, is a package)."""
+    """Every module of `package` under `root`: name -> (file, is a package).
+    A compiled module counts by its stub (`_speedups.pyi`): what the code
+    imports from it for typing is a module of its own, not the package."""
     found = {}
-    for path in sorted((root / package).rglob("*.py")):
+    stubs = [p for p in (root / package).rglob("*.pyi") if not p.with_suffix(".py").exists()]
+    for path in sorted([*(root / package).rglob("*.py"), *stubs]):
         parts = list(path.relative_to(root).with_suffix("").parts)
         if "tests" in parts:
             continue
