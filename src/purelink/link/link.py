@@ -264,7 +264,17 @@ class Link(_HandOff, LinkThread):
         `capacity` records unstored now) and take its first seq, or raise Full.
         Called with the grant lock held; the old range iterator is exhausted for
         good, so no thread can take a seq from it any more.  This is also where
-        the ring is replaced by a bigger or smaller one (ring.py)."""
+        the ring is replaced by a bigger or smaller one (ring.py).  Other threads
+        take from a grant as soon as it is published, without the lock: between
+        its publication and this thread's first take they may use all of it, and
+        then this thread makes the next one, as if it had come later."""
+        while True:
+            s = self._grant_once()
+            if s is not None:
+                return s
+
+    def _grant_once(self) -> int | None:
+        """One grant and its first seq; None if other threads took it all first."""
         queued = self.queued
         allowed = self._stored + self._capacity - queued
         if allowed <= 0:
@@ -278,7 +288,10 @@ class Link(_HandOff, LinkThread):
         if allowed <= 0:  # only if the listener claims more stored than was sent
             raise Full(f"{queued - taken} records are queued and not yet taken")
         self._new_grant(queued + 1, queued + 1 + allowed)
-        return self._next_seq()
+        try:
+            return self._next_seq()
+        except StopIteration:
+            return None
 
     @property
     def stored(self) -> int:
