@@ -38,6 +38,15 @@ start below what is retained, a wrong secret) or a batch that fails its
 checks is never retried.  With `follow=False` a resumed request ends at the
 records stored when the listener got *it*, which may be more than at first.
 
+`interrupt_fd`: a signal that lands just before a receive blocks (after the
+interpreter last looked for one, before the system call) does not interrupt
+it: its Python handler runs only once the receive returns, which for an idle
+stream is never -- a Ctrl-C lost.  So a subscription given the read end of
+`signal.set_wakeup_fd`'s pipe waits on it too (poll), which the interpreter's
+C-level handler writes whenever the signal comes: the wait ends, the handler
+runs (a KeyboardInterrupt is raised), and a handler that returns only has
+its bytes drained.  `purelink tail` does so (cli/common.py, `wakeup_pipe`).
+
 The subscriber receives at most 256 KiB at a time (`RECEIVE_SIZE`) and slices
 the records out of it (`TailDecoder`), so memory stays bounded; with a
 `secret` (and `key_id`) the request is an INIT and the reply comes encrypted
@@ -50,6 +59,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import select
 import socket
 import threading
 import time
@@ -164,6 +175,9 @@ class Subscription:
         """Times the subscription connected again after a break."""
         self.on_held: Callable[[str | None], None] | None = None
         """Called when `held` changes (see `subscribe`)."""
+        self.interrupt_fd: int | None = None
+        """A non-blocking fd that ends a wait to receive once readable (its bytes
+        are read): the read end of signal.set_wakeup_fd's pipe (module header)."""
         self._held: str | None = None
         self._follow = follow
         self._secret = secret
@@ -311,7 +325,7 @@ class Subscription:
                 decoder = self._decoder
                 first = self._fresh  # nothing received on this connection yet
                 try:
-                    data = sock.recv(RECEIVE_SIZE)
+                    data = self._recv(sock)
                 except OSError as exc:
                     if self._receive_failed(exc):
                         continue
@@ -336,6 +350,29 @@ class Subscription:
                     return
         finally:  # ended, failed, or abandoned by the caller: the socket goes
             self.close()
+
+    def _recv(self, sock: socket.socket) -> bytes:
+        """One receive; with `interrupt_fd`, waiting on it too (module header).
+        TimeoutError after the socket's timeout, as `sock.recv` raises it."""
+        wake = self.interrupt_fd
+        if wake is None:
+            return sock.recv(RECEIVE_SIZE)
+        timeout = sock.gettimeout()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        fd = sock.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(wake, select.POLLIN)
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+            ready = {fd for fd, _ in poller.poll(left)}  # a pending signal's handler runs here
+            if wake in ready:  # the handler returned: drain, and wait on
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 512)
+            if fd in ready or sock.fileno() < 0:  # data, the end, an error, or closed
+                return sock.recv(RECEIVE_SIZE)
+            if not ready and deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("timed out")
 
     def _receive_failed(self, exc: OSError) -> bool:
         """A receive failed with `exc`: True once resumed (receive again), False

@@ -28,6 +28,7 @@ __all__ = [
     "read_secret",
     "signals_to_pipe",
     "silence_stdout",
+    "wakeup_pipe",
 ]
 
 PROG = "purelink"
@@ -105,14 +106,27 @@ def signals_to_pipe(*signums: int) -> Iterator[int]:
         """Nothing: the pipe has the number (a Python handler must be set, or the
         default action runs and the wakeup fd is not written)."""
 
-    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the C handler never blocks
     previous = {signum: signal.signal(signum, ignore) for signum in signums}
+    try:
+        with wakeup_pipe() as read_end:
+            yield read_end
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def wakeup_pipe() -> Iterator[int]:
+    """While inside, the interpreter's C-level handler writes the number of every
+    signal that has a Python handler to a pipe (`signal.set_wakeup_fd`); yields
+    the pipe's read end (non-blocking).  A wait that watches it cannot miss a
+    signal that lands just before it starts, which a blocking system call does
+    (subscribe.py, `interrupt_fd`)."""
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the C handler never blocks
     previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     try:
         yield read_end
     finally:
         signal.set_wakeup_fd(previous_fd)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         os.close(read_end)
         os.close(write_end)

@@ -31,7 +31,7 @@ from .args import (
     seconds,
     url_type,
 )
-from .common import PROG, UsageError, client_secret
+from .common import PROG, UsageError, client_secret, wakeup_pipe
 from .output import (
     RECORD_FORMATS,
     STREAM_FORMATS,
@@ -275,7 +275,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     except ValueError as exc:  # not a tcp:// URL
         raise UsageError(str(exc)) from None
     out = sys.stdout.buffer
-    with subscription:
+    with subscription, wakeup_pipe() as wake:
+        subscription.interrupt_fd = wake  # a Ctrl-C just before a wait is not lost
         for chunk in subscription.chunks():  # one flush per burst, not per record
             records, done = _upto(chunk, args.to)
             print_records(out.write, records, args.format)
