@@ -269,29 +269,21 @@ class Link(_HandOff, LinkThread):
         its publication and this thread's first take they may use all of it, and
         then this thread makes the next one, as if it had come later."""
         while True:
-            s = self._grant_once()
-            if s is not None:
-                return s
-
-    def _grant_once(self) -> int | None:
-        """One grant and its first seq; None if other threads took it all first."""
-        queued = self.queued
-        allowed = self._stored + self._capacity - queued
-        if allowed <= 0:
-            raise Full(f"{self._capacity} records are queued and not yet stored")
-        taken = self._taken
-        size = len(self._slots[0])
-        new_size = ring.size_for(queued - taken, size, self._largest_ring)
-        if new_size != size:
-            self._new_ring(queued + 1, new_size)
-        allowed = min(allowed, taken + new_size - queued)  # the ring's room (ring.py)
-        if allowed <= 0:  # only if the listener claims more stored than was sent
-            raise Full(f"{queued - taken} records are queued and not yet taken")
-        self._new_grant(queued + 1, queued + 1 + allowed)
-        try:
-            return self._next_seq()
-        except StopIteration:
-            return None
+            queued = self.queued
+            allowed = self._stored + self._capacity - queued
+            if allowed <= 0:
+                raise Full(f"{self._capacity} records are queued and not yet stored")
+            taken = self._taken
+            size = len(self._slots[0])
+            new_size = ring.size_for(queued - taken, size, self._largest_ring)
+            if new_size != size:
+                self._new_ring(queued + 1, new_size)
+            allowed = min(allowed, taken + new_size - queued)  # the ring's room (ring.py)
+            if allowed <= 0:  # only if the listener claims more stored than was sent
+                raise Full(f"{queued - taken} records are queued and not yet taken")
+            self._new_grant(queued + 1, queued + 1 + allowed)
+            with contextlib.suppress(StopIteration):  # else others took it all: again
+                return self._next_seq()
 
     @property
     def stored(self) -> int:

@@ -536,11 +536,11 @@ class Bbr(CongestionControl):
             btl_bw=bw,
             min_rtt=self.min_rtt,
         )
-        if self.shared and self.cross.held == 1:
+        if self.cross.held == 1:  # (never without the judgement: it stays 0)
             self._before_yield = (bw, self.cwnd)  # what we had before a queue not ours
         if changed:
             self._compete()
-        if rate and self._over_share() and not (self.shared and self.cross.held):
+        if rate and self._over_share() and not self.cross.held:
             # the max filter's samples from our probes were others' room: the
             # rate the round delivered is our rate
             self._bw = _MaxFilter(BW_FILTER_ROUNDS)
