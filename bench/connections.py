@@ -35,10 +35,14 @@ Variants:
   the 128 B record answered with 68 B once it is fdatasync'ed, then a 20 B
   "CLOSE" after which the server closes.  No protocol is parsed.  What
   purelink costs above it is its protocol and its objects.
-* `uvloop durable 3-round echo`: the same rounds as an asyncio Protocol on
-  uvloop, the yardstick's own loop (each loop iteration's records written
-  and fdatasync'ed together): against `uvloop echo` it isolates the cost of
-  the shape on a C event loop.
+* `uvloop 3-round echo`: the same rounds as an asyncio Protocol on uvloop,
+  the yardstick's own loop, storing nothing (the record is answered at
+  once): against `uvloop echo` it isolates the cost of the message shape on
+  a C event loop;
+* `uvloop durable 3-round echo`: the same, with each loop iteration's
+  records written and fdatasync'ed together before they are answered:
+  against `uvloop 3-round echo` it isolates the cost of durability (its
+  fdatasyncs) on a C event loop.
 
 What is reported, per variant, the median (min-max) of `--repeat` runs of
 `--links` connections (after a warm-up of `--concurrency` connections that is
@@ -47,15 +51,26 @@ not counted):
 * server CPU us per connection: the server process's CPU time (every thread:
   for purelink the loop and the sync thread, user + system, from
   /proc/PID/task/*/schedstat) over the run, divided by the connections;
+* busiest thread us per connection: the same for the one thread of the
+  server that took the most (for purelink its loop; the rest is the sync
+  thread's, mostly the kernel's work in its fdatasyncs; the echo servers
+  have one thread), and the share of it spent in the kernel (system time,
+  from /proc/PID/task/TID/stat in clock ticks: coarse for short runs);
 * connections/s: connections / wall time of the run;
 * accepts per event: accepts / readiness events of the listening socket
   (purelink only; from the counters `purelink serve` prints when it stops,
   over all runs), and the pool's hits and misses;
 * per connection (purelink only, same counters, warm-up included): readiness
   events drained (of the listening socket and of connections), ACKs sent
-  (ACCEPTs not counted) and fdatasyncs.  These move with what the listener
+  (ACCEPTs not counted) and syncs.  These move with what the listener
   does per connection, not with the machine's load, so they compare two
-  versions of the listener better than the CPU time does on a noisy machine.
+  versions of the listener better than the CPU time does on a noisy machine;
+* fdatasyncs per connection (warm-up included) of every server that stores:
+  purelink's are two a sync (the segment's and its times file's); the echo
+  servers count theirs and say so when they stop.  An fdatasync costs the
+  kernel more CPU than a whole uvloop echo connection on some machines, and
+  how many connections share one depends on the load (group commit), so
+  this column explains much of the spread of the CPU figures.
 
 Target (issue 27): purelink's CPU per connection <= 3x the uvloop echo
 server's, while purelink also stores every record durably (the uvloop durable
@@ -89,7 +104,15 @@ from typing import Any
 
 import purelink
 
-from ._common import Report, Summary, base_parser, process_cpu_ns, serve_stats, summarize
+from ._common import (
+    Report,
+    Summary,
+    base_parser,
+    process_cpu_ns,
+    serve_stats,
+    summarize,
+    task_cpu_ns,
+)
 from ._impl import add_impl_argument, run_elsewhere
 
 __all__ = ["VARIANTS", "main"]
@@ -102,6 +125,7 @@ VARIANTS = (
     "epoll echo",
     "durable echo",
     "durable 3-round echo",
+    "uvloop 3-round echo",
     "uvloop durable 3-round echo",
 )
 ECHOES = (
@@ -110,9 +134,10 @@ ECHOES = (
     "epoll echo",
     "durable echo",
     "durable 3-round echo",
+    "uvloop 3-round echo",
     "uvloop durable 3-round echo",
 )
-THREE_ROUNDS = ("durable 3-round echo", "uvloop durable 3-round echo")
+THREE_ROUNDS = ("durable 3-round echo", "uvloop 3-round echo", "uvloop durable 3-round echo")
 # the 3-round echo's messages: sizes of a HELLO, an ACCEPT, an ACK and a CLOSE
 HELLO, ACCEPT, ACK, CLOSE = b"h" * 37, b"a" * 60, b"k" * 68, b"c" * 20
 RECORD = b"r" * 128
@@ -151,18 +176,24 @@ else:
 
 # The durable 3-round echo (below) as an asyncio Protocol on uvloop, the loop
 # of the yardstick: the same rounds, on the same event loop as the uvloop echo,
-# so the two differ only by the shape.  Each loop iteration's records are
-# appended with one write and one fdatasync, then answered (group commit).
+# so the two differ only by the shape.  With a file (argv[1]) each loop
+# iteration's records are appended with one write and one fdatasync, then
+# answered (group commit); without one ("-") the record is answered at once.
+# At SIGTERM it says on stderr how many fdatasyncs and connections it made.
 _UVLOOP_3_ROUND_ECHO = """
-import asyncio, os, sys, uvloop
+import asyncio, os, signal, sys, uvloop
 
 ACCEPT, ACK = b"a" * 60, b"k" * 68
-log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+log = None
+if sys.argv[1] != "-":
+    log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 pending = []
+counts = [0, 0]  # fdatasyncs, connections
 
 def flush():
     os.write(log, b"".join(data for _, data in pending))
     os.fdatasync(log)
+    counts[0] += 1
     for transport, _ in pending:
         transport.write(ACK)
     pending.clear()
@@ -171,10 +202,13 @@ class ThreeRounds(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         self.read = 0
+        counts[1] += 1
     def data_received(self, data):
         self.read += 1
         if self.read == 1:  # the HELLO
             self.transport.write(ACCEPT)
+        elif self.read == 2 and log is None:  # the record, stored nowhere
+            self.transport.write(ACK)
         elif self.read == 2:  # the record
             if not pending:
                 asyncio.get_running_loop().call_soon(flush)
@@ -182,8 +216,14 @@ class ThreeRounds(asyncio.Protocol):
         else:  # the CLOSE
             self.transport.close()
 
+def stop():
+    sys.stderr.write("fdatasyncs=%d connections=%d\\n" % tuple(counts))
+    sys.stderr.flush()
+    os._exit(0)
+
 async def serve():
     loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop)
     server = await loop.create_server(ThreeRounds, "127.0.0.1", 0, backlog=4096)
     port = server.sockets[0].getsockname()[1]
     print(f"echo listening tcp=127.0.0.1:{port}", flush=True)
@@ -193,10 +233,19 @@ uvloop.run(serve())
 """
 
 # The pure-Python servers share this: a listening socket, one epoll loop's state,
-# accept until EAGAIN, and the end of a connection.  Each server script is this
-# and its own loop, run with `python -c`.
+# accept until EAGAIN, the end of a connection, and its counts (what a durable
+# one says at SIGTERM, as the uvloop one does).  Each server script is this and
+# its own loop, run with `python -c`.
 _EPOLL_PRELUDE = """
-import os, select, socket, sys
+import os, select, signal, socket, sys
+counts = [0, 0]  # fdatasyncs, connections
+
+def stop(signum, frame):
+    sys.stderr.write("fdatasyncs=%d connections=%d\\n" % tuple(counts))
+    sys.stderr.flush()
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, stop)
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(4096)
@@ -214,6 +263,7 @@ def accept_all():
         except BlockingIOError:
             return
         c.setblocking(False)
+        counts[1] += 1
         conns[c.fileno()] = [c, 0]
         ep.register(c.fileno(), select.EPOLLIN)
 
@@ -269,6 +319,7 @@ while True:
     if got:
         os.write(log, b"".join(data for _, data in got))
         os.fdatasync(log)
+        counts[0] += 1
         for c, data in got:
             c.send(data)
 """
@@ -311,6 +362,7 @@ while True:
     if got:
         os.write(log, b"".join(data for _, data in got))
         os.fdatasync(log)
+        counts[0] += 1
         for c, _ in got:
             c.send(ACK)
 """
@@ -354,12 +406,14 @@ class Child:
         return process_cpu_ns(self.proc.pid)
 
     def stop(self) -> dict[str, Any]:
-        """SIGTERM; the counters of `purelink serve`'s stop record (if any)."""
+        """SIGTERM; the counters of `purelink serve`'s stop record, or the echo
+        server's `fdatasyncs=N connections=M` line (if any)."""
         self.proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=TIMEOUT)
         self._log.close()
-        return serve_stats(self.log_path.read_text(errors="replace"))
+        text = self.log_path.read_text(errors="replace")
+        return serve_stats(text) or _echo_counts(text)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -370,6 +424,14 @@ class Child:
         if not self._log.closed:
             self._log.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _echo_counts(text: str) -> dict[str, Any]:
+    """{"fdatasyncs": N, "connections": M} from an echo server's stop line, or {}."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("fdatasyncs="):
+            return {k: int(v) for k, v in (part.split("=") for part in line.split())}
+    return {}
 
 
 def _short_link(url: str) -> None:
@@ -406,6 +468,20 @@ def _three_rounds_once(address: tuple[str, int]) -> None:
                 raise RuntimeError("the 3-round echo server closed early")
 
 
+def _busiest(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]
+) -> tuple[int, float]:
+    """The thread that took the most CPU between two `task_cpu_ns`: its ns, and
+    the share of them in the kernel (system time / all of its time)."""
+    most, ticks = 0, 0
+    for tid, (ns, stime) in after.items():
+        was_ns, was_stime = before.get(tid, (0, 0))
+        if ns - was_ns > most:
+            most, ticks = ns - was_ns, stime - was_stime
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    return most, min(ticks * tick_ns / most, 1.0) if most else 0.0
+
+
 def _run(task: Callable[[], None], count: int, concurrency: int) -> float:
     """Run `task` `count` times, `concurrency` at a time; wall seconds."""
     start = time.perf_counter()
@@ -424,6 +500,7 @@ def _command(name: str, sync: str) -> list[str]:
         "epoll echo": [_EPOLL_ECHO],
         "durable echo": [_DURABLE_ECHO, "{DATA}"],
         "durable 3-round echo": [_DURABLE_3_ROUND_ECHO, "{DATA}"],
+        "uvloop 3-round echo": [_UVLOOP_3_ROUND_ECHO, "-"],
         "uvloop durable 3-round echo": [_UVLOOP_3_ROUND_ECHO, "{DATA}"],
     }
     if name in scripts:
@@ -453,11 +530,16 @@ def _variant(
         task = _task(name, child.address)
         _run(task, concurrency, concurrency)  # warm-up, not counted
         cpu: list[float] = []
+        busiest: list[float] = []
+        in_kernel: list[float] = []
         rate: list[float] = []
         for _ in range(repeat):
-            before = child.cpu_ns()
+            before, threads = child.cpu_ns(), task_cpu_ns(child.proc.pid)
             wall = _run(task, links, concurrency)
             cpu.append((child.cpu_ns() - before) / links / 1000)
+            ns, kernel = _busiest(threads, task_cpu_ns(child.proc.pid))
+            busiest.append(ns / links / 1000)
+            in_kernel.append(kernel)
             rate.append(links / wall)
         stats = child.stop()
         if name not in ECHOES:
@@ -470,16 +552,22 @@ def _variant(
     row: dict[str, Any] = {
         "variant": name,
         "server CPU us/conn": summarize(cpu, "us"),
+        "busiest thread us/conn": summarize(busiest, "us"),
+        "busiest in kernel": summarize(in_kernel, "share"),
         "conns/s": summarize(rate, "connections/s"),
     }
-    if stats:
+    if "accepts" in stats:  # purelink's counters
         row["accepts/event"] = stats["accepts"] / max(stats["accept_drains"], 1)
         conns = max(stats["accepts"], 1)
         row["events/conn"] = stats["drains"] / conns
         row["ACKs/conn"] = stats["acks"] / conns
         row["syncs/conn"] = stats["syncs"] / conns
+        if sync != "none":  # two a sync: the segment's and its times file's
+            row["fdatasyncs/conn"] = 2 * stats["syncs"] / conns
         row["pool hits"] = stats["pool_hits"]
         row["pool misses"] = stats["pool_misses"]
+    elif stats.get("fdatasyncs"):  # an echo server that stores
+        row["fdatasyncs/conn"] = stats["fdatasyncs"] / max(stats["connections"], 1)
     return row, stats
 
 
@@ -518,11 +606,14 @@ def _report(args: argparse.Namespace) -> Report:
         columns=[
             "variant",
             "server CPU us/conn",
+            "busiest thread us/conn",
+            "busiest in kernel",
             "conns/s",
             "accepts/event",
             "events/conn",
             "ACKs/conn",
             "syncs/conn",
+            "fdatasyncs/conn",
             "pool hits",
             "pool misses",
         ],
@@ -531,7 +622,9 @@ def _report(args: argparse.Namespace) -> Report:
 
 def _compare(report: Report, cpu: dict[str, Summary]) -> None:
     """The ratios of CPU per connection: purelink against the "before" and the yardsticks."""
-    after, before, echo, aio, floor, durable, shaped, uv_shaped = (cpu.get(v) for v in VARIANTS)
+    after, before, echo, aio, floor, durable, shaped, uv_rounds, uv_shaped = (
+        cpu.get(v) for v in VARIANTS
+    )
     if after is not None and before is not None:
         report.notes.append(
             f"drained accept / one accept per event: {after.median / before.median:.2f} "
@@ -548,7 +641,8 @@ def _compare(report: Report, cpu: dict[str, Summary]) -> None:
         ("epoll echo (pure Python floor)", floor),
         ("durable echo (pure Python floor that stores)", durable),
         ("durable 3-round echo (the same in purelink's message shape)", shaped),
-        ("uvloop durable 3-round echo (that shape on uvloop)", uv_shaped),
+        ("uvloop 3-round echo (that shape on uvloop, storing nothing)", uv_rounds),
+        ("uvloop durable 3-round echo (that shape on uvloop, durable)", uv_shaped),
     ):
         if after is not None and ref is not None:
             report.notes.append(
@@ -558,6 +652,7 @@ def _compare(report: Report, cpu: dict[str, Summary]) -> None:
         ("epoll echo", floor),
         ("durable echo", durable),
         ("durable 3-round echo", shaped),
+        ("uvloop 3-round echo", uv_rounds),
         ("uvloop durable 3-round echo", uv_shaped),
     ):
         if ref is not None and echo is not None:

@@ -150,6 +150,33 @@ def test_queue_counts_one_wakeup_per_record_in_the_before_variant() -> None:
     assert rows["after"]["wakeups"]["median"] < 2000
 
 
+def test_connections_counts_the_fdatasyncs_of_each_server_that_stores() -> None:
+    variants = "drained accept,durable 3-round echo,epoll echo"
+    args = ["--links", "60", "--concurrency", "10", "--repeat", "1", "--variants", variants]
+    result = run_bench("bench.connections", *args, "--impl", CURRENT, "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["variant"]: r for r in one_json_object(result.stdout)["rows"]}
+    # purelink: two a sync (the segment's and its times file's); the echo: its own count
+    assert rows["drained accept"]["fdatasyncs/conn"] == 2 * rows["drained accept"]["syncs/conn"]
+    assert rows["drained accept"]["fdatasyncs/conn"] > 0
+    assert 0 < rows["durable 3-round echo"]["fdatasyncs/conn"] <= 1
+    assert "fdatasyncs/conn" not in rows["epoll echo"]  # it stores nothing
+
+
+def test_connections_reads_an_echo_servers_stop_line_and_finds_the_busiest_thread() -> None:
+    from bench.connections import _busiest, _echo_counts  # noqa: PLC0415 -- what is tested
+
+    log = "some noise\nfdatasyncs=7 connections=60\n"
+    assert _echo_counts(log) == {"fdatasyncs": 7, "connections": 60}
+    assert _echo_counts("no stop line\n") == {}
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    before = {1: (10, 0), 2: (5 * tick_ns, 1), 3: (0, 0)}
+    after = {1: (20, 0), 2: (9 * tick_ns, 2), 3: (3 * tick_ns, 3), 4: (tick_ns, 0)}
+    # thread 2 took 4 ticks' worth, one of them in the kernel; 3 took 3; 4 (new) 1
+    assert _busiest(before, after) == (4 * tick_ns, 0.25)
+    assert _busiest({}, {}) == (0, 0.0)
+
+
 @pytest.mark.slow  # needs matplotlib, the `bench` extra: pip install '.[bench]'
 def test_sizes_draws_the_plot_again_from_saved_json(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
