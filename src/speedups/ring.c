@@ -738,7 +738,9 @@ clear_slot(const Gen *g, long long seq)
 static int
 table_length(PyObject *r, uint16_t *v)
 {
-    Py_ssize_t len = PyBytes_CheckExact(r) ? PyBytes_Size(r) : PyObject_Size(r);
+    /* a bytes object's size is its length: read with no call, from the
+     * cache line whose reference count the append writes next */
+    Py_ssize_t len = PyBytes_CheckExact(r) ? Py_SIZE(r) : PyObject_Size(r);
     if (len < 0) {
         return -1;
     }
@@ -799,7 +801,9 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
                 if (append_taken(out, rec, lens, count) < 0) {
                     return -1;
                 }
-                if (k == last && clear_slot(&g[k], s) < 0) { /* an older list is dropped whole */
+                /* cleared in an older list too, now that its line is in the cache:
+                 * left there, the list's dealloc would meet each record again */
+                if (clear_slot(&g[k], s) < 0) {
                     return -1;
                 }
                 continue;
@@ -968,36 +972,45 @@ ring_take_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t k = 0; k < n; k++) {
         room += g[k].mask + 1;
     }
-    if (start <= end && (unsigned long long)end - (unsigned long long)start < (unsigned long long)room) {
+    if (start > end) {
+        room = 0;
+    } else if ((unsigned long long)end - (unsigned long long)start < (unsigned long long)room) {
         room = (Py_ssize_t)(end - start + 1);
     }
-    uint16_t *lens = PyMem_Malloc(sizeof(uint16_t) * (size_t)(room > 0 ? room : 1));
-    if (lens == NULL) {
-        PyMem_Free(g);
-        return PyErr_NoMemory();
-    }
+    /* the table is written straight into the bytes returned, made for all of
+     * start .. end (what a take finds but for a hole); copied to its size
+     * only when the take stopped short */
+    PyObject *table = PyBytes_FromStringAndSize(NULL, room * (Py_ssize_t)sizeof(uint16_t));
+    uint16_t *lens = table == NULL ? NULL : (uint16_t *)PyBytes_AsString(table);
     Py_ssize_t count = 0;
     PyObject *out = NULL;
-    if (n == 0 || take_into(args[3], g, n, start, end, lens, &count) == 0) {
-        out = PyBytes_FromStringAndSize((const char *)lens, count * (Py_ssize_t)sizeof(uint16_t));
+    if (lens != NULL && (n == 0 || take_into(args[3], g, n, start, end, lens, &count) == 0)) {
+        if (count == room) {
+            out = Py_NewRef(table);
+        } else {
+            out = PyBytes_FromStringAndSize((const char *)lens, count * (Py_ssize_t)sizeof(uint16_t));
+        }
     }
-    PyMem_Free(lens);
+    Py_XDECREF(table);
     PyMem_Free(g);
     return out;
 }
 
-/* records_bytes(records, lens, lo, hi) -> int: the bytes of records[lo:hi],
- * from their length table `lens` (array("H"), each length capped at 0xFFFF):
- * sender_records.py _release's count of what was stored.  Only a capped entry
- * looks at its record (its real length); the others are not touched, so the
- * count reads 2 bytes per record, not each record's object. */
+/* records_release(records, lens, lo, hi) -> int: the bytes of records[lo:hi],
+ * from their length table `lens` (array("H"), each length capped at 0xFFFF),
+ * and those entries of the list let go (set to None): sender_records.py
+ * _release's count and release of what was stored.  Only a capped entry looks
+ * at its record's size (its real length).  Letting go of a record writes its
+ * reference count: a stored backlog's records are cold by now, so each is
+ * asked for PL_AHEAD entries early, and the list's cut later (del
+ * records[:head], or clear) meets only None. */
 static PyObject *
-records_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+records_release(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     long long lo, hi;
     if (nargs != 4 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "records_bytes(records: list, lens, lo, hi)");
+        PyErr_SetString(PyExc_TypeError, "records_release(records: list, lens, lo, hi)");
         return NULL;
     }
     lo = PyLong_AsLongLong(args[2]);
@@ -1010,20 +1023,24 @@ records_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *out = NULL;
-    Py_ssize_t size = PyList_Size(args[0]);
+    PyObject *records = args[0];
+    Py_ssize_t size = PyList_Size(records);
     if (view.itemsize != 2 || view.format == NULL || strcmp(view.format, "H") != 0) {
-        PyErr_SetString(PyExc_TypeError, "records_bytes(): lens is an array('H')");
+        PyErr_SetString(PyExc_TypeError, "records_release(): lens is an array('H')");
     } else if (lo < 0 || hi > size || lo > hi || hi > view.len / 2) {
-        PyErr_SetString(PyExc_IndexError, "records_bytes(): lo .. hi is not within both");
+        PyErr_SetString(PyExc_IndexError, "records_release(): lo .. hi is not within both");
     } else {
         const unsigned char *p = view.buf;
         long long total = 0;
         Py_ssize_t i = (Py_ssize_t)lo;
         for (; i < (Py_ssize_t)hi; i++) {
+            if (i + PL_AHEAD < (Py_ssize_t)hi) {
+                pl_prefetch_object(PyList_GetItem(records, i + PL_AHEAD)); /* in the list */
+            }
             uint16_t v;
             memcpy(&v, p + 2 * i, sizeof v);
             if (v == 0xFFFF) { /* capped: the record's own length */
-                PyObject *r = PyList_GetItem(args[0], i);
+                PyObject *r = PyList_GetItem(records, i);
                 Py_ssize_t len = r == NULL ? -1 : PyObject_Size(r);
                 if (len < 0) {
                     break;
@@ -1031,6 +1048,10 @@ records_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 total += len;
             } else {
                 total += v;
+            }
+            Py_INCREF(Py_None);
+            if (PyList_SetItem(records, i, Py_None) < 0) { /* lets the record go */
+                break;
             }
         }
         if (i == (Py_ssize_t)hi) {
@@ -1114,8 +1135,8 @@ static PyMethodDef ring_functions[] = {
      "ring_take_lengths(gens, start, end) -> (list, bytes): ring_take and ring_lengths."},
     {"ring_take_into", (PyCFunction)(void (*)(void))ring_take_into, METH_FASTCALL,
      "ring_take_into(gens, start, end, records) -> bytes: the take appended to records."},
-    {"records_bytes", (PyCFunction)(void (*)(void))records_bytes, METH_FASTCALL,
-     "records_bytes(records, lens, lo, hi) -> int: the bytes of records[lo:hi]."},
+    {"records_release", (PyCFunction)(void (*)(void))records_release, METH_FASTCALL,
+     "records_release(records, lens, lo, hi) -> int: the bytes of records[lo:hi], let go."},
     {"ring_has", (PyCFunction)(void (*)(void))ring_has, METH_FASTCALL,
      "ring_has(gens, seq) -> bool: ring.py's has() in C."},
     {NULL, NULL, 0, NULL},

@@ -506,24 +506,60 @@ def test_take_into_gives_the_real_lengths_capped() -> None:
 
 @needs_core
 @given(st.lists(st.binary(max_size=70) | st.integers(65530, 70000).map(bytes)), st.data())
-def test_records_bytes_is_the_sum_of_their_lengths(
+def test_records_release_is_the_sum_of_their_lengths_and_lets_them_go(
     records: list[bytes], data: st.DataObject
 ) -> None:
     assert core is not None
     lens = array("H", [min(len(r), 0xFFFF) for r in records])
     lo = data.draw(st.integers(0, len(records)))
     hi = data.draw(st.integers(lo, len(records)))
-    assert core.records_bytes(records, lens, lo, hi) == sum(map(len, records[lo:hi]))
+    held = list(records)
+    assert core.records_release(held, lens, lo, hi) == sum(map(len, records[lo:hi]))
+    assert held == records[:lo] + [None] * (hi - lo) + records[hi:]  # only lo .. hi let go
     for bad in ((-1, hi), (lo, len(records) + 1), (hi + 1, hi)):
         with pytest.raises(IndexError):
-            core.records_bytes(records, lens, *bad)
+            core.records_release(list(records), lens, *bad)
     with pytest.raises(TypeError):
-        core.records_bytes(records, array("I", lens), lo, hi)
+        core.records_release(list(records), array("I", lens), lo, hi)
     with pytest.raises(TypeError):
-        core.records_bytes(records, "not a buffer", lo, hi)
+        core.records_release(list(records), "not a buffer", lo, hi)
+    with pytest.raises(TypeError):
+        core.records_release(tuple(records), lens, lo, hi)  # type: ignore[arg-type]
     if records:
         with pytest.raises(IndexError):  # a table shorter than the list
-            core.records_bytes(records, lens[:-1], 0, len(records))
+            core.records_release(list(records), lens[:-1], 0, len(records))
+
+
+@needs_core
+def test_records_release_lets_the_records_go() -> None:
+    """A record that only the list held is freed by the release itself."""
+    assert core is not None
+    record = bytes(61)
+    held = [record]
+    before = sys.getrefcount(record)
+    core.records_release(held, array("H", [61]), 0, 1)
+    assert sys.getrefcount(record) == before - 1  # bytes take no weak reference
+    assert held == [None]
+
+
+@needs_core
+@pytest.mark.parametrize("take", ["c", "python"])
+def test_a_take_leaves_no_record_in_an_older_list(take: str) -> None:
+    """Records taken from an older generation are let go there as they are
+    taken, not when that list is dropped (the take has them in the cache)."""
+    assert core is not None
+    old: list[bytes | None] = [None, b"a", b"b", None]  # seqs 1, 2 (slot = seq & 3)
+    new: list[bytes | None] = [None] * 8
+    new[3] = b"c"  # the straggler of seq 3 wrote the newer list
+    new[4] = b"d"
+    gens = ((1, old, 3), (4, new, 7))
+    if take == "c":
+        records: list[bytes] = []
+        core.ring_take_into(gens, 1, 4, records)
+    else:
+        records = ring.take(gens, 1, 4)
+    assert records == [b"a", b"b", b"c", b"d"]
+    assert old == [None] * 4 and new == [None] * 8
 
 
 @needs_core
