@@ -579,14 +579,21 @@ real_bytes(Fill *w, Py_ssize_t i, Py_ssize_t n)
 static int
 copy_records(Fill *w, unsigned char *p, Py_ssize_t i, Py_ssize_t n, long long room)
 {
+    /* (no Python code runs in this loop, and it changes no item: the items
+     * looked up ahead stay the list's) */
     Py_ssize_t ahead = PyList_Size(w->recs) - PL_AHEAD; /* the last k that may look ahead */
+    PlAhead next;
+    for (Py_ssize_t k = i; k < i + n && k < i + PL_AHEAD; k++) {
+        pl_ahead_keep(&next, k, PyList_GetItem(w->recs, k));
+    }
     for (Py_ssize_t k = i; k < i + n; k++) {
         char *src;
         Py_ssize_t len;
-        if (k < ahead) {
-            pl_prefetch_object(PyList_GetItem(w->recs, k + PL_AHEAD));
+        if (k < ahead) { /* (beyond the batch too: the next one's first records) */
+            pl_ahead_keep(&next, k + PL_AHEAD, PyList_GetItem(w->recs, k + PL_AHEAD));
         }
-        if (PyBytes_AsStringAndSize(PyList_GetItem(w->recs, k), &src, &len) < 0) {
+        PyObject *rec = pl_ahead_item(&next, k);
+        if (rec == NULL || PyBytes_AsStringAndSize(rec, &src, &len) < 0) {
             return -1;
         }
         if (len > room) {

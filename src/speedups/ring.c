@@ -753,13 +753,28 @@ table_length(PyObject *r, uint16_t *v)
 static int
 append_taken(PyObject *out, PyObject *rec, uint16_t *lens, Py_ssize_t *count)
 {
-    if (lens != NULL && table_length(rec, &lens[*count]) < 0) {
-        return -1;
-    }
-    if (PyList_Append(out, rec) < 0) {
+    Py_INCREF(rec); /* held: the length of a subclass of bytes may run its code */
+    int failed = (lens != NULL && table_length(rec, &lens[*count]) < 0) ||
+                 PyList_Append(out, rec) < 0;
+    Py_DECREF(rec);
+    if (failed) {
         return -1;
     }
     (*count)++;
+    return 0;
+}
+
+/* Look up the slots of lo + from .. lo + to (at most) into `ahead`; 0 or -1. */
+static int
+look_ahead(PlAhead *ahead, const Gen *g, long long lo, long long from, long long to)
+{
+    for (long long i = from; i <= to; i++) {
+        PyObject *next = slot(g, lo + i);
+        if (next == NULL) {
+            return -1;
+        }
+        pl_ahead_keep(ahead, (Py_ssize_t)i, next);
+    }
     return 0;
 }
 
@@ -784,21 +799,26 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
             PyErr_SetString(PyExc_ValueError, "start .. end spans more seqs than a list has slots");
             return -1;
         }
-        for (long long i = 0; i <= hi - lo; i++) {
+        /* the slots ahead, each looked up once: this list's slots of lo .. hi
+         * are distinct (the span is under its size), and only the take's own
+         * clears change them -- but for Python code, which only the length of
+         * a record that is not exactly bytes runs: after one, look again */
+        PlAhead ahead;
+        long long span = hi - lo;
+        if (look_ahead(&ahead, &g[k], lo, 0, span < PL_AHEAD - 1 ? span : PL_AHEAD - 1) < 0) {
+            return -1;
+        }
+        for (long long i = 0; i <= span; i++) {
             long long s = lo + i;
-            if (i + PL_AHEAD <= hi - lo) {
-                PyObject *ahead = slot(&g[k], s + PL_AHEAD); /* a masked index: in the list */
-                if (ahead == NULL) {
-                    PyErr_Clear(); /* (a hint only: the slot itself is read below) */
-                }
-                pl_prefetch_object(ahead);
-            }
-            PyObject *rec = slot(&g[k], s);
-            if (rec == NULL) {
+            long long to = i + PL_AHEAD < span ? i + PL_AHEAD : span;
+            if (i + PL_AHEAD <= span && look_ahead(&ahead, &g[k], lo, to, to) < 0) {
                 return -1;
             }
+            PyObject *rec = pl_ahead_item(&ahead, (Py_ssize_t)i);
+            int exact = PyBytes_CheckExact(rec);
             if (rec != Py_None) {
-                if (append_taken(out, rec, lens, count) < 0) {
+                if (append_taken(out, rec, lens, count) < 0 ||
+                    (!exact && look_ahead(&ahead, &g[k], lo, i + 1, to) < 0)) {
                     return -1;
                 }
                 /* cleared in an older list too, now that its line is in the cache:
@@ -822,7 +842,9 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
             if (j == n) {
                 return 0; /* not there yet: stop before it */
             }
-            if (append_taken(out, rec, lens, count) < 0 || clear_slot(&g[j], s) < 0) {
+            exact = PyBytes_CheckExact(rec);
+            if (append_taken(out, rec, lens, count) < 0 || clear_slot(&g[j], s) < 0 ||
+                (!exact && look_ahead(&ahead, &g[k], lo, i + 1, to) < 0)) {
                 return -1;
             }
         }
@@ -996,21 +1018,18 @@ ring_take_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* records_release(records, lens, lo, hi) -> int: the bytes of records[lo:hi],
- * from their length table `lens` (array("H"), each length capped at 0xFFFF),
- * and those entries of the list let go (set to None): sender_records.py
- * _release's count and release of what was stored.  Only a capped entry looks
- * at its record's size (its real length).  Letting go of a record writes its
- * reference count: a stored backlog's records are cold by now, so each is
- * asked for PL_AHEAD entries early, and the list's cut later (del
- * records[:head], or clear) meets only None. */
+/* records_bytes(records, lens, lo, hi) -> int: the bytes of records[lo:hi],
+ * from their length table `lens` (array("H"), each length capped at 0xFFFF):
+ * sender_records.py _release's count of what was stored.  Only a capped entry
+ * looks at its record (its real length); the others are not touched, so the
+ * count reads 2 bytes per record, not each record's object. */
 static PyObject *
-records_release(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+records_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     long long lo, hi;
     if (nargs != 4 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "records_release(records: list, lens, lo, hi)");
+        PyErr_SetString(PyExc_TypeError, "records_bytes(records: list, lens, lo, hi)");
         return NULL;
     }
     lo = PyLong_AsLongLong(args[2]);
@@ -1023,24 +1042,20 @@ records_release(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *out = NULL;
-    PyObject *records = args[0];
-    Py_ssize_t size = PyList_Size(records);
+    Py_ssize_t size = PyList_Size(args[0]);
     if (view.itemsize != 2 || view.format == NULL || strcmp(view.format, "H") != 0) {
-        PyErr_SetString(PyExc_TypeError, "records_release(): lens is an array('H')");
+        PyErr_SetString(PyExc_TypeError, "records_bytes(): lens is an array('H')");
     } else if (lo < 0 || hi > size || lo > hi || hi > view.len / 2) {
-        PyErr_SetString(PyExc_IndexError, "records_release(): lo .. hi is not within both");
+        PyErr_SetString(PyExc_IndexError, "records_bytes(): lo .. hi is not within both");
     } else {
         const unsigned char *p = view.buf;
         long long total = 0;
         Py_ssize_t i = (Py_ssize_t)lo;
         for (; i < (Py_ssize_t)hi; i++) {
-            if (i + PL_AHEAD < (Py_ssize_t)hi) {
-                pl_prefetch_object(PyList_GetItem(records, i + PL_AHEAD)); /* in the list */
-            }
             uint16_t v;
             memcpy(&v, p + 2 * i, sizeof v);
             if (v == 0xFFFF) { /* capped: the record's own length */
-                PyObject *r = PyList_GetItem(records, i);
+                PyObject *r = PyList_GetItem(args[0], i);
                 Py_ssize_t len = r == NULL ? -1 : PyObject_Size(r);
                 if (len < 0) {
                     break;
@@ -1048,10 +1063,6 @@ records_release(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 total += len;
             } else {
                 total += v;
-            }
-            Py_INCREF(Py_None);
-            if (PyList_SetItem(records, i, Py_None) < 0) { /* lets the record go */
-                break;
             }
         }
         if (i == (Py_ssize_t)hi) {
@@ -1135,8 +1146,8 @@ static PyMethodDef ring_functions[] = {
      "ring_take_lengths(gens, start, end) -> (list, bytes): ring_take and ring_lengths."},
     {"ring_take_into", (PyCFunction)(void (*)(void))ring_take_into, METH_FASTCALL,
      "ring_take_into(gens, start, end, records) -> bytes: the take appended to records."},
-    {"records_release", (PyCFunction)(void (*)(void))records_release, METH_FASTCALL,
-     "records_release(records, lens, lo, hi) -> int: the bytes of records[lo:hi], let go."},
+    {"records_bytes", (PyCFunction)(void (*)(void))records_bytes, METH_FASTCALL,
+     "records_bytes(records, lens, lo, hi) -> int: the bytes of records[lo:hi]."},
     {"ring_has", (PyCFunction)(void (*)(void))ring_has, METH_FASTCALL,
      "ring_has(gens, seq) -> bool: ring.py's has() in C."},
     {NULL, NULL, 0, NULL},

@@ -8,9 +8,7 @@ simple enough to read on its own: records in with `push`, out with
 
 Layout: `_recs[i]` has seq `_base + i`; `_recs[:_head]` are stored and
 released lazily (cut when more than half the list is released, so a cut
-copies at most as many references as it frees; with the compiled core each
-record is let go as it is released, its entry None until the cut, so that
-the cut meets no record: nothing reads an entry below `_head`).  `_lens[i]` is
+copies at most as many references as it frees).  `_lens[i]` is
 `len(_recs[i])` clamped to 65,535, in the very layout of a batch's length
 table, so a batch's table is a slice of it (the link's queue() writes the
 lengths as records arrive: no len() per record here).
@@ -24,7 +22,7 @@ from .. import native
 
 __all__ = ["SenderRecords"]
 
-_core = native.part("ring")  # records_release: _release's count and release in C
+_core = native.part("ring")  # records_bytes: _release's count in C
 
 
 class SenderRecords:
@@ -103,9 +101,8 @@ class SenderRecords:
             return
         self.stored = stored
         head = stored - self._base + 1
-        if _core is not None:  # the same count in C, from the length table; the
-            # records let go there too (their entries None), each asked for ahead
-            self.stored_bytes += _core.records_release(self._recs, self._lens, self._head, head)
+        if _core is not None:  # the same count in C, from the length table
+            self.stored_bytes += _core.records_bytes(self._recs, self._lens, self._head, head)
         else:
             lens = self._lens[self._head : head]
             self.stored_bytes += sum(lens)
