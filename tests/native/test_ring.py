@@ -572,18 +572,19 @@ def test_a_take_looks_again_after_a_records_own_code() -> None:
     assert records == [first] and array("H", table).tolist() == [1]
 
 
-@needs_core
 @pytest.mark.parametrize("take", ["c", "python"])
 def test_a_take_leaves_no_record_in_an_older_list(take: str) -> None:
     """Records taken from an older generation are let go there as they are
     taken, not when that list is dropped (the take has them in the cache)."""
-    assert core is not None
+    if take == "c" and core is None:
+        pytest.skip(native.reason or "no ring in the core")
     old: list[bytes | None] = [None, b"a", b"b", None]  # seqs 1, 2 (slot = seq & 3)
     new: list[bytes | None] = [None] * 8
     new[3] = b"c"  # the straggler of seq 3 wrote the newer list
     new[4] = b"d"
     gens = ((1, old, 3), (4, new, 7))
     if take == "c":
+        assert core is not None
         records: list[bytes] = []
         core.ring_take_into(gens, 1, 4, records)
     else:
