@@ -29,23 +29,34 @@ listener receive calls.  Variants: `after` (UDP GSO on the link, GRO on the
 listener), `send-per-datagram` (no GSO), `no-gro` (GSO, but the listener
 socket without UDP_GRO, so one receive per datagram).
 
+`--parts` also splits the link thread's CPU by what it was doing (each
+part's own thread CPU clock, summed over its calls; see `PARTS`): the take
+from the ring, packing (`datagrams_to_send`), the send, the answers
+(`receive_datagram`) and, within them, freeing the stored records.  The
+clocks cost a system call each, a few ns per record in all: compare runs
+with `--parts` among themselves.
+
 Run from the checkout root: `python -m bench.drain [--records N] [--json]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import purelink.listener.listener as listener_module
 from purelink import Listener
 from purelink._udp import SOL_UDP, UDP_GRO
+from purelink.link.thread import LinkThread
+from purelink.protocol.sender import Sender
+from purelink.protocol.sender_records import SenderRecords
 from purelink.protocol.wire import BatchHeader
 from purelink.store.format import ProducerState
 
@@ -61,7 +72,7 @@ from ._common import (
 from ._impl import add_impl_argument, run_elsewhere
 from ._links import held, no_gso, open_link
 
-__all__ = ["RATE_TARGET", "VARIANTS", "NullDataDir", "main", "run_drain"]
+__all__ = ["PARTS", "RATE_TARGET", "VARIANTS", "NullDataDir", "main", "run_drain", "timed_parts"]
 
 RATE_TARGET = 3_000_000.0
 TOLD_TIMEOUT = 120.0
@@ -71,6 +82,45 @@ VARIANTS: dict[str, str] = {
     "send-per-datagram": "one send() per datagram (no GSO)",
     "no-gro": "GSO on the link, the listener socket without UDP_GRO",
 }
+
+
+PARTS: dict[str, tuple[type, str]] = {
+    "take": (LinkThread, "_take"),
+    "pack": (Sender, "datagrams_to_send"),
+    "send": (LinkThread, "_send"),
+    "answers": (Sender, "receive_datagram"),
+    "release": (SenderRecords, "_release"),  # (within the answers)
+}
+"""`--parts`: each part of the link thread's work, as the method that does it
+(on the class that defines it); only the link thread calls them."""
+
+
+@contextlib.contextmanager
+def timed_parts(spent: dict[str, int]) -> Iterator[None]:
+    """While in the block, each method of PARTS adds its calling thread's CPU
+    time to spent[part] (ns)."""
+    saved: list[tuple[type, str, Callable[..., Any]]] = []
+
+    def timed(method: Callable[..., Any], part: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time_ns()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[part] += time.thread_time_ns() - t0
+
+        return call
+
+    try:
+        for part, (cls, name) in PARTS.items():
+            method = cls.__dict__[name]
+            saved.append((cls, name, method))
+            spent.setdefault(part, 0)
+            setattr(cls, name, timed(method, part))
+        yield
+    finally:
+        for cls, name, method in saved:
+            setattr(cls, name, method)
 
 
 class NullLog:
@@ -155,8 +205,15 @@ class _Told:
             self.at = time.perf_counter_ns()
 
 
-def run_drain(variant: str, records: list[bytes]) -> dict[str, Any]:
-    """One run: a fresh listener and link, the backlog queued held, then drained."""
+def run_drain(variant: str, records: list[bytes], parts: bool = False) -> dict[str, Any]:
+    """One run: a fresh listener and link, the backlog queued held, then drained
+    (with `parts`, the link thread's CPU split by PARTS too)."""
+    spent: dict[str, int] = {}
+    with timed_parts(spent) if parts else contextlib.nullcontext():
+        return _run_drain(variant, records, spent)
+
+
+def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dict[str, Any]:
     n = len(records)
     listener = start_null_listener()
     try:
@@ -181,6 +238,7 @@ def run_drain(variant: str, records: list[bytes]) -> dict[str, Any]:
                 for record in records:
                     queue(record)
                 early = link._taken != taken
+                spent0 = dict(spent)
                 link_cpu0 = thread_cpu_ns(link._thread)
                 listener_cpu0 = thread_cpu_ns(listener_thread)
                 process_cpu0 = self_cpu_ns()
@@ -189,6 +247,7 @@ def run_drain(variant: str, records: list[bytes]) -> dict[str, Any]:
                 raise RuntimeError(f"only {link.stored:,} of {n:,} stored in {TOLD_TIMEOUT} s")
             t1 = told.at or time.perf_counter_ns()
             link_cpu1 = thread_cpu_ns(link._thread)
+            spent1 = dict(spent)
             listener_cpu1 = thread_cpu_ns(listener_thread)
             process_cpu1 = self_cpu_ns()
             stats = link.stats()
@@ -211,6 +270,7 @@ def run_drain(variant: str, records: list[bytes]) -> dict[str, Any]:
         "gro": after.gro,
         "gso": stats.gso,
         "taken_early": early,
+        **{f"{part}_ns": (spent1[part] - spent0[part]) / n for part in spent1},
     }
 
 
@@ -232,6 +292,11 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
             send_calls=summarize_key(rs, "send_calls"),
             recv_calls=summarize_key(rs, "recv_calls"),
             retransmits=summarize_key(rs, "retransmits"),
+            **{
+                f"{part}_ns": summarize_key(rs, f"{part}_ns", "ns/record")
+                for part in PARTS
+                if rs and f"{part}_ns" in rs[0]
+            },
         )
     report.extra = {"runs": runs}
     after = runs.get("after")
@@ -263,6 +328,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=",".join(VARIANTS),
         help=f"comma-separated, of: {', '.join(VARIANTS)} (default all)",
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="split the link thread's CPU per record by part: take, pack, send, answers "
+        "(release within them)",
+    )
     add_impl_argument(parser)
     args = parser.parse_args(list(argv))
     args.variant_list = [v for v in args.variants.split(",") if v]
@@ -283,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variant_list}
     for _ in range(args.repeat):
         for variant in args.variant_list:
-            runs[variant].append(run_drain(variant, data))
+            runs[variant].append(run_drain(variant, data, args.parts))
     build_report(args, runs).emit(args.json)
     return 0
 

@@ -417,3 +417,16 @@ def test_impl_children_get_the_options_less_impl_json_and_first_only_ones(
     assert _impl._without(argv, ["--impl"]) == ["--sizes", "16", "--plot=a.png", "--repeat", "1"]
     assert _impl._without(argv, ["--impl", "--plot"]) == ["--sizes", "16", "--repeat", "1"]
     assert _impl._without(["--plot", "a.png", "--impl=python"], ["--impl", "--plot"]) == []
+
+
+def test_drain_parts_split_the_link_threads_cpu() -> None:
+    """`drain --parts`: each part's CPU per record, within the link thread's."""
+    result = run_bench("bench.drain", *TINY["drain"], "--variants", "after", "--parts", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = one_json_object(result.stdout)["rows"]
+    assert rows
+    for row in rows:  # each implementation's
+        parts = {part: row[f"{part}_ns"]["median"] for part in ("take", "pack", "send", "answers")}
+        assert all(ns > 0 for ns in parts.values()), parts
+        assert 0 < row["release_ns"]["median"] < parts["answers"]  # within the answers
+        assert sum(parts.values()) < row["link_cpu_ns"]["median"]

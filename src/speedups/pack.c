@@ -110,6 +110,36 @@ multmodp(uint32_t a, uint32_t b)
     return p;
 }
 
+/* A multiplication by one constant `a`, by table: multmodp(a, b) is linear in b
+ * (over GF(2)), so it is the XOR of the products of b's four bytes, each
+ * looked up: four loads where multmodp takes up to 32 dependent steps.  The
+ * packer moves a CRC on past one chunk twice a datagram (the batch's CRC, and
+ * each full piece's), always by the same x^(8 chunk). */
+typedef struct {
+    uint32_t t[4][256];
+} MulTable;
+
+/* The table of a: each entry the XOR of the products of its bits, the 32
+ * products of one bit each made by multmodp. */
+static void
+mul_table(MulTable *m, uint32_t a)
+{
+    for (int j = 0; j < 4; j++) {
+        m->t[j][0] = 0;
+        for (uint32_t v = 1; v < 256; v++) {
+            uint32_t low = v & (~v + 1); /* v's lowest bit */
+            m->t[j][v] = v == low ? multmodp(a, v << (8 * j)) : m->t[j][low] ^ m->t[j][v ^ low];
+        }
+    }
+}
+
+static inline uint32_t
+mul_by(const MulTable *m, uint32_t b)
+{
+    return m->t[0][b & 0xFF] ^ m->t[1][(b >> 8) & 0xFF] ^ m->t[2][(b >> 16) & 0xFF] ^
+           m->t[3][b >> 24];
+}
+
 /* x^(8 n) modulo the polynomial: moves a CRC on past n bytes */
 static uint32_t
 shift_op(size_t n)
@@ -338,7 +368,7 @@ typedef struct {
     uint32_t *crcs;
     Py_ssize_t ncrcs;
     Py_ssize_t crc_chunk;
-    uint32_t crc_op;
+    MulTable *crc_op;    /* multiplication by x^(8 op_chunk), or NULL */
     Py_ssize_t op_chunk; /* the chunk crc_op is for (0: none yet) */
 } Packer;
 
@@ -436,6 +466,7 @@ packer_dealloc(PyObject *self)
     PyObject_GC_UnTrack(self);
     packer_clear(self);
     PyMem_Free(((Packer *)self)->crcs);
+    PyMem_Free(((Packer *)self)->crc_op);
     freefunc free_ = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     free_(self);
     Py_DECREF(tp);
@@ -500,7 +531,7 @@ emit_pieces(Packer *self, Fill *w, unsigned long long first, unsigned long long 
         uint32_t crc;
         if (w->piece_crcs && k > 0 && k < self->ncrcs && at == k * self->crc_chunk &&
             stop - at == self->crc_chunk) {
-            crc = multmodp(self->crc_op, pl_crc32c(0, p, FRAG_HEAD)) ^ self->crcs[k];
+            crc = mul_by(self->crc_op, pl_crc32c(0, p, FRAG_HEAD)) ^ self->crcs[k];
         } else {
             crc = pl_crc32c(0, p, (size_t)(n - TRAILER));
         }
@@ -548,14 +579,21 @@ real_bytes(Fill *w, Py_ssize_t i, Py_ssize_t n)
 static int
 copy_records(Fill *w, unsigned char *p, Py_ssize_t i, Py_ssize_t n, long long room)
 {
+    /* (no Python code runs in this loop, and it changes no item: the items
+     * looked up ahead stay the list's) */
     Py_ssize_t ahead = PyList_Size(w->recs) - PL_AHEAD; /* the last k that may look ahead */
+    PlAhead next;
+    for (Py_ssize_t k = i; k < i + n && k < i + PL_AHEAD; k++) {
+        pl_ahead_keep(&next, k, PyList_GetItem(w->recs, k));
+    }
     for (Py_ssize_t k = i; k < i + n; k++) {
         char *src;
         Py_ssize_t len;
-        if (k < ahead) {
-            pl_prefetch_object(PyList_GetItem(w->recs, k + PL_AHEAD));
+        if (k < ahead) { /* (beyond the batch too: the next one's first records) */
+            pl_ahead_keep(&next, k + PL_AHEAD, PyList_GetItem(w->recs, k + PL_AHEAD));
         }
-        if (PyBytes_AsStringAndSize(PyList_GetItem(w->recs, k), &src, &len) < 0) {
+        PyObject *rec = pl_ahead_item(&next, k);
+        if (rec == NULL || PyBytes_AsStringAndSize(rec, &src, &len) < 0) {
             return -1;
         }
         if (len > room) {
@@ -668,7 +706,11 @@ piece_crcs(Packer *self, unsigned char *p, Py_ssize_t length)
         }
         self->crcs = crcs;
         if (self->op_chunk != chunk) {
-            self->crc_op = shift_op((size_t)chunk);
+            if (self->crc_op == NULL && (self->crc_op = PyMem_Malloc(sizeof(MulTable))) == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            mul_table(self->crc_op, shift_op((size_t)chunk));
             self->op_chunk = chunk;
         }
     }
@@ -677,7 +719,7 @@ piece_crcs(Packer *self, unsigned char *p, Py_ssize_t length)
     Py_ssize_t k = 1;
     for (; k < pieces - 1; k++) {
         self->crcs[k] = pl_crc32c(0, p + k * chunk, (size_t)chunk);
-        crc = multmodp(self->crc_op, crc) ^ self->crcs[k];
+        crc = mul_by(self->crc_op, crc) ^ self->crcs[k];
     }
     if (k * chunk < length) {
         crc = pl_crc32c(crc, p + k * chunk, (size_t)(length - k * chunk));

@@ -738,7 +738,9 @@ clear_slot(const Gen *g, long long seq)
 static int
 table_length(PyObject *r, uint16_t *v)
 {
-    Py_ssize_t len = PyBytes_CheckExact(r) ? PyBytes_Size(r) : PyObject_Size(r);
+    /* a bytes object's size is its length: read with no call, from the
+     * cache line whose reference count the append writes next */
+    Py_ssize_t len = PyBytes_CheckExact(r) ? Py_SIZE(r) : PyObject_Size(r);
     if (len < 0) {
         return -1;
     }
@@ -751,13 +753,28 @@ table_length(PyObject *r, uint16_t *v)
 static int
 append_taken(PyObject *out, PyObject *rec, uint16_t *lens, Py_ssize_t *count)
 {
-    if (lens != NULL && table_length(rec, &lens[*count]) < 0) {
-        return -1;
-    }
-    if (PyList_Append(out, rec) < 0) {
+    Py_INCREF(rec); /* held: the length of a subclass of bytes may run its code */
+    int failed = (lens != NULL && table_length(rec, &lens[*count]) < 0) ||
+                 PyList_Append(out, rec) < 0;
+    Py_DECREF(rec);
+    if (failed) {
         return -1;
     }
     (*count)++;
+    return 0;
+}
+
+/* Look up the slots of lo + from .. lo + to (at most) into `ahead`; 0 or -1. */
+static int
+look_ahead(PlAhead *ahead, const Gen *g, long long lo, long long from, long long to)
+{
+    for (long long i = from; i <= to; i++) {
+        PyObject *next = slot(g, lo + i);
+        if (next == NULL) {
+            return -1;
+        }
+        pl_ahead_keep(ahead, (Py_ssize_t)i, next);
+    }
     return 0;
 }
 
@@ -782,24 +799,31 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
             PyErr_SetString(PyExc_ValueError, "start .. end spans more seqs than a list has slots");
             return -1;
         }
-        for (long long i = 0; i <= hi - lo; i++) {
+        /* the slots ahead, each looked up once: this list's slots of lo .. hi
+         * are distinct (the span is under its size), and only the take's own
+         * clears change them -- but for Python code, which only the length of
+         * a record that is not exactly bytes runs: after one, look again */
+        PlAhead ahead;
+        long long span = hi - lo;
+        if (look_ahead(&ahead, &g[k], lo, 0, span < PL_AHEAD - 1 ? span : PL_AHEAD - 1) < 0) {
+            return -1;
+        }
+        for (long long i = 0; i <= span; i++) {
             long long s = lo + i;
-            if (i + PL_AHEAD <= hi - lo) {
-                PyObject *ahead = slot(&g[k], s + PL_AHEAD); /* a masked index: in the list */
-                if (ahead == NULL) {
-                    PyErr_Clear(); /* (a hint only: the slot itself is read below) */
-                }
-                pl_prefetch_object(ahead);
-            }
-            PyObject *rec = slot(&g[k], s);
-            if (rec == NULL) {
+            long long to = i + PL_AHEAD < span ? i + PL_AHEAD : span;
+            if (i + PL_AHEAD <= span && look_ahead(&ahead, &g[k], lo, to, to) < 0) {
                 return -1;
             }
+            PyObject *rec = pl_ahead_item(&ahead, (Py_ssize_t)i);
+            int exact = PyBytes_CheckExact(rec);
             if (rec != Py_None) {
-                if (append_taken(out, rec, lens, count) < 0) {
+                if (append_taken(out, rec, lens, count) < 0 ||
+                    (!exact && look_ahead(&ahead, &g[k], lo, i + 1, to) < 0)) {
                     return -1;
                 }
-                if (k == last && clear_slot(&g[k], s) < 0) { /* an older list is dropped whole */
+                /* cleared in an older list too, now that its line is in the cache:
+                 * left there, the list's dealloc would meet each record again */
+                if (clear_slot(&g[k], s) < 0) {
                     return -1;
                 }
                 continue;
@@ -818,7 +842,9 @@ take_into(PyObject *out, const Gen *g, Py_ssize_t n, long long start, long long 
             if (j == n) {
                 return 0; /* not there yet: stop before it */
             }
-            if (append_taken(out, rec, lens, count) < 0 || clear_slot(&g[j], s) < 0) {
+            exact = PyBytes_CheckExact(rec);
+            if (append_taken(out, rec, lens, count) < 0 || clear_slot(&g[j], s) < 0 ||
+                (!exact && look_ahead(&ahead, &g[k], lo, i + 1, to) < 0)) {
                 return -1;
             }
         }
@@ -968,20 +994,26 @@ ring_take_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t k = 0; k < n; k++) {
         room += g[k].mask + 1;
     }
-    if (start <= end && (unsigned long long)end - (unsigned long long)start < (unsigned long long)room) {
+    if (start > end) {
+        room = 0;
+    } else if ((unsigned long long)end - (unsigned long long)start < (unsigned long long)room) {
         room = (Py_ssize_t)(end - start + 1);
     }
-    uint16_t *lens = PyMem_Malloc(sizeof(uint16_t) * (size_t)(room > 0 ? room : 1));
-    if (lens == NULL) {
-        PyMem_Free(g);
-        return PyErr_NoMemory();
-    }
+    /* the table is written straight into the bytes returned, made for all of
+     * start .. end (what a take finds but for a hole); copied to its size
+     * only when the take stopped short */
+    PyObject *table = PyBytes_FromStringAndSize(NULL, room * (Py_ssize_t)sizeof(uint16_t));
+    uint16_t *lens = table == NULL ? NULL : (uint16_t *)PyBytes_AsString(table);
     Py_ssize_t count = 0;
     PyObject *out = NULL;
-    if (n == 0 || take_into(args[3], g, n, start, end, lens, &count) == 0) {
-        out = PyBytes_FromStringAndSize((const char *)lens, count * (Py_ssize_t)sizeof(uint16_t));
+    if (lens != NULL && (n == 0 || take_into(args[3], g, n, start, end, lens, &count) == 0)) {
+        if (count == room) {
+            out = Py_NewRef(table);
+        } else {
+            out = PyBytes_FromStringAndSize((const char *)lens, count * (Py_ssize_t)sizeof(uint16_t));
+        }
     }
-    PyMem_Free(lens);
+    Py_XDECREF(table);
     PyMem_Free(g);
     return out;
 }

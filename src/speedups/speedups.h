@@ -49,4 +49,29 @@ pl_prefetch_object(const void *obj)
 #endif
 }
 
+/* The items of a list that a loop will meet next, each looked up once: a
+ * loop over a list's items asks for item k + PL_AHEAD (pl_ahead_keep, which
+ * asks the CPU for its object too) and uses item k from here
+ * (pl_ahead_item), so each item costs one PyList_GetItem, not two (the
+ * limited API has no macro for it).  The pointers are borrowed: only for a
+ * loop that runs no Python code and changes no item it has not reached. */
+#define PL_WINDOW 16 /* a power of two above PL_AHEAD */
+
+typedef struct {
+    PyObject *at[PL_WINDOW];
+} PlAhead;
+
+static inline void
+pl_ahead_keep(PlAhead *a, Py_ssize_t k, PyObject *item)
+{
+    a->at[k & (PL_WINDOW - 1)] = item;
+    pl_prefetch_object(item);
+}
+
+static inline PyObject *
+pl_ahead_item(const PlAhead *a, Py_ssize_t k)
+{
+    return a->at[k & (PL_WINDOW - 1)];
+}
+
 #endif

@@ -24,7 +24,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import event, given, settings
@@ -542,3 +542,52 @@ def test_release_counts_the_same_bytes_both_ways() -> None:
         finally:
             sender_records._core = core
     assert counts == [sum(map(len, records))] * 2
+
+
+class _Meddler(bytes):
+    """A record whose length empties the ring's other slots (Python code that a
+    take meets only for a record that is not exactly bytes)."""
+
+    slots: ClassVar[list[bytes | None]] = []
+
+    def __len__(self) -> int:
+        self.slots[:] = [None] * len(self.slots)  # lets go of the records there
+        return super().__len__()
+
+
+@needs_core
+def test_a_take_looks_again_after_a_records_own_code() -> None:
+    """The take reads the slots ahead once, except after a record's own code
+    ran: the records that code let go of are not taken (nor read: the
+    sanitizer lane would see it)."""
+    assert core is not None
+    slots: list[bytes | None] = [None] * 8
+    _Meddler.slots = slots
+    first = _Meddler(b"m")
+    for seq in range(2, 6):
+        slots[seq] = bytes([seq]) * 200  # only the ring holds them
+    slots[1] = first
+    records: list[bytes] = []
+    table = core.ring_take_into(((1, slots, 7),), 1, 5, records)
+    assert records == [first] and array("H", table).tolist() == [1]
+
+
+@pytest.mark.parametrize("take", ["c", "python"])
+def test_a_take_leaves_no_record_in_an_older_list(take: str) -> None:
+    """Records taken from an older generation are let go there as they are
+    taken, not when that list is dropped (the take has them in the cache)."""
+    if take == "c" and core is None:
+        pytest.skip(native.reason or "no ring in the core")
+    old: list[bytes | None] = [None, b"a", b"b", None]  # seqs 1, 2 (slot = seq & 3)
+    new: list[bytes | None] = [None] * 8
+    new[3] = b"c"  # the straggler of seq 3 wrote the newer list
+    new[4] = b"d"
+    gens = ((1, old, 3), (4, new, 7))
+    if take == "c":
+        assert core is not None
+        records: list[bytes] = []
+        core.ring_take_into(gens, 1, 4, records)
+    else:
+        records = ring.take(gens, 1, 4)
+    assert records == [b"a", b"b", b"c", b"d"]
+    assert old == [None] * 4 and new == [None] * 8

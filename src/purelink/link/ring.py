@@ -123,8 +123,9 @@ def take(gens: tuple[Gen, ...], start: int, end: int) -> list[bytes]:
                         del part[k:]
                         complete = False
                         break
-        if g == last:  # an older list is dropped whole, and never written at
-            _clear(slots, mask, lo, lo + len(part) - 1)  # these slots again
+        # cleared in an older list too: dropped with its records still in it,
+        # that list's end would meet each of them again (cold, in a backlog)
+        _clear(slots, mask, lo, lo + len(part) - 1)
         out += part
         if not complete:
             break
