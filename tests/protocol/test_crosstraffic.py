@@ -5,12 +5,16 @@ and the rounds that must not."""
 from __future__ import annotations
 
 from purelink.protocol.congestion.crosstraffic import (
+    DEEP_QUEUE,
+    DEEP_ROUNDS,
     EMPTY_ROUNDS,
     FALL_HOLD,
     GROW_ROUNDS,
     HELD_ROUNDS,
     LOSSY_ROUNDS,
     MAX_START,
+    TREND_ROUNDS,
+    TREND_TIME,
     CrossTraffic,
 )
 
@@ -25,14 +29,35 @@ CLOCK: dict[int, float] = {}
 
 
 def feed(judge: CrossTraffic, delay: float, *, flight: int = 40 * D, cut: bool = False,
-         rounds: int = 1) -> bool:  # fmt: skip
+         rounds: int = 1, ours: float = OURS) -> bool:  # fmt: skip
     changed = False
     for _ in range(rounds):
         now = CLOCK[id(judge)] = CLOCK.get(id(judge), 0.0) + RTT + delay
         changed |= judge.round(
-            queue_delay=delay, flight=flight, ours=OURS, btl_bw=BW, min_rtt=RTT, cut=cut, now=now,
+            queue_delay=delay, flight=flight, ours=ours, btl_bw=BW, min_rtt=RTT, cut=cut, now=now,
         )  # fmt: skip
     return changed
+
+
+def ramp(judge: CrossTraffic, delays: tuple[float, float], flights: tuple[int, int],
+         rounds: int, *, ours: float = OURS) -> bool:  # fmt: skip
+    """`rounds` rounds whose queue and flight move in a line between the pairs."""
+    changed = False
+    for i in range(rounds):
+        x = i / (rounds - 1)
+        delay = delays[0] + (delays[1] - delays[0]) * x
+        flight = int(flights[0] + (flights[1] - flights[0]) * x)
+        changed |= feed(judge, delay, flight=flight, ours=ours)
+    return changed
+
+
+SLOW = 0.2
+"""Our share's delay when the queue has left us a small rate: a link that
+holds QUEUE_SHARE datagrams in a queue of delay d has QUEUE_SHARE / d of the
+path (Little's law), so the queue stands at about this, never above 1.25x."""
+
+TREND = max(TREND_ROUNDS, int(TREND_TIME / RTT) + 1) * 2
+"""Rounds that outlast the trend's window twice over."""
 
 
 def hold_rounds(delay: float) -> int:
@@ -157,3 +182,57 @@ def test_a_queue_refilling_after_a_drain_proves_nothing() -> None:
     for i in range(GROW_ROUNDS - 1):
         assert not feed(judge, 0.001 + 0.006 * i)  # from empty: a refill
     assert judge.kind == CrossTraffic.MODEL
+
+
+def test_a_queue_that_grows_as_we_yield_is_a_loss_based_window() -> None:
+    """A loss-based window grows whatever the queue: the queue rises over a
+    second and more, and a link that keeps its share of it yields, its rate
+    falling.  MODEL's count never starts (the queue is our share's delay at
+    the rate we are left with): the trend tells, and the verdict is LOSS
+    from our flight, slow-starting (`growing`)."""
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.02, rounds=4, ours=SLOW)
+    assert ramp(judge, (0.02, 0.08), (40 * D, 25 * D), TREND, ours=SLOW)
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
+    assert 25 * D <= judge.window <= 40 * D
+
+
+def test_a_queue_refilling_while_our_rate_holds_is_not_a_trend() -> None:
+    """Purelink links refill the queue to their shares after a drain: it
+    rises, our flight holds and so, nearly, does our rate."""
+    judge = CrossTraffic(D)
+    assert not ramp(judge, (0.003, 0.012), (40 * D, 40 * D), TREND, ours=SLOW)
+    assert not feed(judge, 0.012, rounds=TREND, ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_step_of_the_queue_or_one_grown_by_our_own_flight_is_not_a_trend() -> None:
+    """A newcomer's startup raises the queue in a step, not quarter by
+    quarter; a queue that our own flight grows is ours."""
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.02, rounds=TREND // 2, flight=40 * D, ours=SLOW)
+    assert not feed(judge, 0.06, rounds=TREND // 2, flight=30 * D, ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+    judge = CrossTraffic(D)
+    assert not ramp(judge, (0.02, 0.06), (30 * D, 60 * D), TREND, ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_queue_deeper_than_a_model_based_flow_keeps_is_a_loss_based_one() -> None:
+    """A model-based flow caps its flight at 2 bdp: a min RTT of queue.  More
+    than DEEP_QUEUE min RTTs for DEEP_ROUNDS rounds is a loss-based flow's,
+    under MODEL and, beyond our own share of it, under NONE."""
+    deep = (DEEP_QUEUE + 0.2) * RTT
+    judge = model()
+    assert not feed(judge, 1.0 * RTT, rounds=4 * DEEP_ROUNDS)  # BBR v1's queue
+    assert not feed(judge, deep, rounds=DEEP_ROUNDS - 1)
+    assert feed(judge, deep)
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
+    judge = CrossTraffic(D)
+    assert not feed(judge, deep, rounds=DEEP_ROUNDS - 1)
+    assert feed(judge, deep)
+    assert judge.kind == CrossTraffic.LOSS
+    # the same queue, all of it ours (a slow link's share): nothing
+    judge = CrossTraffic(D)
+    assert not feed(judge, deep, rounds=4 * DEEP_ROUNDS, ours=deep)
+    assert judge.kind == CrossTraffic.NONE

@@ -71,6 +71,35 @@ delay its own share of a queue would make.  The verdict (`kind`):
                higher (read as growth, it sent a link beside BBR v1 on 10
                bdp, 20 Mbit/s, 40 ms, into a slow start that took 0.65 of
                the pair; 0.51 with the new high).
+           Two more ways to LOSS, for a loss-based flow that the rounds of a
+           queue not ours (MODEL's test) miss or take too long to find:
+             * a trend, under NONE: over the last TREND_TIME (1 s) and at
+               least TREND_ROUNDS (12) rounds the queue's mean delay rose
+               quarter by quarter, each rise between a tenth and TREND_STEP
+               (0.6) of the whole and the last round above the last
+               quarter's mean (not a step, nor a step that decays), the
+               whole more than TREND_RISE min RTTs and a third of where it
+               began, while our flight did not grow and our rate
+               (flight / RTT) fell under TREND_RATE of what it was: a window
+               that grows whatever the queue, and us yielding to it.  MODEL's
+               test cannot see this flow once we have yielded: a link that
+               keeps QUEUE_SHARE datagrams in a queue of delay d gets
+               QUEUE_SHARE / d of the path (Little's law), so the standing
+               queue is always about our share's delay at the rate we are
+               left with, whoever keeps the rest; only the queue's motion
+               tells.  Purelink links keep a flat queue (QUEUE_SHARE
+               datagrams each, whatever their rates): a queue refilling to it
+               after a drain rises while our rate holds (without the rate's
+               fall, 10 of the 47 slow pair cases ended outside 25 %); a
+               newcomer's startup raises it in a step; BBR v1 holds it flat
+               between its probes;
+             * a deep queue: for DEEP_ROUNDS (4) rounds in a row more than
+               DEEP_QUEUE (1.5) min RTTs of queue beyond our share's (under
+               NONE, while a queue not ours is being counted) or in all (under
+               MODEL): a model-based flow caps its flight at 2 bdp, one min
+               RTT of queue, and so do we under MODEL; a loss-based flow
+               fills whatever buffer there is.
+           Both start from our flight and slow-start, as `growing` does.
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
@@ -122,6 +151,14 @@ FLIGHT_ROUNDS: Final = 6
 CUBIC_CUT: Final = 0.3
 MAX_START: Final = 3.0
 EMPTY_QUEUE: Final = 0.1
+DEEP_QUEUE: Final = 1.5  # min RTTs of queue that no model-based flow keeps
+DEEP_ROUNDS: Final = 4
+TREND_TIME: Final = 1.0  # seconds of rounds in which the queue's trend is judged
+TREND_ROUNDS: Final = 12  # and at least this many rounds
+TREND_STEP: Final = 0.6  # no quarter's rise more than this part of the whole
+TREND_RISE: Final = 0.1  # the whole rise, in min RTTs
+TREND_REL: Final = 0.33  # and over where the queue began
+TREND_RATE: Final = 0.8  # our rate (flight / RTT) fell to this part of what it was
 
 
 class CrossTraffic:
@@ -144,6 +181,8 @@ class CrossTraffic:
         self._held = 0  # consecutive rounds of a queue that is not (only) ours
         self._held_from = 0.0  # the queue's delay when they began
         self._empty = 0  # consecutive rounds without a queue
+        self._deep = 0
+        self._trend: deque[tuple[float, float, int]] = deque(maxlen=1024)  # (when, delay, flight)
         self._queues: deque[float] = deque(maxlen=FALL_ROUNDS)  # each round's standing delay
         self._grown: deque[tuple[float, int]] = deque(maxlen=GROW_ROUNDS)  # (delay, flight)
         self._flights: deque[int] = deque(maxlen=FLIGHT_ROUNDS)
@@ -172,6 +211,8 @@ class CrossTraffic:
         self._deepest = max(self._deepest, queue_delay)
         self._lossy.append(cut)
         if self.kind == CrossTraffic.NONE:
+            if self._trending(now, queue_delay, flight, min_rtt):
+                return self._growing(flight)
             others = queue_delay > OTHERS_SHARES * ours and queue_delay > EMPTY_QUEUE * min_rtt
             if not others:
                 self._held = 0
@@ -181,6 +222,10 @@ class CrossTraffic:
                 self._held += 1
             else:
                 self._held = 0
+            deep = queue_delay - OTHERS_SHARES * ours > DEEP_QUEUE * min_rtt
+            self._deep = self._deep + 1 if deep and self._held else 0
+            if self._deep >= DEEP_ROUNDS:
+                return self._growing(flight)
             if self._held >= HELD_ROUNDS:
                 return self._switch(CrossTraffic.MODEL)
             return False
@@ -191,6 +236,9 @@ class CrossTraffic:
             return False
         if self._empty >= EMPTY_ROUNDS:
             return self._switch(CrossTraffic.NONE)
+        self._deep = self._deep + 1 if queue_delay > DEEP_QUEUE * min_rtt else 0
+        if self._deep >= DEEP_ROUNDS:
+            return self._growing(flight)
         self._queues.append(queue_delay)
         if len(self._grown) == GROW_ROUNDS:
             self._high = max(self._high, self._grown[0][0])  # older than the window
@@ -202,6 +250,40 @@ class CrossTraffic:
         if window is None:
             return False
         self.window = min(max(window, flight), MAX_START * max(flight, 4 * self.datagram_size))
+        return self._switch(CrossTraffic.LOSS)
+
+    def _trending(self, now: float, delay: float, flight: int, min_rtt: float) -> bool:
+        """Under NONE: the queue grew steadily over the last TREND_TIME s and
+        TREND_ROUNDS rounds while we yielded (module docstring)."""
+        trend = self._trend
+        trend.append((now, delay, flight))
+        while len(trend) > TREND_ROUNDS and now - trend[1][0] >= TREND_TIME:
+            trend.popleft()
+        if len(trend) < TREND_ROUNDS or now - trend[0][0] < TREND_TIME:
+            return False
+        items = list(trend)
+        n = len(items) // 4
+        quarters = [items[i * n : (i + 1) * n] for i in range(3)] + [items[3 * n :]]
+        delays = [sum(d for _, d, _ in q) / len(q) for q in quarters]
+        flights = [sum(f for _, _, f in q) / len(q) for q in quarters]
+        rates = [sum(f / (min_rtt + d) for _, d, f in q) / len(q) for q in quarters]
+        rises = [b - a for a, b in pairwise(delays)]
+        whole = delays[-1] - delays[0]
+        return (
+            min(rises) > (1.0 - TREND_STEP) / 4 * whole
+            and max(rises) < TREND_STEP * whole
+            and delay >= delays[-1]  # still rising, not a step that decays
+            and whole > TREND_RISE * min_rtt
+            and whole > TREND_REL * delays[0]
+            and flights[-1] <= flights[0]
+            and rates[-1] <= TREND_RATE * rates[0]
+        )
+
+    def _growing(self, flight: int) -> bool:
+        """A loss-based competitor whose window is still growing: LOSS, from
+        our flight, slow-starting to the first loss (bbr.py) as its own did."""
+        self.growing = True
+        self.window = float(flight)
         return self._switch(CrossTraffic.LOSS)
 
     def _cut(self, flight: int, btl_bw: float, min_rtt: float) -> float | None:
@@ -275,7 +357,8 @@ class CrossTraffic:
     def _switch(self, kind: str) -> bool:
         self.kind = kind
         self.switches += 1
-        self._held = self._empty = 0
+        self._held = self._empty = self._deep = 0
+        self._trend.clear()
         self._queues.clear()
         self._grown.clear()
         self._high = 0.0
