@@ -199,10 +199,11 @@ def test_a_queue_that_grows_as_we_yield_is_a_loss_based_window() -> None:
 
 def test_a_queue_refilling_while_our_rate_holds_is_not_a_trend() -> None:
     """Purelink links refill the queue to their shares after a drain: it
-    rises, our flight holds and so, nearly, does our rate."""
+    rises quarter by quarter as a growing window's would, but our flight
+    holds and so, nearly, does our rate (it falls by less than TREND_RATE)."""
     judge = CrossTraffic(D)
-    assert not ramp(judge, (0.003, 0.012), (40 * D, 40 * D), TREND, ours=SLOW)
-    assert not feed(judge, 0.012, rounds=TREND, ours=SLOW)
+    assert not ramp(judge, (0.006, 0.016), (40 * D, 40 * D), TREND // 2, ours=SLOW)
+    assert not feed(judge, 0.016, rounds=TREND, ours=SLOW)
     assert judge.kind == CrossTraffic.NONE
 
 
@@ -235,4 +236,29 @@ def test_a_queue_deeper_than_a_model_based_flow_keeps_is_a_loss_based_one() -> N
     # the same queue, all of it ours (a slow link's share): nothing
     judge = CrossTraffic(D)
     assert not feed(judge, deep, rounds=4 * DEEP_ROUNDS, ours=deep)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_trend_deeper_than_a_model_based_flow_keeps_is_left_to_the_deep_rule() -> None:
+    """The trend judges queues up to DEEP_QUEUE min RTTs: deeper, a loss-based
+    flow early in its growth would start our slow start while its window is
+    small (the deep queue's rule judges there, from rounds of a queue not ours)."""
+    judge = CrossTraffic(D)
+    deep = (DEEP_QUEUE + 0.5) * RTT
+    assert not ramp(judge, (deep, 3 * deep), (40 * D, 20 * D), TREND // 2, ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_rise_that_turns_down_is_not_judged_while_it_falls() -> None:
+    """A queue that rose for a second and now falls (a step decaying, or the
+    competitor's cut under way) is no window growing whatever the queue:
+    the round must still be above the last quarter's mean."""
+    judge = CrossTraffic(D)
+    feed(judge, 0.02, rounds=4, ours=SLOW)
+    rising = [
+        (0.02 + 0.06 * i / (TREND - 1), int(40 * D - 15 * D * i / (TREND - 1))) for i in range(13)
+    ]
+    for delay, flight in rising[:-1]:  # the round after these would give the verdict
+        assert not feed(judge, delay, flight=flight, ours=SLOW)
+    assert not feed(judge, 0.028, flight=rising[-1][1], ours=SLOW)
     assert judge.kind == CrossTraffic.NONE
