@@ -382,10 +382,16 @@ typedef struct {
     unsigned long long pn;    /* the last packet number used */
     double now;
     PyObject *out;            /* list */
-    PyObject *flights;        /* dict, or NULL */
+    PyObject *flights;        /* dict or Flights, or NULL */
+    PlFlights *ring;          /* flights if it is a Flights, else NULL */
     PyObject *made;           /* list of flights, or NULL */
     int piece_crcs;           /* pieces of the open batch: self->crcs hold */
     long long used;
+    int stamped;              /* each flight gets the stamps below as it is made */
+    long long delivered;      /* the delivery-rate stamps (packing.Stamps) */
+    double delivered_time;
+    double first_sent;
+    char app_limited;
 } Fill;
 
 static int
@@ -477,7 +483,18 @@ packer_dealloc(PyObject *self)
 static int
 emit(Fill *w, PyObject *data, PyObject *f, unsigned long long pn)
 {
-    if (w->flights != NULL) {
+    if (w->stamped) {
+        PlFlight *s = (PlFlight *)f;
+        s->delivered = w->delivered;
+        s->delivered_time = w->delivered_time;
+        s->first_sent = w->first_sent;
+        s->app_limited = w->app_limited;
+    }
+    if (w->ring != NULL) {
+        if (pl_flights_put(w->ring, pn, f) < 0) {
+            return -1;
+        }
+    } else if (w->flights != NULL) {
         PyObject *key = PyLong_FromUnsignedLongLong(pn);
         if (key == NULL) {
             return -1;
@@ -892,12 +909,42 @@ arg_ll(PyObject *o, long long *v)
 
 /* fill(recs, lens, base, pushed, pn, now, count, room, out, flights) ->
  * (pn, bytes): packing.py's Packer.fill. */
+/* The stamps (delivered, delivered_time, first_sent, app_limited) into w;
+ * 0, or -1 with an exception. */
+static int
+fill_stamps(Fill *w, PyObject *stamps)
+{
+    if (!PyTuple_Check(stamps) || PyTuple_Size(stamps) != 4) {
+        PyErr_SetString(PyExc_TypeError, "fill(): stamps is a tuple of 4");
+        return -1;
+    }
+    w->delivered = PyLong_AsLongLong(PyTuple_GetItem(stamps, 0));
+    if (w->delivered == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    w->delivered_time = PyFloat_AsDouble(PyTuple_GetItem(stamps, 1));
+    if (w->delivered_time == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    w->first_sent = PyFloat_AsDouble(PyTuple_GetItem(stamps, 2));
+    if (w->first_sent == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    int app_limited = PyObject_IsTrue(PyTuple_GetItem(stamps, 3));
+    if (app_limited < 0) {
+        return -1;
+    }
+    w->app_limited = (char)app_limited;
+    w->stamped = 1;
+    return 0;
+}
+
 static PyObject *
 packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     Packer *self = (Packer *)op;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "fill() takes 10 arguments");
+    if (nargs != 10 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "fill() takes 10 or 11 arguments");
         return NULL;
     }
     Fill w = {0};
@@ -906,8 +953,11 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     w.recs = args[0];
     w.out = args[8];
     w.flights = args[9];
-    if (!PyList_Check(w.recs) || !PyList_Check(w.out) || !PyDict_Check(w.flights)) {
-        PyErr_SetString(PyExc_TypeError, "fill(): recs and out are lists, flights a dict");
+    w.ring = pl_flights(w.flights);
+    if (!PyList_Check(w.recs) || !PyList_Check(w.out) ||
+        !(PyDict_Check(w.flights) || w.ring != NULL)) {
+        PyErr_SetString(PyExc_TypeError, "fill(): recs and out are lists, flights a dict "
+                                         "or a Flights");
         return NULL;
     }
     if (arg_ull(args[2], &w.base) < 0 || arg_ull(args[3], &pushed) < 0 ||
@@ -917,6 +967,9 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     }
     w.now = PyFloat_AsDouble(args[5]);
     if (w.now == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (nargs == 11 && args[10] != Py_None && fill_stamps(&w, args[10]) < 0) {
         return NULL;
     }
     Py_buffer view;
@@ -1162,16 +1215,43 @@ gso_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(j);
 }
 
+/* total_size(datagrams) -> int: sum(map(len, datagrams)) for a list of
+ * bytes-like objects (the sender's count of the bytes a call put out). */
+static PyObject *
+total_size(PyObject *module, PyObject *datagrams)
+{
+    (void)module;
+    if (!PyList_Check(datagrams)) {
+        PyErr_SetString(PyExc_TypeError, "total_size(datagrams: list)");
+        return NULL;
+    }
+    long long total = 0;
+    for (Py_ssize_t k = 0; k < PyList_Size(datagrams); k++) {
+        PyObject *d = PyList_GetItem(datagrams, k);
+        Py_INCREF(d); /* the length of another type may run code */
+        Py_ssize_t len = PyBytes_CheckExact(d) ? PyBytes_Size(d) : PyObject_Size(d);
+        Py_DECREF(d);
+        if (len < 0) {
+            return NULL;
+        }
+        total += len;
+    }
+    return PyLong_FromLongLong(total);
+}
+
 static PyMethodDef pack_functions[] = {
     {"gso_run", (PyCFunction)(void (*)(void))gso_run, METH_FASTCALL,
      "gso_run(datagrams, i, limit) -> where the GSO run from datagrams[i] ends."},
+    {"total_size", total_size, METH_O,
+     "total_size(datagrams) -> sum(map(len, datagrams)) for a list of datagrams."},
     SEND_RUN_METHOD
     {NULL, NULL, 0, NULL},
 };
 
 static PyMethodDef packer_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))packer_fill, METH_FASTCALL,
-     "fill(recs, lens, base, pushed, pn, now, count, room, out, flights) -> (pn, bytes)"},
+     "fill(recs, lens, base, pushed, pn, now, count, room, out, flights, stamps=None) "
+     "-> (pn, bytes)"},
     {"resend", (PyCFunction)(void (*)(void))packer_resend, METH_FASTCALL,
      "resend(f, pn, now) -> (pn, flights)"},
     {"start", (PyCFunction)(void (*)(void))packer_start, METH_FASTCALL,
