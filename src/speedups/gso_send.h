@@ -14,6 +14,32 @@
 #ifndef PURELINK_GSO_SEND_H
 #define PURELINK_GSO_SEND_H
 
+/* Where the run of datagrams that goes to the kernel in one GSO call from
+ * datagrams[i] (of `size` bytes; n in the list) ends (transport.py's run_end):
+ * up to `limit` datagrams of its size, and one shorter last one; -1 with an
+ * exception if a datagram has no length. */
+static Py_ssize_t
+run_end(PyObject *datagrams, Py_ssize_t i, Py_ssize_t n, Py_ssize_t size, Py_ssize_t limit)
+{
+    Py_ssize_t j = i + 1;
+    Py_ssize_t len = -1;
+    while (j < n && j - i < limit) {
+        len = PyObject_Size(PyList_GetItem(datagrams, j));
+        if (len < 0) {
+            return -1;
+        }
+        if (len != size) {
+            break;
+        }
+        j++;
+        len = -1;
+    }
+    if (len >= 0 && len < size) {
+        j++; /* a shorter last segment is allowed */
+    }
+    return j;
+}
+
 #if defined(__linux__)
 #include <errno.h>
 #include <sys/socket.h>
@@ -152,27 +178,6 @@ send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(sent);
 }
 
-/* Where the run of equal datagrams from datagrams[i] ends (pack.c's gso_run, for
- * exact bytes): up to `limit` of its size, and one shorter last one. */
-static Py_ssize_t
-send_run_end(PyObject *datagrams, Py_ssize_t i, Py_ssize_t n, Py_ssize_t size, Py_ssize_t limit)
-{
-    Py_ssize_t j = i + 1;
-    Py_ssize_t len = -1;
-    while (j < n && j - i < limit) {
-        len = PyBytes_Size(PyList_GetItem(datagrams, j));
-        if (len != size) {
-            break;
-        }
-        j++;
-        len = -1;
-    }
-    if (len >= 0 && len < size) {
-        j++; /* a shorter last segment is allowed */
-    }
-    return j;
-}
-
 /* send_runs(fd, datagrams, max_segments, max_bytes, release) -> (i, calls,
  * errno): every datagram of the list (exact bytes) to the kernel, each GSO run
  * (transport.py's: up to min(max_segments, max_bytes // its size) datagrams of
@@ -214,7 +219,7 @@ send_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t size = PyBytes_Size(PyList_GetItem(datagrams, i));
         Py_ssize_t limit = size > 0 ? max_bytes / size : most;
         limit = limit < most ? limit : most;
-        Py_ssize_t j = send_run_end(datagrams, i, n, size, limit);
+        Py_ssize_t j = run_end(datagrams, i, n, size, limit); /* exact bytes: no error */
         ssize_t sent = send_run_list((int)fd, datagrams, i, j - i, size, release, &err);
         if (sent == -2) {
             return NULL;

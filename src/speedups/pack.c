@@ -1223,23 +1223,8 @@ gso_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (size < 0) {
         return NULL;
     }
-    Py_ssize_t j = i + 1;
-    Py_ssize_t len = -1;
-    while (j < n && j - i < limit) {
-        len = PyObject_Size(PyList_GetItem(datagrams, j));
-        if (len < 0) {
-            return NULL;
-        }
-        if (len != size) {
-            break;
-        }
-        j++;
-        len = -1;
-    }
-    if (len >= 0 && len < size) {
-        j++; /* a shorter last segment is allowed */
-    }
-    return PyLong_FromSsize_t(j);
+    Py_ssize_t j = run_end(datagrams, i, n, size, limit);
+    return j < 0 ? NULL : PyLong_FromSsize_t(j);
 }
 
 /* total_size(datagrams) -> int: sum(map(len, datagrams)) for a list of
