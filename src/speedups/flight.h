@@ -39,4 +39,28 @@ PyObject *pl_flight_new(PyTypeObject *tp, unsigned long long pn, unsigned long l
 /* The module's Flight type (a new reference), or NULL with an exception set. */
 PyTypeObject *pl_flight_type(PyObject *module);
 
+/* The ledger's flights by packet number in a ring (flights.c: Flights). */
+typedef struct PlFlights PlFlights;
+
+/* `o` if it is a Flights, else NULL (no exception). */
+PlFlights *pl_flights(PyObject *o);
+
+/* Flights held. */
+Py_ssize_t pl_flights_len(const PlFlights *r);
+
+/* The flight of pn (borrowed), or NULL (no exception). */
+PyObject *pl_flights_get(const PlFlights *r, unsigned long long pn);
+
+/* Put f in as pn's (a new reference): pn above every one held, or one held
+ * (replaced in its place); 0, or -1 with an exception (ValueError otherwise). */
+int pl_flights_put(PlFlights *r, unsigned long long pn, PyObject *f);
+
+/* Take pn's flight out (and let it go); 0, or -1 with KeyError. */
+int pl_flights_del(PlFlights *r, unsigned long long pn);
+
+/* The first flight at or after *pn, in packet number order: 1 with *pn its
+ * pn and *f the flight (borrowed), or 0 at the end.  To walk them all: start
+ * at 0 and go on from *pn + 1; nothing may change the ring meanwhile. */
+int pl_flights_next(const PlFlights *r, unsigned long long *pn, PyObject **f);
+
 #endif

@@ -14,6 +14,32 @@
 #ifndef PURELINK_GSO_SEND_H
 #define PURELINK_GSO_SEND_H
 
+/* Where the run of datagrams that goes to the kernel in one GSO call from
+ * datagrams[i] (of `size` bytes; n in the list) ends (transport.py's run_end):
+ * up to `limit` datagrams of its size, and one shorter last one; -1 with an
+ * exception if a datagram has no length. */
+static Py_ssize_t
+run_end(PyObject *datagrams, Py_ssize_t i, Py_ssize_t n, Py_ssize_t size, Py_ssize_t limit)
+{
+    Py_ssize_t j = i + 1;
+    Py_ssize_t len = -1;
+    while (j < n && j - i < limit) {
+        len = PyObject_Size(PyList_GetItem(datagrams, j));
+        if (len < 0) {
+            return -1;
+        }
+        if (len != size) {
+            break;
+        }
+        j++;
+        len = -1;
+    }
+    if (len >= 0 && len < size) {
+        j++; /* a shorter last segment is allowed */
+    }
+    return j;
+}
+
 #if defined(__linux__)
 #include <errno.h>
 #include <sys/socket.h>
@@ -72,6 +98,47 @@ send_run_call(int fd, struct iovec *iov, Py_ssize_t count, uint16_t segment, int
     return sent;
 }
 
+/* datagrams[i:i+count] (bytes, at most 64; as send_run checks them) in one
+ * sendmsg: the bytes sent, -1 with *err its errno, or -2 with an exception. */
+static ssize_t
+send_run_list(int fd, PyObject *datagrams, Py_ssize_t i, Py_ssize_t count, Py_ssize_t segment,
+              int release, int *err)
+{
+    PyObject *held[SEND_RUN_MAX];
+    struct iovec iov[SEND_RUN_MAX];
+    Py_ssize_t k = 0;
+    for (; k < count; k++) {
+        PyObject *d = PyList_GetItem(datagrams, i + k);
+        char *buf;
+        Py_ssize_t len;
+        if (d == NULL || !PyBytes_Check(d) || PyBytes_AsStringAndSize(d, &buf, &len) < 0) {
+            if (d != NULL && !PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "send_run(): a datagram is bytes");
+            }
+            break;
+        }
+        if (count > 1 && (k < count - 1 ? len != segment : len > segment)) {
+            /* the kernel cuts the bytes, not the iovecs: a run is equal datagrams
+             * and a last one no longer */
+            PyErr_SetString(PyExc_ValueError, "send_run(): not a run of segment-sized datagrams");
+            break;
+        }
+        Py_INCREF(d); /* held while the GIL may be given up: the list may change */
+        held[k] = d;
+        iov[k].iov_base = buf;
+        iov[k].iov_len = (size_t)len;
+    }
+    ssize_t sent = -2;
+    if (k == count) {
+        sent = send_run_call(fd, iov, count, (uint16_t)segment, release);
+        *err = errno;
+    }
+    for (Py_ssize_t m = 0; m < k; m++) {
+        Py_DECREF(held[m]);
+    }
+    return sent;
+}
+
 /* send_run(fd, datagrams, i, j, segment, release) -> int: datagrams[i:j] (bytes,
  * at most 64) in one sendmsg on the connected non-blocking socket fd: with
  * UDP_SEGMENT = segment when more than one (each but the last exactly segment
@@ -99,40 +166,9 @@ send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "send_run(): no such fd, run or segment size");
         return NULL;
     }
-    PyObject *held[SEND_RUN_MAX];
-    struct iovec iov[SEND_RUN_MAX];
-    Py_ssize_t k = 0;
-    for (; k < count; k++) {
-        PyObject *d = PyList_GetItem(args[1], i + k);
-        char *buf;
-        Py_ssize_t len;
-        if (d == NULL || !PyBytes_Check(d) || PyBytes_AsStringAndSize(d, &buf, &len) < 0) {
-            if (d != NULL && !PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "send_run(): a datagram is bytes");
-            }
-            break;
-        }
-        if (count > 1 && (k < count - 1 ? len != segment : len > segment)) {
-            /* the kernel cuts the bytes, not the iovecs: a run is equal datagrams
-             * and a last one no longer */
-            PyErr_SetString(PyExc_ValueError, "send_run(): not a run of segment-sized datagrams");
-            break;
-        }
-        Py_INCREF(d); /* held while the GIL may be given up: the list may change */
-        held[k] = d;
-        iov[k].iov_base = buf;
-        iov[k].iov_len = (size_t)len;
-    }
-    ssize_t sent = -1;
     int err = 0;
-    if (k == count) {
-        sent = send_run_call((int)fd, iov, count, (uint16_t)segment, release);
-        err = errno;
-    }
-    for (Py_ssize_t m = 0; m < k; m++) {
-        Py_DECREF(held[m]);
-    }
-    if (k < count) {
+    ssize_t sent = send_run_list((int)fd, args[1], i, count, segment, release, &err);
+    if (sent == -2) {
         return NULL;
     }
     if (sent < 0) {
@@ -142,10 +178,69 @@ send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(sent);
 }
 
+/* send_runs(fd, datagrams, max_segments, max_bytes, release) -> (i, calls,
+ * errno): every datagram of the list (exact bytes) to the kernel, each GSO run
+ * (transport.py's: up to min(max_segments, max_bytes // its size) datagrams of
+ * one size, and one shorter last one) in one sendmsg, until one fails: then
+ * i is where that run starts and errno its error (0: all sent, i = the
+ * list's length); calls counts the sendmsg calls that passed.  What to do
+ * about an error stays in transport.py, which is handed the run's error as
+ * if its own send of that run had raised it. */
+static PyObject *
+send_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t fd, most, max_bytes;
+    if (nargs != 5 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "send_runs(fd, datagrams: list, max_segments, max_bytes, release)");
+        return NULL;
+    }
+    int release = PyObject_IsTrue(args[4]);
+    if (release < 0 || send_run_index(args[0], &fd) < 0 || send_run_index(args[2], &most) < 0 ||
+        send_run_index(args[3], &max_bytes) < 0) {
+        return NULL;
+    }
+    if (fd < 0 || fd > 0x7FFFFFFF || most < 1 || most > SEND_RUN_MAX || max_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "send_runs(): no such fd, or limits out of range");
+        return NULL;
+    }
+    PyObject *datagrams = args[1];
+    Py_ssize_t n = PyList_Size(datagrams);
+    for (Py_ssize_t k = 0; k < n; k++) { /* exact bytes only: no code runs below */
+        if (!PyBytes_CheckExact(PyList_GetItem(datagrams, k))) {
+            PyErr_SetString(PyExc_TypeError, "send_runs(): a datagram is bytes");
+            return NULL;
+        }
+    }
+    Py_ssize_t i = 0, calls = 0;
+    int err = 0;
+    while (i < n) {
+        Py_ssize_t size = PyBytes_Size(PyList_GetItem(datagrams, i));
+        Py_ssize_t limit = size > 0 ? max_bytes / size : most;
+        limit = limit < most ? limit : most;
+        Py_ssize_t j = run_end(datagrams, i, n, size, limit); /* exact bytes: no error */
+        ssize_t sent = send_run_list((int)fd, datagrams, i, j - i, size, release, &err);
+        if (sent == -2) {
+            return NULL;
+        }
+        if (sent < 0) {
+            break;
+        }
+        calls++;
+        i = j;
+        n = PyList_Size(datagrams); /* the GIL may have been given up */
+    }
+    return Py_BuildValue("(nni)", i, calls, i < n ? err : 0);
+}
+
 #define SEND_RUN_METHOD                                                                       \
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL,                        \
      "send_run(fd, datagrams, i, j, segment, release) -> bytes sent: datagrams[i:j] in one "  \
-     "sendmsg (UDP GSO when more than one), no join."},
+     "sendmsg (UDP GSO when more than one), no join."},                                       \
+    {"send_runs", (PyCFunction)(void (*)(void))send_runs, METH_FASTCALL,                      \
+     "send_runs(fd, datagrams, max_segments, max_bytes, release) -> (i, calls, errno): "      \
+     "every GSO run in one sendmsg each, up to the first that fails."},
 #else
 #define SEND_RUN_METHOD
 #endif

@@ -4,8 +4,9 @@
  *
  * Why: recovery.py's InFlight touches every datagram twice (sent, then
  * acked) in Python, a few hundred nanoseconds each.  These functions do those
- * loops in C on the very same state (InFlight's `flights` dict, `bytes`,
- * `_retx`, its DeliveryRate's counters), so the pure-Python path and this one
+ * loops in C on the very same state (InFlight's `flights`, a dict or the
+ * ring of flights.c; `bytes`, `_retx`, its DeliveryRate's counters), so the
+ * pure-Python path and this one
  * cannot drift apart, and hand back one aggregate per answer (the acked
  * flights, the lost ones); every policy -- congestion control, the RTT
  * estimator, path MTU, the counters -- stays Python and is called as before.
@@ -203,6 +204,46 @@ args_double(PyObject *o, double *v)
     return *v == -1.0 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* The flights in order, from a dict or a Flights (flights.c). */
+typedef struct {
+    PyObject *dict;
+    PlFlights *ring;
+    Py_ssize_t pos;
+    unsigned long long pn;
+} Walk;
+
+/* 0 if `flights` is neither a dict nor a Flights. */
+static int
+walk_start(Walk *w, PyObject *flights)
+{
+    w->ring = pl_flights(flights);
+    w->dict = w->ring == NULL && PyDict_Check(flights) ? flights : NULL;
+    w->pos = 0;
+    w->pn = 0;
+    return w->ring != NULL || w->dict != NULL;
+}
+
+/* The next flight (borrowed) and its key (borrowed; NULL from a Flights); 0 at the end. */
+static int
+walk_next(Walk *w, PyObject **key, PyObject **value)
+{
+    if (w->ring != NULL) {
+        *key = NULL;
+        if (!pl_flights_next(w->ring, &w->pn, value)) {
+            return 0;
+        }
+        w->pn++;
+        return 1;
+    }
+    return PyDict_Next(w->dict, &w->pos, key, value);
+}
+
+static Py_ssize_t
+walk_size(const Walk *w)
+{
+    return w->ring != NULL ? pl_flights_len(w->ring) : PyDict_Size(w->dict);
+}
+
 /* ------------------------------------------------------------- sent */
 
 /* ledger_sent(new, flights, bytes, delivered, delivered_time, first_sent,
@@ -216,9 +257,11 @@ args_double(PyObject *o, double *v)
 static PyObject *
 ledger_sent(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "ledger_sent(new: dict, flights: dict, bytes, "
-                                         "delivered, delivered_time, first_sent, app_limited)");
+    Walk into;
+    if (nargs != 7 || !PyDict_Check(args[0]) || !walk_start(&into, args[1])) {
+        PyErr_SetString(PyExc_TypeError, "ledger_sent(new: dict, flights: dict | Flights, "
+                                         "bytes, delivered, delivered_time, first_sent, "
+                                         "app_limited)");
         return NULL;
     }
     PyObject *new = args[0], *flights = args[1];
@@ -257,7 +300,13 @@ ledger_sent(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         f->delivered_time = delivered_time;
         f->first_sent = first_sent;
         f->app_limited = (char)app_limited;
-        if (PyDict_SetItem(flights, key, value) < 0) {
+        if (into.ring != NULL) {
+            unsigned long long pn = PyLong_AsUnsignedLongLong(key);
+            if ((pn == (unsigned long long)-1 && PyErr_Occurred()) ||
+                pl_flights_put(into.ring, pn, value) < 0) {
+                return NULL;
+            }
+        } else if (PyDict_SetItem(flights, key, value) < 0) {
             return NULL;
         }
         bytes += f->size;
@@ -267,16 +316,29 @@ ledger_sent(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------ acked */
 
+/* One flight acked: into `acked`, its key in `flights` into `keys` (the
+ * very key object, so that resolve's removal makes no int to look it up). */
+static int
+take_acked(PyObject *acked, PyObject *keys, PyObject *key, PyObject *value)
+{
+    return PyList_Append(acked, value) < 0 || (key != NULL && PyList_Append(keys, key) < 0)
+               ? -1
+               : 0;
+}
+
 /* The flights `ack` covers, in the flights' order (InFlight._acked): into
- * `acked`.  1 to decline, -1 with an exception, 0 done. */
+ * `acked`, their keys into `keys` (a dict's).  1 to decline, -1 with an
+ * exception, 0 done. */
 static int
 walk_acked(PyObject *flights, PyTypeObject *tp, const Answer *ans, unsigned long long largest,
-           unsigned long long received, int all_received, long long retx, PyObject *acked)
+           unsigned long long received, int all_received, long long retx, PyObject *acked,
+           PyObject *keys)
 {
     int full = ans->nranges || ans->nfrags || retx;
-    Py_ssize_t pos = 0;
+    Walk w;
     PyObject *key, *value;
-    while (PyDict_Next(flights, &pos, &key, &value)) {
+    walk_start(&w, flights);
+    while (walk_next(&w, &key, &value)) {
         if (Py_TYPE(value) != tp) {
             return 1;
         }
@@ -286,7 +348,7 @@ walk_acked(PyObject *flights, PyTypeObject *tp, const Answer *ans, unsigned long
         }
         if (f->last <= received || (ans->nranges && in_ranges(f, ans)) ||
             (ans->nfrags && f->end && in_spans(f, ans))) {
-            if (PyList_Append(acked, value) < 0) {
+            if (take_acked(acked, keys, key, value) < 0) {
                 return -1;
             }
         } else if (!full) {
@@ -294,12 +356,12 @@ walk_acked(PyObject *flights, PyTypeObject *tp, const Answer *ans, unsigned long
         }
     }
     Py_ssize_t n = PyList_Size(acked);
-    if (n < PyDict_Size(flights) && all_received) {
+    if (n < walk_size(&w) && all_received) {
         /* everything sent is received: copies whose own answer never came are
          * done too (in the flights' order, after those above) */
         Py_ssize_t j = 0;
-        pos = 0;
-        while (PyDict_Next(flights, &pos, &key, &value)) {
+        walk_start(&w, flights);
+        while (walk_next(&w, &key, &value)) {
             if (j < n && value == PyList_GetItem(acked, j)) {
                 j++;
                 continue;
@@ -307,7 +369,8 @@ walk_acked(PyObject *flights, PyTypeObject *tp, const Answer *ans, unsigned long
             if (Py_TYPE(value) != tp) {
                 return 1;
             }
-            if (((PlFlight *)value)->last <= received && PyList_Append(acked, value) < 0) {
+            if (((PlFlight *)value)->last <= received &&
+                take_acked(acked, keys, key, value) < 0) {
                 return -1;
             }
         }
@@ -323,19 +386,15 @@ typedef struct {
 } Resolve;
 
 static int
-resolve(PyObject *flights, PyObject *acked, Resolve *r)
+resolve(PyObject *flights, PyObject *acked, PyObject *keys, Resolve *r)
 {
     Py_ssize_t n = PyList_Size(acked);
+    PlFlights *ring = pl_flights(flights);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *item = PyList_GetItem(acked, k);
         PlFlight *f = (PlFlight *)item;
-        PyObject *key = PyLong_FromUnsignedLongLong(f->pn);
-        if (key == NULL) {
-            return -1;
-        }
-        int rc = PyDict_DelItem(flights, key);
-        Py_DECREF(key);
-        if (rc < 0) {
+        if (ring != NULL ? pl_flights_del(ring, f->pn) < 0
+                         : PyDict_DelItem(flights, PyList_GetItem(keys, k)) < 0) {
             return -1;
         }
         r->bytes -= f->size;
@@ -373,7 +432,7 @@ ledger_acked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Answer ans = {0};
     Resolve r = {0};
     long long largest;
-    PyObject *result = NULL, *acked = NULL, *rate = NULL, *best = NULL;
+    PyObject *result = NULL, *acked = NULL, *keys = NULL, *rate = NULL, *best = NULL;
     PyTypeObject *tp = pl_flight_type(module);
     PyObject *flights = tp != NULL ? PyObject_GetAttrString(inflight, "flights") : NULL;
     if (flights == NULL) {
@@ -387,24 +446,26 @@ ledger_acked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     int rc = answer_parse(args[1], &ans);
-    if (rc == 0 && (!PyDict_Check(flights) || (best != Py_None && Py_TYPE(best) != tp) ||
+    Walk check;
+    if (rc == 0 && (!walk_start(&check, flights) || (best != Py_None && Py_TYPE(best) != tp) ||
                     largest < 0)) {
         rc = 1;
     }
     acked = rc == 0 ? PyList_New(0) : NULL;
-    if (rc == 0 && acked == NULL) {
+    keys = acked != NULL ? PyList_New(0) : NULL;
+    if (rc == 0 && keys == NULL) {
         goto done;
     }
     if (rc == 0) {
         rc = walk_acked(flights, tp, &ans, (unsigned long long)largest, received, all_received,
-                        r.retx, acked);
+                        r.retx, acked, keys);
     }
     if (rc != 0) {
         result = rc > 0 ? Py_NewRef(Py_NotImplemented) : NULL;
         goto done;
     }
     r.best = best;
-    rc = resolve(flights, acked, &r);
+    rc = resolve(flights, acked, keys, &r);
     /* what was resolved stays resolved, even after an error midway */
     if (set_ll(inflight, "bytes", r.bytes) < 0 || set_ll(inflight, "_retx", r.retx) < 0 ||
         set_ll(rate, "delivered", r.delivered) < 0 || set_ll(rate, "_newly", r.newly) < 0 ||
@@ -415,6 +476,7 @@ ledger_acked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     result = Py_NewRef(acked);
 done:
     answer_free(&ans);
+    Py_XDECREF(keys);
     Py_XDECREF(acked);
     Py_XDECREF(best);
     Py_XDECREF(rate);
@@ -433,8 +495,10 @@ done:
 static PyObject *
 ledger_lost(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyDict_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "ledger_lost(flights: dict, reference, delay, now)");
+    Walk w;
+    if (nargs != 4 || !walk_start(&w, args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "ledger_lost(flights: dict | Flights, reference, delay, now)");
         return NULL;
     }
     unsigned long long reference = PyLong_AsUnsignedLongLong(args[1]);
@@ -449,9 +513,8 @@ ledger_lost(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *lost = PyList_New(0);
     PyObject *loss_time = NULL;
-    Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (lost != NULL && PyDict_Next(args[0], &pos, &key, &value)) {
+    while (lost != NULL && walk_next(&w, &key, &value)) {
         if (Py_TYPE(value) != tp) {
             Py_DECREF(lost);
             Py_DECREF(tp);

@@ -10,6 +10,7 @@ static PyModuleDef_Slot slots[] = {
     {Py_mod_exec, (void *)pl_ring_exec},
     {Py_mod_exec, (void *)pl_pack_exec},
     {Py_mod_exec, (void *)pl_ledger_exec},
+    {Py_mod_exec, (void *)pl_flights_exec},
     {Py_mod_exec, (void *)pl_intake_exec},
     {0, NULL},
 };

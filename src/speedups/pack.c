@@ -8,7 +8,11 @@
  * bytes are identical (tests/native/test_pack.py holds them equal).  Each
  * datagram is allocated once at its final size and written in place: header,
  * length table and records copied once, the batch CRC-32C and the datagram
- * CRC-32C computed over the bytes where they lie -- no joins.
+ * CRC-32C computed over the bytes where they lie -- no joins.  A batch larger
+ * than one datagram is put together in a buffer the packer keeps from one
+ * batch to the next (warm in the cache, no allocation), and cut from there.
+ * With `stamps`, each flight gets the ledger's delivery-rate stamps as it is
+ * made and goes straight into the ledger's flights (a dict or Flights).
  *
  * Layouts (wire.py, batch.py, docs/wire.md), all little-endian:
  *   datagram header  "PL" u8 version=2 u8 type u32 conn_id        (8)
@@ -36,6 +40,7 @@
 #define FRAG_HEAD (FRAGMENT_OVERHEAD - TRAILER) /* where a piece starts: 36 */
 #define BATCH_LIMIT 0xFFFF
 #define MAX_SMALL_RECORD 0xFFFF
+#define BATCH_KEEP (1 << 20) /* a batch buffer kept between batches: at most this */
 #define MSG_DATA 4
 #define MSG_FRAGMENT 5
 #define DATAGRAM_VERSION 2
@@ -345,7 +350,13 @@ pl_flight_type(PyObject *module)
 typedef struct {
     PyObject_HEAD
     PyTypeObject *flight_type;
-    PyObject *batch; /* the open batch (bytes), or NULL */
+    /* the open batch's bytes: a buffer of the packer's own, written again by
+     * each batch (warm in the cache, no allocation per batch; let go after a
+     * batch larger than BATCH_KEEP), holding a batch while batch_len */
+    unsigned char *batch;
+    Py_ssize_t batch_len; /* the open batch's length; 0: none is open */
+    Py_ssize_t batch_cap;
+    int filling; /* a fill runs: another on this packer meanwhile is refused */
     unsigned long long conn_id;
     unsigned long long producer_id;
     unsigned long long epoch;
@@ -382,10 +393,16 @@ typedef struct {
     unsigned long long pn;    /* the last packet number used */
     double now;
     PyObject *out;            /* list */
-    PyObject *flights;        /* dict, or NULL */
+    PyObject *flights;        /* dict or Flights, or NULL */
+    PlFlights *ring;          /* flights if it is a Flights, else NULL */
     PyObject *made;           /* list of flights, or NULL */
     int piece_crcs;           /* pieces of the open batch: self->crcs hold */
     long long used;
+    int stamped;              /* each flight gets the stamps below as it is made */
+    long long delivered;      /* the delivery-rate stamps (packing.Stamps) */
+    double delivered_time;
+    double first_sent;
+    char app_limited;
 } Fill;
 
 static int
@@ -447,7 +464,6 @@ packer_traverse(PyObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(((Packer *)self)->flight_type);
-    Py_VISIT(((Packer *)self)->batch);
     return 0;
 }
 
@@ -455,7 +471,6 @@ static int
 packer_clear(PyObject *self)
 {
     Py_CLEAR(((Packer *)self)->flight_type);
-    Py_CLEAR(((Packer *)self)->batch);
     return 0;
 }
 
@@ -465,6 +480,7 @@ packer_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     packer_clear(self);
+    PyMem_Free(((Packer *)self)->batch);
     PyMem_Free(((Packer *)self)->crcs);
     PyMem_Free(((Packer *)self)->crc_op);
     freefunc free_ = (freefunc)PyType_GetSlot(tp, Py_tp_free);
@@ -477,7 +493,18 @@ packer_dealloc(PyObject *self)
 static int
 emit(Fill *w, PyObject *data, PyObject *f, unsigned long long pn)
 {
-    if (w->flights != NULL) {
+    if (w->stamped) {
+        PlFlight *s = (PlFlight *)f;
+        s->delivered = w->delivered;
+        s->delivered_time = w->delivered_time;
+        s->first_sent = w->first_sent;
+        s->app_limited = w->app_limited;
+    }
+    if (w->ring != NULL) {
+        if (pl_flights_put(w->ring, pn, f) < 0) {
+            return -1;
+        }
+    } else if (w->flights != NULL) {
         PyObject *key = PyLong_FromUnsignedLongLong(pn);
         if (key == NULL) {
             return -1;
@@ -731,21 +758,29 @@ piece_crcs(Packer *self, unsigned char *p, Py_ssize_t length)
 }
 
 /* A batch of records recs[i:i+n] (encode_batch_of), or of the one record
- * recs[i] without a length table (encode_large_batch). */
-static PyObject *
+ * recs[i] without a length table (encode_large_batch), into the packer's
+ * batch buffer (grown to fit); 0, or -1 with an exception (no batch open). */
+static int
 batch_bytes(Packer *self, Fill *w, unsigned long long seq, Py_ssize_t i, Py_ssize_t n,
             long long payload, int large)
 {
     long long length = BATCH_HEADER + (large ? 0 : 2 * (long long)n) + payload;
     if (length > 0xFFFFFFFFLL) {
         PyErr_SetString(PyExc_OverflowError, "a batch of 4 GiB or more");
-        return NULL;
+        return -1;
     }
-    PyObject *batch = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
-    if (batch == NULL) {
-        return NULL;
+    self->batch_len = 0;
+    if (length > self->batch_cap) {
+        PyMem_Free(self->batch);
+        self->batch_cap = 0;
+        self->batch = PyMem_Malloc((size_t)length);
+        if (self->batch == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->batch_cap = (Py_ssize_t)length;
     }
-    unsigned char *p = (unsigned char *)PyBytes_AsString(batch);
+    unsigned char *p = self->batch;
     put64(p, 0);
     put_batch_tail(p + 12, large ? FLAG_LARGE : 0, (uint32_t)length, (uint32_t)n,
                    self->producer_id, seq, (uint32_t)self->epoch);
@@ -754,15 +789,11 @@ batch_bytes(Packer *self, Fill *w, unsigned long long seq, Py_ssize_t i, Py_ssiz
         put_table(at, w->lens + i, n);
         at += 2 * n;
     }
-    if (copy_records(w, at, i, n, payload) < 0) {
-        Py_DECREF(batch);
-        return NULL;
+    if (copy_records(w, at, i, n, payload) < 0 || piece_crcs(self, p, (Py_ssize_t)length) < 0) {
+        return -1;
     }
-    if (piece_crcs(self, p, (Py_ssize_t)length) < 0) {
-        Py_DECREF(batch);
-        return NULL;
-    }
-    return batch;
+    self->batch_len = (Py_ssize_t)length;
+    return 0;
 }
 
 /* The next batch (packing.py's _pack_batch): one DATA datagram if it fits one
@@ -799,7 +830,7 @@ pack_batch(Packer *self, Fill *w, unsigned long long pushed, Py_ssize_t *made)
             counted_bytes = real_bytes(w, from, i + n - from);
         }
     }
-    PyObject *data = NULL, *batch = NULL;
+    PyObject *data = NULL;
     if (total <= self->data_room) {
         data = data_datagram(self, w, w->pn + 1, seq, i, n, payload);
         if (data == NULL) {
@@ -818,11 +849,9 @@ pack_batch(Packer *self, Fill *w, unsigned long long pushed, Py_ssize_t *made)
         *made = 1;
         Py_DECREF(data);
     } else {
-        batch = batch_bytes(self, w, seq, i, n, payload, payload > MAX_SMALL_RECORD);
-        if (batch == NULL) {
+        if (batch_bytes(self, w, seq, i, n, payload, payload > MAX_SMALL_RECORD) < 0) {
             return -1;
         }
-        setref(&self->batch, batch);
         self->first = seq;
         self->last = last;
         self->at = 0;
@@ -838,12 +867,23 @@ pack_batch(Packer *self, Fill *w, unsigned long long pushed, Py_ssize_t *made)
     return 0;
 }
 
+/* No batch is open any more (its buffer kept for the next, unless large). */
+static void
+close_batch(Packer *self)
+{
+    self->batch_len = 0;
+    if (self->batch_cap > BATCH_KEEP) {
+        PyMem_Free(self->batch);
+        self->batch = NULL;
+        self->batch_cap = 0;
+    }
+}
+
 /* Pieces of the open batch: as many as count and room allow. */
 static int
 open_pieces(Packer *self, Fill *w, Py_ssize_t count, long long room, Py_ssize_t *made)
 {
-    PyObject *batch = self->batch;
-    Py_ssize_t len = PyBytes_Size(batch);
+    Py_ssize_t len = self->batch_len;
     Py_ssize_t chunk = self->chunk;
     long long want = (room - w->used + self->size - 1) / self->size;
     long long left = (len - self->at + chunk - 1) / chunk;
@@ -857,22 +897,19 @@ open_pieces(Packer *self, Fill *w, Py_ssize_t count, long long room, Py_ssize_t 
     if (end > len) {
         end = len;
     }
-    Py_INCREF(batch);
     Py_ssize_t k = 0;
     w->piece_crcs = 1;
-    int rc = emit_pieces(self, w, self->first, self->last,
-                         (const unsigned char *)PyBytes_AsString(batch), 0, self->at, end, len,
+    int rc = emit_pieces(self, w, self->first, self->last, self->batch, 0, self->at, end, len,
                          &k);
     w->piece_crcs = 0;
     if (rc == 0) {
         self->pieces += (unsigned long long)k;
         self->at = end;
         if (end >= len) {
-            Py_CLEAR(self->batch);
+            close_batch(self);
         }
         *made = k;
     }
-    Py_DECREF(batch);
     return rc;
 }
 
@@ -892,12 +929,42 @@ arg_ll(PyObject *o, long long *v)
 
 /* fill(recs, lens, base, pushed, pn, now, count, room, out, flights) ->
  * (pn, bytes): packing.py's Packer.fill. */
+/* The stamps (delivered, delivered_time, first_sent, app_limited) into w;
+ * 0, or -1 with an exception. */
+static int
+fill_stamps(Fill *w, PyObject *stamps)
+{
+    if (!PyTuple_Check(stamps) || PyTuple_Size(stamps) != 4) {
+        PyErr_SetString(PyExc_TypeError, "fill(): stamps is a tuple of 4");
+        return -1;
+    }
+    w->delivered = PyLong_AsLongLong(PyTuple_GetItem(stamps, 0));
+    if (w->delivered == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    w->delivered_time = PyFloat_AsDouble(PyTuple_GetItem(stamps, 1));
+    if (w->delivered_time == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    w->first_sent = PyFloat_AsDouble(PyTuple_GetItem(stamps, 2));
+    if (w->first_sent == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    int app_limited = PyObject_IsTrue(PyTuple_GetItem(stamps, 3));
+    if (app_limited < 0) {
+        return -1;
+    }
+    w->app_limited = (char)app_limited;
+    w->stamped = 1;
+    return 0;
+}
+
 static PyObject *
 packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     Packer *self = (Packer *)op;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "fill() takes 10 arguments");
+    if (nargs != 10 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "fill() takes 10 or 11 arguments");
         return NULL;
     }
     Fill w = {0};
@@ -906,8 +973,11 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     w.recs = args[0];
     w.out = args[8];
     w.flights = args[9];
-    if (!PyList_Check(w.recs) || !PyList_Check(w.out) || !PyDict_Check(w.flights)) {
-        PyErr_SetString(PyExc_TypeError, "fill(): recs and out are lists, flights a dict");
+    w.ring = pl_flights(w.flights);
+    if (!PyList_Check(w.recs) || !PyList_Check(w.out) ||
+        !(PyDict_Check(w.flights) || w.ring != NULL)) {
+        PyErr_SetString(PyExc_TypeError, "fill(): recs and out are lists, flights a dict "
+                                         "or a Flights");
         return NULL;
     }
     if (arg_ull(args[2], &w.base) < 0 || arg_ull(args[3], &pushed) < 0 ||
@@ -917,6 +987,9 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     }
     w.now = PyFloat_AsDouble(args[5]);
     if (w.now == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (nargs == 11 && args[10] != Py_None && fill_stamps(&w, args[10]) < 0) {
         return NULL;
     }
     Py_buffer view;
@@ -933,11 +1006,17 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     if (view.len / 2 < w.nrecs) {
         w.nrecs = view.len / 2;
     }
+    if (self->filling) { /* (no Python code runs in a fill: only a bug could get here) */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "fill(): the packer is filling already");
+        return NULL;
+    }
+    self->filling = 1;
     long long sent = 0;
     int rc = 0;
     while (sent < count && w.used < room) {
         Py_ssize_t made = 0;
-        if (self->batch == NULL) {
+        if (!self->batch_len) {
             if (self->next_seq > pushed) {
                 break;
             }
@@ -950,6 +1029,7 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         }
         sent += made;
     }
+    self->filling = 0;
     PyBuffer_Release(&view);
     if (rc < 0) {
         return NULL;
@@ -1083,7 +1163,7 @@ packer_start(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     self->producer_id = v[1];
     self->epoch = v[2];
     self->next_seq = v[3];
-    Py_CLEAR(self->batch);
+    close_batch(self);
     Py_RETURN_NONE;
 }
 
@@ -1113,7 +1193,7 @@ static PyObject *
 packer_get_open(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(((Packer *)op)->batch != NULL);
+    return PyBool_FromLong(((Packer *)op)->batch_len != 0);
 }
 
 /* gso_run(datagrams, i, limit) -> j: where the run of datagrams that goes to
@@ -1143,35 +1223,47 @@ gso_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (size < 0) {
         return NULL;
     }
-    Py_ssize_t j = i + 1;
-    Py_ssize_t len = -1;
-    while (j < n && j - i < limit) {
-        len = PyObject_Size(PyList_GetItem(datagrams, j));
+    Py_ssize_t j = run_end(datagrams, i, n, size, limit);
+    return j < 0 ? NULL : PyLong_FromSsize_t(j);
+}
+
+/* total_size(datagrams) -> int: sum(map(len, datagrams)) for a list of
+ * bytes-like objects (the sender's count of the bytes a call put out). */
+static PyObject *
+total_size(PyObject *module, PyObject *datagrams)
+{
+    (void)module;
+    if (!PyList_Check(datagrams)) {
+        PyErr_SetString(PyExc_TypeError, "total_size(datagrams: list)");
+        return NULL;
+    }
+    long long total = 0;
+    for (Py_ssize_t k = 0; k < PyList_Size(datagrams); k++) {
+        PyObject *d = PyList_GetItem(datagrams, k);
+        Py_INCREF(d); /* the length of another type may run code */
+        Py_ssize_t len = PyBytes_CheckExact(d) ? PyBytes_Size(d) : PyObject_Size(d);
+        Py_DECREF(d);
         if (len < 0) {
             return NULL;
         }
-        if (len != size) {
-            break;
-        }
-        j++;
-        len = -1;
+        total += len;
     }
-    if (len >= 0 && len < size) {
-        j++; /* a shorter last segment is allowed */
-    }
-    return PyLong_FromSsize_t(j);
+    return PyLong_FromLongLong(total);
 }
 
 static PyMethodDef pack_functions[] = {
     {"gso_run", (PyCFunction)(void (*)(void))gso_run, METH_FASTCALL,
      "gso_run(datagrams, i, limit) -> where the GSO run from datagrams[i] ends."},
+    {"total_size", total_size, METH_O,
+     "total_size(datagrams) -> sum(map(len, datagrams)) for a list of datagrams."},
     SEND_RUN_METHOD
     {NULL, NULL, 0, NULL},
 };
 
 static PyMethodDef packer_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))packer_fill, METH_FASTCALL,
-     "fill(recs, lens, base, pushed, pn, now, count, room, out, flights) -> (pn, bytes)"},
+     "fill(recs, lens, base, pushed, pn, now, count, room, out, flights, stamps=None) "
+     "-> (pn, bytes)"},
     {"resend", (PyCFunction)(void (*)(void))packer_resend, METH_FASTCALL,
      "resend(f, pn, now) -> (pn, flights)"},
     {"start", (PyCFunction)(void (*)(void))packer_start, METH_FASTCALL,

@@ -22,6 +22,7 @@ int pl_crc32c_exec(PyObject *module);
 int pl_ring_exec(PyObject *module);
 int pl_pack_exec(PyObject *module);
 int pl_ledger_exec(PyObject *module);
+int pl_flights_exec(PyObject *module);
 int pl_intake_exec(PyObject *module);
 
 /* CRC-32C (Castagnoli) of len bytes at data, continuing from crc (0 to

@@ -33,6 +33,7 @@ def test_gso_refused_falls_back_to_one_send_per_datagram(
     # the refusal is simulated in NoGilSocket: the compiled send is not asked
     # (what the transport does about it is the same Python either way)
     monkeypatch.setattr(transport, "_send_run", None)
+    monkeypatch.setattr(transport, "_send_runs", None)
     with purelink.Listener(tmp_path / "d", udp="127.0.0.1:0") as lst:
         link = ship(lst)
         stats = link.stats()

@@ -202,6 +202,7 @@ def test_emsgsize_makes_the_link_settle_under_the_interface_mtu(
     monkeypatch.setattr(nogil.NoGilSocket, "send", fussy_send)
     monkeypatch.setattr(nogil.NoGilSocket, "send_gso", fussy_gso)
     monkeypatch.setattr(transport, "_send_run", None)  # the kernel is simulated above
+    monkeypatch.setattr(transport, "_send_runs", None)
     records = [b"%d:" % i + bytes(i % 3000) for i in range(6000)]
     stats, _ = ship_until_searched(tmp_path / "d", records)
     assert_settled_under(stats.datagram_size, limit)
@@ -252,6 +253,7 @@ def test_a_routers_too_big_report_on_the_next_call_costs_nothing(
     monkeypatch.setattr(nogil.NoGilSocket, "send", routed_send)
     monkeypatch.setattr(nogil.NoGilSocket, "send_gso", routed_gso)
     monkeypatch.setattr(transport, "_send_run", None)  # the router is simulated above
+    monkeypatch.setattr(transport, "_send_runs", None)
     monkeypatch.setattr(nogil.NoGilSocket, "recv", routed_recv)
     records = [b"%d:" % i + bytes(1000) for i in range(20000)]
     stats, pm = ship_until_searched(tmp_path / "d", records)
@@ -338,6 +340,7 @@ def test_a_sealed_link_fills_its_datagrams_to_datagram_size(
         return send_gso(self, data, segment)
 
     monkeypatch.setattr(nogil.NoGilSocket, "send_gso", counting_gso)
+    monkeypatch.setattr(transport, "_send_runs", None)  # each run through _send_run, counted
     c_send = transport._send_run
     if c_send is not None:  # the compiled core's send: counted the same way
 

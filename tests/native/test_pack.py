@@ -27,7 +27,10 @@ from purelink.protocol import packing, wire
 core = native.part("pack")
 pytestmark = pytest.mark.skipif(core is None, reason=native.reason or "no compiled packer")
 
-FIELDS = ("pn", "first", "last", "size", "sent", "data", "offset", "end", "retx")
+FIELDS = (
+    "pn", "first", "last", "size", "sent", "data", "offset", "end", "retx", "delivered",
+    "delivered_time", "first_sent", "app_limited",
+)  # fmt: skip
 
 sizes = st.one_of(
     st.integers(0, 120),
@@ -39,7 +42,15 @@ sizes = st.one_of(
 datagram_sizes = st.one_of(st.integers(1_200, 1_472), st.sampled_from([128, 129, 9_000]))
 steps = st.one_of(
     st.tuples(st.just("push"), st.lists(sizes, min_size=1, max_size=40)),
-    st.tuples(st.just("fill"), st.integers(0, 70), st.integers(-1, 200_000)),
+    st.tuples(
+        st.just("fill"),
+        st.integers(0, 70),
+        st.integers(-1, 200_000),
+        st.one_of(  # the delivery-rate stamps the ledger asks for (InFlight.stamps)
+            st.none(),
+            st.tuples(st.integers(0, 2**40), st.floats(0, 1e6), st.floats(0, 1e6), st.booleans()),
+        ),
+    ),
     st.tuples(st.just("size"), datagram_sizes),
     st.tuples(st.just("resend"), st.integers(0, 10_000)),
     st.tuples(st.just("start"), st.integers(0, 10_000)),
@@ -55,10 +66,20 @@ class Side:
         self.pn = 0
         self.made: list[Any] = []  # every flight made, in order
 
-    def fill(self, recs: list[bytes], lens: array[int], count: int, room: int) -> Any:
+    def fill(
+        self, recs: list[bytes], lens: array[int], count: int, room: int, stamps: Any = None
+    ) -> Any:
+        """A fill; with stamps, into the ledger's container: the compiled core's
+        ring (Flights) for the compiled packer, a dict for the pure one."""
         out: list[bytes] = []
-        flights: dict[int, Any] = {}
-        result = self.packer.fill(recs, lens, 1, len(recs), self.pn, 2.5, count, room, out, flights)
+        flights: Any = {}
+        args = (recs, lens, 1, len(recs), self.pn, 2.5, count, room, out)
+        if stamps is None:
+            result = self.packer.fill(*args, flights)
+        else:
+            if isinstance(self.packer, core.Packer):  # type: ignore[union-attr]
+                flights = core.Flights()  # type: ignore[union-attr]
+            result = self.packer.fill(*args, flights, stamps)
         self.pn = result[0]
         self.made.extend(flights.values())
         return result, out, [(pn, _attrs(f)) for pn, f in flights.items()]
@@ -95,7 +116,9 @@ def test_the_same_datagrams_for_any_records_and_steps(script: list[Any], size: i
             lens.extend(min(len(r), 0xFFFF) for r in new)
         elif step[0] == "fill":
             room = step[2] if step[2] >= 0 else 1 << 40
-            assert pure.fill(recs, lens, step[1], room) == fast.fill(recs, lens, step[1], room)
+            assert pure.fill(recs, lens, step[1], room, step[3]) == fast.fill(
+                recs, lens, step[1], room, step[3]
+            )
         elif step[0] == "size":
             pure.packer.size = fast.packer.size = step[1]
         elif step[0] == "resend" and pure.made:
@@ -217,6 +240,13 @@ def test_bad_arguments_are_errors_not_crashes() -> None:
             packer.fill(wrong, array("H", [10] * 30), 1, 30, 0, 0.0, 8, 1 << 20, out, flights)
     with pytest.raises(TypeError):
         packer.fill(recs, lens, 1, 5, 0, 0.0, 8, 1 << 20, out)
+    for stamps in ((1, 2.0), ("x", 0.0, 0.0, False), (1, "x", 0.0, False), [1, 0.0, 0.0, True]):
+        with pytest.raises(
+            TypeError
+        ):  # stamps: (delivered, delivered_time, first_sent, app_limited)
+            packer.fill(recs, lens, 1, 5, 0, 0.0, 8, 1 << 20, out, flights, stamps)
+    with pytest.raises(TypeError):  # the flights go into a dict or a Flights
+        packer.fill(recs, lens, 1, 5, 0, 0.0, 8, 1 << 20, out, [], (1, 0.0, 0.0, True))
     with pytest.raises(TypeError):
         packer.resend(packing.PureFlight(1, 1, 1, 40, 0.0, b""), 0, 0.0)
     with pytest.raises(IndexError):
@@ -236,8 +266,10 @@ def test_no_reference_is_leaked() -> None:
 
     def once() -> None:
         side = Side(core.Packer, 1400)  # type: ignore[union-attr]
+        stamps = None
         while side.packer.open or side.packer.next_seq <= len(recs):
-            side.fill(recs, lens, 16, 1 << 30)
+            side.fill(recs, lens, 16, 1 << 30, stamps)
+            stamps = None if stamps else (5, 1.0, 0.5, True)  # every other one into a Flights
         side.packer.size = 1200
         for k in range(0, len(side.made), 7):
             side.resend(k)

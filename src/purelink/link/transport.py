@@ -89,6 +89,9 @@ _pack = native.part("pack")  # the compiled core's gso_run, or None
 _send_run = getattr(_pack, "send_run", None)
 """The compiled core's send of a run: each datagram one iovec of one sendmsg (no
 join, no ctypes); None where the core is not in use (or not on Linux)."""
+_send_runs = getattr(_pack, "send_runs", None)
+"""The compiled core's loop of `send` over a list's runs, up to the first that
+fails (whose error the loop below then handles); None likewise."""
 SEND_RELEASES_GIL: Final = False
 """Whether the compiled send gives the GIL up around sendmsg (see nogil.py and
 docs/performance.md: measured both ways under load, the GIL is kept)."""
@@ -228,12 +231,20 @@ class UdpTransport:
         self.refused = False  # set by an ICMP "port unreachable" (ECONNREFUSED)
         self.foreign = False  # datagrams that are not a listener's are dropped: no word
         self.path_too_big = 0
+        self._failed: OSError | None = None  # send_runs' error for the next run sent
 
     def fileno(self) -> int:
         return self._sock.fileno()
 
     def send(self, datagrams: list[bytes]) -> None:
         i = 0
+        if _send_runs is not None and self.gso:  # the runs that pass, in one C call
+            i, calls, err = _send_runs(
+                self._fd, datagrams, GSO_MAX_SEGMENTS, GSO_MAX_BYTES, SEND_RELEASES_GIL
+            )
+            self.send_calls += calls
+            if err:  # the run at i failed: the loop's first send raises its error
+                self._failed = OSError(err, os.strerror(err))
         n = len(datagrams)
         while i < n:
             size = len(datagrams[i])
@@ -279,6 +290,10 @@ class UdpTransport:
     def _send_run(self, datagrams: list[bytes], i: int, j: int, size: int) -> None:
         """datagrams[i:j] in one system call (GSO when more than one)."""
         if _send_run is not None:
+            failed = self._failed
+            if failed is not None:  # send_runs' own try of this run
+                self._failed = None
+                raise failed
             _send_run(self._fd, datagrams, i, j, size, SEND_RELEASES_GIL)
             return
         fast = self._fast

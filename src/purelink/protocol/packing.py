@@ -54,13 +54,13 @@ bytes, each datagram written once at its final size).  `PurePacker` and
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Iterable, Reversible, Sequence
+from typing import Final, Protocol
 
 from .. import native
 from . import wire
 
-__all__ = ["BATCH_LIMIT", "Flight", "Packer", "PureFlight", "PurePacker"]
+__all__ = ["BATCH_LIMIT", "Flight", "FlightMap", "Packer", "PureFlight", "PurePacker", "Stamps"]
 
 _core = native.part("pack")
 
@@ -118,6 +118,25 @@ class Flight:
         self.delivered_time = 0.0
         self.first_sent = 0.0
         self.app_limited = False
+
+
+class FlightMap(Protocol):
+    """Flights by packet number, in the order they went in (ascending): a dict,
+    or where the compiled core is in use the ledger's ring (`_speedups.Flights`:
+    these methods, its views lists)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, pn: int) -> Flight: ...
+    def __setitem__(self, pn: int, f: Flight) -> None: ...
+    def __delitem__(self, pn: int) -> None: ...
+    def get(self, pn: int) -> Flight | None: ...
+    def values(self) -> Reversible[Flight]: ...
+    def items(self) -> Iterable[tuple[int, Flight]]: ...
+    def clear(self) -> None: ...
+
+
+Stamps = tuple[int, float, float, bool]
+"""A flight's delivery-rate stamps: delivered, delivered_time, first_sent, app_limited."""
 
 
 class Packer:
@@ -188,17 +207,28 @@ class Packer:
         count: int,
         room: int,
         out: list[bytes],
-        flights: dict[int, Flight],
+        flights: FlightMap,
+        stamps: Stamps | None = None,
     ) -> tuple[int, int]:
         """First transmissions: up to `count` datagrams appended to `out` (and
         their flights to `flights`, by packet number), each one sent while the
         bytes so far are under `room`.  `recs[i]` is seq `base + i`, `lens` its
         lengths clamped to 65,535, `pushed` the last seq there is.  Packet
         numbers follow `pn`.  Returns (the last packet number used, bytes).
+        With `stamps` (delivered, delivered_time, first_sent, app_limited), each
+        flight gets those delivery-rate stamps as it is made (`flights` is then
+        the ledger's own: InFlight.stamps).
 
         The link's hot path, with its state in locals.  Fitting starts from the
         last batch's count: the join it needs anyway gives the byte total, so
         in the steady state it costs one look at the next length."""
+        if stamps is not None:  # the compiled core's way; made here as a twin of it
+            new: dict[int, Flight] = {}
+            pn, used = self.fill(recs, lens, base, pushed, pn, now, count, room, out, new)
+            for key, f in new.items():
+                f.delivered, f.delivered_time, f.first_sent, f.app_limited = stamps
+                flights[key] = f
+            return pn, used
         used = 0
         sent = 0
         size = self._size
@@ -243,7 +273,7 @@ class Packer:
         pn: int,
         now: float,
         out: list[bytes],
-        flights: dict[int, Flight],
+        flights: FlightMap,
     ) -> tuple[int, int, int]:
         """The next batch: one DATA datagram if it fits one (returns its packet
         number, bytes and 1), else opened for fill() to send in pieces (0, 0)."""

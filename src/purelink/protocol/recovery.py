@@ -63,7 +63,11 @@ Where the compiled core has its "ledger" part (purelink.native), the loops
 over flights run in C on this very state (src/speedups/ledger.c): the stamps
 of the flights a fill sent (`sent_all`), the walk of an answer over the
 flights with their removal and delivery counts (`on_ack`), RACK's walk
-(`detect_losses`); each policy it feeds is called as here.  The loops below
+(`detect_losses`); each policy it feeds is called as here.  And the compiled
+packer stamps each flight as it makes it and files it here at once
+(`stamps`, `stamped`): the sender's fill then makes no dict of new flights
+for `sent_all` to walk; and `flights` is then the core's `Flights`, a ring
+indexed by packet number with a dict's methods (src/speedups/flights.c).  The loops below
 are the reference, and run wherever the C declines (a flight of another type).
 """
 
@@ -71,12 +75,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from .. import native
 from .congestion import CongestionControl, DeliveryRate, RateSample
 from .messages import Ack
-from .packing import Flight
+from .packing import Flight, FlightMap, Stamps
 from .pmtu import PathMtu
 from .sender_config import SenderStats
 
@@ -265,8 +269,9 @@ class InFlight:
         self.stats = stats
         self.rack = Rack()
         self.rate = DeliveryRate()
-        self.flights: dict[int, Flight] = {}
-        """By packet number, in sending order."""
+        self.flights: FlightMap = {} if _core is None else cast(FlightMap, _core.Flights())
+        """By packet number, in sending order (the compiled core's ring of them,
+        where it is in use: no dict entry and no int key per datagram)."""
         self.lost: deque[Flight] = deque()
         """Declared lost, waiting to be sent again."""
         self.bytes = 0
@@ -314,6 +319,26 @@ class InFlight:
                 return
         for f in new.values():
             self.sent(f, now)
+
+    def stamps(self, now: float) -> Stamps | None:
+        """The delivery-rate stamps of flights going out at `now`, for a packer
+        that stamps each flight it makes and files it in `flights` itself (the
+        compiled core's: sent_all's work without a dict of the new flights in
+        between; `stamped` then counts them); None where sent_all must run:
+        pure Python, or a controller with an on_sent of its own."""
+        if _core is None or type(self.cc).on_sent is not CongestionControl.on_sent:
+            return None
+        rate = self.rate
+        if not self.bytes:  # the first: rate.on_sent restarts the interval
+            return (rate.delivered, now, now, rate.app_limited != 0)
+        return (rate.delivered, rate.delivered_time, rate.first_sent, rate.app_limited != 0)
+
+    def stamped(self, nbytes: int, now: float) -> None:
+        """The packer filed flights of `nbytes` bytes with stamps(now)'s stamps."""
+        if nbytes:
+            if not self.bytes:
+                self.rate.first_sent = self.rate.delivered_time = now
+            self.bytes += nbytes
 
     def remove(self, f: Flight) -> None:
         """`f` is resolved (acked, lost, or about to be sent again)."""

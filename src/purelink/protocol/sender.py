@@ -59,6 +59,7 @@ import zlib
 from collections import deque
 from typing import Final
 
+from .. import native
 from ..errors import ProtocolError
 from . import wire
 from .congestion import CongestionControl, create
@@ -72,6 +73,9 @@ from .sender_session import SenderState
 from .window import Pacer
 
 __all__ = ["Sender", "SenderConfig", "SenderState", "SenderStats"]
+
+_total_size = getattr(native.part("pack"), "total_size", None)
+"""The compiled core's sum(map(len, datagrams)), or None (pure Python)."""
 
 # datagrams a probe timeout sends (RFC 9002 section 6.2.4 allows two)
 PROBE_DATAGRAMS: Final = 2
@@ -246,12 +250,20 @@ class Sender(SenderAnswers):
                     continue
                 out.extend(self._resend(f, now, True))
             elif self._waiting and flight.bytes < window:
-                self._pn, _ = packer.fill(
-                    self._recs, self._lens, self._base, self.pushed, self._pn, now,
-                    burst - len(out), window - flight.bytes, out, new,
-                )  # fmt: skip
-                flight.sent_all(new, now)
-                new.clear()
+                stamps = flight.stamps(now)
+                if stamps is not None:  # stamped and filed in flight as they are made
+                    self._pn, nbytes = packer.fill(
+                        self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                        burst - len(out), window - flight.bytes, out, flight.flights, stamps,
+                    )  # fmt: skip
+                    flight.stamped(nbytes, now)
+                else:
+                    self._pn, _ = packer.fill(
+                        self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                        burst - len(out), window - flight.bytes, out, new,
+                    )  # fmt: skip
+                    flight.sent_all(new, now)
+                    new.clear()
                 stats.batches, stats.fragments = packer.batches, packer.pieces
                 stats.payload = packer.payload
             else:
@@ -270,7 +282,7 @@ class Sender(SenderAnswers):
         the window or the application is what holds the link back."""
         flight = self.flight
         if out:
-            nbytes = sum(map(len, out))
+            nbytes = sum(map(len, out)) if _total_size is None else _total_size(out)
             stats = self.stats
             stats.datagrams += len(out)
             stats.bytes += nbytes
