@@ -13,6 +13,7 @@ from purelink.protocol.congestion.crosstraffic import (
     HELD_ROUNDS,
     LOSSY_ROUNDS,
     MAX_START,
+    MODEL_SETTLE,
     TREND_ROUNDS,
     TREND_TIME,
     CrossTraffic,
@@ -65,11 +66,14 @@ def hold_rounds(delay: float) -> int:
     return int((FALL_HOLD + 2 * RTT) / (RTT + delay)) + 1
 
 
-def model() -> CrossTraffic:
-    """A judge that has seen a queue of others stand: MODEL."""
+def model(*, settled: bool = True) -> CrossTraffic:
+    """A judge that has seen a queue of others stand: MODEL (and, when
+    `settled`, MODEL_SETTLE rounds of that queue since)."""
     judge = CrossTraffic(D)
     feed(judge, 0.03, rounds=HELD_ROUNDS)
     assert judge.kind == CrossTraffic.MODEL
+    if settled:
+        assert not feed(judge, 0.03, rounds=MODEL_SETTLE)
     return judge
 
 
@@ -130,6 +134,31 @@ def test_a_queue_that_grows_while_we_hold_still_is_a_growing_window() -> None:
     for i in range(GROW_ROUNDS):
         feed(judge, 0.04 + 0.004 * i, flight=(40 + 4 * i) * D)
     assert judge.kind == CrossTraffic.MODEL
+
+
+def test_the_rounds_after_a_model_verdict_settle_before_growth_or_depth_counts() -> None:
+    """Just after the switch the model has back the bandwidth of before the
+    yield, and its filter keeps it for 10 rounds: the queue our flight and
+    the competitor's model overfill meanwhile is ours.  Growth and a deep
+    queue give their verdict from the round after MODEL_SETTLE, when the
+    queue is still what they say; a cut counts at once."""
+    deep = (DEEP_QUEUE + 0.2) * RTT
+    judge = model(settled=False)
+    for i in range(MODEL_SETTLE):  # it grows, then stands deep
+        assert not feed(judge, 0.03 + 0.004 * i if i < GROW_ROUNDS else deep)
+    assert not feed(judge, 0.03, rounds=2)  # and settles
+    assert not feed(judge, deep, rounds=DEEP_ROUNDS - 1)
+    assert judge.kind == CrossTraffic.MODEL
+    assert feed(judge, deep)  # settled, and deep for DEEP_ROUNDS in a row
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
+    judge = model(settled=False)  # deep through the settling rounds and after
+    assert not feed(judge, deep, rounds=MODEL_SETTLE)
+    assert feed(judge, deep)
+    assert judge.kind == CrossTraffic.LOSS
+    judge = model(settled=False)
+    feed(judge, 0.03, rounds=2)
+    feed(judge, 0.015, rounds=hold_rounds(0.015) + 1)
+    assert judge.kind == CrossTraffic.LOSS and not judge.growing
 
 
 def test_a_fall_that_comes_back_is_no_cut() -> None:

@@ -106,6 +106,16 @@ delay its own share of a queue would make.  The verdict (`kind`):
                RTT of queue, and so do we under MODEL; a loss-based flow
                fills whatever buffer there is.
            Both start from our flight and slow-start, as `growing` does.
+           Neither growth nor a deep queue gives its verdict in the first
+           MODEL_SETTLE (10) rounds after a switch to MODEL: bbr.py gives the
+           model back the bandwidth of before the yield, which its filter
+           keeps for 10 rounds, while the competitor's model took the room
+           we left; until the filter forgets it, the two overfill the queue,
+           and the queue that grows is ours.  The rounds count meanwhile:
+           a queue still growing, or still deep, once they are over is not
+           ours (beside BBR v1 on 20 Mbit/s, 40 ms, 10 bdp, read at once
+           as a loss-based flow's, the overfill started a slow start that
+           took 0.84 of the pair; 0.49 with the rounds left to settle).
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
@@ -159,6 +169,7 @@ MAX_START: Final = 3.0
 EMPTY_QUEUE: Final = 0.1
 DEEP_QUEUE: Final = 1.5  # min RTTs of queue that no model-based flow keeps
 DEEP_ROUNDS: Final = 4
+MODEL_SETTLE: Final = 10  # rounds after a switch to MODEL before growth or depth counts
 TREND_TIME: Final = 1.0  # seconds of rounds in which the queue's trend is judged
 TREND_ROUNDS: Final = 12  # and at least this many rounds
 TREND_STEP: Final = 0.6  # no quarter's rise more than this part of the whole
@@ -188,6 +199,7 @@ class CrossTraffic:
         self._held_from = 0.0  # the queue's delay when they began
         self._empty = 0  # consecutive rounds without a queue
         self._deep = 0
+        self._settled = 0  # rounds since the switch to MODEL
         # (when, delay, flight) of the rounds under NONE; the bound keeps a
         # path of sub-millisecond rounds (over 1,024 a second) from any trend
         self._trend: deque[tuple[float, float, int]] = deque(maxlen=1024)
@@ -244,8 +256,10 @@ class CrossTraffic:
             return False
         if self._empty >= EMPTY_ROUNDS:
             return self._switch(CrossTraffic.NONE)
+        self._settled += 1
+        settled = self._settled > MODEL_SETTLE
         self._deep = self._deep + 1 if queue_delay > DEEP_QUEUE * min_rtt else 0
-        if self._deep >= DEEP_ROUNDS:
+        if self._deep >= DEEP_ROUNDS and settled:
             return self._growing(flight)
         self._queues.append(queue_delay)
         if len(self._grown) == GROW_ROUNDS:
@@ -253,7 +267,7 @@ class CrossTraffic:
         self._grown.append((queue_delay, flight))
         window = self._confirmed(self._cut(flight, btl_bw, min_rtt), queue_delay, now, min_rtt)
         self.growing = window is None
-        if window is None:
+        if window is None and settled:
             window = self._growth(min_rtt)
         if window is None:
             return False
@@ -364,7 +378,7 @@ class CrossTraffic:
     def _switch(self, kind: str) -> bool:
         self.kind = kind
         self.switches += 1
-        self._held = self._empty = self._deep = 0
+        self._held = self._empty = self._deep = self._settled = 0
         self._trend.clear()
         self._queues.clear()
         self._grown.clear()
