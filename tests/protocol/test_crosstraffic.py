@@ -14,6 +14,7 @@ from purelink.protocol.congestion.crosstraffic import (
     LOSSY_ROUNDS,
     MAX_START,
     MODEL_SETTLE,
+    SETTLE_DEEP,
     TREND_ROUNDS,
     TREND_TIME,
     CrossTraffic,
@@ -155,6 +156,11 @@ def test_the_rounds_after_a_model_verdict_settle_before_growth_or_depth_counts()
     assert not feed(judge, deep, rounds=MODEL_SETTLE)
     assert feed(judge, deep)
     assert judge.kind == CrossTraffic.LOSS
+    # deeper than two models overfilling make: it counts in them too
+    judge = model(settled=False)
+    assert not feed(judge, (SETTLE_DEEP + 0.5) * RTT, rounds=DEEP_ROUNDS - 1)
+    assert feed(judge, (SETTLE_DEEP + 0.5) * RTT)
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
     judge = model(settled=False)
     feed(judge, 0.03, rounds=2)
     feed(judge, 0.015, rounds=hold_rounds(0.015) + 1)

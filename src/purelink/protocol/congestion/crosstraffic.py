@@ -116,6 +116,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
            ours (beside BBR v1 on 20 Mbit/s, 40 ms, 10 bdp, read at once
            as a loss-based flow's, the overfill started a slow start that
            took 0.84 of the pair; 0.49 with the rounds left to settle).
+           Except a queue deeper than SETTLE_DEEP (3) min RTTs: two models
+           that each keep 2 bdp of a rate of at most the path's make at
+           most 3 min RTTs of it (beside CUBIC on 10 bdp of 20 Mbit/s, 40
+           ms, waiting out the rounds there, each of them as long as the
+           queue, took the link from 0.58-0.63 of the pair to 0.42-0.47).
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
@@ -170,6 +175,7 @@ EMPTY_QUEUE: Final = 0.1
 DEEP_QUEUE: Final = 1.5  # min RTTs of queue that no model-based flow keeps
 DEEP_ROUNDS: Final = 4
 MODEL_SETTLE: Final = 10  # rounds after a switch to MODEL before growth or depth counts
+SETTLE_DEEP: Final = 3.0  # min RTTs of queue that counts in them: more than two models overfill
 TREND_TIME: Final = 1.0  # seconds of rounds in which the queue's trend is judged
 TREND_ROUNDS: Final = 12  # and at least this many rounds
 TREND_STEP: Final = 0.6  # no quarter's rise more than this part of the whole
@@ -259,7 +265,7 @@ class CrossTraffic:
         self._settled += 1
         settled = self._settled > MODEL_SETTLE
         self._deep = self._deep + 1 if queue_delay > DEEP_QUEUE * min_rtt else 0
-        if self._deep >= DEEP_ROUNDS and settled:
+        if self._deep >= DEEP_ROUNDS and (settled or queue_delay > SETTLE_DEEP * min_rtt):
             return self._growing(flight)
         self._queues.append(queue_delay)
         if len(self._grown) == GROW_ROUNDS:
