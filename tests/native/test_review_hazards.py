@@ -1,0 +1,67 @@
+"""The compiled core against callers that misbehave: re-entry, extreme packet numbers, odd input.
+
+Why: Python code can run in the middle of a compiled call (a flight replaced in
+the ring lets the old one go, and its __del__ runs), packet numbers come from
+the caller, and datagram lists may hold bytes subclasses.  None of these may
+crash the process or corrupt the ring; each is refused with an exception or
+handled as the pure-Python path handles it.  A crash is tested in a child
+process, which must exit cleanly.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from purelink import native
+
+pack = native.part("pack")
+flights = native.part("flights")
+pytestmark = pytest.mark.skipif(
+    pack is None or flights is None, reason=native.reason or "no compiled core"
+)
+
+
+def _run(code: str) -> str:
+    """Run code in a child process; it must exit 0. Its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    return done.stdout
+
+
+def test_start_from_a_del_in_a_fill_is_refused_and_does_not_crash() -> None:
+    out = _run(
+        """
+        from array import array
+        from purelink import native
+        p = native.part("pack").Packer(1400)
+        ring = native.part("flights").Flights()
+        recs, lens, out = [b"x" * (2 << 20)], array("H", [0xFFFF]), []
+        pn, _ = p.fill(recs, lens, 1, 1, 0, 0.0, 1, 1 << 40, out, ring)  # a 2 MiB batch opens
+        seen = []
+
+        class Evil:
+            def __del__(self) -> None:
+                for act in (lambda: p.start(1, 2, 3, 1), lambda: setattr(p, "size", 1200)):
+                    try:
+                        act()
+                        seen.append("done")
+                    except RuntimeError as e:
+                        seen.append(str(e))
+
+        ring[pn + 1] = Evil()  # replaced by the next fill's first piece: __del__ runs in it
+        pn2, used = p.fill(recs, lens, 1, 1, pn, 0.0, 8, 1 << 40, out, ring)
+        assert pn2 == pn + 8 and p.size == 1400 and p.open, (pn2, p.size, p.open)
+        print(seen)
+        """
+    )
+    assert out.strip() == "['start(): the packer is filling', 'size: the packer is filling']"
