@@ -98,6 +98,10 @@ grow(PlFlights *r, unsigned long long pn)
 int
 pl_flights_put(PlFlights *r, unsigned long long pn, PyObject *f)
 {
+    if (pn >= PL_PN_LIMIT) { /* (so that end = pn + 1, and a walk's pn++, never wrap) */
+        PyErr_SetString(PyExc_ValueError, "Flights: a packet number is below 2**63");
+        return -1;
+    }
     if (r->count && pn < r->end) {
         PyObject **s = pn >= r->base ? at(r, pn) : NULL;
         if (s == NULL || *s == NULL) {
@@ -185,20 +189,22 @@ pl_flights_next(const PlFlights *r, unsigned long long *pn, PyObject **f)
 static void
 clear_all(PlFlights *r)
 {
-    /* emptied first, the flights let go after: their deallocation runs no
-     * code that could see the ring, but the ring is consistent if it did */
+    /* emptied first, the flights let go after: letting one go may run Python
+     * code (a __del__) that sees the ring, which is consistent whenever it does */
     Py_ssize_t n = r->count;
     PyObject **held = n ? PyMem_Malloc((size_t)n * sizeof(PyObject *)) : NULL;
     Py_ssize_t k = 0;
+    if (held == NULL) { /* no memory for the list: one by one, each out before it goes */
+        while (r->count) {
+            Py_DECREF(take(r, r->base));
+        }
+        return;
+    }
     if (r->count) {
         for (unsigned long long p = r->base; p < r->end; p++) {
             PyObject **s = at(r, p);
             if (*s != NULL) {
-                if (held != NULL) {
-                    held[k++] = *s;
-                } else {
-                    Py_DECREF(*s); /* no memory for the list: one by one */
-                }
+                held[k++] = *s;
                 *s = NULL;
             }
         }

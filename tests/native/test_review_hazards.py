@@ -65,3 +65,47 @@ def test_start_from_a_del_in_a_fill_is_refused_and_does_not_crash() -> None:
         """
     )
     assert out.strip() == "['start(): the packer is filling', 'size: the packer is filling']"
+
+
+def test_a_packet_number_of_2_63_or_more_is_refused_and_the_ring_stays_whole() -> None:
+    ring = flights.Flights()  # type: ignore[union-attr]
+    for pn in (2**64 - 1, 2**63):
+        with pytest.raises(ValueError):
+            ring[pn] = "x"
+    assert len(ring) == 0 and ring.items() == []
+    ring[2**63 - 2] = "a"
+    ring[2**63 - 1] = "b"  # the highest a ring holds
+    for pn in (2**64 - 1, 2**63):
+        with pytest.raises(ValueError):
+            ring[pn] = "x"
+    assert ring.items() == [(2**63 - 2, "a"), (2**63 - 1, "b")]
+    assert 2**64 - 1 not in ring and ring.get(0) is None
+    del ring[2**63 - 1], ring[2**63 - 2]
+    ring[5] = "c"  # empty again: anything below 2**63 goes in
+    assert ring.items() == [(5, "c")]
+
+
+def test_clear_with_no_memory_lets_each_flight_go_with_the_ring_consistent() -> None:
+    out = _run(
+        """
+        import _testcapi
+        from purelink import native
+        ring = native.part("flights").Flights()
+        seen = []
+
+        class Watch:
+            def __init__(self, pn: int) -> None:
+                self.pn = pn
+
+            def __del__(self) -> None:  # what a __del__ sees of the ring as it is cleared
+                seen.append((self.pn in ring, len(ring), len(ring.keys())))
+
+        for pn in (3, 4, 9):
+            ring[pn] = Watch(pn)
+        _testcapi.set_nomemory(0, 1)  # the clear's list of the flights: no memory
+        ring.clear()
+        _testcapi.remove_mem_hooks()
+        print(seen, len(ring))
+        """
+    )
+    assert out.strip() == "[(False, 2, 2), (False, 1, 1), (False, 0, 0)] 0"
