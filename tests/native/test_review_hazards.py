@@ -109,3 +109,40 @@ def test_clear_with_no_memory_lets_each_flight_go_with_the_ring_consistent() -> 
         """
     )
     assert out.strip() == "[(False, 2, 2), (False, 1, 1), (False, 0, 0)] 0"
+
+
+def test_the_ring_s_memory_follows_the_span_it_holds() -> None:
+    ring = flights.Flights()  # type: ignore[union-attr]
+    empty = sys.getsizeof(ring)
+    for pn in range(100_000):
+        ring[pn] = pn
+    peak = sys.getsizeof(ring)
+    assert peak >= empty + 100_000 * 8
+    for pn in range(100_000 - 10):  # acked in order: ten left at the top
+        del ring[pn]
+    assert sys.getsizeof(ring) <= empty + 64 * 8
+    assert ring.items() == [(pn, pn) for pn in range(100_000 - 10, 100_000)]
+    for pn in range(100_000 - 10, 100_000):
+        del ring[pn]
+    assert sys.getsizeof(ring) <= empty + 64 * 8  # (a small ring is kept for the next)
+    for pn in range(0, 10_000_000, 1000):  # a wide span, then cleared
+        ring[pn] = pn
+    assert sys.getsizeof(ring) > empty + 10_000_000 * 8
+    ring.clear()
+    assert sys.getsizeof(ring) == empty and len(ring) == 0
+    ring[5] = "a"  # and it works again
+    assert ring.items() == [(5, "a")]
+
+
+def test_the_highest_taken_out_leaves_room_above_the_others() -> None:
+    ring = flights.Flights()  # type: ignore[union-attr]
+    for pn in (1, 500, 1000):
+        ring[pn] = pn
+    del ring[1000]
+    with pytest.raises(ValueError):
+        ring[499] = "below one held"
+    del ring[500]
+    ring[2] = "above every one held"  # a dict would put it last, as the ring does
+    assert ring.items() == [(1, 1), (2, "above every one held")]
+    ring[3] = 3
+    assert ring.items()[-1] == (3, 3) and 1000 not in ring and ring.get(500) is None
