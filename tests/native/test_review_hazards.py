@@ -10,6 +10,7 @@ process, which must exit cleanly.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import textwrap
@@ -146,3 +147,28 @@ def test_the_highest_taken_out_leaves_room_above_the_others() -> None:
     assert ring.items() == [(1, 1), (2, "above every one held")]
     ring[3] = 3
     assert ring.items()[-1] == (3, 3) and 1000 not in ring and ring.get(500) is None
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_compiled_ledger_without_a_ring_keeps_a_dict_and_decides_the_same(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """recovery.py takes the ring only from a core that has it (has_flights):
+    without one, its flights are a dict, which the compiled ledger walks too."""
+    from purelink.protocol import packing, recovery
+
+    from .test_ledger import Side, _make, script
+
+    if recovery._core is None:
+        pytest.skip("no compiled ledger")
+    ring = Side("newreno", True)
+    monkeypatch.setattr(recovery, "_ring", None)
+    plain = Side("newreno", True)
+    pure = Side("newreno", False)
+    assert type(plain.ledger.flights) is dict and type(ring.ledger.flights) is not dict
+    rngs = [random.Random(seed) for _ in range(3)]
+    for step in script(seed, 150):
+        ring.run(_make(step, recovery._core.Flight), rngs[0])
+        plain.run(_make(step, recovery._core.Flight), rngs[1])
+        pure.run(_make(step, packing.PureFlight), rngs[2])
+        assert ring.state() == plain.state() == pure.state(), step

@@ -87,6 +87,7 @@ from .sender_config import SenderStats
 __all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
 
 _core = native.part("ledger")
+_ring = native.part("flights")  # (the ledger's C loops take a dict where there is no ring)
 
 ANSWER_DELAY: Final = 0.005
 """What the listener may take to answer a datagram, on top of the RTT: one
@@ -269,7 +270,9 @@ class InFlight:
         self.stats = stats
         self.rack = Rack()
         self.rate = DeliveryRate()
-        self.flights: FlightMap = {} if _core is None else cast(FlightMap, _core.Flights())
+        self.flights: FlightMap = (
+            {} if _core is None or _ring is None else cast(FlightMap, _ring.Flights())
+        )
         """By packet number, in sending order (the compiled core's ring of them,
         where it is in use: no dict entry and no int key per datagram)."""
         self.lost: deque[Flight] = deque()
