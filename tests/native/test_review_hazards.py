@@ -18,6 +18,9 @@ import textwrap
 import pytest
 
 from purelink import native
+from purelink.protocol import packing, recovery
+
+from .test_ledger import Side, _make, script
 
 pack = native.part("pack")
 flights = native.part("flights")
@@ -155,10 +158,6 @@ def test_the_compiled_ledger_without_a_ring_keeps_a_dict_and_decides_the_same(
 ) -> None:
     """recovery.py takes the ring only from a core that has it (has_flights):
     without one, its flights are a dict, which the compiled ledger walks too."""
-    from purelink.protocol import packing, recovery
-
-    from .test_ledger import Side, _make, script
-
     if recovery._core is None:
         pytest.skip("no compiled ledger")
     ring = Side("newreno", True)
