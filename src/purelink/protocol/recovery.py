@@ -323,6 +323,13 @@ class InFlight:
         for f in new.values():
             self.sent(f, now)
 
+    def unfile(self, pn: int, nbytes: int) -> None:
+        """A fill, or sent_all, that failed part-way: the flights above packet
+        number `pn` it filed out again, and `bytes` back to `nbytes`."""
+        for above in [k for k, _ in self.flights.items() if k > pn]:
+            del self.flights[above]
+        self.bytes = nbytes
+
     def stamps(self, now: float) -> Stamps | None:
         """The delivery-rate stamps of flights going out at `now`, for a packer
         that stamps each flight it makes and files it in `flights` itself (the
