@@ -40,6 +40,7 @@ PyObject *pl_flight_new(PyTypeObject *tp, unsigned long long pn, unsigned long l
 PyTypeObject *pl_flight_type(PyObject *module);
 
 /* The ledger's flights by packet number in a ring (flights.c: Flights). */
+#define PL_PN_LIMIT (1ULL << 63) /* the packet numbers a ring holds are below this */
 typedef struct PlFlights PlFlights;
 
 /* `o` if it is a Flights, else NULL (no exception). */
@@ -51,7 +52,7 @@ Py_ssize_t pl_flights_len(const PlFlights *r);
 /* The flight of pn (borrowed), or NULL (no exception). */
 PyObject *pl_flights_get(const PlFlights *r, unsigned long long pn);
 
-/* Put f in as pn's (a new reference): pn above every one held, or one held
+/* Put f in as pn's (a new reference): pn (below PL_PN_LIMIT) above every one held, or one held
  * (replaced in its place); 0, or -1 with an exception (ValueError otherwise). */
 int pl_flights_put(PlFlights *r, unsigned long long pn, PyObject *f);
 

@@ -27,7 +27,7 @@ struct PlFlights {
     PyObject **slot;         /* cap entries: the flight of pn at slot[pn & (cap - 1)] */
     Py_ssize_t cap;          /* a power of two, or 0 */
     unsigned long long base; /* the lowest pn held (when count) */
-    unsigned long long end;  /* one past the highest pn held (when count) */
+    unsigned long long end;  /* above the highest pn held, not always just above (when count) */
     Py_ssize_t count;        /* flights held; slots outside [base, end) are NULL */
 };
 
@@ -63,22 +63,13 @@ pl_flights_get(const PlFlights *r, unsigned long long pn)
     return *at(r, pn);
 }
 
-/* Room for pns base .. pn; 0, or -1 with an exception. */
+#define MIN_CAP 64 /* slots a ring keeps while it holds anything */
+
+/* The flights held into a new array of cap slots (a power of two, at least
+ * the span held); 0, or -1 with an exception (the ring as it was). */
 static int
-grow(PlFlights *r, unsigned long long pn)
+resize(PlFlights *r, Py_ssize_t cap)
 {
-    unsigned long long span = r->count ? pn - r->base + 1 : 1;
-    if (span <= (unsigned long long)r->cap) {
-        return 0;
-    }
-    if (span > (unsigned long long)PY_SSIZE_T_MAX / sizeof(PyObject *) / 2) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    Py_ssize_t cap = r->cap ? r->cap : 64;
-    while ((unsigned long long)cap < span) {
-        cap *= 2;
-    }
     PyObject **slot = PyMem_Calloc((size_t)cap, sizeof(PyObject *));
     if (slot == NULL) {
         PyErr_NoMemory();
@@ -95,20 +86,81 @@ grow(PlFlights *r, unsigned long long pn)
     return 0;
 }
 
+/* Room for pns base .. pn; 0, or -1 with an exception. */
+static int
+grow(PlFlights *r, unsigned long long pn)
+{
+    unsigned long long span = r->count ? pn - r->base + 1 : 1;
+    if (span <= (unsigned long long)r->cap) {
+        return 0;
+    }
+    if (span > (unsigned long long)PY_SSIZE_T_MAX / sizeof(PyObject *) / 2) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t cap = r->cap ? r->cap : MIN_CAP;
+    while ((unsigned long long)cap < span) {
+        cap *= 2;
+    }
+    return resize(r, cap);
+}
+
+/* The slots let go when nothing is held, or fewer of them when the span held
+ * is under a quarter of them: the memory follows the span, not its peak. */
+static void
+shrink(PlFlights *r)
+{
+    if (r->cap <= MIN_CAP) {
+        return;
+    }
+    if (!r->count) {
+        PyMem_Free(r->slot);
+        r->slot = NULL;
+        r->cap = 0;
+        return;
+    }
+    unsigned long long span = r->end - r->base;
+    if (span >= (unsigned long long)r->cap / 4) {
+        return;
+    }
+    Py_ssize_t cap = MIN_CAP;
+    while ((unsigned long long)cap < 2 * span) {
+        cap *= 2;
+    }
+    if (resize(r, cap) < 0) {
+        PyErr_Clear(); /* no memory for fewer slots: the ones there serve */
+    }
+}
+
 int
 pl_flights_put(PlFlights *r, unsigned long long pn, PyObject *f)
 {
+    if (pn >= PL_PN_LIMIT) { /* (so that end = pn + 1, and a walk's pn++, never wrap) */
+        PyErr_SetString(PyExc_ValueError, "Flights: a packet number is below 2**63");
+        return -1;
+    }
     if (r->count && pn < r->end) {
         PyObject **s = pn >= r->base ? at(r, pn) : NULL;
-        if (s == NULL || *s == NULL) {
+        if (s != NULL && *s != NULL) {
+            PyObject *old = *s;
+            *s = Py_NewRef(f);
+            Py_DECREF(old);
+            return 0;
+        }
+        /* end is not brought down when the highest is taken (which would scan
+         * every gap below it again and again): pn may still be above every one
+         * held; then end comes down to it */
+        for (unsigned long long p = pn + 1; s != NULL && p < r->end; p++) {
+            if (*at(r, p) != NULL) {
+                s = NULL;
+            }
+        }
+        if (s == NULL) {
             PyErr_SetString(PyExc_ValueError,
                             "Flights: a packet number goes in above every one held");
             return -1;
         }
-        PyObject *old = *s;
-        *s = Py_NewRef(f);
-        Py_DECREF(old);
-        return 0;
+        r->end = pn;
     }
     if (grow(r, pn) < 0) {
         return -1;
@@ -141,10 +193,9 @@ take(PlFlights *r, unsigned long long pn)
         while (*at(r, r->base) == NULL) {
             r->base++;
         }
-        while (*at(r, r->end - 1) == NULL) {
-            r->end--;
-        }
+        /* (end stays: see pl_flights_put) */
     }
+    shrink(r);
     return f;
 }
 
@@ -185,26 +236,29 @@ pl_flights_next(const PlFlights *r, unsigned long long *pn, PyObject **f)
 static void
 clear_all(PlFlights *r)
 {
-    /* emptied first, the flights let go after: their deallocation runs no
-     * code that could see the ring, but the ring is consistent if it did */
+    /* emptied first, the flights let go after: letting one go may run Python
+     * code (a __del__) that sees the ring, which is consistent whenever it does */
     Py_ssize_t n = r->count;
     PyObject **held = n ? PyMem_Malloc((size_t)n * sizeof(PyObject *)) : NULL;
     Py_ssize_t k = 0;
+    if (held == NULL) { /* no memory for the list: one by one, each out before it goes */
+        while (r->count) {
+            Py_DECREF(take(r, r->base));
+        }
+        return;
+    }
     if (r->count) {
         for (unsigned long long p = r->base; p < r->end; p++) {
             PyObject **s = at(r, p);
             if (*s != NULL) {
-                if (held != NULL) {
-                    held[k++] = *s;
-                } else {
-                    Py_DECREF(*s); /* no memory for the list: one by one */
-                }
+                held[k++] = *s;
                 *s = NULL;
             }
         }
     }
     r->count = 0;
     r->base = r->end = 0;
+    shrink(r);
     for (Py_ssize_t i = 0; i < k; i++) {
         Py_DECREF(held[i]);
     }
@@ -412,6 +466,14 @@ flights_iter(PyObject *self)
 }
 
 static PyObject *
+flights_sizeof(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(sizeof(PlFlights) +
+                             (size_t)((PlFlights *)self)->cap * sizeof(PyObject *));
+}
+
+static PyObject *
 flights_clear_method(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -425,6 +487,7 @@ static PyMethodDef flights_methods[] = {
     {"keys", flights_keys, METH_NOARGS, "keys() -> a list of the packet numbers, in order."},
     {"values", flights_values, METH_NOARGS, "values() -> a list of the flights, in order."},
     {"items", flights_items, METH_NOARGS, "items() -> a list of (pn, flight), in order."},
+    {"__sizeof__", flights_sizeof, METH_NOARGS, "The ring's size in memory, in bytes."},
     {"clear", flights_clear_method, METH_NOARGS, "clear(): no flight is held any more."},
     {NULL, NULL, 0, NULL},
 };

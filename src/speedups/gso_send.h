@@ -185,7 +185,8 @@ send_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * i is where that run starts and errno its error (0: all sent, i = the
  * list's length); calls counts the sendmsg calls that passed.  What to do
  * about an error stays in transport.py, which is handed the run's error as
- * if its own send of that run had raised it. */
+ * if its own send of that run had raised it.  A list with anything but
+ * non-empty exact bytes is left whole to that loop: (0, 0, 0). */
 static PyObject *
 send_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -208,9 +209,11 @@ send_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *datagrams = args[1];
     Py_ssize_t n = PyList_Size(datagrams);
     for (Py_ssize_t k = 0; k < n; k++) { /* exact bytes only: no code runs below */
-        if (!PyBytes_CheckExact(PyList_GetItem(datagrams, k))) {
-            PyErr_SetString(PyExc_TypeError, "send_runs(): a datagram is bytes");
-            return NULL;
+        PyObject *d = PyList_GetItem(datagrams, k);
+        if (!PyBytes_CheckExact(d) || PyBytes_Size(d) == 0) {
+            /* another type (a bytes subclass), or an empty datagram (no GSO
+             * segment size): none sent here, transport.py's loop sends them all */
+            return Py_BuildValue("(nni)", (Py_ssize_t)0, (Py_ssize_t)0, 0);
         }
     }
     Py_ssize_t i = 0, calls = 0;

@@ -356,7 +356,7 @@ typedef struct {
     unsigned char *batch;
     Py_ssize_t batch_len; /* the open batch's length; 0: none is open */
     Py_ssize_t batch_cap;
-    int filling; /* a fill runs: another on this packer meanwhile is refused */
+    int filling; /* a fill runs: another, start() or a new size meanwhile is refused */
     unsigned long long conn_id;
     unsigned long long producer_id;
     unsigned long long epoch;
@@ -1006,7 +1006,12 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     if (view.len / 2 < w.nrecs) {
         w.nrecs = view.len / 2;
     }
-    if (self->filling) { /* (no Python code runs in a fill: only a bug could get here) */
+    /* Python code can run in a fill: a flight put over another in `flights`
+     * lets the old one go (its __del__, a weakref callback), and an
+     * allocation can start the garbage collector.  Such code may call this
+     * packer again: a fill, start() or a new size meanwhile is refused, since
+     * they would replace the open batch's buffer while its pieces are read */
+    if (self->filling) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_RuntimeError, "fill(): the packer is filling already");
         return NULL;
@@ -1014,8 +1019,11 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     self->filling = 1;
     long long sent = 0;
     int rc = 0;
+    Py_ssize_t lens_n = w.nrecs;
     while (sent < count && w.used < room) {
         Py_ssize_t made = 0;
+        /* (that code may also have shortened recs: only the items it holds now) */
+        w.nrecs = PyList_Size(w.recs) < lens_n ? PyList_Size(w.recs) : lens_n;
         if (!self->batch_len) {
             if (self->next_seq > pushed) {
                 break;
@@ -1159,6 +1167,10 @@ packer_start(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
+    if (((Packer *)op)->filling) {
+        PyErr_SetString(PyExc_RuntimeError, "start(): the packer is filling");
+        return NULL;
+    }
     self->conn_id = v[0];
     self->producer_id = v[1];
     self->epoch = v[2];
@@ -1184,6 +1196,10 @@ packer_set_size(PyObject *op, PyObject *value, void *closure)
     }
     Py_ssize_t size = PyLong_AsSsize_t(value);
     if (size == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (((Packer *)op)->filling) {
+        PyErr_SetString(PyExc_RuntimeError, "size: the packer is filling");
         return -1;
     }
     return set_size((Packer *)op, size);

@@ -87,6 +87,7 @@ from .sender_config import SenderStats
 __all__ = ["Flight", "InFlight", "Rack", "RttEstimator"]
 
 _core = native.part("ledger")
+_ring = native.part("flights")  # (the ledger's C loops take a dict where there is no ring)
 
 ANSWER_DELAY: Final = 0.005
 """What the listener may take to answer a datagram, on top of the RTT: one
@@ -269,7 +270,9 @@ class InFlight:
         self.stats = stats
         self.rack = Rack()
         self.rate = DeliveryRate()
-        self.flights: FlightMap = {} if _core is None else cast(FlightMap, _core.Flights())
+        self.flights: FlightMap = (
+            {} if _core is None or _ring is None else cast(FlightMap, _ring.Flights())
+        )
         """By packet number, in sending order (the compiled core's ring of them,
         where it is in use: no dict entry and no int key per datagram)."""
         self.lost: deque[Flight] = deque()
@@ -319,6 +322,13 @@ class InFlight:
                 return
         for f in new.values():
             self.sent(f, now)
+
+    def unfile(self, pn: int, nbytes: int) -> None:
+        """A fill, or sent_all, that failed part-way: the flights above packet
+        number `pn` it filed out again, and `bytes` back to `nbytes`."""
+        for above in [k for k, _ in self.flights.items() if k > pn]:
+            del self.flights[above]
+        self.bytes = nbytes
 
     def stamps(self, now: float) -> Stamps | None:
         """The delivery-rate stamps of flights going out at `now`, for a packer

@@ -250,20 +250,30 @@ class Sender(SenderAnswers):
                     continue
                 out.extend(self._resend(f, now, True))
             elif self._waiting and flight.bytes < window:
-                stamps = flight.stamps(now)
-                if stamps is not None:  # stamped and filed in flight as they are made
-                    self._pn, nbytes = packer.fill(
-                        self._recs, self._lens, self._base, self.pushed, self._pn, now,
-                        burst - len(out), window - flight.bytes, out, flight.flights, stamps,
-                    )  # fmt: skip
-                    flight.stamped(nbytes, now)
-                else:
-                    self._pn, _ = packer.fill(
-                        self._recs, self._lens, self._base, self.pushed, self._pn, now,
-                        burst - len(out), window - flight.bytes, out, new,
-                    )  # fmt: skip
-                    flight.sent_all(new, now)
-                    new.clear()
+                pn, sent, held = self._pn, len(out), flight.bytes
+                try:
+                    stamps = flight.stamps(now)
+                    if stamps is not None:  # stamped and filed in flight as they are made
+                        self._pn, nbytes = packer.fill(
+                            self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                            burst - len(out), window - flight.bytes, out, flight.flights,
+                            stamps,
+                        )  # fmt: skip
+                        flight.stamped(nbytes, now)
+                    else:
+                        self._pn, _ = packer.fill(
+                            self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                            burst - len(out), window - flight.bytes, out, new,
+                        )  # fmt: skip
+                        flight.sent_all(new, now)
+                        new.clear()
+                except BaseException:
+                    # failed part-way (no memory, a bug): nothing of it goes out, and
+                    # the ledger holds no flight it does not count
+                    flight.unfile(pn, held)
+                    del out[sent:]
+                    self._pn = pn
+                    raise
                 stats.batches, stats.fragments = packer.batches, packer.pieces
                 stats.payload = packer.payload
             else:
