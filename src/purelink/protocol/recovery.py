@@ -305,19 +305,15 @@ class InFlight:
 
     def sent_all(self, new: dict[int, Flight], now: float) -> None:
         """Every flight of `new` (by packet number, in sending order) went out at `now`."""
-        if _core is not None and new and type(self.cc).on_sent is CongestionControl.on_sent:
-            # the loop below in C, but for the controller's on_sent (it has none)
-            rate = self.rate
-            if not self.bytes:  # the first: rate.on_sent restarts the interval
-                first_sent, delivered_time = now, now
-            else:
-                first_sent, delivered_time = rate.first_sent, rate.delivered_time
+        stamps = self.stamps(now) if new else None
+        if stamps is not None:  # the loop below in C (the controller has no on_sent)
+            delivered, delivered_time, first_sent, app_limited = stamps
+            assert _core is not None
             total = _core.ledger_sent(
-                new, self.flights, self.bytes, rate.delivered, delivered_time, first_sent,
-                rate.app_limited != 0,
-            )  # fmt: skip
+                new, self.flights, self.bytes, delivered, delivered_time, first_sent, app_limited
+            )
             if total is not NotImplemented:
-                rate.first_sent, rate.delivered_time = first_sent, delivered_time
+                self.rate.first_sent, self.rate.delivered_time = first_sent, delivered_time
                 self.bytes = total
                 return
         for f in new.values():

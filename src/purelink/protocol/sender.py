@@ -252,21 +252,18 @@ class Sender(SenderAnswers):
             elif self._waiting and flight.bytes < window:
                 pn, sent, held = self._pn, len(out), flight.bytes
                 try:
+                    # with stamps, each flight is stamped and filed in flight as it is made
                     stamps = flight.stamps(now)
-                    if stamps is not None:  # stamped and filed in flight as they are made
-                        self._pn, nbytes = packer.fill(
-                            self._recs, self._lens, self._base, self.pushed, self._pn, now,
-                            burst - len(out), window - flight.bytes, out, flight.flights,
-                            stamps,
-                        )  # fmt: skip
-                        flight.stamped(nbytes, now)
-                    else:
-                        self._pn, _ = packer.fill(
-                            self._recs, self._lens, self._base, self.pushed, self._pn, now,
-                            burst - len(out), window - flight.bytes, out, new,
-                        )  # fmt: skip
+                    self._pn, nbytes = packer.fill(
+                        self._recs, self._lens, self._base, self.pushed, self._pn, now,
+                        burst - len(out), window - flight.bytes, out,
+                        new if stamps is None else flight.flights, stamps,
+                    )  # fmt: skip
+                    if stamps is None:
                         flight.sent_all(new, now)
                         new.clear()
+                    else:
+                        flight.stamped(nbytes, now)
                 except BaseException:
                     # failed part-way (no memory, a bug): nothing of it goes out, and
                     # the ledger holds no flight it does not count
