@@ -2,7 +2,9 @@
 # One section per part; each part's C file sets has_<part> = True once it is built.
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
+
+_L = TypeVar("_L", list[bytes], list[bytes | None])
 
 # crc32c.c
 crc32c_hardware: int
@@ -47,6 +49,7 @@ def ring_take_lengths(
 ) -> tuple[list[bytes], bytes]: ...
 def records_bytes(records: list[bytes], lens: object, lo: int, hi: int, /) -> int: ...
 def ring_has(gens: tuple[tuple[int, list[bytes | None], int], ...], seq: int, /) -> bool: ...
+def untracked(records: _L, /) -> _L: ...
 
 # pack.c
 has_pack: int

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import random
 import sys
@@ -591,3 +592,49 @@ def test_a_take_leaves_no_record_in_an_older_list(take: str) -> None:
         records = ring.take(gens, 1, 4)
     assert records == [b"a", b"b", b"c", b"d"]
     assert old == [None] * 4 and new == [None] * 8
+
+
+@needs_core
+def test_untracked_lets_the_list_go_from_the_collector() -> None:
+    """untracked() gives the same list, out of the collector's sight, and stays
+    so while it grows and is cut; anything but a list is a TypeError."""
+    assert core is not None
+    records: list[bytes] = [b"a"]
+    assert gc.is_tracked(records)
+    assert core.untracked(records) is records
+    assert not gc.is_tracked(records)
+    records.extend([b"b", b"c"] * 1000)
+    del records[:1500]
+    records.append(b"d")
+    assert not gc.is_tracked(records) and records[-1] == b"d"
+    for other in ((b"a",), {b"a": 1}, bytearray(b"a"), type("L", (list,), {})()):
+        with pytest.raises(TypeError):
+            core.untracked(other)  # type: ignore[arg-type]
+
+
+def test_the_links_lists_of_records_are_out_of_the_collector() -> None:
+    """With the compiled core the ring's lists and the sender's records are not
+    tracked (they hold exact bytes only); on the pure path they are lists like
+    any other.  Both paths copy a subclass of bytes, so only exact bytes reach
+    the ring, with the same value."""
+
+    class Tagged(bytes):
+        pass
+
+    with small_rings():
+        for cls, compiled in {(Link, core is not None), (PURE.Link, False)}:
+            link = make(cls, 100, 1 << 20)
+            try:
+                tagged = Tagged(b"tag")
+                link.queue(tagged)
+                for i in range(20):  # the ring grows: new generations
+                    link.queue(b"%d" % i)
+                slots = [gen[1] for gen in link._gens]
+                assert len(slots) > 1
+                assert all(gc.is_tracked(s) is not compiled for s in slots)
+                stored = slots[0][1]  # seq 1, in the first list
+                assert stored == b"tag" and stored.__class__ is bytes
+            finally:
+                free(link)
+    records = sender_records.SenderRecords()
+    assert gc.is_tracked(records._recs) is (sender_records._core is None)

@@ -152,6 +152,8 @@ class LinkThread:
         use), then the pair queue() loads.  With the grant lock held (or before
         the link is shared)."""
         gen = ring.new_gen(since, size)
+        if _core is not None:  # exact bytes and None only: nothing for the collector
+            _core.untracked(gen[1])
         self._gens = (*self._gens, gen)
         self._slots = (gen[1], gen[2])
 

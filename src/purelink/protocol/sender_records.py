@@ -29,7 +29,10 @@ class SenderRecords:
     """Records pushed and not yet stored (a base of Sender)."""
 
     def __init__(self) -> None:
-        self._recs: list[bytes] = []
+        # with the compiled core, not tracked by the garbage collector: it holds
+        # exact bytes only (what queue() hands the ring), so no cycle runs
+        # through it, and a young collection need not walk a backlog's records
+        self._recs: list[bytes] = [] if _core is None else _core.untracked([])
         self._lens = array("H")
         self._head = 0
         self._base = 1
