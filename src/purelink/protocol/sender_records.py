@@ -46,7 +46,9 @@ class SenderRecords:
     def push(self, records: list[bytes], lengths: array[int] | None = None) -> None:
         """Hand in records with seqs pushed+1, pushed+2, ... (the list is copied;
         `lengths`, their lengths as array("H") each clamped to 65,535, if known,
-        may be kept as it is).
+        may be kept as it is).  Exact bytes, as the link's queue() makes them: with
+        the compiled core `_recs` is not tracked by the garbage collector, so a
+        subclass instance in a reference cycle through it would never be freed.
 
         `_recs` stays one list object for the sender's life (extended and cut,
         never replaced): a long-lived list settles in the collector's oldest
