@@ -66,7 +66,7 @@ enum {
     N_PRODUCER, N_PID, N_RECEIVED, N_HELD, N_PARTIALS, N_MAX_RECORD, N_STREAM, N_LARGEST_PN,
     N_ACK_DELAY_FROM, N_LAST_SEEN, N_ACK_DUE, N_DATAGRAMS, N_BYTES, N_BATCHES, N_RECORDS,
     N_MEMORY, N_CONFIG, N_MAX_MEMORY, N_TOTAL, N_SPANS, N_BUF, N_COUNTED, N_ACCOUNT, N_HOLDING,
-    N_COUNT
+    N_HELD_BYTES, N_COUNT
 };
 
 static const char *const NAMES[N_COUNT] = {
@@ -74,6 +74,7 @@ static const char *const NAMES[N_COUNT] = {
     "producer", "pid", "received", "held", "partials", "max_record", "stream", "largest_pn",
     "ack_delay_from", "last_seen", "ack_due", "datagrams", "bytes", "batches", "records",
     "_memory", "config", "max_memory", "total", "spans", "buf", "counted", "_account", "_holding",
+    "held_bytes",
 };
 
 typedef struct {
@@ -760,6 +761,79 @@ track_drop(Intake *self)
     self->t_made = 0;
 }
 
+/* p's memory as Producer.memory reckons it: held_bytes and the totals of its
+ * partials not counted; 0, or -1 (declined: something not as expected). */
+static int
+producer_memory(Ctx *c, PyObject *p, long long *out)
+{
+    long long held, total;
+    PyObject *partials = PyObject_GetAttr(p, NAME(c, N_PARTIALS));
+    if (partials == NULL || !PyDict_Check(partials) ||
+        attr_i64(p, NAME(c, N_HELD_BYTES), &held) < 0) {
+        PyErr_Clear();
+        Py_XDECREF(partials);
+        return -1;
+    }
+    Py_ssize_t at = 0;
+    PyObject *key, *part;
+    int r = 0;
+    while (r == 0 && PyDict_Next(partials, &at, &key, &part)) {
+        int counted = attr_true(part, NAME(c, N_COUNTED));
+        if (counted < 0 || (!counted && (attr_i64(part, NAME(c, N_TOTAL), &total) < 0 ||
+                                         total < 0 || held > LLONG_MAX - total))) {
+            r = -1;
+        }
+        else if (!counted) {
+            held += total;
+        }
+    }
+    Py_DECREF(partials);
+    *out = held;
+    return r;
+}
+
+/* core._account(p) (core_state.py) without its Python frames (two a batch, the
+ * Producer.memory property's and its generator's among them): p's memory into
+ * core._holding (popped, then put back at the end when not 0) and the running
+ * core._memory; where anything is not as expected, the method itself is
+ * called.  0, or -1 with an exception set. */
+static int
+account(Ctx *c, PyObject *p)
+{
+    long long held, before = 0, memory;
+    PyObject *holding = PyObject_GetAttr(c->core, NAME(c, N_HOLDING));
+    PyObject *was = holding == NULL || !PyDict_CheckExact(holding) ? NULL
+                    : PyDict_GetItemWithError(holding, p); /* borrowed */
+    int fast = holding != NULL && PyDict_CheckExact(holding) && !PyErr_Occurred() &&
+               producer_memory(c, p, &held) == 0 &&
+               attr_i64(c->core, NAME(c, N_MEMORY), &memory) == 0;
+    if (fast && was != NULL) {
+        before = PyLong_AsLongLong(was);
+        fast = !(before == -1 && PyErr_Occurred());
+    }
+    fast = fast && !(held > 0 && memory > LLONG_MAX - held) &&
+           !(before > 0 && memory + held < LLONG_MIN + before) &&
+           !(before < 0 && memory + held > LLONG_MAX + before);
+    PyErr_Clear();
+    if (!fast) {
+        Py_XDECREF(holding);
+        PyObject *x = PyObject_CallMethodObjArgs(c->core, NAME(c, N_ACCOUNT), p, NULL);
+        Py_XDECREF(x);
+        return x == NULL ? -1 : 0;
+    }
+    int r = was != NULL ? PyDict_DelItem(holding, p) : 0;
+    if (r == 0 && held) {
+        PyObject *v = PyLong_FromLongLong(held);
+        r = v == NULL ? -1 : PyDict_SetItem(holding, p, v);
+        Py_XDECREF(v);
+    }
+    Py_DECREF(holding);
+    PyObject *total = r < 0 ? NULL : PyLong_FromLongLong(memory + held - before);
+    r = total == NULL ? -1 : PyObject_SetAttr(c->core, NAME(c, N_MEMORY), total);
+    Py_XDECREF(total);
+    return r;
+}
+
 /* A batch the core let go of (its Partial held by nothing but the track) is
  * not kept alive past the call. */
 static void
@@ -1038,11 +1112,41 @@ piece_complete(Ctx *c, Piece *k)
     }
     Py_XDECREF(holding);
     if (held == 1) { /* in-order data may have released held bytes (`_after`) */
-        PyObject *x = PyObject_CallMethodObjArgs(c->core, NAME(c, N_ACCOUNT), k->p, NULL);
-        held = x == NULL ? -1 : 0;
-        Py_XDECREF(x);
+        held = account(c, k->p);
     }
     return held < 0 || note_pn(c, k->conn, k->key, k->pn) < 0 ? -1 : 1;
+}
+
+/* Partial(total, False, epoch), but with a buffer whose bytes are not zeroed
+ * first (Partial's own bytearray(total) writes every byte once more before
+ * the pieces do: 64 KB a batch here).  No byte of it is read before a piece
+ * wrote it: a batch is read only when its spans cover it whole
+ * (`Partial.complete`, `continues`), and nothing else reads its buffer.
+ * New reference, or NULL with an exception set. */
+static PyObject *
+new_partial(Ctx *c, uint64_t total, uint32_t epoch)
+{
+    PyObject *zero = PyLong_FromLong(0), *epoch_obj = PyLong_FromUnsignedLong(epoch);
+    PyObject *part = zero == NULL || epoch_obj == NULL ? NULL
+                     : PyObject_CallFunctionObjArgs(c->self->partial, zero, Py_False, epoch_obj,
+                                                    NULL);
+    Py_XDECREF(zero);
+    Py_XDECREF(epoch_obj);
+    PyObject *total_obj = part == NULL ? NULL : PyLong_FromUnsignedLongLong(total);
+    PyObject *buf = total_obj == NULL || total > PY_SSIZE_T_MAX ? NULL
+                    : PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    int r = buf == NULL ? -1 : PyObject_SetAttr(part, NAME(c, N_TOTAL), total_obj);
+    r = r < 0 ? r : PyObject_SetAttr(part, NAME(c, N_BUF), buf);
+    Py_XDECREF(total_obj);
+    Py_XDECREF(buf);
+    if (r < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
+        Py_XDECREF(part);
+        return NULL;
+    }
+    return part;
 }
 
 /* A piece that is not the last: into the batch being put together (begun
@@ -1053,12 +1157,7 @@ piece_hold(Ctx *c, Piece *k)
     Intake *self = c->self;
     int first = k->part == NULL;
     if (first) {
-        PyObject *total = PyLong_FromUnsignedLongLong(k->total);
-        PyObject *epoch = PyLong_FromUnsignedLong(k->epoch);
-        k->part = total == NULL || epoch == NULL ? NULL
-                  : PyObject_CallFunctionObjArgs(c->self->partial, total, Py_False, epoch, NULL);
-        Py_XDECREF(total);
-        Py_XDECREF(epoch);
+        k->part = new_partial(c, k->total, k->epoch);
         if (k->part == NULL || PyDict_SetItem(k->partials, k->seq_obj, k->part) < 0) {
             return -1;
         }
@@ -1077,10 +1176,7 @@ piece_hold(Ctx *c, Piece *k)
     if (span != NULL && PyList_Check(spans)) {
         if (PyList_Size(spans) == 0) {
             r = PyList_Append(spans, span);
-            PyObject *x = r < 0 ? NULL
-                          : PyObject_CallMethodObjArgs(c->core, NAME(c, N_ACCOUNT), k->p, NULL);
-            r = x == NULL ? -1 : 0;
-            Py_XDECREF(x);
+            r = r < 0 ? r : account(c, k->p);
         }
         else {
             Py_INCREF(span);
