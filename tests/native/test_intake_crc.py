@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from helpers.wire import PROFILE
 from native.test_intake import ADDR, Pair, packed, reseal
-from native.test_intake_drain import Drained, check, gro_pair
+from native.test_intake_drain import check, drained_link
 from purelink.protocol import wire
 from purelink.protocol.core_intake import INTAKE
 from purelink.protocol.listener_core import CoreConfig
@@ -105,13 +105,7 @@ def test_a_piece_python_wrote_over_sends_the_batch_to_a_pass(
 def test_the_same_through_drain(
     sizes: list[int], datagram: int, at: int, back: int, change: bool
 ) -> None:
-    with gro_pair() as (rx, tx):
-        where = tx.getsockname()
-        pair = Pair(CoreConfig(max_record=4096, max_reorder=1 << 14))
-        accept = pair.open(addr=where)
-        drained = Drained(pair.c, rx, tx)
-        records = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
-        out = packed(accept, records, datagram)
+    with drained_link(sizes, datagram) as (pair, drained, where, records, out):
         sent, changed = with_overlap(out, at % len(out), back, change)
         check(pair, drained, where, sent)  # both cores equal after each receive
         stored = pair.drain()
