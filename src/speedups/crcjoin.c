@@ -88,8 +88,11 @@ pl_crc32c_shift_tables(uint32_t tables[4][256], uint64_t n)
     for (int byte = 0; byte < 4; byte++) {
         tables[byte][0] = 0;
         for (uint32_t v = 1; v < 256; v++) {
-            uint32_t low = v & (v - 1); /* v without its lowest bit */
-            tables[byte][v] = tables[byte][low] ^ image[byte * 8 + __builtin_ctz(v)];
+            int bit = 0; /* v's lowest bit set */
+            while (!(v >> bit & 1)) {
+                bit++;
+            }
+            tables[byte][v] = tables[byte][v & (v - 1)] ^ image[byte * 8 + bit];
         }
     }
 }
