@@ -182,5 +182,9 @@ class Intake:
         A buffer any of whose datagrams went to `fallback` is appended to `used`
         (Python may keep views of it until the round's writes); the others go
         back with `put` at once."""
+    def join_crc(self, a: int, b: int, n: int, tables: bool, /) -> int:
+        """The CRC-32C of A B from a = crc(A), b = crc(B) and n = len(B), as the
+        intake joins a batch's pieces (crcjoin.c; `tables`: through the shift
+        tables made for n): for the tests."""
 
 has_intake: int

@@ -66,7 +66,7 @@ enum {
     N_PRODUCER, N_PID, N_RECEIVED, N_HELD, N_PARTIALS, N_MAX_RECORD, N_STREAM, N_LARGEST_PN,
     N_ACK_DELAY_FROM, N_LAST_SEEN, N_ACK_DUE, N_DATAGRAMS, N_BYTES, N_BATCHES, N_RECORDS,
     N_MEMORY, N_CONFIG, N_MAX_MEMORY, N_TOTAL, N_SPANS, N_BUF, N_COUNTED, N_ACCOUNT, N_HOLDING,
-    N_COUNT
+    N_HELD_BYTES, N_COUNT
 };
 
 static const char *const NAMES[N_COUNT] = {
@@ -74,6 +74,7 @@ static const char *const NAMES[N_COUNT] = {
     "producer", "pid", "received", "held", "partials", "max_record", "stream", "largest_pn",
     "ack_delay_from", "last_seen", "ack_due", "datagrams", "bytes", "batches", "records",
     "_memory", "config", "max_memory", "total", "spans", "buf", "counted", "_account", "_holding",
+    "held_bytes",
 };
 
 typedef struct {
@@ -84,6 +85,16 @@ typedef struct {
     PyObject *open;         /* SessionState.OPEN */
     PyObject *tuple_new;    /* tuple.__new__, to make a BatchHeader without Python code */
     PyObject *names[N_COUNT];
+    /* The batch being put together whose CRC is followed piece by piece (see
+     * `Track` below): its Partial, the span tuple this code last put in its
+     * spans, the end of that span, the CRC-32C of its bytes 12 .. end, and
+     * whether shift tables were made for one of its pieces. */
+    PyObject *t_part, *t_span;
+    uint64_t t_end;
+    uint32_t t_crc;
+    int t_made;
+    uint64_t shift_len;       /* the piece length `shift` is for (UINT64_MAX: none) */
+    uint32_t shift[4][256];   /* pl_crc32c_shift_tables(shift, shift_len) */
 } Intake;
 
 /* A run: DATA datagrams of one session taken one after the other with no
@@ -117,6 +128,8 @@ typedef struct {
     uint32_t conn_id, epoch;
     uint64_t seq, total, end, largest;
     int taken, pn_moved;
+    int tracked;  /* the batch's CRC is followed (crc: its bytes 12 .. end) */
+    uint32_t crc;
 } PieceRun;
 
 /* One call's work: the core, the time, the runs, and the counters it owes the
@@ -719,8 +732,163 @@ typedef struct {
     uint32_t epoch;
     const unsigned char *chunk;
     Py_ssize_t chunk_len;
+    uint32_t crc; /* the datagram's CRC (checked) */
     PyObject *key, *conn, *p, *seq_obj, *partials, *part;
 } Piece;
+
+/* ------------------------------------------- the batch's CRC from its pieces
+ *
+ * Track: when the pieces of a batch come in order through this code, each
+ * one's datagram CRC (checked anyway) gives its bytes' CRC, and those joined
+ * (crcjoin.c) give the CRC of the batch from byte 12 so far; the last piece
+ * then checks the batch against it without a second pass over its bytes.
+ *
+ * The one risk: bytes written into the batch's buffer by anything else after
+ * the CRC followed them.  The only other writers are the Python path's
+ * (`Partial.add`, `_fast_piece`), and each write there puts a new tuple in
+ * `spans`; this code holds a reference to the tuple it put there last (so no
+ * other object can take its address), and uses the followed CRC only while
+ * the batch's spans are exactly [that tuple] and it ends where the CRC does.
+ * Anything else -- a piece through the Python path, a piece of another
+ * length in the middle, another batch begun -- and the batch is checked by
+ * a pass over its bytes, as before.  One batch is followed at a time. */
+
+static void
+track_drop(Intake *self)
+{
+    Py_CLEAR(self->t_part);
+    Py_CLEAR(self->t_span);
+    self->t_made = 0;
+}
+
+/* p's memory as Producer.memory reckons it: held_bytes and the totals of its
+ * partials not counted; 0, or -1 (declined: something not as expected). */
+static int
+producer_memory(Ctx *c, PyObject *p, long long *out)
+{
+    long long held, total;
+    PyObject *partials = PyObject_GetAttr(p, NAME(c, N_PARTIALS));
+    if (partials == NULL || !PyDict_Check(partials) ||
+        attr_i64(p, NAME(c, N_HELD_BYTES), &held) < 0) {
+        PyErr_Clear();
+        Py_XDECREF(partials);
+        return -1;
+    }
+    Py_ssize_t at = 0;
+    PyObject *key, *part;
+    int r = 0;
+    while (r == 0 && PyDict_Next(partials, &at, &key, &part)) {
+        int counted = attr_true(part, NAME(c, N_COUNTED));
+        if (counted < 0 || (!counted && (attr_i64(part, NAME(c, N_TOTAL), &total) < 0 ||
+                                         total < 0 || held > LLONG_MAX - total))) {
+            r = -1;
+        }
+        else if (!counted) {
+            held += total;
+        }
+    }
+    Py_DECREF(partials);
+    *out = held;
+    return r;
+}
+
+/* core._account(p) (core_state.py) without its Python frames (two a batch, the
+ * Producer.memory property's and its generator's among them): p's memory into
+ * core._holding (popped, then put back at the end when not 0) and the running
+ * core._memory; where anything is not as expected, the method itself is
+ * called.  0, or -1 with an exception set. */
+static int
+account(Ctx *c, PyObject *p)
+{
+    long long held, before = 0, memory;
+    PyObject *holding = PyObject_GetAttr(c->core, NAME(c, N_HOLDING));
+    PyObject *was = holding == NULL || !PyDict_CheckExact(holding) ? NULL
+                    : PyDict_GetItemWithError(holding, p); /* borrowed */
+    int fast = holding != NULL && PyDict_CheckExact(holding) && !PyErr_Occurred() &&
+               producer_memory(c, p, &held) == 0 &&
+               attr_i64(c->core, NAME(c, N_MEMORY), &memory) == 0;
+    if (fast && was != NULL) {
+        before = PyLong_AsLongLong(was);
+        fast = !(before == -1 && PyErr_Occurred());
+    }
+    fast = fast && !(held > 0 && memory > LLONG_MAX - held) &&
+           !(before > 0 && memory + held < LLONG_MIN + before) &&
+           !(before < 0 && memory + held > LLONG_MAX + before);
+    PyErr_Clear();
+    if (!fast) {
+        Py_XDECREF(holding);
+        PyObject *x = PyObject_CallMethodObjArgs(c->core, NAME(c, N_ACCOUNT), p, NULL);
+        Py_XDECREF(x);
+        return x == NULL ? -1 : 0;
+    }
+    int r = was != NULL ? PyDict_DelItem(holding, p) : 0;
+    if (r == 0 && held) {
+        PyObject *v = PyLong_FromLongLong(held);
+        r = v == NULL ? -1 : PyDict_SetItem(holding, p, v);
+        Py_XDECREF(v);
+    }
+    Py_DECREF(holding);
+    PyObject *total = r < 0 ? NULL : PyLong_FromLongLong(memory + held - before);
+    r = total == NULL ? -1 : PyObject_SetAttr(c->core, NAME(c, N_MEMORY), total);
+    Py_XDECREF(total);
+    return r;
+}
+
+/* A batch the core let go of (its Partial held by nothing but the track) is
+ * not kept alive past the call. */
+static void
+track_let_go(Intake *self)
+{
+    if (self->t_part != NULL && Py_REFCNT(self->t_part) == 1) {
+        track_drop(self);
+    }
+}
+
+/* The CRC followed is that of `part`'s bytes 12 .. `end`: 1 if so. */
+static int
+track_holds(Intake *self, PyObject *part, PyObject *spans, uint64_t end)
+{
+    return self->t_part != NULL && self->t_part == part && self->t_end == end &&
+           PyList_Check(spans) && PyList_Size(spans) == 1 &&
+           PyList_GetItem(spans, 0) == self->t_span;
+}
+
+static void
+track_set(Intake *self, PyObject *part, PyObject *span, uint64_t end, uint32_t crc)
+{
+    if (self->t_part != part) {
+        track_drop(self);
+        self->t_part = Py_NewRef(part);
+    }
+    Py_INCREF(span);
+    Py_XDECREF(self->t_span);
+    self->t_span = span;
+    self->t_end = end;
+    self->t_crc = crc;
+}
+
+/* *crc (of the batch up to a piece) on over the piece: `d` its datagram, `dg`
+ * the datagram's CRC, `len` the piece's bytes; `middle`: not the batch's last
+ * (the shift tables are made for its length, at most once a batch).  1, or 0:
+ * not followed (a middle piece of another length). */
+static int
+track_step(Intake *self, uint32_t *crc, const unsigned char *d, uint32_t dg, uint64_t len,
+           int middle)
+{
+    /* crc(H P) = shift|P|(crc(H)) ^ crc(P), so crc(B P) = shift|P|(crc(B) ^ crc(H)) ^ crc(H P) */
+    uint32_t x = *crc ^ pl_crc32c(0, d, FRAGMENT_HEAD);
+    if (len != self->shift_len && middle) {
+        if (self->t_made) {
+            return 0;
+        }
+        pl_crc32c_shift_tables(self->shift, len);
+        self->shift_len = len;
+        self->t_made = 1;
+    }
+    x = len == self->shift_len ? pl_crc32c_shifted(self->shift, x) : pl_crc32c_shift(x, len);
+    *crc = x ^ dg;
+    return 1;
+}
 
 static void
 piece_clear(Piece *k)
@@ -872,7 +1040,7 @@ piece_copy(Ctx *c, Piece *k, Py_buffer *into)
 /* The checks verify_batch and on_fragment make of a batch put together, the
  * largest record against max_record included: 1 if it passes. */
 static int
-batch_ok(Ctx *c, Piece *k, const unsigned char *b, uint64_t len)
+batch_ok(Ctx *c, Piece *k, const unsigned char *b, uint64_t len, const uint32_t *crc)
 {
     uint64_t length = rd32(b + 16), count = rd32(b + 20), first = rd64(b + 32);
     unsigned flags = b[15];
@@ -881,7 +1049,7 @@ batch_ok(Ctx *c, Piece *k, const unsigned char *b, uint64_t len)
         length != len || first == 0 || count == 0 || first > UINT64_MAX - (count - 1) ||
         (flags & FLAG_LARGE ? count != 1 || length < BATCH_HEADER
                             : length < BATCH_HEADER + 2 * count) ||
-        pl_crc32c(0, b + 12, (size_t)(length - 12)) != rd32(b + 8)) {
+        (crc != NULL ? *crc : pl_crc32c(0, b + 12, (size_t)(length - 12))) != rd32(b + 8)) {
         return 0;
     }
     if (flags & FLAG_LARGE) {
@@ -900,13 +1068,29 @@ batch_ok(Ctx *c, Piece *k, const unsigned char *b, uint64_t len)
 static int
 piece_complete(Ctx *c, Piece *k)
 {
+    Intake *self = c->self;
+    uint32_t crc = 0;
+    int followed = 0;
+    if (self->t_part == k->part) {
+        PyObject *spans = PyObject_GetAttr(k->part, NAME(c, N_SPANS));
+        if (spans == NULL) {
+            PyErr_Clear();
+        }
+        else if (track_holds(self, k->part, spans, k->offset)) {
+            crc = self->t_crc;
+            followed = track_step(self, &crc, k->chunk - FRAGMENT_HEAD, k->crc,
+                                  (uint64_t)k->chunk_len, 0);
+        }
+        Py_XDECREF(spans);
+        track_drop(self);
+    }
     Py_buffer whole;
     if (piece_copy(c, k, &whole) < 0) {
         return -1;
     }
     const unsigned char *b = whole.buf;
     uint64_t last = rd64(b + 32) + rd32(b + 20) - 1;
-    int ok = batch_ok(c, k, b, k->total);
+    int ok = batch_ok(c, k, b, k->total, followed ? &crc : NULL);
     PyObject *buf = ok ? PyObject_GetAttr(k->part, NAME(c, N_BUF)) : NULL;
     PyObject *view = buf == NULL ? NULL : PyMemoryView_FromObject(buf);
     Py_XDECREF(buf);
@@ -928,11 +1112,41 @@ piece_complete(Ctx *c, Piece *k)
     }
     Py_XDECREF(holding);
     if (held == 1) { /* in-order data may have released held bytes (`_after`) */
-        PyObject *x = PyObject_CallMethodObjArgs(c->core, NAME(c, N_ACCOUNT), k->p, NULL);
-        held = x == NULL ? -1 : 0;
-        Py_XDECREF(x);
+        held = account(c, k->p);
     }
     return held < 0 || note_pn(c, k->conn, k->key, k->pn) < 0 ? -1 : 1;
+}
+
+/* Partial(total, False, epoch), but with a buffer whose bytes are not zeroed
+ * first (Partial's own bytearray(total) writes every byte once more before
+ * the pieces do: 64 KB a batch here).  No byte of it is read before a piece
+ * wrote it: a batch is read only when its spans cover it whole
+ * (`Partial.complete`, `continues`), and nothing else reads its buffer.
+ * New reference, or NULL with an exception set. */
+static PyObject *
+new_partial(Ctx *c, uint64_t total, uint32_t epoch)
+{
+    PyObject *zero = PyLong_FromLong(0), *epoch_obj = PyLong_FromUnsignedLong(epoch);
+    PyObject *part = zero == NULL || epoch_obj == NULL ? NULL
+                     : PyObject_CallFunctionObjArgs(c->self->partial, zero, Py_False, epoch_obj,
+                                                    NULL);
+    Py_XDECREF(zero);
+    Py_XDECREF(epoch_obj);
+    PyObject *total_obj = part == NULL ? NULL : PyLong_FromUnsignedLongLong(total);
+    PyObject *buf = total_obj == NULL || total > PY_SSIZE_T_MAX ? NULL
+                    : PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    int r = buf == NULL ? -1 : PyObject_SetAttr(part, NAME(c, N_TOTAL), total_obj);
+    r = r < 0 ? r : PyObject_SetAttr(part, NAME(c, N_BUF), buf);
+    Py_XDECREF(total_obj);
+    Py_XDECREF(buf);
+    if (r < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
+        Py_XDECREF(part);
+        return NULL;
+    }
+    return part;
 }
 
 /* A piece that is not the last: into the batch being put together (begun
@@ -940,13 +1154,10 @@ piece_complete(Ctx *c, Piece *k)
 static int
 piece_hold(Ctx *c, Piece *k)
 {
-    if (k->part == NULL) {
-        PyObject *total = PyLong_FromUnsignedLongLong(k->total);
-        PyObject *epoch = PyLong_FromUnsignedLong(k->epoch);
-        k->part = total == NULL || epoch == NULL ? NULL
-                  : PyObject_CallFunctionObjArgs(c->self->partial, total, Py_False, epoch, NULL);
-        Py_XDECREF(total);
-        Py_XDECREF(epoch);
+    Intake *self = c->self;
+    int first = k->part == NULL;
+    if (first) {
+        k->part = new_partial(c, k->total, k->epoch);
         if (k->part == NULL || PyDict_SetItem(k->partials, k->seq_obj, k->part) < 0) {
             return -1;
         }
@@ -959,17 +1170,31 @@ piece_hold(Ctx *c, Piece *k)
     PyObject *spans = PyObject_GetAttr(k->part, NAME(c, N_SPANS));
     PyObject *span = spans == NULL ? NULL : Py_BuildValue("(iK)", 0, (unsigned long long)k->end);
     int r = -1;
+    /* (before spans[0] is replaced: whether the CRC followed covers the batch
+     * up to this piece) */
+    int followed = span != NULL && !first && track_holds(self, k->part, spans, k->offset);
     if (span != NULL && PyList_Check(spans)) {
         if (PyList_Size(spans) == 0) {
             r = PyList_Append(spans, span);
-            PyObject *x = r < 0 ? NULL
-                          : PyObject_CallMethodObjArgs(c->core, NAME(c, N_ACCOUNT), k->p, NULL);
-            r = x == NULL ? -1 : 0;
-            Py_XDECREF(x);
+            r = r < 0 ? r : account(c, k->p);
         }
         else {
             Py_INCREF(span);
             r = PyList_SetItem(spans, 0, span);
+        }
+    }
+    if (r == 0) {
+        uint32_t crc = self->t_crc;
+        if (first && k->chunk_len >= 12) {
+            track_set(self, k->part, span, k->end,
+                      pl_crc32c(0, k->chunk + 12, (size_t)k->chunk_len - 12));
+        }
+        else if (followed && track_step(self, &crc, k->chunk - FRAGMENT_HEAD, k->crc,
+                                        (uint64_t)k->chunk_len, 1)) {
+            track_set(self, k->part, span, k->end, crc);
+        }
+        else if (self->t_part == k->part) {
+            track_drop(self);
         }
     }
     Py_XDECREF(spans);
@@ -1004,7 +1229,13 @@ prun_end(Ctx *c)
             r = -1;
         }
         else {
-            r = PyList_SetItem(spans, 0, span); /* steals span */
+            r = PyList_SetItem(spans, 0, span); /* steals span (the list keeps it) */
+            if (r == 0 && pr->tracked) {
+                track_set(c->self, pr->part, span, pr->end, pr->crc);
+            }
+        }
+        if ((r < 0 || !pr->tracked) && c->self->t_part == pr->part) {
+            track_drop(c->self);
         }
         Py_XDECREF(spans);
         r = r < 0 ? r : run_seen(c, pr->conn, pr->key, pr->pn_moved, pr->largest);
@@ -1051,6 +1282,8 @@ prun_begin(Ctx *c, Piece *k, PyObject *addr)
     pr->end = k->end;
     pr->largest = largest;
     pr->taken = pr->pn_moved = 0;
+    pr->tracked = c->self->t_part == k->part && c->self->t_end == k->end;
+    pr->crc = c->self->t_crc;
 }
 
 /* The next piece of the run, in place: 1 (taken), or 0 (it does not
@@ -1068,8 +1301,15 @@ prun_next(Ctx *c, const unsigned char *d, Py_ssize_t size, PyObject *addr)
     Py_ssize_t chunk_len = size - FRAGMENT_HEAD - TRAILER;
     uint64_t end = pr->end + (uint64_t)chunk_len;
     Py_ssize_t crc_end = size - TRAILER;
-    if (end >= pr->total || pl_crc32c(0, d, (size_t)crc_end) != rd32(d + crc_end)) {
-        return 0; /* the last piece (checked whole), or a bad one: the full path */
+    if (end >= pr->total) {
+        return 0; /* the last piece (checked whole): the full path */
+    }
+    uint32_t dg = pl_crc32c(0, d, (size_t)crc_end);
+    if (dg != rd32(d + crc_end)) {
+        return 0; /* a bad one: the full path */
+    }
+    if (pr->tracked && !track_step(c->self, &pr->crc, d, dg, (uint64_t)chunk_len, 1)) {
+        pr->tracked = 0;
     }
     memcpy((char *)pr->buf.buf + pr->end, d + FRAGMENT_HEAD, (size_t)chunk_len);
     pr->end = end;
@@ -1097,7 +1337,8 @@ take_piece(Ctx *c, const unsigned char *d, Py_ssize_t size, PyObject *addr)
     int r = piece_find(c, &k, d, size, addr);
     if (r == 1) {
         Py_ssize_t end = size - TRAILER;
-        if (pl_crc32c(0, d, (size_t)end) != rd32(d + end)) {
+        k.crc = pl_crc32c(0, d, (size_t)end);
+        if (k.crc != rd32(d + end)) {
             r = 0;
         }
         else if (k.end == k.total) {
@@ -1173,7 +1414,9 @@ intake_take(Intake *self, PyObject *const *args, Py_ssize_t nargs)
     int r = take_one(&c, view.buf, view.len, &src, args[2]);
     PyBuffer_Release(&view);
     Py_XDECREF(src.view);
-    if (finish(&c, r) < 0) {
+    int done = finish(&c, r);
+    track_let_go(self);
+    if (done < 0) {
         return NULL;
     }
     return PyBool_FromLong(r);
@@ -1389,7 +1632,9 @@ intake_drain(Intake *self, PyObject *args)
         r = receive_one(&c, &dr, fd, get, put, used, gro, fast, fallback);
     }
     Py_XDECREF(dr.last_addr);
-    if (finish(&c, r) < 0) {
+    r = finish(&c, r);
+    track_let_go(self);
+    if (r < 0) {
         return NULL;
     }
     return Py_BuildValue("(LLL)", dr.calls, dr.datagrams, dr.bytes);
@@ -1405,6 +1650,8 @@ intake_traverse(Intake *self, visitproc visit, void *arg)
     Py_VISIT(self->partial);
     Py_VISIT(self->open);
     Py_VISIT(self->tuple_new);
+    Py_VISIT(self->t_part);
+    Py_VISIT(self->t_span);
     return 0;
 }
 
@@ -1415,6 +1662,7 @@ intake_clear(Intake *self)
     Py_CLEAR(self->partial);
     Py_CLEAR(self->open);
     Py_CLEAR(self->tuple_new);
+    track_drop(self);
     for (int i = 0; i < N_COUNT; i++) {
         Py_CLEAR(self->names[i]);
     }
@@ -1450,6 +1698,7 @@ intake_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     __builtin_cpu_init();
     self->hardware = __builtin_cpu_supports("sse4.2") != 0;
 #endif
+    self->shift_len = UINT64_MAX; /* no tables made yet */
     Py_INCREF(batch_header);
     self->batch_header = batch_header;
     Py_INCREF(partial);
@@ -1471,7 +1720,43 @@ intake_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* join_crc(a, b, n, tables): crc(A B) from a = crc(A), b = crc(B), n = |B|,
+ * through the shift tables (made for n) or bit by bit: for the tests. */
+static PyObject *
+intake_join_crc(Intake *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "join_crc(a, b, n, tables) takes 4 arguments");
+        return NULL;
+    }
+    unsigned long a = PyLong_AsUnsignedLong(args[0]), b = PyLong_AsUnsignedLong(args[1]);
+    unsigned long long n = PyLong_AsUnsignedLongLong(args[2]);
+    int tables = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred() || tables < 0) {
+        return NULL;
+    }
+    if (a > 0xFFFFFFFFul || b > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_ValueError, "join_crc: a CRC-32C is below 2**32");
+        return NULL;
+    }
+    uint32_t x;
+    if (tables) {
+        if (n != self->shift_len) {
+            pl_crc32c_shift_tables(self->shift, n);
+            self->shift_len = n;
+        }
+        x = pl_crc32c_shifted(self->shift, (uint32_t)a);
+    }
+    else {
+        x = pl_crc32c_shift((uint32_t)a, n);
+    }
+    return PyLong_FromUnsignedLong(x ^ (uint32_t)b);
+}
+
 static PyMethodDef intake_methods[] = {
+    {"join_crc", (PyCFunction)(void (*)(void))intake_join_crc, METH_FASTCALL,
+     "join_crc(a, b, n, tables, /) -> int: the CRC-32C of A B from a = crc(A), b = crc(B)\n"
+     "and n = len(B) (through shift tables made for n when `tables`): for the tests."},
     {"take", (PyCFunction)(void (*)(void))intake_take, METH_FASTCALL,
      "take(core, data, addr, now, /) -> bool: the datagram taken by the fast path, or False\n"
      "(declined, nothing changed: the core's Python path must handle it)."},

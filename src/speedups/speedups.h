@@ -30,6 +30,20 @@ int pl_intake_exec(PyObject *module);
  * (crc32c.c).  No Python calls: safe without the GIL. */
 uint32_t pl_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* What n zero bytes after them do to a CRC-32C: crc(A B) ==
+ * pl_crc32c_shift(crc(A), |B|) ^ crc(B) (crcjoin.c).  For a length met
+ * often, pl_crc32c_shift_tables makes 4 tables of 256 and pl_crc32c_shifted
+ * applies them.  No Python calls. */
+uint32_t pl_crc32c_shift(uint32_t crc, uint64_t n);
+void pl_crc32c_shift_tables(uint32_t tables[4][256], uint64_t n);
+
+static inline uint32_t
+pl_crc32c_shifted(const uint32_t tables[4][256], uint32_t crc)
+{
+    return tables[0][crc & 0xFF] ^ tables[1][(crc >> 8) & 0xFF] ^
+           tables[2][(crc >> 16) & 0xFF] ^ tables[3][crc >> 24];
+}
+
 /* How many records ahead a loop over a link's records asks for the next
  * one's object: a backlog's records meet the loop cold (each in its own
  * cache lines, far from the last), and a load's latency is several records'

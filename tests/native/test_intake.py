@@ -116,7 +116,9 @@ def state(core: ListenerCore) -> dict[str, Any]:
         producers[(p.stream, p.pid)] = (
             p.epoch, p.received, p.stored, p.held_bytes,
             {s: (bytes(b), h) for s, (b, h) in p.held.items()},
-            {s: (x.total, x.counted, x.epoch, list(x.spans), bytes(x.buf))
+            # (a batch's bytes where no piece came are not defined: the C leaves them)
+            {s: (x.total, x.counted, x.epoch, list(x.spans),
+                 [bytes(x.buf[a:b]) for a, b in x.spans])
              for s, x in p.partials.items()},
         )  # fmt: skip
     sessions = {
@@ -130,6 +132,7 @@ def state(core: ListenerCore) -> dict[str, Any]:
         "stats": dataclasses.asdict(core.stats),
         "junk": core.junk,
         "memory": core.memory,
+        "holding": [((p.stream, p.pid), n) for p, n in core._holding.items()],
         "producers": producers,
         "sessions": sessions,
         "ack_due": set(core._ack_due),

@@ -122,6 +122,20 @@ def check(pair: Pair, drained: Drained, where: Any, datagrams: list[bytes]) -> N
         assert state(pair.c) == state(pair.py)
 
 
+@contextlib.contextmanager
+def drained_link(
+    sizes: list[int], datagram: int
+) -> Iterator[tuple[Pair, Drained, Any, list[bytes], list[bytes]]]:
+    """Both cores with a session from a GRO pair's sender, the compiled one
+    draining the receiver; records of `sizes` and the link's datagrams of them."""
+    with gro_pair() as (rx, tx):
+        where = tx.getsockname()
+        pair = Pair(CoreConfig(max_record=4096, max_reorder=1 << 14))
+        accept = pair.open(addr=where)
+        records = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+        yield pair, Drained(pair.c, rx, tx), where, records, packed(accept, records, datagram)
+
+
 record_sizes = st.one_of(st.integers(0, 120), st.integers(300, 3000))
 
 
@@ -134,13 +148,7 @@ record_sizes = st.one_of(st.integers(0, 120), st.integers(300, 3000))
 def test_drain_decides_as_the_python_intake_for_the_links_datagrams(
     sizes: list[int], datagram: int, data: st.DataObject
 ) -> None:
-    with gro_pair() as (rx, tx):
-        where = tx.getsockname()
-        pair = Pair(CoreConfig(max_record=4096, max_reorder=1 << 14))
-        accept = pair.open(addr=where)
-        drained = Drained(pair.c, rx, tx)
-        records = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
-        out = packed(accept, records, datagram)
+    with drained_link(sizes, datagram) as (pair, drained, where, records, out):
         sent: list[bytes] = []
         hurt_any = False
         for i, d in enumerate(out):
