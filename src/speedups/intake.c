@@ -1133,8 +1133,13 @@ new_partial(Ctx *c, uint64_t total, uint32_t epoch)
     Py_XDECREF(zero);
     Py_XDECREF(epoch_obj);
     PyObject *total_obj = part == NULL ? NULL : PyLong_FromUnsignedLongLong(total);
+    /* an empty bytearray resized: the documented way to a buffer whose new
+     * bytes are not written first */
     PyObject *buf = total_obj == NULL || total > PY_SSIZE_T_MAX ? NULL
-                    : PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+                    : PyByteArray_FromStringAndSize("", 0);
+    if (buf != NULL && PyByteArray_Resize(buf, (Py_ssize_t)total) < 0) {
+        Py_CLEAR(buf);
+    }
     int r = buf == NULL ? -1 : PyObject_SetAttr(part, NAME(c, N_TOTAL), total_obj);
     r = r < 0 ? r : PyObject_SetAttr(part, NAME(c, N_BUF), buf);
     Py_XDECREF(total_obj);
