@@ -18,8 +18,9 @@
  * side by side, each from 0, and the three are joined: the register is
  * linear, so crc(s, X Y) = shift|Y|(crc(s, X)) xor crc(0, Y), where shiftN
  * is what N zero bytes do to a register, a 32 x 32 matrix over GF(2) applied
- * here as 4 lookups in tables built at import (one set for each block size:
- * BLOCK_LONG bytes for batches, BLOCK_SHORT for a datagram's piece).
+ * here as 4 lookups in tables built at import by crcjoin.c (one set for each
+ * block size: BLOCK_LONG bytes for batches, BLOCK_SHORT for a datagram's
+ * piece).
  */
 #include "speedups.h"
 
@@ -60,39 +61,6 @@ build_tables(void)
             table[t][n] = (table[t - 1][n] >> 8) ^ table[0][table[t - 1][n] & 0xFF];
         }
     }
-}
-
-/* What n zero bytes do to each bit of a register, as 4 tables of 256: the
- * image of a register is the xor of its 4 bytes' entries. */
-static void
-build_shift(uint32_t shift[4][256], size_t n)
-{
-    uint32_t image[32];
-    for (int bit = 0; bit < 32; bit++) {
-        uint32_t r = (uint32_t)1 << bit;
-        for (size_t k = 0; k < n; k++) {
-            r = (r >> 8) ^ table[0][r & 0xFF];
-        }
-        image[bit] = r;
-    }
-    for (int byte = 0; byte < 4; byte++) {
-        for (uint32_t v = 0; v < 256; v++) {
-            uint32_t out = 0;
-            for (int b = 0; b < 8; b++) {
-                if (v & (1u << b)) {
-                    out ^= image[8 * byte + b];
-                }
-            }
-            shift[byte][v] = out;
-        }
-    }
-}
-
-static inline uint32_t
-shifted(const uint32_t shift[4][256], uint32_t r)
-{
-    return shift[0][r & 0xFF] ^ shift[1][(r >> 8) & 0xFF] ^ shift[2][(r >> 16) & 0xFF] ^
-           shift[3][r >> 24];
 }
 
 static uint32_t
@@ -141,7 +109,8 @@ three_x86(uint64_t c, const unsigned char **p, size_t *len, size_t block,
             c1 = _mm_crc32_u64(c1, wb);
             c2 = _mm_crc32_u64(c2, wd);
         }
-        c = shifted(shift, shifted(shift, (uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
+        c = pl_crc32c_shifted(shift, pl_crc32c_shifted(shift, (uint32_t)c) ^ (uint32_t)c1) ^
+            (uint32_t)c2;
         *p += 3 * block;
         *len -= 3 * block;
     }
@@ -284,8 +253,8 @@ int
 pl_crc32c_exec(PyObject *module)
 {
     build_tables();
-    build_shift(shift_long, BLOCK_LONG);
-    build_shift(shift_short, BLOCK_SHORT);
+    pl_crc32c_shift_tables(shift_long, BLOCK_LONG);
+    pl_crc32c_shift_tables(shift_short, BLOCK_SHORT);
 #ifdef PL_CRC_X86
     __builtin_cpu_init();
     use_hardware = __builtin_cpu_supports("sse4.2") != 0;

@@ -1023,7 +1023,8 @@ packer_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     while (sent < count && w.used < room) {
         Py_ssize_t made = 0;
         /* (that code may also have shortened recs: only the items it holds now) */
-        w.nrecs = PyList_Size(w.recs) < lens_n ? PyList_Size(w.recs) : lens_n;
+        Py_ssize_t held = PyList_Size(w.recs);
+        w.nrecs = held < lens_n ? held : lens_n;
         if (!self->batch_len) {
             if (self->next_seq > pushed) {
                 break;
