@@ -43,7 +43,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
            tests/sim/test_congestion_sim.py came within 25 %, and all 47
            above 1.25).  Copa's test of a queue that never empties, with
            our own part taken out.  Then BBR v1's rules: no queue-share
-           yield, no loss bound
+           yield (bbr.py keeps its loss bound, set again at an overflow)
     LOSS   the competitor is elastic: it backs off when the buffer
            overflows (Nimbus's question, asked of the events a loss-based
            flow cannot hide), seen in a MODEL verdict in one of two ways:
