@@ -36,6 +36,7 @@ from purelink._udp import SOL_UDP, UDP_GRO, UDP_SEGMENT
 from purelink.primitives.pool import BufferPool
 from purelink.protocol import wire
 from purelink.protocol.core_intake import INTAKE
+from purelink.protocol.core_state import SessionState
 from purelink.protocol.listener_core import CoreConfig, ListenerCore
 from purelink.protocol.packing import Flight, Packer
 from purelink.protocol.receiver import Write
@@ -288,6 +289,32 @@ def test_other_sessions_and_messages_are_declined_the_same() -> None:
     pair.feed(wire.encode_close(accept.conn_id, accept.epoch))
     pair.feed(out[-1])  # after the CLOSE: an ended session
     pair.drain()
+
+
+def test_data_racing_its_accept_is_declined_the_same() -> None:
+    """A named producer back before its records are durable: its new session
+    waits for the sync to answer the HELLO, and a DATA for it (a link that
+    sends before its ACCEPT) is the Python path's to drop as "not_accepted"."""
+    pair = Pair()
+    accept = pair.open("p")
+    for datagram in packed(accept, [b"x" * 61] * 40, 1400):
+        pair.feed(datagram)
+    writes = pair.c.take_writes()
+    assert _plain(writes) == _plain(pair.py.take_writes())
+    for core in (pair.c, pair.py):
+        core.written("s", sum(h.count for w in writes.values() for _, h in w))  # not synced
+    hello = wire.Hello(7, "s", "p", accept.producer, 1400, b"")
+    pair.feed(wire.encode_hello(hello), OTHER)
+    answered = [wire.decode_datagram(d) for d, _ in pair.answers()]
+    (retry,) = [m for m in answered if isinstance(m, wire.Retry)]
+    pair.feed(wire.encode_hello(dataclasses.replace(hello, cookie=retry.cookie)), OTHER)
+    answered = [wire.decode_datagram(d) for d, _ in pair.answers()]
+    assert not [m for m in answered if isinstance(m, wire.Accept)]  # it waits for the sync
+    (waiting,) = [s for s in pair.c._conns.values() if s.state is SessionState.WAITING]
+    early = dataclasses.replace(accept, conn_id=waiting.conn_id, epoch=waiting.epoch)
+    before = pair.c.stats.dropped.get("not_accepted", 0)
+    pair.feed(packed(early, [b"y" * 61], 1400, first=41)[0], OTHER)
+    assert pair.c.stats.dropped.get("not_accepted", 0) == before + 1
 
 
 # ------------------------------------------------------ the fast path is used

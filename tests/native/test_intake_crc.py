@@ -15,6 +15,7 @@ both, or dropped by both as bad_checksum).
 from __future__ import annotations
 
 import struct
+from array import array
 
 import pytest
 from crc32c import crc32c
@@ -23,10 +24,11 @@ from hypothesis import strategies as st
 
 from helpers.wire import PROFILE
 from native.test_intake import ADDR, Pair, packed, reseal
-from native.test_intake_drain import check, drained_link
+from native.test_intake_drain import Drained, check, drained_link, gro_pair
 from purelink.protocol import wire
 from purelink.protocol.core_intake import INTAKE
 from purelink.protocol.listener_core import CoreConfig
+from purelink.protocol.packing import Flight, Packer
 
 pytestmark = pytest.mark.skipif(INTAKE is None, reason="the compiled intake is not in use")
 
@@ -129,3 +131,51 @@ def test_a_batch_in_order_is_checked_by_its_joined_crc() -> None:
     part.buf[-5] ^= 1  # a record's byte
     assert INTAKE.take(pair.c, out[-1], ADDR, 100.0)
     assert pair.c.stats.batches == 1
+
+
+def two_lengths(accept: wire.Accept, records: list[bytes]) -> list[bytes]:
+    """The link's pieces of `records` when the path shrank in the middle of
+    their batch: the later pieces are shorter."""
+    packer = Packer(1400)
+    packer.start(accept.conn_id, accept.producer, accept.epoch, 1)
+    lens = array("H", (min(len(r), 0xFFFF) for r in records))
+    out: list[bytes] = []
+    flights: dict[int, Flight] = {}
+    pn = packer.fill(records, lens, 1, len(records), 1, 0.0, 5, 1 << 40, out, flights)[0]
+    packer.size = 700
+    packer.fill(records, lens, 1, len(records), pn, 0.0, 1 << 30, 1 << 40, out, flights)
+    assert all(d[3] == wire.MsgType.FRAGMENT for d in out)
+    assert len({len(d) for d in out[1:-1]}) == 2  # middle pieces of two lengths
+    return out
+
+
+LARGE = CoreConfig(max_record=1 << 17, max_reorder=1 << 20)
+TWO_LENGTHS = pytest.mark.parametrize(
+    "records",
+    [[b"r" * 61] * 300, [bytes(range(256)) * 400]],
+    ids=["many records", "one record larger than a batch of many"],
+)
+
+
+@TWO_LENGTHS
+def test_pieces_of_two_lengths_make_the_same_batch(records: list[bytes]) -> None:
+    """The C joins the CRC over middle pieces of one length only, and checks
+    a batch of pieces of two lengths by a pass over its bytes: both cores
+    store it whole."""
+    pair = Pair(LARGE)
+    for d in two_lengths(pair.open(), records):
+        pair.feed(d)  # both cores equal after each
+    stored = pair.drain()
+    assert [r for b, h in stored for r in wire.batch_records(b, h)] == records
+    assert pair.c.stats.batches == pair.py.stats.batches == 1
+
+
+@TWO_LENGTHS
+def test_pieces_of_two_lengths_through_drain(records: list[bytes]) -> None:
+    with gro_pair() as (rx, tx):
+        where = tx.getsockname()
+        pair = Pair(LARGE)
+        out = two_lengths(pair.open(addr=where), records)
+        check(pair, Drained(pair.c, rx, tx), where, out)  # both cores equal after each receive
+        stored = pair.drain()
+    assert [r for b, h in stored for r in wire.batch_records(b, h)] == records

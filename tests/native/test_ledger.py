@@ -146,7 +146,10 @@ def script(seed: int, steps: int) -> Iterator[tuple[str, Any]]:
             pn += 1
             yield "resend", (pn, now)
         elif roll < 0.9 and sent:
-            yield "ack", (_answer(rng, sent, pn), rng.choice((0, sent[-1][1])), now)
+            ack = _answer(rng, sent, pn)
+            received = max(rng.choice((0, sent[-1][1])), ack.received)
+            # the link's flag: the answer covers every record sent so far
+            yield "ack", (ack, received, received >= max(s[2] for s in sent), now)
         elif roll < 0.98:
             yield "timeout", (now,)
         else:
@@ -182,9 +185,8 @@ def _make(step: tuple[str, Any], flight_type: Any) -> tuple[Any, ...]:
         ]
         return (kind, flights, now)
     if kind == "ack":
-        ack, received, now = args
-        received = max(received, ack.received)
-        return (kind, ack, received, False, now)
+        ack, received, everything, now = args
+        return (kind, ack, received, everything, now)
     return (kind, *args)
 
 

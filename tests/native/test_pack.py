@@ -291,3 +291,25 @@ def _refs(o: object) -> int:
 
 def _blocks() -> int:
     return sys.getallocatedblocks()
+
+
+def test_a_new_session_counts_only_the_records_not_counted_before() -> None:
+    """A new session packs again from a received seq; a batch that runs past
+    the records counted already adds only the new ones' bytes to `payload`."""
+    pure, fast = Side(packing.PurePacker, 1_472), Side(core.Packer, 1_472)  # type: ignore[union-attr]
+    recs = [_record(10 + i, i) for i in range(10)]
+    lens = array("H", map(len, recs))
+    for side in (pure, fast):
+        side.fill(recs, lens, 64, 1 << 40)
+    assert pure.counters() == fast.counters()
+    counted = pure.packer.payload
+    assert counted == sum(map(len, recs))
+    for side in (pure, fast):
+        side.packer.start(8, 5, 4, 5)  # the listener had received up to seq 4
+    more = [_record(30 + i, i) for i in range(10)]
+    recs += more
+    lens.extend(map(len, more))
+    assert pure.fill(recs, lens, 64, 1 << 40) == fast.fill(recs, lens, 64, 1 << 40)
+    assert pure.counters() == fast.counters()
+    assert pure.packer.next_seq == 21  # one batch: seqs 5-20, straddling what was counted
+    assert fast.packer.payload == counted + sum(map(len, more))
