@@ -29,6 +29,18 @@ listener receive calls.  Variants: `after` (UDP GSO on the link, GRO on the
 listener), `send-per-datagram` (no GSO), `no-gro` (GSO, but the listener
 socket without UDP_GRO, so one receive per datagram).
 
+`--calls` counts the Python-level calls of the link and listener threads
+while the backlog drains (bench/_calls.py), per datagram and per batch,
+and names each thread's most called functions; the count slows the run, so
+its other figures are not the workload's.  `--burst N` sets the most
+datagrams the link's sender puts out per round (its `datagrams_to_send`
+call; the product's is 64): fewer rounds, fewer calls of the send path's
+Python, the same datagrams.  `--warmup N` runs each variant N times before
+the measured runs and reports nothing of them: a fresh process's first runs
+also pay for memory its threads touch for the first time (each run starts a
+new listener and link thread, and the allocator's per-thread arenas grow to
+their peak over the first few).
+
 `--parts` also splits the link thread's CPU by what it was doing (each
 part's own thread CPU clock, summed over its calls; see `PARTS`): the take
 from the ring, packing (`datagrams_to_send`), the send, the answers
@@ -43,10 +55,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -61,6 +75,7 @@ from purelink.protocol.sender_records import SenderRecords
 from purelink.protocol.wire import BatchHeader
 from purelink.store.format import ProducerState
 
+from ._calls import CallCounter
 from ._common import (
     Report,
     base_parser,
@@ -206,15 +221,34 @@ class _Told:
             self.at = time.perf_counter_ns()
 
 
-def run_drain(variant: str, records: list[bytes], parts: bool = False) -> dict[str, Any]:
+def run_drain(
+    variant: str,
+    records: list[bytes],
+    parts: bool = False,
+    calls: CallCounter | None = None,
+    burst: int = 0,
+) -> dict[str, Any]:
     """One run: a fresh listener and link, the backlog queued held, then drained
-    (with `parts`, the link thread's CPU split by PARTS too)."""
+    (with `parts`, the link thread's CPU split by PARTS too; with `calls`, the
+    two threads' calls counted into it; `burst`: the sender's datagrams per
+    round, 0 = the product's)."""
     spent: dict[str, int] = {}
-    with timed_parts(spent) if parts else contextlib.nullcontext():
-        return _run_drain(variant, records, spent)
+    with contextlib.ExitStack() as stack:
+        if parts:
+            stack.enter_context(timed_parts(spent))
+        if calls is not None:
+            threading.setprofile(calls)  # the threads started from here on
+            stack.callback(threading.setprofile, None)
+        return _run_drain(variant, records, spent, calls, burst)
 
 
-def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dict[str, Any]:
+def _run_drain(
+    variant: str,
+    records: list[bytes],
+    spent: dict[str, int],
+    calls: CallCounter | None,
+    burst: int,
+) -> dict[str, Any]:
     n = len(records)
     listener = start_null_listener()
     try:
@@ -223,6 +257,9 @@ def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dic
         told = _Told(n)
         link = open_link(f"udp://{host}:{port}", "after", on_stored=told)
         try:
+            if burst:
+                sender = link._sender
+                sender.config = dataclasses.replace(sender.config, burst=burst)
             if variant == "send-per-datagram":
                 no_gso(link)
             if variant == "no-gro":
@@ -234,6 +271,9 @@ def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dic
             link_stats0 = link.stats()
             listener_thread = listener._thread
             assert listener_thread is not None
+            if calls is not None:
+                calls.watch(link=link._thread, listener=listener_thread)
+            counted0 = calls.totals() if calls is not None else {}
             with held(link) as taken:
                 queue = link.queue
                 for record in records:
@@ -243,10 +283,14 @@ def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dic
                 link_cpu0 = thread_cpu_ns(link._thread)
                 listener_cpu0 = thread_cpu_ns(listener_thread)
                 process_cpu0 = self_cpu_ns()
+                if calls is not None:
+                    calls.on = True
                 t0 = time.perf_counter_ns()
             if not link.wait_stored(link.queued, timeout=TOLD_TIMEOUT):
                 raise RuntimeError(f"only {link.stored:,} of {n:,} stored in {TOLD_TIMEOUT} s")
             t1 = told.at or time.perf_counter_ns()
+            if calls is not None:
+                calls.on = False
             link_cpu1 = thread_cpu_ns(link._thread)
             spent1 = dict(spent)
             listener_cpu1 = thread_cpu_ns(listener_thread)
@@ -257,13 +301,17 @@ def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dic
             link.close(timeout=10)
     finally:
         listener.close()
+    datagrams = stats.datagrams - link_stats0.datagrams
+    batches = stats.batches - link_stats0.batches
+    counted = {k: v - counted0.get(k, 0) for k, v in (calls.totals() if calls else {}).items()}
     return {
         "rate": n / ((t1 - t0) / 1e9),
         "seconds": (t1 - t0) / 1e9,
         "link_cpu_ns": (link_cpu1 - link_cpu0) / n,
         "listener_cpu_ns": (listener_cpu1 - listener_cpu0) / n,
         "process_cpu_ns": (process_cpu1 - process_cpu0) / n,
-        "datagrams": stats.datagrams - link_stats0.datagrams,
+        "datagrams": datagrams,
+        "batches": batches,
         "send_calls": stats.send_calls - link_stats0.send_calls,
         "retransmits": stats.retransmits - link_stats0.retransmits,
         "recv_calls": after.recv_calls - before.recv_calls,
@@ -272,6 +320,8 @@ def _run_drain(variant: str, records: list[bytes], spent: dict[str, int]) -> dic
         "gso": stats.gso,
         "taken_early": early,
         **{f"{part}_ns": (spent1[part] - spent0[part]) / n for part in spent1},
+        **{f"{k}_per_datagram": v / datagrams for k, v in counted.items()},
+        **{f"{k}_per_batch": v / batches for k, v in counted.items()},
     }
 
 
@@ -280,7 +330,13 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
         "drain",
         f"a backlog of {args.records:,} records of {args.size} B drains; link and listener "
         "in one process, no store",
-        parameters={"records": args.records, "size": args.size, "repeat": args.repeat},
+        parameters={
+            "records": args.records,
+            "size": args.size,
+            "repeat": args.repeat,
+            **({"warmup": args.warmup} if args.warmup else {}),
+            **({"burst": args.burst} if args.burst else {}),
+        },
     )
     for variant, rs in runs.items():
         report.add(
@@ -298,6 +354,11 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
                 for part in PARTS
                 if rs and f"{part}_ns" in rs[0]
             },
+            **{
+                key: summarize_key(rs, key, "calls")
+                for key in (rs[0] if rs else {})
+                if key.endswith(("_per_datagram", "_per_batch"))
+            },
         )
     report.extra = {"runs": runs}
     after = runs.get("after")
@@ -311,6 +372,15 @@ def build_report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
             if before in runs:
                 x = ratio(summarize_key(after, "rate"), summarize_key(runs[before], "rate"))
                 report.notes.append(f"after / {before}: records/s x{x:.2f}")
+    calls: CallCounter | None = getattr(args, "calls_counter", None)
+    if calls is not None:
+        report.notes.append(
+            "--calls: Python-level calls from release to told (py: of Python functions; "
+            "c: of C functions from Python code), per datagram and per batch sent; the count "
+            "slows the runs, so their times and CPU are not the workload's"
+        )
+        for role in ("link", "listener"):
+            report.notes.append(f"  most called on the {role} thread, all runs: {calls.top(role)}")
     if any(r["taken_early"] for rs in runs.values() for r in rs):
         report.notes.append("note: in some runs the link thread took records before the release")
     report.notes.append(
@@ -335,6 +405,26 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="split the link thread's CPU per record by part: take, pack, send, answers "
         "(release within them)",
     )
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="count the link and listener threads' Python-level calls per datagram and batch "
+        "(slows the runs)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="runs of each variant before the measured ones, not reported (default 0)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        metavar="N",
+        help="datagrams the sender puts out per round (0: the product's, 64)",
+    )
     add_impl_argument(parser)
     args = parser.parse_args(list(argv))
     args.variant_list = [v for v in args.variants.split(",") if v]
@@ -343,6 +433,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
             parser.error(f"unknown variant {v!r}")
     if args.records < 1 or args.repeat < 1:
         parser.error("--records and --repeat must be at least 1")
+    if args.burst < 0 or args.warmup < 0:
+        parser.error("--burst and --warmup must be 0 or more")
     return args
 
 
@@ -357,9 +449,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # either path's allocations walked its 200,000 items inside a timed run
     gc.collect()
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variant_list}
+    for _ in range(args.warmup):
+        for variant in args.variant_list:
+            run_drain(variant, data, burst=args.burst)
+    args.calls_counter = CallCounter() if args.calls else None
     for _ in range(args.repeat):
         for variant in args.variant_list:
-            runs[variant].append(run_drain(variant, data, args.parts))
+            runs[variant].append(
+                run_drain(variant, data, args.parts, args.calls_counter, args.burst)
+            )
     build_report(args, runs).emit(args.json)
     return 0
 

@@ -419,6 +419,44 @@ def test_impl_children_get_the_options_less_impl_json_and_first_only_ones(
     assert _impl._without(["--plot", "a.png", "--impl=python"], ["--impl", "--plot"]) == []
 
 
+def test_drain_calls_count_python_calls_per_datagram_and_batch() -> None:
+    """`drain --calls`: each thread's Python-level calls per datagram and per batch;
+    the pure path makes them per record and per datagram, the compiled core fewer."""
+    result = run_bench("bench.drain", *TINY["drain"], "--variants", "after", "--calls", "--json")
+    assert result.returncode == 0, result.stderr
+    obj = one_json_object(result.stdout)
+    per = {
+        row.get("impl", CURRENT): {
+            key: row[key]["median"] for key in row if key.endswith(("_per_datagram", "_per_batch"))
+        }
+        for row in obj["rows"]
+    }
+    for role in ("link", "listener"):
+        for kind in ("py", "c"):
+            key = f"{role}_{kind}"
+            assert all(p[f"{key}_per_datagram"] > 0 for p in per.values()), per
+            for p in per.values():  # a batch is one datagram or more
+                assert p[f"{key}_per_batch"] >= p[f"{key}_per_datagram"]
+    if set(per) == {"compiled", "python"}:
+        for key in ("link_py_per_datagram", "listener_py_per_datagram"):
+            assert per["compiled"][key] < per["python"][key], per
+    notes = "\n".join(obj["notes"])
+    assert "most called on the link thread" in notes, notes
+
+
+def test_drain_warmup_runs_are_not_reported_and_burst_is_a_parameter() -> None:
+    result = run_bench(
+        "bench.drain", *TINY["drain"], "--variants", "after", "--warmup", "1", "--burst", "8",
+        "--impl", CURRENT, "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    obj = one_json_object(result.stdout)
+    assert obj["parameters"]["warmup"] == 1 and obj["parameters"]["burst"] == 8
+    (row,) = obj["rows"]
+    assert len(row["records_per_s"]["runs"]) == 1  # the measured run only
+    assert row["send_calls"]["median"] >= row["datagrams"]["median"] / 8
+
+
 def test_drain_parts_split_the_link_threads_cpu() -> None:
     """`drain --parts`: each part's CPU per record, within the link thread's."""
     result = run_bench("bench.drain", *TINY["drain"], "--variants", "after", "--parts", "--json")
