@@ -160,6 +160,30 @@ def test_new_session_fences_the_old(core: ListenerCore) -> None:
     assert core.take_writes() == {}
 
 
+def test_ended_sessions_are_remembered_only_up_to_the_configured_numbers() -> None:
+    """A producer fenced again and again (or a flood of links) must not grow
+    the core: it remembers the newest `fenced_memory` ended sessions, to
+    tell their late datagrams FENCED, and the newest `hello_memory` HELLOs
+    spent; older ones are forgotten, their late datagrams UNKNOWN."""
+    core = ListenerCore(MemoryStore(), CoreConfig(fenced_memory=3, hello_memory=2))
+    sessions = [handshake(core, producer="api-1", nonce=n) for n in range(1, 8)]
+    assert len(core._gone) == 3 and len(core._spent) == 2
+    core.datagrams_to_send(100.0)  # (the REFUSEs that told each fenced session)
+
+    def late(a: wire.Accept) -> wire.RefuseReason:
+        batch = wire.encode_batch(a.producer, a.epoch, 1, [b"late"])
+        core.receive_datagram(wire.encode_data(a.conn_id, 9, batch), ADDR, 100.0)
+        ((out, _),) = core.datagrams_to_send(100.0)
+        refuse = wire.decode_datagram(out)
+        assert isinstance(refuse, wire.Refuse)
+        return refuse.reason
+
+    assert late(sessions[-2]) == wire.RefuseReason.FENCED  # among the newest three ended
+    assert late(sessions[0]) == wire.RefuseReason.UNKNOWN  # forgotten
+    assert core.stats.dropped == {"stale_epoch": 1, "unknown_conn": 1}
+    assert core.take_writes() == {}
+
+
 def test_bad_stream_and_bad_producer_are_refused(core: ListenerCore) -> None:
     bad_stream, bad_producer = wire.RefuseReason.BAD_STREAM, wire.RefuseReason.BAD_PRODUCER
     for kw, reason in (
