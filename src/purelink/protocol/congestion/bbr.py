@@ -141,8 +141,8 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             goes, and an overflow sets it again as in the rules above
             (without it, on buffers of a bdp and less, the link overfilled
             the buffer and the BBR v1 flow lost more than it: 0.84 of the
-            pair beside it on 20 Mbit/s, 40 ms, 1 bdp, 0.64-0.69 on 50
-            Mbit/s, 100 ms, 0.4 bdp, in virtual time)
+            pair beside it on 20 Mbit/s, 40 ms, 1 bdp at one seed of two,
+            0.64-0.69 on 50 Mbit/s, 100 ms, 0.4 bdp, in virtual time)
     loss    a competitor that backs off at an overflow and grows its window
             with every answer (CUBIC, Reno): the window is CUBIC's (RFC
             9438: its curve, its Reno-friendly estimate, one cut per round
