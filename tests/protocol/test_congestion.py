@@ -14,6 +14,7 @@ import pytest
 from purelink.protocol import wire
 from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
 from purelink.protocol.congestion.bbr import QUEUE_SHARE
+from purelink.protocol.congestion.crosstraffic import CrossTraffic
 from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
 from purelink.protocol.sender import Sender, SenderConfig, SenderState
@@ -157,6 +158,37 @@ def test_bbr_has_no_inflight_bound_until_a_queue_overflows_and_none_after_its_un
     for _ in range(10):
         cc.on_spurious(now - 0.08, now)
     assert cc.inflight_hi is None and cc.undos == 1
+
+
+def test_bbr_beside_a_model_based_flow_bounds_its_flight_no_lower_than_carries_its_rate() -> None:
+    """An overflow with a queue standing (RTT 100 ms on a 50 ms path) bounds
+    the flight: alone or beside purelink links ("none") down to what carries
+    btl_bw for a min RTT (bdp / 0.85); beside a flow that keeps that queue
+    whatever we do ("model": every round trip of ours lasts 100 ms), only
+    down to what carries it for the round trip that queue makes -- a bound
+    of one bdp would carry half the rate, and the next rounds' lower
+    btl_bw would lower the bound again."""
+    bounds = {}
+    for kind in (CrossTraffic.NONE, CrossTraffic.MODEL):
+        cc = Bbr(D, seed=1)
+        now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+        assert cc.mode == Bbr.PROBE_BW and cc.cross_traffic == CrossTraffic.NONE
+        if kind == CrossTraffic.MODEL:
+            # a queue of others (50 ms) stands round after round: the verdict
+            for _ in range(40):
+                now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=int(5e6 * 0.05))
+                if cc.cross_traffic == CrossTraffic.MODEL:
+                    break
+            assert cc.cross_traffic == CrossTraffic.MODEL
+        assert cc.btl_bw == 5e6
+        for _ in range(30):  # 30 KB of 250 KB lost in a round with the queue standing
+            cc.on_lost(now - 0.1, D, now)
+        now = feed_bbr(cc, 5e6, 0.1, 2, now, in_flight=int(5e6 * 0.05))
+        assert cc.inflight_hi is not None
+        bounds[kind] = cc.inflight_hi
+    carried = 5e6 * 0.05 / 0.85
+    assert carried <= bounds[CrossTraffic.NONE] < 1.2 * carried
+    assert bounds[CrossTraffic.MODEL] >= int(5e6 * 0.1 / 0.85)  # twice the bdp / 0.85
 
 
 def test_bbr_holding_more_than_its_share_of_a_standing_queue_takes_its_rate() -> None:

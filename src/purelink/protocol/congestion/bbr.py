@@ -100,7 +100,13 @@ flight by more; both regain alike).
 * The bound never goes below bdp / 0.85 (at a cut, and as probing raises
   btl_bw), so the cwnd it leaves carries the model's own bandwidth: a bound
   under it would cap the delivery rate, which lowers btl_bw, which lowers
-  the bound again, down to the minimum.
+  the bound again, down to the minimum.  Beside a model-based flow
+  (crosstraffic.py's MODEL) the floor is btl_bw x the round's standing RTT
+  / 0.85 instead: that flow keeps its queue whatever we do, so every round
+  trip of ours lasts min_rtt and that queue, and a bound of one bdp carries
+  only min_rtt / RTT of our rate -- the spiral again, beside Linux's BBR
+  v1 on a 1-bdp buffer of 20 Mbit/s, 40 ms down to 0.17-0.24 of the pair on
+  the path emulator (0.36-0.61 with this floor; docs/performance.md, paths).
 * A loss proven spurious (the original arrived) no longer counts toward
   its round, and a bound it helped set in the last two rounds is undone
   once that round's remaining losses are under the threshold.
@@ -138,10 +144,12 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
     model   a competitor that keeps a queue and does not yield to one
             (Linux's BBR v1): no queue-share rule, so that two models
             each keep their 2 bdp; the loss bound set while we yielded
-            goes, and an overflow sets it again as in the rules above
-            (without it, on buffers of a bdp and less, the link overfilled
-            the buffer and the BBR v1 flow lost more than it: 0.84 of the
-            pair beside it on 20 Mbit/s, 40 ms, 1 bdp at one seed of two,
+            goes, and an overflow sets it again as in the rules above,
+            but never under what carries our rate at the round trip that
+            flow's queue makes (see the bound below; without a bound,
+            on buffers of a bdp and less, the link overfilled the buffer
+            and the BBR v1 flow lost more than it: 0.84 of the pair
+            beside it on 20 Mbit/s, 40 ms, 1 bdp at one seed of two,
             0.64-0.69 on 50 Mbit/s, 100 ms, 0.4 bdp, in virtual time)
     loss    a competitor that backs off at an overflow and grows its window
             with every answer (CUBIC, Reno): the window is CUBIC's (RFC
@@ -502,7 +510,7 @@ class Bbr(CongestionControl):
             # never below what carries the model's own bdp at the cruise headroom:
             # a bound under it would cap the delivery rate, which lowers btl_bw,
             # which lowers the bound again (a spiral to the minimum)
-            self.inflight_hi = max(cut, int(self.bdp / (1.0 - HEADROOM)))
+            self.inflight_hi = max(cut, int(self._carried(round_rtt) / (1.0 - HEADROOM)))
             self._undo = (prior, lost, total, self.round_count)
         elif (
             self.inflight_hi is not None
@@ -515,8 +523,17 @@ class Bbr(CongestionControl):
             per = max(1.0, self.min_rtt / GROWTH_TIME)
             self.inflight_hi += int(GROWTH_DATAGRAMS * self.datagram_size * per)
         if self.inflight_hi is not None:
-            # and never under the model's own bdp, which probing raises
-            self.inflight_hi = max(self.inflight_hi, int(self.bdp / (1.0 - HEADROOM)))
+            # and never under what carries the model's bandwidth, which probing raises
+            floor = int(self._carried(round_rtt) / (1.0 - HEADROOM))
+            self.inflight_hi = max(self.inflight_hi, floor)
+
+    def _carried(self, round_rtt: float) -> float:
+        """The flight that carries btl_bw for a round trip: the bdp, or beside a
+        model-based flow (MODEL) btl_bw x the round's standing RTT, since the
+        other flow's queue is in every round trip (module docstring)."""
+        if self.cross.kind == CrossTraffic.MODEL and round_rtt > self.min_rtt:
+            return self._bw.value * round_rtt
+        return self.bdp
 
     def _check_queue_share(self, round_rtt: float, app_limited: bool, now: float) -> None:
         """At each round's end in PROBE_BW: the queue that stood all round long
