@@ -104,9 +104,10 @@ flight by more; both regain alike).
   (crosstraffic.py's MODEL) the floor is btl_bw x the round's standing RTT
   / 0.85 instead: that flow keeps its queue whatever we do, so every round
   trip of ours lasts min_rtt and that queue, and a bound of one bdp carries
-  only min_rtt / RTT of our rate -- the spiral again, beside Linux's BBR
-  v1 on a 1-bdp buffer of 20 Mbit/s, 40 ms down to 0.17-0.24 of the pair on
-  the path emulator (0.36-0.61 with this floor; docs/performance.md, paths).
+  only min_rtt / RTT of our rate -- the spiral again: beside Linux's BBR
+  v1 on a 1-bdp buffer of 20 Mbit/s, 40 ms on the path emulator, a link
+  that had given the verdict fell to 0.24 of the pair; with this floor,
+  three that had given it took 0.55-0.61 (docs/performance.md, paths).
 * A loss proven spurious (the original arrived) no longer counts toward
   its round, and a bound it helped set in the last two rounds is undone
   once that round's remaining losses are under the threshold.
