@@ -61,6 +61,8 @@ IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 IP_MTU = getattr(socket, "IP_MTU", 14)
 PR_SET_PDEATHSIG = 1
 SO_LINGER_NOW = struct.pack("ii", 1, 0)
+STATE_EVERY = 0.1
+"""Seconds between the samples of a purelink flow's controller state (`states`)."""
 """SO_LINGER on, 0 s: close() resets the connection and drops what is unsent."""
 
 
@@ -313,14 +315,19 @@ def _purelink_flow(args: argparse.Namespace) -> int:
     cpu0, start = time.process_time(), time.monotonic()
     end = start + args.seconds
     error = ""
+    states: list[dict[str, Any]] = []
+    due = start
     try:
-        while (left := end - time.monotonic()) > 0:
+        while (now := time.monotonic()) < end:
+            if now >= due:
+                states.append(_state(link, now - start))
+                due = now + STATE_EVERY
             queued = link.queued
             if queued - link.stored < args.backlog:
                 for record in itertools.islice(itertools.cycle(records), half):
                     queue(record)
             else:
-                wait(queued - half, timeout=min(left, 0.2))
+                wait(queued - half, timeout=min(end - now, max(due - now, 0.0)))
     except purelink.Error as exc:
         error = f"{type(exc).__name__}: {exc}"
     stats = dataclasses.asdict(link.stats())
@@ -329,8 +336,25 @@ def _purelink_flow(args: argparse.Namespace) -> int:
     _say({"ok": not error, "error": error, "queued": link.queued, "stored": link.stored,
           "start": start, "elapsed": time.monotonic() - start,
           "cpu_s": time.process_time() - cpu0, "purelink": purelink_origin(),
-          "stats": stats})  # fmt: skip
+          "stats": stats, "states": states})  # fmt: skip
     return 0
+
+
+def _state(link: Any, at: float) -> dict[str, Any]:
+    """What the link's congestion controller says at `at` s after "go": its
+    verdict on what shares the path, its mode and its model (`states` of the
+    flow's JSON: which verdict a run gave, and when)."""
+    st = link.stats()
+    return {
+        "t": round(at, 3),
+        "cross_traffic": st.cross_traffic,
+        "state": st.congestion_state,
+        "btl_bw": st.btl_bw,
+        "min_rtt": st.min_rtt,
+        "rtt": st.rtt,
+        "cwnd": st.cwnd,
+        "retransmits": st.retransmits,
+    }
 
 
 def _echo(args: argparse.Namespace) -> int:

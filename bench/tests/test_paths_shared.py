@@ -77,6 +77,12 @@ def test_a_short_shared_run_reports_both_flows_and_a_full_line() -> None:
     for flow in run["flows"]:  # each moved something real: 5 % of the line at least
         assert flow["kbps"] > 0.05 * LINE_KBPS, flow["kind"]
         assert len(flow["timeline_kbps"]) == 6
+    [udp] = [f for f in run["flows"] if f["kind"] == "udp"]
+    states = udp["sender"]["states"]  # its controller every 0.1 s of its 7 (6, 1 past the end)
+    assert 60 <= len(states) <= 71
+    assert [s["t"] for s in states] == sorted(s["t"] for s in states)
+    assert {s["cross_traffic"] for s in states} <= {"none", "loss", "model"}
+    assert all(s["btl_bw"] >= 0 and s["cwnd"] > 0 for s in states)
     pair = run["purelink_kbps"] + run["tcp_kbps"]
     assert pair == pytest.approx(row["pair / line"]["median"] * LINE_KBPS)
     # payload through a 20 Mbit/s line of IP packets: most of it, never more

@@ -107,7 +107,7 @@ flight by more; both regain alike).
   only min_rtt / RTT of our rate -- the spiral again: beside Linux's BBR
   v1 on a 1-bdp buffer of 20 Mbit/s, 40 ms on the path emulator, a link
   that had given the verdict fell to 0.24 of the pair; with this floor,
-  three that had given it took 0.55-0.61 (docs/performance.md, paths).
+  three that gave it took 0.52-0.66 (docs/performance.md, paths).
 * A loss proven spurious (the original arrived) no longer counts toward
   its round, and a bound it helped set in the last two rounds is undone
   once that round's remaining losses are under the threshold.
@@ -507,11 +507,7 @@ class Bbr(CongestionControl):
         ):
             target = min(self.bdp, self.cwnd) if self.bdp else self.cwnd
             prior = self.inflight_hi
-            cut = max(int(BETA * inflight), int(BETA * target), self.minimum)
-            # never below what carries the model's own bdp at the cruise headroom:
-            # a bound under it would cap the delivery rate, which lowers btl_bw,
-            # which lowers the bound again (a spiral to the minimum)
-            self.inflight_hi = max(cut, int(self._carried(round_rtt) / (1.0 - HEADROOM)))
+            self.inflight_hi = max(int(BETA * inflight), int(BETA * target), self.minimum)
             self._undo = (prior, lost, total, self.round_count)
         elif (
             self.inflight_hi is not None
@@ -524,9 +520,12 @@ class Bbr(CongestionControl):
             per = max(1.0, self.min_rtt / GROWTH_TIME)
             self.inflight_hi += int(GROWTH_DATAGRAMS * self.datagram_size * per)
         if self.inflight_hi is not None:
-            # and never under what carries the model's bandwidth, which probing raises
-            floor = int(self._carried(round_rtt) / (1.0 - HEADROOM))
-            self.inflight_hi = max(self.inflight_hi, floor)
+            # never below what carries the model's bandwidth at the cruise headroom
+            # (at a cut, and as probing raises btl_bw): a bound under it would cap
+            # the delivery rate, which lowers btl_bw, which lowers the bound again
+            # (a spiral to the minimum)
+            least = int(self._carried(round_rtt) / (1.0 - HEADROOM))
+            self.inflight_hi = max(self.inflight_hi, least)
 
     def _carried(self, round_rtt: float) -> float:
         """The flight that carries btl_bw for a round trip: the bdp, or beside a
