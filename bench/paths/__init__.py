@@ -14,7 +14,7 @@ transfers, the shared runs and the plots.  Its modules, from the bottom up
     shared.py     `--shared`: purelink udp:// and Linux TCP flows through it together
     calibrate.py  `--shared`'s cells in virtual time beside the emulator's (python -m ...calibrate)
     selftest.py   the emulator's accuracy and CPU (`python -m bench.paths.selftest`)
-    plot.py       docs/paths.png and docs/paths-shared.png
+    plot.py       docs/paths.png: the matrix above, `--shared` below (docs/paths.json)
     run.py        the matrix, the torture run and `--shared`: `main`
 
 `python -m bench.paths ...` and `purelink bench paths ...` run `main`.

@@ -24,7 +24,10 @@ Reported: payload KB/s (1 KB = 1,000 B) per transport per path, median of
 `--repeat` runs, and udp / BBR.  Every run is bounded by `--run-timeout`; a
 run that does not finish is reported as stalled with what it moved by then.
 The router's own figures (how late it released packets, its CPU) are in the
-JSON.  A full default run also draws docs/paths.png (`--plot` elsewhere).
+JSON.  A full default run also draws its part of docs/paths.png, the upper
+one, and keeps its table in docs/paths.json, from which a full default
+`--shared` run draws the figure again with its own part below (plot.py);
+`--plot PNG` draws the run alone elsewhere.
 
 `--torture` runs the target "10 % loss, 5 % duplicates, 20 ms jitter, 1.5 s
 blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
@@ -32,7 +35,8 @@ blackout every 6 s (on the same bottleneck): 30,000 mixed records (0 B to
 
 `--shared` runs purelink `udp://` *beside* Linux TCP CUBIC, then BBR, on
 each of its own paths (buffers of 0.4 to 10 BDP) and reports purelink's
-share of what arrived: shared.py.
+share of what arrived: shared.py.  A full default one draws the lower part
+of docs/paths.png.
 
     purelink bench paths                       # the whole matrix, ~10 minutes
     purelink bench paths --paths clean,loss-1% --size 2 --repeat 1
@@ -66,7 +70,11 @@ from .shared import COMPETITORS, SHARED_PATHS, Setup, run_shared
 from .spec import BASE, PATHS, TORTURE, parse_path
 from .transfers import Serve, run_plain_tcp, run_purelink
 
-__all__ = ["main"]
+__all__ = ["keep_part", "main", "report_from_json"]
+
+DOCS_FIGURE = CHECKOUT / "docs" / "paths.png"
+DOCS_DATA = CHECKOUT / "docs" / "paths.json"
+"""A full default run's figure and the reports it is drawn from (plot.py)."""
 
 
 def _available_cc() -> set[str]:
@@ -383,39 +391,44 @@ def _check(parser: argparse.ArgumentParser, args: Any) -> None:
         parser.error("--size, --repeat, --records must be positive and --record-size >= 8")
     if args.run_timeout is None:
         args.run_timeout = 180.0 if args.torture else 120.0
-    if args.from_json is not None:
+    args.docs_figure = False
+    if args.from_json is not None or args.plot is not None or args.no_plot:
         return  # it draws only where --plot says
     if args.shared:
         full = args.paths == list(SHARED_PATHS) and args.transports == list(COMPETITORS)
         full = full and (args.links, args.tcp_flows, args.stagger) == (1, 1, 0)
-        full = full and (args.seconds, args.warm) == (20, 3)
-        if args.plot is None and not args.no_plot and full and args.congestion is None:
-            args.plot = CHECKOUT / "docs" / "paths-shared.png"
-        return
-    full = args.paths == list(PATHS) and args.transports == list(TRANSPORTS)
-    if args.plot is None and not args.no_plot and full and not args.torture and args.size == 10:
-        args.plot = CHECKOUT / "docs" / "paths.png"
+        full = full and (args.seconds, args.warm) == (20, 3) and args.congestion is None
+    else:
+        full = args.paths == list(PATHS) and args.transports == list(TRANSPORTS)
+        full = full and not args.torture and args.size == 10
+    if full:  # the docs' figure: this run's part of it (plot.py)
+        args.plot, args.docs_figure = DOCS_FIGURE, True
 
 
-def _from_json(args: Any) -> int:
-    """Print the table (and draw --plot) of an earlier `--json` run, without measuring."""
-    saved = json.loads(args.from_json.read_text())
+def report_from_json(saved: dict[str, Any]) -> Report:
+    """A report as `--json` printed it, with its Summary cells back."""
     report = Report(saved["benchmark"], saved["title"], environment=saved["environment"])
     report.parameters.update(saved["parameters"])
     report.notes.extend(saved["notes"])
     report.extra.update(saved.get("extra", {}))
-    labels = {label: name for name, label in TRANSPORTS.items()}
-    transports = []
     for row in saved["rows"]:
-        cells = {
-            k: summarize(v["runs"], v.get("unit", "")) if isinstance(v, dict) else v
-            for k, v in row.items()
-        }
-        report.add(**cells)
-        transports = [labels[k] for k in row if k in labels]
+        report.add(
+            **{
+                k: summarize(v["runs"], v.get("unit", "")) if isinstance(v, dict) else v
+                for k, v in row.items()
+            }
+        )
     if report.benchmark == "paths --shared" and report.rows:
         report.columns = [k for k in report.rows[0] if k not in ("bdp", "family")]
-    _draw(args, report, transports)
+    return report
+
+
+def _from_json(args: Any) -> int:
+    """Print the table (and draw --plot) of an earlier `--json` run, without measuring."""
+    report = report_from_json(json.loads(args.from_json.read_text()))
+    from .plot import matrix_transports  # noqa: PLC0415 -- matplotlib only when plotting
+
+    _draw(args, report, matrix_transports(report))
     report.emit(args.json)
     return 0
 
@@ -514,13 +527,39 @@ def _draw(args: Any, report: Report, transports: list[str]) -> None:
     from .plot import plot, plot_shared  # noqa: PLC0415 -- matplotlib only when plotting
 
     try:
-        if report.benchmark == "paths --shared":
+        if args.docs_figure:
+            _draw_docs(report)
+        elif report.benchmark == "paths --shared":
             plot_shared(report, args.plot)
         else:
             plot(report, args.plot, transports)
         report.notes.append(f"plot: {args.plot}")
     except ImportError:  # the figures are printed all the same
         report.notes.append("no plot: matplotlib is not installed (pip install '.[bench]')")
+
+
+def keep_part(report: Report, data: Path) -> dict[str, Report | None]:
+    """A full default run's report goes into `data` (docs/paths.json) as its
+    part, "matrix" or "shared" (the rows, not the timelines), beside the
+    other run's last one; both come back (None: not run on this checkout)."""
+    part = "shared" if report.benchmark == "paths --shared" else "matrix"
+    try:
+        kept = json.loads(data.read_text())
+    except (OSError, ValueError):
+        kept = {}
+    if not isinstance(kept, dict):
+        kept = {}
+    kept[part] = {k: v for k, v in report.to_json().items() if k != "extra"}
+    data.write_text(json.dumps(kept, indent=1) + "\n")
+    return {k: report_from_json(kept[k]) if k in kept else None for k in ("matrix", "shared")}
+
+
+def _draw_docs(report: Report) -> None:
+    """docs/paths.png from this run and the other's last report (plot.py)."""
+    from .plot import plot_paths  # noqa: PLC0415 -- matplotlib only when plotting
+
+    parts = keep_part(report, DOCS_DATA)
+    plot_paths(parts["matrix"], parts["shared"], DOCS_FIGURE)
 
 
 def _netns_default_cc(emu: Emulator) -> str:
