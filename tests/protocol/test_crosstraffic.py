@@ -142,7 +142,8 @@ def test_the_rounds_after_a_model_verdict_settle_before_growth_or_depth_counts()
     yield, and its filter keeps it for 10 rounds: the queue our flight and
     the competitor's model overfill meanwhile is ours.  Growth and a deep
     queue give their verdict from the round after MODEL_SETTLE, when the
-    queue is still what they say; a cut counts at once."""
+    queue is still what they say (growth counting the settling rounds, a
+    deep queue only the rounds after them); a cut counts at once."""
     deep = (DEEP_QUEUE + 0.2) * RTT
     judge = model(settled=False)
     for i in range(MODEL_SETTLE):  # it grows, then stands deep
@@ -152,8 +153,12 @@ def test_the_rounds_after_a_model_verdict_settle_before_growth_or_depth_counts()
     assert judge.kind == CrossTraffic.MODEL
     assert feed(judge, deep)  # settled, and deep for DEEP_ROUNDS in a row
     assert judge.kind == CrossTraffic.LOSS and judge.growing
-    judge = model(settled=False)  # deep through the settling rounds and after
+    # deep through the settling rounds: those do not count (the overfill
+    # drains after the filter forgets), DEEP_ROUNDS after them do
+    judge = model(settled=False)
     assert not feed(judge, deep, rounds=MODEL_SETTLE)
+    assert not feed(judge, deep, rounds=DEEP_ROUNDS - 1)
+    assert judge.kind == CrossTraffic.MODEL
     assert feed(judge, deep)
     assert judge.kind == CrossTraffic.LOSS
     # deeper than two models overfilling make: it counts in them too
