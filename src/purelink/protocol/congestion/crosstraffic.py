@@ -121,9 +121,10 @@ delay its own share of a queue would make.  The verdict (`kind`):
            Linux's BBR keeps its own rate in its filter as long (counted
            through the settling rounds, a queue of 1.8 min RTTs still
            standing at their end beside Linux's BBR on the path emulator,
-           10 bdp of 20 Mbit/s, 40 ms, gave LOSS in 2 of the 2 runs that
-           gave MODEL, 0.65 and 0.78 of the pair; counted after, MODEL
-           stayed in 3 of 3, 0.45-0.49).  Except a queue deeper than
+           10 bdp of 20 Mbit/s, 40 ms, gave LOSS 1.2-1.3 s after MODEL in
+           3 of the 4 runs that gave MODEL, and the slow start took
+           0.78-0.80 of the pair; counted after, MODEL stayed in all 3
+           runs of 8 that gave it, 0.45-0.49).  Except a queue deeper than
            SETTLE_DEEP (3) min RTTs, which counts in them too: two models
            that each keep 2 bdp of a rate of at most the path's make at
            most 3 min RTTs of it (beside CUBIC on 10 bdp of 20 Mbit/s, 40
