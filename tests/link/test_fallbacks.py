@@ -4,7 +4,6 @@ back cleanly: the same records arrive, only the number of system calls changes."
 from __future__ import annotations
 
 import errno
-import socket
 from pathlib import Path
 
 import pytest
@@ -61,35 +60,3 @@ def test_listener_without_gro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         assert lst.stats().gro is False
         ship(lst).close()
         assert lst.stats().records_stored == 5000
-
-
-def _connected(monkeypatch: pytest.MonkeyPatch, option: int | None) -> tuple[int, int]:
-    """A TcpTransport to a listening socket, with TCP_THIN_LINEAR_TIMEOUTS as
-    `option`; what its socket says of that option (0 where it was not asked
-    for) and of TCP_USER_TIMEOUT."""
-    monkeypatch.setattr(transport, "TCP_THIN_LINEAR_TIMEOUTS", option)
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        tcp = transport.TcpTransport("127.0.0.1", server.getsockname()[1])
-        try:
-            sock = tcp._sock
-            assert sock is not None
-            linear = sock.getsockopt(socket.IPPROTO_TCP, THIN_LINEAR) if THIN_LINEAR else 0
-            return linear, sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
-        finally:
-            tcp.close()
-
-
-THIN_LINEAR = transport.TCP_THIN_LINEAR_TIMEOUTS
-
-
-@pytest.mark.skipif(THIN_LINEAR is None, reason="TCP_THIN_LINEAR_TIMEOUTS is Linux's")
-def test_a_tcp_link_asks_for_linear_timeouts_and_goes_on_without_them(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """After an outage a connection resumes within an RTO of the path's
-    return (transport.py's docstring); a kernel without the option leaves
-    the link connected with its own backoff."""
-    assert _connected(monkeypatch, THIN_LINEAR) == (1, transport.TCP_USER_TIMEOUT_MS)
-    assert _connected(monkeypatch, None) == (0, transport.TCP_USER_TIMEOUT_MS)
-    # an option the kernel refuses: the link connects all the same
-    assert _connected(monkeypatch, 0x7FFF)[1] == transport.TCP_USER_TIMEOUT_MS

@@ -59,17 +59,7 @@ length-prefixed frame (protocol/framing.py).  Theory of operation:
   through an eventfd in the inner epoll, so the link learns it on its next
   `receive` like any other;
 * TCP_USER_TIMEOUT bounds how long sent bytes may stay unacknowledged, so a
-  connection into a black hole breaks (and is replaced) instead of hanging;
-* on Linux, TCP_THIN_LINEAR_TIMEOUTS: while few segments are in flight the
-  kernel retransmits at a steady RTO instead of doubling it for the first
-  six tries, so after an outage the connection resumes within an RTO of the
-  path's return, not up to a doubled backoff step later.  Through the path
-  emulator's blackouts (1.5 s dark every 6 s, 50 Mbit/s, 50 ms; `purelink
-  bench paths --paths blackouts --transports tcp --repeat 6`, several
-  invocations) a link without it resumed a step late (about 1.5 s:
-  1,590-1,690 KB/s against 2,040-2,380) in 13 of 19 runs, with it in 3 of
-  14.  Where the option is missing the
-  kernel's own backoff applies.
+  connection into a black hole breaks (and is replaced) instead of hanging.
 """
 
 from __future__ import annotations
@@ -133,7 +123,6 @@ IPV6_MTU_DISCOVER: Final = _linux("IPV6_MTU_DISCOVER", 23)
 IPV6_PMTUDISC_DO: Final = _linux("IPV6_PMTUDISC_DO", 2)
 IPV6_PMTUDISC_PROBE: Final = _linux("IPV6_PMTUDISC_PROBE", 3)
 IPV6_DONTFRAG: Final = _linux("IPV6_DONTFRAG", 62)
-TCP_THIN_LINEAR_TIMEOUTS: Final = _linux("TCP_THIN_LINEAR_TIMEOUTS", 16)  # linux/tcp.h
 
 
 def dont_fragment(sock: socket.socket, family: int) -> str:
@@ -498,9 +487,6 @@ class TcpTransport:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with contextlib.suppress(OSError):  # Linux only; TCP's own timeouts otherwise
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
-            if TCP_THIN_LINEAR_TIMEOUTS is not None:
-                with contextlib.suppress(OSError):  # module docstring: back after an outage
-                    sock.setsockopt(socket.IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, 1)
             # EINPROGRESS, or a refusal that the first send or receive will see
             sock.connect_ex(self._sockaddr)
         except OSError:
