@@ -61,9 +61,9 @@ IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 IP_MTU = getattr(socket, "IP_MTU", 14)
 PR_SET_PDEATHSIG = 1
 SO_LINGER_NOW = struct.pack("ii", 1, 0)
+"""SO_LINGER on, 0 s: close() resets the connection and drops what is unsent."""
 STATE_EVERY = 0.1
 """Seconds between the samples of a purelink flow's controller state (`states`)."""
-"""SO_LINGER on, 0 s: close() resets the connection and drops what is unsent."""
 
 
 def fixed_records(count: int, size: int) -> list[bytes]:

@@ -66,6 +66,7 @@ from .._common import Report, base_parser, summarize
 from .constants import CHECKOUT, TRANSPORTS
 from .emu import Emulator, EmulatorError, available, terminate_as_exit
 from .peers import fixed_records, mixed_records
+from .plot import matrix_transports  # matplotlib itself only when a plot is drawn
 from .shared import COMPETITORS, SHARED_PATHS, Setup, run_shared
 from .spec import BASE, PATHS, TORTURE, parse_path
 from .transfers import Serve, run_plain_tcp, run_purelink
@@ -426,8 +427,6 @@ def report_from_json(saved: dict[str, Any]) -> Report:
 def _from_json(args: Any) -> int:
     """Print the table (and draw --plot) of an earlier `--json` run, without measuring."""
     report = report_from_json(json.loads(args.from_json.read_text()))
-    from .plot import matrix_transports  # noqa: PLC0415 -- matplotlib only when plotting
-
     _draw(args, report, matrix_transports(report))
     report.emit(args.json)
     return 0
