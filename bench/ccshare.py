@@ -46,16 +46,22 @@ shares, the total's above 0.90), the grid's in its own order.
     python -m bench.ccshare --tcp cubic --flows 2,3 --congestion newreno
     python -m bench.ccshare --path mbit=50,rtt=0.1,buffer=2,tcp=bbr --seeds 8
     python -m bench.ccshare --grid                               # = purelink bench ccshare --grid
+    python -m bench.ccshare --path mbit=20,rtt=0.04,buffer=1,tcp=cubic --seed 2 --trace 0.1
+
+`--trace S` runs one cell at one seed (`--seed`, default 0) and prints it
+sampled every S s of virtual time instead of the table: the queue, each
+link's verdict, state, model and window, each flow's rate (bench/cctrace.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from purelink.protocol.congestion import NAMES
@@ -64,6 +70,7 @@ from purelink.testing.sharing import PURELINK, capacity, share
 
 from ._common import SHARE_BAND, Report
 from .ccsweep import draw_path, parse_fields, run_seeds
+from .cctrace import format_trace, trace_cell
 
 __all__ = ["GRID", "Cell", "Outcome", "draw_cells", "failures", "main", "margin", "run_cell"]
 
@@ -322,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--path", action="append", default=[], help=path)
     add("--grid", action="store_true", help="the fixed paths of GRID, a compact table")
     add("--jobs", type=int, default=2, help="processes (default 2; 1: this one)")
+    trace = "sample one cell's run at --seed every S s of virtual time, instead of the table"
+    add("--trace", type=float, default=0.0, metavar="S", help=trace)
+    add("--seed", type=int, default=0, help="--trace's seed (default 0)")
     add("--json", action="store_true")
     return parser
 
@@ -360,6 +370,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = cells_of(args)
     except (TypeError, ValueError) as exc:
         parser.error(f"--path: {exc}")
+    if args.trace < 0 or (args.trace and len(cells) != 1):
+        parser.error(
+            "--trace takes seconds > 0 and one cell: one --path, with its tcp= or one --tcp"
+        )
+    if args.trace:
+        return _trace(cells[0], args)
     began = time.perf_counter()
     results = run_seeds(run_cell, cells, args.seeds, args.jobs)
     took = time.perf_counter() - began
@@ -376,6 +392,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(cells) * args.seeds} runs in {took:.0f} s of real time, --jobs {args.jobs}"
     )
     out.emit(args.json)
+    return 0
+
+
+def _trace(cell: Cell, args: argparse.Namespace) -> int:
+    """--trace: the one cell at --seed, sampled (bench/cctrace.py)."""
+    traced = trace_cell(cell, args.seed, args.trace)
+    if args.json:
+        print(json.dumps({"cell": asdict(cell), "seed": args.seed, **traced.to_json()}))
+        return 0
+    print(f"{cell.path()}, buffer {cell.buffer:g} bdp, beside {cell.tcp} "
+          f"({cell.setup()}), seed {args.seed}, a sample every {args.trace:g} s")  # fmt: skip
+    for line in format_trace(traced):
+        print(line)
     return 0
 
 

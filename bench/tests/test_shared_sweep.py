@@ -122,9 +122,40 @@ def test_the_grid_is_a_compact_table_in_its_own_order(capsys: pytest.CaptureFixt
         ["--path", "mbit=2"],
         ["--path", "rate=2,rtt=1"],
         ["--seeds", "0"],
+        ["--trace", "0.5", "--path", "mbit=2,rtt=0.01"],  # two cells: beside cubic and bbr
+        ["--trace", "-1", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
     ],
 )
 def test_bad_options_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([*argv, *TINY])
     assert exc.value.code == 2
+
+
+def test_a_trace_is_the_run_it_samples(capsys: pytest.CaptureFixture[str]) -> None:
+    """--trace: one cell at --seed, a sample every S s of virtual time from
+    the start to the end, and the shares it ends with are those of the same
+    cell's untraced run at that seed (watching takes no step)."""
+    path = "mbit=5,rtt=0.02,buffer=2,tcp=cubic"
+    argv = ["--path", path, "--seconds", "4", "--warm", "1", "--seed", "3", "--trace", "0.5"]
+    assert main([*argv, "--json"]) == 0
+    traced = json.loads(capsys.readouterr().out)
+    plain = run_cell(Cell(5, 0.02, buffer=2.0, seconds=4.0, warm=1.0), 3)
+    assert traced["shares"] == plain.shares
+    samples = traced["samples"]
+    assert [s["t"] for s in samples] == [i * 0.5 for i in range(9)]
+    assert samples[0]["flows"] == [None, None]  # taken before the first flow starts
+    assert all(f is not None for s in samples[1:] for f in s["flows"])
+    link, tcp = samples[-1]["flows"]
+    assert link["verdict"] in ("none", "model", "loss") and link["state"] == "probe_bw"
+    assert link["btl_bw_kbps"] > 0 and link["min_rtt_ms"] >= 20.0 and link["cwnd_kb"] > 0
+    assert tcp["cwnd_kb"] > 0
+    rates = [s["flows"][0]["kbps"] for s in samples[1:]] + [
+        s["flows"][1]["kbps"] for s in samples[1:]
+    ]
+    assert all(0 <= r <= 5e6 / 8 / 1e3 * 1.05 for r in rates), rates
+    assert all(s["queue_ms"] >= 0 for s in samples)
+    assert main([*argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("5Mb 20ms, buffer 2 bdp, beside cubic")
+    assert len(lines) == 2 + 9 + 1 and lines[-1].startswith("parts of what the flows got")

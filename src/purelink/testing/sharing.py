@@ -26,7 +26,7 @@ Each TCP flow gets a receive window that never binds on its path
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..protocol.listener_core import CoreConfig
@@ -119,10 +119,37 @@ def add_flow(
     return sim.add_link("s", records, anonymous_id=anonymous, congestion=congestion)
 
 
-def _run_to(sim: Simulation, at: float) -> None:
+class _Sampler:
+    """Calls `observe(t)` (t: seconds since the run began) once every `every`
+    seconds of virtual time, from inside the predicate that `Simulation.run`
+    asks after each step: watching takes no step and moves no clock, so a
+    run watched is the run unwatched."""
+
+    def __init__(
+        self, sim: Simulation, observe: Callable[[float], None] | None, every: float
+    ) -> None:
+        self.sim, self.observe, self.every = sim, observe, every
+        self.begin = self.due = sim.clock.now
+
+    def until(self, at: float) -> Callable[[], bool]:
+        """A predicate for `Simulation.run`: the clock reached `at`; samples on the way."""
+        clock = self.sim.clock
+
+        def reached() -> bool:
+            now = clock.now
+            if self.observe is not None:
+                while now >= self.due:
+                    self.observe(self.due - self.begin)
+                    self.due += self.every
+            return now >= at
+
+        return reached
+
+
+def _run_to(sim: Simulation, at: float, sampler: _Sampler) -> None:
     """Step `sim` until its clock reaches `at`, and move the clock there if no
     step did: with nothing on its way the simulation has no step to take."""
-    sim.run(lambda: sim.clock.now >= at, max_time=at - sim.clock.now + 1, max_steps=1 << 30)
+    sim.run(sampler.until(at), max_time=at - sim.clock.now + 1, max_steps=1 << 30)
     sim.clock.now = max(sim.clock.now, at)
 
 
@@ -139,12 +166,18 @@ def share(
     stagger: float = 0.0,
     starts: Sequence[float] | None = None,
     max_reorder: int | None = None,
+    observe: Callable[[Simulation, Sequence[SimLink | Competitor | None], float], None]
+    | None = None,
+    every: float = 0.1,
 ) -> Shared:
     """Run `kinds` through one path and measure from `warm` to `seconds` (both
     from the run's start).  Flow i starts at `starts[i]`, or i x `stagger`
     (once flows run, at the first event at or after that time: on a busy
     path a packet's time later at most); `max_reorder` is the listener's
-    reorder buffer (None: CoreConfig's)."""
+    reorder buffer (None: CoreConfig's).  `observe(sim, flows, t)`, if
+    given, is called every `every` s of virtual time (t from the run's
+    start) with the flows in the order asked, None for one not started yet:
+    a trace of the run that does not change it."""
     rate = mbit * 1e6 / 8
     core = CoreConfig() if max_reorder is None else CoreConfig(max_reorder=max_reorder)
     sim = Simulation(FakeNet(seed, *path(mbit, rtt, buffer, loss)), core_config=core)
@@ -153,13 +186,19 @@ def share(
     count = int(rate * (seconds + 1) / RECORD)
     rwnd = window(mbit, rtt, buffer)
     added: dict[int, SimLink | Competitor] = {}
+
+    def watched(t: float) -> None:
+        assert observe is not None
+        observe(sim, [added.get(i) for i in range(len(kinds))], t)
+
+    sampler = _Sampler(sim, None if observe is None else watched, every)
     for i in sorted(range(len(kinds)), key=lambda i: due[i]):
-        _run_to(sim, begin + due[i])
+        _run_to(sim, begin + due[i], sampler)
         added[i] = add_flow(sim, kinds[i], i, seed, count, rwnd=rwnd)
     flows = [added[i] for i in range(len(kinds))]
-    sim.run(lambda: sim.clock.now >= begin + warm, max_time=seconds + 1, max_steps=1 << 30)
+    sim.run(sampler.until(begin + warm), max_time=seconds + 1, max_steps=1 << 30)
     before = [line_bytes(sim, flow) for flow in flows]
-    sim.run(lambda: sim.clock.now >= begin + seconds, max_time=seconds + 1, max_steps=1 << 30)
+    sim.run(sampler.until(begin + seconds), max_time=seconds + 1, max_steps=1 << 30)
     after = [line_bytes(sim, flow) for flow in flows]
     shares = [(b - a) / (rate * (seconds - warm)) for a, b in zip(before, after, strict=True)]
     return Shared(sim, flows, shares)
