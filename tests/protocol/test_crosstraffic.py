@@ -14,6 +14,8 @@ from purelink.protocol.congestion.crosstraffic import (
     LOSSY_ROUNDS,
     MAX_START,
     MODEL_SETTLE,
+    SAW_CUTS,
+    SAW_TIME,
     SETTLE_DEEP,
     TREND_ROUNDS,
     TREND_TIME,
@@ -31,12 +33,13 @@ CLOCK: dict[int, float] = {}
 
 
 def feed(judge: CrossTraffic, delay: float, *, flight: int = 40 * D, cut: bool = False,
-         rounds: int = 1, ours: float = OURS) -> bool:  # fmt: skip
+         rounds: int = 1, ours: float = OURS, btl_bw: float = BW) -> bool:  # fmt: skip
     changed = False
     for _ in range(rounds):
         now = CLOCK[id(judge)] = CLOCK.get(id(judge), 0.0) + RTT + delay
         changed |= judge.round(
-            queue_delay=delay, flight=flight, ours=ours, btl_bw=BW, min_rtt=RTT, cut=cut, now=now,
+            queue_delay=delay, flight=flight, ours=ours, btl_bw=btl_bw, min_rtt=RTT, cut=cut,
+            now=now,
         )  # fmt: skip
     return changed
 
@@ -301,4 +304,77 @@ def test_a_rise_that_turns_down_is_not_judged_while_it_falls() -> None:
     for delay, flight in rising[:-1]:  # the round after these would give the verdict
         assert not feed(judge, delay, flight=flight, ours=SLOW)
     assert not feed(judge, 0.028, flight=rising[-1][1], ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def sawtooth(judge: CrossTraffic, *, rise: int = 16, low: float = 0.012, top: float = 0.03,
+             fell: int = 0, btl_bw: float = BW) -> bool:  # fmt: skip
+    """One cycle of a loss-based window beside a link that keeps its share:
+    the queue rises from `low` to `top` over `rise` rounds (our flight rises
+    with it, so our rate holds: no trend), then falls by half at once, our
+    flight falling by `fell` bytes, and stays down as a cut does."""
+    flights = (int(40 * D), int(40 * D * (RTT + top) / (RTT + low)))
+    changed = False
+    for i in range(rise):
+        x = i / (rise - 1)
+        delay, flight = low + (top - low) * x, int(flights[0] + (flights[1] - flights[0]) * x)
+        changed |= feed(judge, delay, flight=flight, ours=SLOW, btl_bw=btl_bw)
+    return changed | feed(judge, 0.5 * top, flight=flights[1] - fell, ours=SLOW, btl_bw=btl_bw,
+                          rounds=1 + hold_rounds(0.5 * top))  # fmt: skip
+
+
+def test_a_sawtooth_under_none_is_a_loss_based_window() -> None:
+    """Beside a loss-based window on a buffer of about a bdp a link that
+    keeps its share never sees a queue of others stand (Little's law) and
+    yields to a rate too small to see a trend in; the queue's sawtooth
+    tells: it rose over seconds and fell at once while our flight did not.
+    SAW_CUTS of them within SAW_LOOK s give LOSS, slow-starting from our
+    flight (`growing`), as a growing queue does."""
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.012, rounds=4, ours=SLOW)
+    assert SAW_CUTS == 2
+    assert not sawtooth(judge)  # one: a newcomer's startup and drain look like it
+    assert judge.kind == CrossTraffic.NONE
+    assert sawtooth(judge)
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
+
+
+def test_a_startup_step_or_our_own_fall_makes_no_sawtooth() -> None:
+    """A rise in a round or two (a newcomer's startup doubles its flight
+    each round), or too short in time, or a fall that our own flight's
+    fall explains, counts no cut, however often."""
+    judge = CrossTraffic(D)
+    for _ in range(4):
+        assert not sawtooth(judge, rise=3)  # up in 3 rounds: a step, not a window's growth
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.012, rounds=8, ours=SLOW)
+    for _ in range(4):  # a step of most of the rise in one round, then a plateau
+        assert not feed(judge, 0.012, rounds=2, ours=SLOW)
+        assert not feed(judge, 0.03, rounds=int(2 * SAW_TIME / RTT), ours=SLOW)
+        assert not feed(judge, 0.018, rounds=hold_rounds(0.018), ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+    judge = CrossTraffic(D)
+    for _ in range(4):  # our flight fell with the queue, by all of it at the path's rate
+        assert not ramp(judge, (0.012, 0.03), (40 * D, 120 * D), 16, ours=SLOW)
+        assert not feed(judge, 0.018, flight=40 * D, ours=SLOW, rounds=hold_rounds(0.018))
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_our_flight_s_fall_drains_at_the_path_s_rate_not_ours() -> None:
+    """Under NONE a link that has yielded delivers a part of the path: the
+    bytes its flight lost leave the queue at the path's rate, which the most
+    it delivered in the rounds kept bounds (here 4 x its rate now).  Judged
+    at its own rate, a fall of 20 datagrams would explain 24 ms, more than
+    the whole fall, and the sawtooth of a loss-based window beside it would
+    never count."""
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.012, rounds=4, ours=SLOW, btl_bw=BW)
+    assert not sawtooth(judge, fell=20 * D, btl_bw=BW / 4)
+    assert sawtooth(judge, fell=20 * D, btl_bw=BW / 4)
+    assert judge.kind == CrossTraffic.LOSS
+    # with no such rate kept, 20 datagrams at our rate are the fall itself
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.012, rounds=4, ours=SLOW, btl_bw=BW / 4)
+    for _ in range(3):
+        assert not sawtooth(judge, fell=20 * D, btl_bw=BW / 4)
     assert judge.kind == CrossTraffic.NONE

@@ -71,7 +71,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
                higher (read as growth, it sent a link beside BBR v1 on 10
                bdp, 20 Mbit/s, 40 ms, into a slow start that took 0.65 of
                the pair; 0.51 with the new high).
-           Two more ways to LOSS, for a loss-based flow that the rounds of a
+           Three more ways to LOSS, for a loss-based flow that the rounds of a
            queue not ours (MODEL's test) miss or take too long to find:
              * a trend, under NONE: over the last TREND_TIME (1 s) and at
                least TREND_ROUNDS (12) rounds the queue's mean delay rose
@@ -99,13 +99,36 @@ delay its own share of a queue would make.  The verdict (`kind`):
                cases of tests/sim/test_congestion_sim.py outside 25 %); a
                newcomer's startup raises it in a step; BBR v1 holds it flat
                between its probes;
+             * a sawtooth, under NONE: SAW_CUTS (2) cuts within SAW_LOOK
+               (12) s, each a fall as MODEL's cut is (confirmed the same
+               way), our flight's fall taken out at the rate the queue
+               drains at, which the most we delivered in the rounds kept
+               bounds (our own rate is a part of it: read at that rate, our
+               flight's fall at the overflow that made the cut explained it
+               all), from a top the queue rose to gradually: from a quarter
+               of the way up from the lowest queue kept, over SAW_TIME (0.5
+               s) and SAW_ROUNDS (4) rounds, no round rising by more than
+               SAW_STEP (0.5) of the whole.  On a buffer of about a bdp the
+               trend misses a loss-based window: our rate falls too slowly
+               to count, and CUBIC's window rises flat near its last
+               maximum; but it is cut there, and purelink links keep a flat
+               queue.  One cut is not enough: a newcomer's startup raises
+               the queue over half a second and more, and its drain lowers
+               it at once (with one, 8 of the 47 slow pair cases of
+               tests/sim/test_congestion_sim.py ended outside 25 %; with
+               two, none); a newcomer that doubles its flight every round
+               makes a step, not a gradual rise.  Beside CUBIC on 20
+               Mbit/s, 40 ms, 1 bdp it gives LOSS at the second cut, and
+               the link's part went from 0.28-0.31 to 0.45 in virtual time
+               and from 0.29-0.30 to 0.40-0.41 beside Linux's CUBIC on the
+               path emulator (docs/performance.md);
              * a deep queue: for DEEP_ROUNDS (4) rounds in a row more than
                DEEP_QUEUE (1.5) min RTTs of queue beyond our share's (under
                NONE, while a queue not ours is being counted) or in all (under
                MODEL): a model-based flow caps its flight at 2 bdp, one min
                RTT of queue, and so do we under MODEL; a loss-based flow
                fills whatever buffer there is.
-           Both start from our flight and slow-start, as `growing` does.
+           All three start from our flight and slow-start, as `growing` does.
            Neither growth nor a deep queue gives its verdict in the first
            MODEL_SETTLE (10) rounds after a switch to MODEL: bbr.py gives the
            model back the bandwidth of before the yield, which its filter
@@ -191,6 +214,11 @@ TREND_STEP: Final = 0.6  # no quarter's rise more than this part of the whole
 TREND_RISE: Final = 0.1  # the whole rise, in min RTTs
 TREND_REL: Final = 0.33  # and over where the queue began
 TREND_RATE: Final = 0.8  # our rate (flight / RTT) fell to this part of what it was
+SAW_TIME: Final = 0.5  # under NONE, a cut counts if the queue stood this long above halfway
+SAW_ROUNDS: Final = 4  # and this many rounds
+SAW_STEP: Final = 0.5  # no round of it rising by more than this part of the whole
+SAW_LOOK: Final = 12.0  # seconds of rounds kept to judge it by
+SAW_CUTS: Final = 2  # such cuts within SAW_LOOK s: a newcomer's startup and drain makes one
 
 
 class CrossTraffic:
@@ -225,6 +253,11 @@ class CrossTraffic:
         self._high = 0.0  # the highest queue before the growth window, since the last switch
         self._fall: tuple[float, float, float] | None = None  # a cut seen: (when, halfway, window)
         self._deepest = 0.0  # the deepest standing queue seen: about the buffer, once full
+        # (when, delay) of the rounds under NONE, at most SAW_LOOK s of them;
+        # the bound, as the trend's, for paths of sub-millisecond rounds
+        self._saw: deque[tuple[float, float]] = deque(maxlen=1024)
+        self._peaks: deque[tuple[float, float]] = deque()  # (when, btl_bw): their max first
+        self._saw_cuts: deque[float] = deque()  # when each cut of a sawtooth was confirmed
 
     def round(
         self,
@@ -247,6 +280,8 @@ class CrossTraffic:
         self._lossy.append(cut)
         if self.kind == CrossTraffic.NONE:
             if self._trending(now, queue_delay, flight, min_rtt):
+                return self._growing(flight)
+            if self._sawtooth(queue_delay, flight, btl_bw, min_rtt, now):
                 return self._growing(flight)
             others = queue_delay > OTHERS_SHARES * ours and queue_delay > EMPTY_QUEUE * min_rtt
             if not others:
@@ -318,6 +353,59 @@ class CrossTraffic:
             and rates[-1] <= TREND_RATE * rates[0]
         )
 
+    def _sawtooth(
+        self, queue: float, flight: int, btl_bw: float, min_rtt: float, now: float
+    ) -> bool:
+        """Under NONE: the SAW_CUTS-th cut within SAW_LOOK s (as MODEL's cut,
+        confirmed the same way) of a queue that rose to it gradually
+        (`_stood`): a loss-based window's sawtooth (module docstring)."""
+        saw, peaks = self._saw, self._peaks
+        saw.append((now, queue))
+        while now - saw[0][0] > SAW_LOOK:
+            saw.popleft()
+        while peaks and peaks[-1][1] <= btl_bw:
+            peaks.pop()  # a sliding maximum: O(1) a round on paths of many rounds a second
+        peaks.append((now, btl_bw))
+        while now - peaks[0][0] > SAW_LOOK:
+            peaks.popleft()
+        self._queues.append(queue)
+        # our flight's fall drains the queue at the path's rate, which the
+        # most we delivered lately bounds from below (our rate is a part of it)
+        window = self._cut(flight, btl_bw, min_rtt, peaks[0][1])
+        if window is not None and self._fall is None and not self._stood(min_rtt):
+            window = None
+        if self._confirmed(window, queue, now, min_rtt) is None:
+            return False
+        cuts = self._saw_cuts
+        cuts.append(now)
+        while now - cuts[0] > SAW_LOOK:
+            cuts.popleft()
+        return len(cuts) >= SAW_CUTS
+
+    def _stood(self, min_rtt: float) -> bool:
+        """The queue rose to the top before the fall gradually: from a quarter
+        of the way up from the lowest queue kept, over SAW_TIME s and
+        SAW_ROUNDS rounds, no round rising by more than SAW_STEP of the whole
+        (a newcomer's startup doubles its flight round by round)."""
+        items = list(self._saw)
+        fall = range(len(items) - len(self._queues), len(items) - 1)  # the rounds before it
+        if not fall:
+            return False
+        top = max(fall, key=lambda i: items[i][1])
+        lowest = min(d for _, d in items[: top + 1])
+        rise = items[top][1] - lowest
+        if rise <= EMPTY_QUEUE * min_rtt:
+            return False
+        start = top
+        while start > 0 and items[start][1] > lowest + rise / 4:
+            start -= 1
+        steps = [b[1] - a[1] for a, b in pairwise(items[start : top + 1])]
+        return (
+            top - start >= SAW_ROUNDS
+            and items[top][0] - items[start][0] >= SAW_TIME
+            and max(steps) <= SAW_STEP * rise
+        )
+
     def _growing(self, flight: int) -> bool:
         """A loss-based competitor whose window is still growing: LOSS, from
         our flight, slow-starting to the first loss (bbr.py) as its own did."""
@@ -325,8 +413,9 @@ class CrossTraffic:
         self.window = float(flight)
         return self._switch(CrossTraffic.LOSS)
 
-    def _cut(self, flight: int, btl_bw: float, min_rtt: float) -> float | None:
-        """A fall of the queue that our own flight does not explain: the fair
+    def _cut(self, flight: int, btl_bw: float, min_rtt: float, drains: float = 0.0) -> float | None:
+        """A fall of the queue that our own flight does not explain (its fall
+        over `drains`, the rate the queue drains at, else btl_bw): the fair
         window it implies (module docstring), or None."""
         queues = list(self._queues)
         if len(queues) < 2:
@@ -334,7 +423,7 @@ class CrossTraffic:
         now = queues[-1]
         if now < EMPTY_QUEUE * min_rtt:
             return None  # emptied: a ProbeRTT's drain (BBR's), not a cut
-        ours = max(max(self._flights) - flight, 0) / max(btl_bw, 1.0)
+        ours = max(max(self._flights) - flight, 0) / max(drains, btl_bw, 1.0)
         for i, before in enumerate(queues[:-1]):
             if min(queues[i:]) < EMPTY_QUEUE * min_rtt:
                 continue  # it emptied since: a drain, not a cut
@@ -398,6 +487,9 @@ class CrossTraffic:
         self.switches += 1
         self._held = self._empty = self._deep = self._settled = 0
         self._trend.clear()
+        self._saw.clear()
+        self._peaks.clear()
+        self._saw_cuts.clear()
         self._queues.clear()
         self._grown.clear()
         self._high = 0.0
