@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import time
@@ -66,7 +67,7 @@ from typing import Any
 
 from purelink.protocol.congestion import NAMES
 from purelink.testing.competitors import KINDS
-from purelink.testing.sharing import PURELINK, capacity, share
+from purelink.testing.sharing import PURELINK, Observer, capacity, share
 
 from ._common import SHARE_BAND, Report
 from .ccsweep import draw_path, parse_fields, run_seeds
@@ -168,8 +169,9 @@ class Outcome:
         return sum(self.parts[: self.links])
 
 
-def run_cell(cell: Cell, seed: int) -> Outcome:
-    """Run `cell`'s flows through its path at `seed` (module docstring)."""
+def run_cell(cell: Cell, seed: int, observe: Observer | None = None, every: float = 0.1) -> Outcome:
+    """Run `cell`'s flows through its path at `seed` (module docstring);
+    `observe` and `every` as for `purelink.testing.sharing.share` (--trace)."""
     late = cell.stagger + cell.rtt * (seed % 4) / 4
     run = share(
         [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows,
@@ -186,6 +188,8 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
         # the congestion control that is measured here (share gives each TCP
         # flow a receive window of 4 x too: sharing.window)
         max_reorder=max(4 << 20, int(4 * capacity(cell.mbit, cell.rtt, cell.buffer))),
+        observe=observe,
+        every=every,
     )
     timeouts = sum(flow.timeouts for flow in run.sim.competitors)
     return Outcome(seed=seed, links=cell.links, shares=run.shares, timeouts=timeouts)
@@ -370,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = cells_of(args)
     except (TypeError, ValueError) as exc:
         parser.error(f"--path: {exc}")
-    if args.trace < 0 or (args.trace and len(cells) != 1):
+    if not (args.trace >= 0 and math.isfinite(args.trace)) or (args.trace and len(cells) != 1):
         parser.error(
             "--trace takes seconds > 0 and one cell: one --path, with its tcp= or one --tcp"
         )

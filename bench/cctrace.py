@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from purelink.testing.competitors import MSS, Competitor
-from purelink.testing.sharing import PURELINK, capacity, share
+from purelink.testing.sharing import PURELINK
 from purelink.testing.sim import SimLink, Simulation
+
+if TYPE_CHECKING:
+    from .ccshare import Cell
 
 __all__ = ["Trace", "format_trace", "trace_cell"]
 
@@ -64,45 +67,32 @@ class _Watch:
             then, before = self.last.get(i, (self.previous, 0.0))
             self.last[i] = (t, got)
             rate = (got - before) / (t - then) if t > then else 0.0
-            row: dict[str, Any] = {"kbps": round(rate / 1e3, 1)}
+            row: dict[str, Any] = {"KB_s": round(rate / 1e3, 1)}
             if isinstance(flow, Competitor):
-                row["cwnd_kb"] = round(flow.cwnd * MSS / 1e3, 1)
+                row["cwnd_KB"] = round(flow.cwnd * MSS / 1e3, 1)
             else:
                 st = flow.sender.cc.statistics()
                 row.update(
                     verdict=st.cross_traffic or "-",
                     state=st.state,
-                    btl_bw_kbps=round((st.btl_bw or 0.0) / 1e3, 1),
+                    btl_bw_KB_s=round((st.btl_bw or 0.0) / 1e3, 1),
                     min_rtt_ms=round((st.min_rtt or 0.0) * 1e3, 2),
-                    cwnd_kb=round(st.cwnd / 1e3, 1),
-                    flight_kb=round(flow.sender.in_flight / 1e3, 1),
+                    cwnd_KB=round(st.cwnd / 1e3, 1),
+                    flight_KB=round(flow.sender.in_flight / 1e3, 1),
                 )
             sample["flows"].append(row)
         self.previous = t
         self.trace.samples.append(sample)
 
 
-def trace_cell(cell: Any, seed: int, every: float) -> Trace:
-    """Run `cell` (a bench.ccshare Cell) at `seed` as ccshare's `run_cell`
-    does, sampled every `every` s of virtual time."""
+def trace_cell(cell: Cell, seed: int, every: float) -> Trace:
+    """Run `cell` at `seed` as ccshare's `run_cell` does (it is that run),
+    sampled every `every` s of virtual time."""
+    from .ccshare import run_cell  # noqa: PLC0415 -- ccshare imports this module
+
     kinds = [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows
     trace = Trace(kinds=kinds, every=every)
-    late = cell.stagger + cell.rtt * (seed % 4) / 4
-    run = share(
-        kinds,
-        mbit=cell.mbit,
-        rtt=cell.rtt,
-        buffer=cell.buffer,
-        loss=cell.loss,
-        seconds=cell.stagger + cell.seconds,
-        warm=cell.stagger + cell.warm,
-        seed=seed,
-        starts=[late] * cell.links + [0.0] * cell.flows,
-        max_reorder=max(4 << 20, int(4 * capacity(cell.mbit, cell.rtt, cell.buffer))),
-        observe=_Watch(trace),
-        every=every,
-    )
-    trace.shares = run.shares
+    trace.shares = run_cell(cell, seed, observe=_Watch(trace), every=every).shares
     return trace
 
 
@@ -131,11 +121,11 @@ def format_trace(trace: Trace) -> list[str]:
             if flow is None:
                 row += ["-"] * width
             elif "verdict" in flow:
-                row += [f"{flow['kbps']:.0f}", flow["verdict"], flow["state"],
-                        f"{flow['btl_bw_kbps']:.0f}", f"{flow['min_rtt_ms']:.1f}",
-                        f"{flow['cwnd_kb']:.1f}", f"{flow['flight_kb']:.1f}"]  # fmt: skip
+                row += [f"{flow['KB_s']:.0f}", flow["verdict"], flow["state"],
+                        f"{flow['btl_bw_KB_s']:.0f}", f"{flow['min_rtt_ms']:.1f}",
+                        f"{flow['cwnd_KB']:.1f}", f"{flow['flight_KB']:.1f}"]  # fmt: skip
             else:
-                row += [f"{flow['kbps']:.0f}", f"{flow['cwnd_kb']:.1f}"]
+                row += [f"{flow['KB_s']:.0f}", f"{flow['cwnd_KB']:.1f}"]
         rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(heads))]
     lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]

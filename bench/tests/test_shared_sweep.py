@@ -17,7 +17,7 @@ import pytest
 
 from bench import ccshare
 from bench.ccshare import GRID, Cell, Outcome, failures, main, margin, report, run_cell
-from purelink.testing.sharing import Shared
+from purelink.testing.sharing import Shared, share
 
 TINY = ["--seconds", "4", "--warm", "1", "--jobs", "1", "--json"]
 
@@ -124,6 +124,7 @@ def test_the_grid_is_a_compact_table_in_its_own_order(capsys: pytest.CaptureFixt
         ["--seeds", "0"],
         ["--trace", "0.5", "--path", "mbit=2,rtt=0.01"],  # two cells: beside cubic and bbr
         ["--trace", "-1", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
+        ["--trace", "nan", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
     ],
 )
 def test_bad_options_are_usage_errors(argv: list[str]) -> None:
@@ -148,10 +149,10 @@ def test_a_trace_is_the_run_it_samples(capsys: pytest.CaptureFixture[str]) -> No
     assert all(f is not None for s in samples[1:] for f in s["flows"])
     link, tcp = samples[-1]["flows"]
     assert link["verdict"] in ("none", "model", "loss") and link["state"] == "probe_bw"
-    assert link["btl_bw_kbps"] > 0 and link["min_rtt_ms"] >= 20.0 and link["cwnd_kb"] > 0
-    assert tcp["cwnd_kb"] > 0
-    rates = [s["flows"][0]["kbps"] for s in samples[1:]] + [
-        s["flows"][1]["kbps"] for s in samples[1:]
+    assert link["btl_bw_KB_s"] > 0 and link["min_rtt_ms"] >= 20.0 and link["cwnd_KB"] > 0
+    assert tcp["cwnd_KB"] > 0
+    rates = [s["flows"][0]["KB_s"] for s in samples[1:]] + [
+        s["flows"][1]["KB_s"] for s in samples[1:]
     ]
     assert all(0 <= r <= 5e6 / 8 / 1e3 * 1.05 for r in rates), rates
     assert all(s["queue_ms"] >= 0 for s in samples)
@@ -159,3 +160,10 @@ def test_a_trace_is_the_run_it_samples(capsys: pytest.CaptureFixture[str]) -> No
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("5Mb 20ms, buffer 2 bdp, beside cubic")
     assert len(lines) == 2 + 9 + 1 and lines[-1].startswith("parts of what the flows got")
+
+
+@pytest.mark.parametrize("every", [0.0, -0.1, float("nan"), float("inf")])
+def test_a_sampler_needs_a_positive_interval(every: float) -> None:
+    with pytest.raises(ValueError, match="every"):
+        share(["purelink"], mbit=2, rtt=0.01, seconds=1, warm=0.5,
+              observe=lambda sim, flows, t: None, every=every)  # fmt: skip

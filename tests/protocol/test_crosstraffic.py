@@ -15,6 +15,8 @@ from purelink.protocol.congestion.crosstraffic import (
     MAX_START,
     MODEL_SETTLE,
     SAW_CUTS,
+    SAW_LOOK,
+    SAW_ROUNDS,
     SAW_TIME,
     SETTLE_DEEP,
     TREND_ROUNDS,
@@ -308,7 +310,7 @@ def test_a_rise_that_turns_down_is_not_judged_while_it_falls() -> None:
 
 
 def sawtooth(judge: CrossTraffic, *, rise: int = 16, low: float = 0.012, top: float = 0.03,
-             fell: int = 0, btl_bw: float = BW) -> bool:  # fmt: skip
+             fell: int = 0, btl_bw: float = BW, ours: float = SLOW) -> bool:  # fmt: skip
     """One cycle of a loss-based window beside a link that keeps its share:
     the queue rises from `low` to `top` over `rise` rounds (our flight rises
     with it, so our rate holds: no trend), then falls by half at once, our
@@ -318,8 +320,8 @@ def sawtooth(judge: CrossTraffic, *, rise: int = 16, low: float = 0.012, top: fl
     for i in range(rise):
         x = i / (rise - 1)
         delay, flight = low + (top - low) * x, int(flights[0] + (flights[1] - flights[0]) * x)
-        changed |= feed(judge, delay, flight=flight, ours=SLOW, btl_bw=btl_bw)
-    return changed | feed(judge, 0.5 * top, flight=flights[1] - fell, ours=SLOW, btl_bw=btl_bw,
+        changed |= feed(judge, delay, flight=flight, ours=ours, btl_bw=btl_bw)
+    return changed | feed(judge, 0.5 * top, flight=flights[1] - fell, ours=ours, btl_bw=btl_bw,
                           rounds=1 + hold_rounds(0.5 * top))  # fmt: skip
 
 
@@ -340,23 +342,65 @@ def test_a_sawtooth_under_none_is_a_loss_based_window() -> None:
 
 
 def test_a_startup_step_or_our_own_fall_makes_no_sawtooth() -> None:
-    """A rise in a round or two (a newcomer's startup doubles its flight
-    each round), or too short in time, or a fall that our own flight's
-    fall explains, counts no cut, however often."""
-    judge = CrossTraffic(D)
-    for _ in range(4):
-        assert not sawtooth(judge, rise=3)  # up in 3 rounds: a step, not a window's growth
+    """A rise in a step (a newcomer's startup doubles its flight each
+    round), or one too short in time or in rounds, or a fall that our own
+    flight's fall explains, counts no cut, however often."""
     judge = CrossTraffic(D)
     assert not feed(judge, 0.012, rounds=8, ours=SLOW)
-    for _ in range(4):  # a step of most of the rise in one round, then a plateau
+    for _ in range(4):  # most of the rise in one round, then a plateau
         assert not feed(judge, 0.012, rounds=2, ours=SLOW)
         assert not feed(judge, 0.03, rounds=int(2 * SAW_TIME / RTT), ours=SLOW)
         assert not feed(judge, 0.018, rounds=hold_rounds(0.018), ours=SLOW)
     assert judge.kind == CrossTraffic.NONE
+    # gradual, SAW_ROUNDS rounds and more, but over about half of SAW_TIME
+    judge = CrossTraffic(D)
+    for _ in range(4):
+        assert not sawtooth(judge, rise=7)
+    assert judge.kind == CrossTraffic.NONE
+    # gradual and over more than SAW_TIME, but in SAW_ROUNDS - 1 rounds (long
+    # rounds: a queue of 0.2-0.5 s; our share's delay 1 s, none of it others')
+    judge = CrossTraffic(D)
+    for _ in range(4):
+        assert not sawtooth(judge, rise=SAW_ROUNDS, low=0.2, top=0.5, ours=1.0)
+    assert judge.kind == CrossTraffic.NONE
+    # the same with a round more: a sawtooth
+    judge = CrossTraffic(D)
+    assert not sawtooth(judge, rise=SAW_ROUNDS + 2, low=0.2, top=0.5, ours=1.0)
+    assert sawtooth(judge, rise=SAW_ROUNDS + 2, low=0.2, top=0.5, ours=1.0)
     judge = CrossTraffic(D)
     for _ in range(4):  # our flight fell with the queue, by all of it at the path's rate
         assert not ramp(judge, (0.012, 0.03), (40 * D, 120 * D), 16, ours=SLOW)
         assert not feed(judge, 0.018, flight=40 * D, ours=SLOW, rounds=hold_rounds(0.018))
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_cuts_more_than_saw_look_apart_and_a_long_gap_are_no_sawtooth() -> None:
+    """The two cuts must come within SAW_LOOK s; and rounds that stop for
+    longer (an application that paused) leave nothing of before to judge a
+    fall by, and no error."""
+    judge = CrossTraffic(D)
+    assert not sawtooth(judge)
+    assert SAW_LOOK == 12.0  # the docs' figure: 12.5 s between the cuts is too long
+    assert not feed(judge, 0.012, ours=SLOW, rounds=int(12.5 / (RTT + 0.012)) + 1)
+    assert not sawtooth(judge)  # the first is too old: this is one again
+    assert judge.kind == CrossTraffic.NONE
+    assert sawtooth(judge)
+    assert judge.kind == CrossTraffic.LOSS
+    for queued in (1, 2, 3, 4):
+        judge = CrossTraffic(D)
+        assert not feed(judge, 0.02, rounds=queued, ours=SLOW)
+        CLOCK[id(judge)] += SAW_LOOK + 3  # no round judged for 15 s
+        assert not feed(judge, 0.008, ours=SLOW)
+        assert not feed(judge, 0.008, ours=SLOW, rounds=hold_rounds(0.008))
+        assert judge.kind == CrossTraffic.NONE
+
+
+def test_one_fall_counts_once() -> None:
+    """A fall whose hold is met within a round (a deep queue's rounds are
+    long) is confirmed once: its top does not count again the next round."""
+    judge = CrossTraffic(D)
+    assert not sawtooth(judge, low=0.2, top=0.8, ours=4.0)
+    assert not feed(judge, 0.4, ours=4.0, rounds=4)
     assert judge.kind == CrossTraffic.NONE
 
 

@@ -37,6 +37,7 @@ from .sim import SimLink, Simulation
 __all__ = [
     "PURELINK",
     "RECORD",
+    "Observer",
     "Shared",
     "add_flow",
     "capacity",
@@ -45,6 +46,10 @@ __all__ = [
     "share",
     "window",
 ]
+
+Observer = Callable[[Simulation, Sequence[SimLink | Competitor | None], float], None]
+"""What `share(observe=...)` calls: the simulation, the flows in the order asked
+(None for one not started yet) and the seconds since the run began."""
 
 RECORD = 1000
 """Bytes of each record a purelink flow ships."""
@@ -128,8 +133,11 @@ class _Sampler:
     def __init__(
         self, sim: Simulation, observe: Callable[[float], None] | None, every: float
     ) -> None:
+        if observe is not None and not (every > 0 and math.isfinite(every)):
+            raise ValueError(f"every: a positive number of seconds, not {every!r}")
         self.sim, self.observe, self.every = sim, observe, every
-        self.begin = self.due = sim.clock.now
+        self.begin = sim.clock.now
+        self.count = 0  # samples taken: the next is due at begin + count x every
 
     def until(self, at: float) -> Callable[[], bool]:
         """A predicate for `Simulation.run`: the clock reached `at`; samples on the way."""
@@ -138,9 +146,9 @@ class _Sampler:
         def reached() -> bool:
             now = clock.now
             if self.observe is not None:
-                while now >= self.due:
-                    self.observe(self.due - self.begin)
-                    self.due += self.every
+                while now >= (due := self.begin + self.count * self.every):
+                    self.observe(due - self.begin)
+                    self.count += 1
             return now >= at
 
         return reached
@@ -166,8 +174,7 @@ def share(
     stagger: float = 0.0,
     starts: Sequence[float] | None = None,
     max_reorder: int | None = None,
-    observe: Callable[[Simulation, Sequence[SimLink | Competitor | None], float], None]
-    | None = None,
+    observe: Observer | None = None,
     every: float = 0.1,
 ) -> Shared:
     """Run `kinds` through one path and measure from `warm` to `seconds` (both

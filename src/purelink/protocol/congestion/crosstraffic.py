@@ -120,8 +120,8 @@ delay its own share of a queue would make.  The verdict (`kind`):
                makes a step, not a gradual rise.  Beside CUBIC on 20
                Mbit/s, 40 ms, 1 bdp it gives LOSS at the second cut, and
                the link's part went from 0.28-0.31 to 0.45 in virtual time
-               and from 0.29-0.30 to 0.40-0.41 beside Linux's CUBIC on the
-               path emulator (docs/performance.md);
+               and from 0.29-0.30 to 0.40-0.48 beside Linux's CUBIC on the
+               path emulator, in five runs (docs/performance.md);
              * a deep queue: for DEEP_ROUNDS (4) rounds in a row more than
                DEEP_QUEUE (1.5) min RTTs of queue beyond our share's (under
                NONE, while a queue not ours is being counted) or in all (under
@@ -214,7 +214,7 @@ TREND_STEP: Final = 0.6  # no quarter's rise more than this part of the whole
 TREND_RISE: Final = 0.1  # the whole rise, in min RTTs
 TREND_REL: Final = 0.33  # and over where the queue began
 TREND_RATE: Final = 0.8  # our rate (flight / RTT) fell to this part of what it was
-SAW_TIME: Final = 0.5  # under NONE, a cut counts if the queue stood this long above halfway
+SAW_TIME: Final = 0.5  # under NONE, a cut counts if the queue rose to it over this long
 SAW_ROUNDS: Final = 4  # and this many rounds
 SAW_STEP: Final = 0.5  # no round of it rising by more than this part of the whole
 SAW_LOOK: Final = 12.0  # seconds of rounds kept to judge it by
@@ -236,8 +236,9 @@ class CrossTraffic:
         self.switches = 0
         """How many times the verdict changed."""
         self.growing = False
-        """The last LOSS verdict came from a growing queue, not from a cut: the
-        competitor's window is still growing and `window` is a guess."""
+        """The last LOSS verdict did not come from MODEL's cut (a growing, rising
+        or deep queue, or a sawtooth under NONE): `window` is our flight, to
+        slow-start from, not the fair window a cut implies."""
         self._held = 0  # consecutive rounds of a queue that is not (only) ours
         self._held_from = 0.0  # the queue's delay when they began
         self._empty = 0  # consecutive rounds without a queue
@@ -253,10 +254,12 @@ class CrossTraffic:
         self._high = 0.0  # the highest queue before the growth window, since the last switch
         self._fall: tuple[float, float, float] | None = None  # a cut seen: (when, halfway, window)
         self._deepest = 0.0  # the deepest standing queue seen: about the buffer, once full
-        # (when, delay) of the rounds under NONE, at most SAW_LOOK s of them;
-        # the bound, as the trend's, for paths of sub-millisecond rounds
+        # (when, delay) of the rounds under NONE, at most SAW_LOOK s and 1,024
+        # of them (as the trend's: rounds of under 12 ms keep less than
+        # SAW_LOOK s, and those of under 0.5 ms less than SAW_TIME, no sawtooth)
         self._saw: deque[tuple[float, float]] = deque(maxlen=1024)
-        self._peaks: deque[tuple[float, float]] = deque()  # (when, btl_bw): their max first
+        # (when, btl_bw) of those rounds, falling: the most of SAW_LOOK s first
+        self._peaks: deque[tuple[float, float]] = deque(maxlen=1024)
         self._saw_cuts: deque[float] = deque()  # when each cut of a sawtooth was confirmed
 
     def round(
@@ -360,6 +363,9 @@ class CrossTraffic:
         confirmed the same way) of a queue that rose to it gradually
         (`_stood`): a loss-based window's sawtooth (module docstring)."""
         saw, peaks = self._saw, self._peaks
+        if saw and now - saw[-1][0] > SAW_LOOK:
+            self._queues.clear()  # no round judged for SAW_LOOK s: what came before is gone
+            self._fall = None
         saw.append((now, queue))
         while now - saw[0][0] > SAW_LOOK:
             saw.popleft()
@@ -370,12 +376,14 @@ class CrossTraffic:
             peaks.popleft()
         self._queues.append(queue)
         # our flight's fall drains the queue at the path's rate, which the
-        # most we delivered lately bounds from below (our rate is a part of it)
+        # most we delivered lately bounds from below while the path's rate
+        # holds (our rate is a part of it)
         window = self._cut(flight, btl_bw, min_rtt, peaks[0][1])
         if window is not None and self._fall is None and not self._stood(min_rtt):
             window = None
         if self._confirmed(window, queue, now, min_rtt) is None:
             return False
+        self._queues.clear()  # that fall is counted: its top must not count again
         cuts = self._saw_cuts
         cuts.append(now)
         while now - cuts[0] > SAW_LOOK:
@@ -388,7 +396,8 @@ class CrossTraffic:
         SAW_ROUNDS rounds, no round rising by more than SAW_STEP of the whole
         (a newcomer's startup doubles its flight round by round)."""
         items = list(self._saw)
-        fall = range(len(items) - len(self._queues), len(items) - 1)  # the rounds before it
+        # the rounds before it (`_queues` holds no more rounds than `_saw`)
+        fall = range(max(len(items) - len(self._queues), 0), len(items) - 1)
         if not fall:
             return False
         top = max(fall, key=lambda i: items[i][1])
