@@ -71,9 +71,19 @@ from purelink.testing.sharing import PURELINK, Observer, capacity, share
 
 from ._common import SHARE_BAND, Report
 from .ccsweep import draw_path, parse_fields, run_seeds
-from .cctrace import format_trace, trace_cell
+from .cctrace import Trace, Watch, format_trace
 
-__all__ = ["GRID", "Cell", "Outcome", "draw_cells", "failures", "main", "margin", "run_cell"]
+__all__ = [
+    "GRID",
+    "Cell",
+    "Outcome",
+    "draw_cells",
+    "failures",
+    "main",
+    "margin",
+    "run_cell",
+    "trace_cell",
+]
 
 TOTAL = 0.90
 """What the flows take of the bottleneck together, at least."""
@@ -397,6 +407,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     out.emit(args.json)
     return 0
+
+
+def trace_cell(cell: Cell, seed: int, every: float) -> Trace:
+    """`run_cell(cell, seed)`, sampled every `every` s of virtual time (--trace)."""
+    kinds = [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows
+    trace = Trace(kinds=kinds, every=every)
+    trace.shares = run_cell(cell, seed, observe=Watch(trace), every=every).shares
+    return trace
 
 
 def _trace(cell: Cell, args: argparse.Namespace) -> int:

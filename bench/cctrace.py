@@ -20,16 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from purelink.testing.competitors import MSS, Competitor
 from purelink.testing.sharing import PURELINK
 from purelink.testing.sim import SimLink, Simulation
 
-if TYPE_CHECKING:
-    from .ccshare import Cell
-
-__all__ = ["Trace", "format_trace", "trace_cell"]
+__all__ = ["Trace", "Watch", "format_trace"]
 
 
 @dataclass
@@ -46,8 +43,9 @@ class Trace:
                 "shares": self.shares}  # fmt: skip
 
 
-class _Watch:
-    """The observer `share` calls: one sample per call, rates from the last."""
+class Watch:
+    """The observer `share` calls (`observe=`): one sample of the run into
+    `trace` per call, each flow's rate since the sample before."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
@@ -83,17 +81,6 @@ class _Watch:
             sample["flows"].append(row)
         self.previous = t
         self.trace.samples.append(sample)
-
-
-def trace_cell(cell: Cell, seed: int, every: float) -> Trace:
-    """Run `cell` at `seed` as ccshare's `run_cell` does (it is that run),
-    sampled every `every` s of virtual time."""
-    from .ccshare import run_cell  # noqa: PLC0415 -- ccshare imports this module
-
-    kinds = [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows
-    trace = Trace(kinds=kinds, every=every)
-    trace.shares = run_cell(cell, seed, observe=_Watch(trace), every=every).shares
-    return trace
 
 
 def format_trace(trace: Trace) -> list[str]:
