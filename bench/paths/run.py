@@ -540,7 +540,8 @@ def _draw(args: Any, report: Report, transports: list[str]) -> None:
 def keep_part(report: Report, data: Path) -> dict[str, Report | None]:
     """A full default run's report goes into `data` (docs/paths.json) as its
     part, "matrix" or "shared" (the rows, not the timelines), beside the
-    other run's last one; both come back (None: not run on this checkout)."""
+    other run's last one; both come back (None: not run on this checkout,
+    or a kept part that is not a report of its kind, which is dropped)."""
     part = "shared" if report.benchmark == "paths --shared" else "matrix"
     try:
         kept = json.loads(data.read_text())
@@ -549,16 +550,39 @@ def keep_part(report: Report, data: Path) -> dict[str, Report | None]:
     if not isinstance(kept, dict):
         kept = {}
     kept[part] = {k: v for k, v in report.to_json().items() if k != "extra"}
+    parts: dict[str, Report | None] = {"matrix": None, "shared": None}
+    for name in parts:
+        try:
+            parts[name] = _part(name, kept[name]) if name in kept else None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            del kept[name]  # damaged (by hand?): the figure does without it
     data.write_text(json.dumps(kept, indent=1) + "\n")
-    return {k: report_from_json(kept[k]) if k in kept else None for k in ("matrix", "shared")}
+    return parts
+
+
+def _part(name: str, saved: Any) -> Report:
+    """A kept part back as a report; ValueError if it is not one of its kind."""
+    report = report_from_json(saved)
+    if report.benchmark != ("paths --shared" if name == "shared" else "paths"):
+        raise ValueError(f"{name}: a report of {report.benchmark!r}")
+    return report
 
 
 def _draw_docs(report: Report) -> None:
-    """docs/paths.png from this run and the other's last report (plot.py)."""
+    """docs/paths.png from this run and the other's last report (plot.py); if
+    the other's cannot be drawn (a kept part damaged in its rows), this run
+    alone."""
     from .plot import plot_paths  # noqa: PLC0415 -- matplotlib only when plotting
 
     parts = keep_part(report, DOCS_DATA)
-    plot_paths(parts["matrix"], parts["shared"], DOCS_FIGURE)
+    try:
+        plot_paths(parts["matrix"], parts["shared"], DOCS_FIGURE)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if report.benchmark == "paths --shared":
+            plot_paths(None, report, DOCS_FIGURE)
+        else:
+            plot_paths(report, None, DOCS_FIGURE)
+        report.notes.append(f"docs figure: this run alone ({DOCS_DATA.name}: {exc!r})")
 
 
 def _netns_default_cc(emu: Emulator) -> str:

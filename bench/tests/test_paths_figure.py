@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._common import Report, summarize
+from bench.paths import plot, run
 from bench.paths.constants import TRANSPORTS
 from bench.paths.run import _parse, keep_part, report_from_json
 
@@ -137,3 +138,54 @@ def test_the_figure_is_drawn_from_either_part_or_both(tmp_path: Path) -> None:
         sizes[name] = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
     # both: the matrix's width, and taller than either alone (one above the other)
     assert sizes["both"][1] > max(sizes["matrix"][1], sizes["shared"][1])
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"rows": []},  # no benchmark, no title
+        {"benchmark": "paths", "title": "t", "environment": {}, "parameters": {}, "notes": [],
+         "rows": [{"path": "clean", "Linux TCP BBR": {"median": 1}}]},  # a cell without runs
+        "a string",
+        None,
+    ],
+)  # fmt: skip
+def test_a_damaged_part_is_dropped_and_this_run_kept(tmp_path: Path, other: object) -> None:
+    """A part of docs/paths.json that is not a report (damaged by hand, say)
+    comes back as None and leaves the file; this run's part is kept."""
+    data = tmp_path / "paths.json"
+    data.write_text(json.dumps({"matrix": other}))
+    parts = keep_part(shared(0.5), data)
+    assert parts == {"matrix": None, "shared": parts["shared"]} and parts["shared"] is not None
+    assert set(json.loads(data.read_text())) == {"shared"}
+
+
+def test_a_part_of_the_other_kind_is_dropped(tmp_path: Path) -> None:
+    data = tmp_path / "paths.json"
+    keep_part(shared(0.4), data)
+    kept = json.loads(data.read_text())
+    data.write_text(json.dumps({"matrix": kept["shared"]}))  # a shared run kept as the matrix
+    parts = keep_part(shared(0.6), data)
+    assert parts["matrix"] is None and parts["shared"] is not None
+
+
+def test_a_figure_the_other_part_breaks_is_drawn_from_this_run_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that parse but cannot be drawn (a kept part damaged in its
+    columns): the docs figure is this run's alone, and the run says why."""
+    drawn: list[tuple[bool, bool]] = []
+
+    def plot_paths(matrix: Report | None, shared: Report | None, path: Path) -> None:
+        drawn.append((matrix is not None, shared is not None))
+        if matrix is not None and shared is not None:
+            raise KeyError("Linux TCP BBR")
+
+    monkeypatch.setattr(plot, "plot_paths", plot_paths)
+    monkeypatch.setattr(run, "DOCS_DATA", tmp_path / "paths.json")
+    monkeypatch.setattr(run, "DOCS_FIGURE", tmp_path / "paths.png")
+    keep_part(matrix(5000), tmp_path / "paths.json")
+    report = shared(0.5)
+    run._draw_docs(report)
+    assert drawn == [(True, True), (False, True)]
+    assert "docs figure: this run alone" in report.notes[-1]
