@@ -136,6 +136,11 @@ class Cell:
         """Rate and RTT."""
         return f"{self.mbit:g}Mb {self.rtt * 1e3:g}ms"
 
+    @property
+    def kinds(self) -> list[str]:
+        """The flows, as `purelink.testing.sharing.share` names them: the links first."""
+        return [f"{PURELINK}-{self.congestion}"] * self.links + [self.tcp] * self.flows
+
     def setup(self) -> str:
         """What differs from one link beside one TCP flow starting together, if anything."""
         parts = []
@@ -184,7 +189,7 @@ def run_cell(cell: Cell, seed: int, observe: Observer | None = None, every: floa
     `observe` and `every` as for `purelink.testing.sharing.share` (--trace)."""
     late = cell.stagger + cell.rtt * (seed % 4) / 4
     run = share(
-        [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows,
+        cell.kinds,
         mbit=cell.mbit,
         rtt=cell.rtt,
         buffer=cell.buffer,
@@ -411,8 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def trace_cell(cell: Cell, seed: int, every: float) -> Trace:
     """`run_cell(cell, seed)`, sampled every `every` s of virtual time (--trace)."""
-    kinds = [f"{PURELINK}-{cell.congestion}"] * cell.links + [cell.tcp] * cell.flows
-    trace = Trace(kinds=kinds, every=every)
+    trace = Trace(kinds=cell.kinds, every=every)
     trace.shares = run_cell(cell, seed, observe=Watch(trace), every=every).shares
     return trace
 

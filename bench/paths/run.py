@@ -537,12 +537,20 @@ def _draw(args: Any, report: Report, transports: list[str]) -> None:
         report.notes.append("no plot: matplotlib is not installed (pip install '.[bench]')")
 
 
+PARTS = {"matrix": "paths", "shared": "paths --shared"}
+"""docs/paths.json's parts and the benchmark each is a report of."""
+
+
+def _part_of(report: Report) -> str:
+    return "shared" if report.benchmark == PARTS["shared"] else "matrix"
+
+
 def keep_part(report: Report, data: Path) -> dict[str, Report | None]:
     """A full default run's report goes into `data` (docs/paths.json) as its
     part, "matrix" or "shared" (the rows, not the timelines), beside the
     other run's last one; both come back (None: not run on this checkout,
     or a kept part that is not a report of its kind, which is dropped)."""
-    part = "shared" if report.benchmark == "paths --shared" else "matrix"
+    part = _part_of(report)
     try:
         kept = json.loads(data.read_text())
     except (OSError, ValueError):
@@ -550,8 +558,8 @@ def keep_part(report: Report, data: Path) -> dict[str, Report | None]:
     if not isinstance(kept, dict):
         kept = {}
     kept[part] = {k: v for k, v in report.to_json().items() if k != "extra"}
-    parts: dict[str, Report | None] = {"matrix": None, "shared": None}
-    for name in parts:
+    parts: dict[str, Report | None] = dict.fromkeys(PARTS)
+    for name in PARTS:
         try:
             parts[name] = _part(name, kept[name]) if name in kept else None
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -563,7 +571,7 @@ def keep_part(report: Report, data: Path) -> dict[str, Report | None]:
 def _part(name: str, saved: Any) -> Report:
     """A kept part back as a report; ValueError if it is not one of its kind."""
     report = report_from_json(saved)
-    if report.benchmark != ("paths --shared" if name == "shared" else "paths"):
+    if report.benchmark != PARTS[name]:
         raise ValueError(f"{name}: a report of {report.benchmark!r}")
     return report
 
@@ -578,10 +586,9 @@ def _draw_docs(report: Report) -> None:
     try:
         plot_paths(parts["matrix"], parts["shared"], DOCS_FIGURE)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        if report.benchmark == "paths --shared":
-            plot_paths(None, report, DOCS_FIGURE)
-        else:
-            plot_paths(report, None, DOCS_FIGURE)
+        alone: dict[str, Report | None] = dict.fromkeys(PARTS)
+        alone[_part_of(report)] = report
+        plot_paths(alone["matrix"], alone["shared"], DOCS_FIGURE)
         report.notes.append(f"docs figure: this run alone ({DOCS_DATA.name}: {exc!r})")
 
 

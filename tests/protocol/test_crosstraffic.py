@@ -47,14 +47,14 @@ def feed(judge: CrossTraffic, delay: float, *, flight: int = 40 * D, cut: bool =
 
 
 def ramp(judge: CrossTraffic, delays: tuple[float, float], flights: tuple[int, int],
-         rounds: int, *, ours: float = OURS) -> bool:  # fmt: skip
+         rounds: int, *, ours: float = OURS, btl_bw: float = BW) -> bool:  # fmt: skip
     """`rounds` rounds whose queue and flight move in a line between the pairs."""
     changed = False
     for i in range(rounds):
         x = i / (rounds - 1)
         delay = delays[0] + (delays[1] - delays[0]) * x
         flight = int(flights[0] + (flights[1] - flights[0]) * x)
-        changed |= feed(judge, delay, flight=flight, ours=ours)
+        changed |= feed(judge, delay, flight=flight, ours=ours, btl_bw=btl_bw)
     return changed
 
 
@@ -316,11 +316,7 @@ def sawtooth(judge: CrossTraffic, *, rise: int = 16, low: float = 0.012, top: fl
     with it, so our rate holds: no trend), then falls by half at once, our
     flight falling by `fell` bytes, and stays down as a cut does."""
     flights = (int(40 * D), int(40 * D * (RTT + top) / (RTT + low)))
-    changed = False
-    for i in range(rise):
-        x = i / (rise - 1)
-        delay, flight = low + (top - low) * x, int(flights[0] + (flights[1] - flights[0]) * x)
-        changed |= feed(judge, delay, flight=flight, ours=ours, btl_bw=btl_bw)
+    changed = ramp(judge, (low, top), flights, rise, ours=ours, btl_bw=btl_bw)
     return changed | feed(judge, 0.5 * top, flight=flights[1] - fell, ours=ours, btl_bw=btl_bw,
                           rounds=1 + hold_rounds(0.5 * top))  # fmt: skip
 
