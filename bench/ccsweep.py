@@ -14,8 +14,10 @@ target, the worst first:
     jitter only              utilisation >= 0.85, spurious retransmits < 3 % of datagrams
     two links, one-bdp queue the smaller share >= 0.75 x the larger
 
-and at every seed, exactly once: what reached the store is each link's
-records 1..k, once each, in order, byte for byte.
+(the second link starts 0, 0.5, 1 or 1.5 s after the first by the seed, or
+--gap seconds after it; measured after a warm-up of 10 s or 40 RTTs, plus
+the gap), and at every seed, exactly once: what reached the store is each
+link's records 1..k, once each, in order, byte for byte.
 
 How a link shares a path with competing TCP flows is bench/ccshare.py's
 question: it runs this sweep (its draws, seeds and worker processes) with
@@ -28,6 +30,7 @@ first transmissions of records that reached the listener after the warm-up
     python -m bench.ccsweep [--cells 24] [--seeds 8] [--jobs 2] [--json]
     python -m bench.ccsweep --path mbit=10,rtt=0.1,queue=1,loss=0.01,jitter=0.25 --seeds 8
     python -m bench.ccsweep --share --cells 6 --seeds 4
+    python -m bench.ccsweep --share --gap 1,2,3 --cells 12 --seeds 2
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ __all__ = [
     "parse_fields",
     "run_cell",
     "run_seeds",
+    "timing",
 ]
 
 DATAGRAM = 1400
@@ -87,6 +91,9 @@ class Cell:
     """Links through the path (2: the sharing target; the second starts later)."""
     reorder: int = 0
     """The listener's reorder buffer, bytes (0: at least 4 bdp; see run_cell)."""
+    gap: float = -1.0
+    """Seconds from one link's start to the next's (below 0: 0, 0.5, 1 or 1.5 s
+    by the seed, as tests/sim/test_congestion_sim.py's pair cases)."""
 
     @property
     def kind(self) -> str:
@@ -110,6 +117,8 @@ class Cell:
         parts.append(self.mix.replace(" ", ""))
         if self.links > 1:
             parts.append(f"x{self.links}")
+        if self.links > 1 and self.gap >= 0:
+            parts.append(f"gap{self.gap:g}s")
         return " ".join(parts)
 
 
@@ -168,9 +177,11 @@ def _exactly_once(sim: Simulation, links: list[SimLink], sent: list[list[bytes]]
 
 
 def timing(cell: Cell) -> tuple[float, float]:
-    """(warm-up, measured) seconds: long enough for start-up and some probe cycles."""
+    """(warm-up, measured) seconds: long enough for start-up and some probe
+    cycles (of the last link: a gap between the links' starts adds to it)."""
     if cell.links > 1:
-        return max(10.0, 40 * cell.rtt), max(18.0, 120 * cell.rtt)
+        gaps = (cell.links - 1) * max(cell.gap, 0.0)
+        return gaps + max(10.0, 40 * cell.rtt), max(18.0, 120 * cell.rtt)
     return max(1.0, 8 * cell.rtt), max(2.0, 12 * cell.rtt)
 
 
@@ -197,7 +208,9 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
     core = CoreConfig(max_reorder=cell.reorder or max(4 << 20, int(4 * bdp)))
     sim = Simulation(net, sync_interval=0.002, core_config=core)
     warm, measured = timing(cell)
-    stagger = 1.5 * (seed % 4) / 3 if cell.links > 1 else 0.0
+    stagger = 0.0
+    if cell.links > 1:
+        stagger = cell.gap if cell.gap >= 0 else 1.5 * (seed % 4) / 3
     rng = random.Random(seed)
     total = int(rate * (warm + measured + stagger + 1) / cell.links) + 1
     start = sim.clock.now
@@ -332,6 +345,13 @@ def run_seeds(
     return out
 
 
+def _gaps(text: str) -> list[float]:
+    gaps = [float(g) for g in text.split(",")]
+    if any(not 0 <= g <= 60 for g in gaps):
+        raise argparse.ArgumentTypeError("each gap is 0 to 60 seconds")
+    return gaps
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ccsweep", description=__doc__)
     parser.add_argument("--cells", type=int, default=24, help="paths drawn (default 24)")
@@ -339,10 +359,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--draw", type=int, default=0, help="seed of the paths' draw")
     parser.add_argument("--path", action="append", default=[], help="a path of its own (repeat)")
     parser.add_argument("--share", action="store_true", help="two links on one-bdp buffers")
+    gap = "seconds between the links' starts, a cell each (default: 0-1.5 by the seed)"
+    parser.add_argument("--gap", type=_gaps, default=[], metavar="S[,S]", help=gap)
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2; 1: this one)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cells = [parse_path(p) for p in args.path] or draw_cells(args.cells, args.draw, args.share)
+    if args.gap:
+        cells = [replace(c, gap=g) if c.links > 1 else c for c in cells for g in args.gap]
+        cells = list(dict.fromkeys(cells))  # a single link's cell once
     results = run_seeds(run_cell, cells, args.seeds, args.jobs)
     report = Report(
         "ccsweep",

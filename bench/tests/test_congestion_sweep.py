@@ -19,7 +19,7 @@ import pytest
 # bench/ is a package of the checkout, not of the installed distribution
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.ccsweep import Cell, failures, main, run_cell
+from bench.ccsweep import Cell, failures, main, run_cell, timing
 
 CORNERS = [
     Cell(2, 0.3, queue=1.0),
@@ -51,3 +51,28 @@ def test_the_sweep_prints_one_row_per_path_worst_first(capsys: pytest.CaptureFix
     assert [r["path"] for r in rows] == ["2Mb 10ms q1 1000B", "2Mb 10ms q1 loss5.0% 61B"]
     assert all(r["missed"] == "0/2" and r["fails"] == "-" for r in rows), rows
     assert rows[0]["worst"] - rows[0]["target"] <= rows[1]["worst"] - rows[1]["target"]
+
+
+def test_gap_starts_the_second_link_that_many_seconds_later(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--gap S: each two-link cell once per gap, the second link S seconds
+    after the first and measured from the warm-up after it; a single link's
+    cell once, whatever the gaps."""
+    late = Cell(2, 0.01, links=2, gap=2.5)
+    assert late.label() == "2Mb 10ms q1 1000B x2 gap2.5s"
+    assert timing(late)[0] == timing(Cell(2, 0.01, links=2))[0] + 2.5
+    paths = ["mbit=2,rtt=0.01,links=2", "mbit=2,rtt=0.01"]
+    argv = [a for p in paths for a in ("--path", p)]
+    assert main([*argv, "--gap", "0,2", "--seeds", "1", "--jobs", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sorted(r["path"] for r in rows) == [
+        "2Mb 10ms q1 1000B",
+        "2Mb 10ms q1 1000B x2 gap0s",
+        "2Mb 10ms q1 1000B x2 gap2s",
+    ]
+    shares = {r["path"]: [float(u) for u in r["worst_util"].split("+")] for r in rows}
+    for path in ("2Mb 10ms q1 1000B x2 gap0s", "2Mb 10ms q1 1000B x2 gap2s"):
+        assert sum(shares[path]) > 0.85 and min(shares[path]) > 0.3, shares
+    with pytest.raises(SystemExit):
+        main(["--gap", "-1"])

@@ -10,6 +10,7 @@ from purelink.protocol.congestion.crosstraffic import (
     EMPTY_ROUNDS,
     FALL_HOLD,
     GROW_ROUNDS,
+    HELD_QUIET,
     HELD_ROUNDS,
     LOSSY_ROUNDS,
     MAX_START,
@@ -110,6 +111,40 @@ def test_purelink_links_shares_are_no_competitor() -> None:
     for i in range(4 * HELD_ROUNDS):
         feed(judge, 0.03 * 0.85**i)  # 15 % less every round
     assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_newcomer_s_startup_and_drain_is_no_competitor() -> None:
+    """A link that starts beside ours raises the queue in its startup and
+    lowers it in its drain to the two links' shares, which then stand:
+    counted from the startup's first rounds (before their peak), the queue
+    stays above where it began and the shares' rounds would count on to a
+    "model" verdict; falling under HELD_DRAIN of the first rounds' peak ends
+    the count, when the queue was ours alone for HELD_QUIET rounds before
+    it.  A model-based competitor's probe cycle moves its queue far less,
+    and its queue still counts."""
+    ours = 0.4 * OURS  # our share at the rate we have before the newcomer
+    newcomer = (0.018, 0.034, 0.032, 0.031, 0.036, 0.039, 0.038, 0.024)
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.5 * ours, ours=ours, rounds=HELD_QUIET)  # our queue alone
+    for delay in newcomer:
+        assert not feed(judge, delay, ours=ours)  # startup, then its drain
+    assert not feed(judge, 0.020, ours=ours, rounds=HELD_ROUNDS)  # the two shares stand
+    assert judge.kind == CrossTraffic.NONE
+
+    # a queue that was there before the count (a flow that overfills a
+    # shallow buffer moves its queue as much): the peak does not end it
+    there = CrossTraffic(D)
+    for delay in newcomer:
+        assert not feed(there, delay, ours=ours)
+    assert feed(there, 0.020, ours=ours, rounds=HELD_ROUNDS)
+    assert there.kind == CrossTraffic.MODEL
+
+    probing = CrossTraffic(D)  # a queue of 30 ms that a probe cycle moves by 20 %
+    feed(probing, 0.5 * ours, ours=ours, rounds=HELD_QUIET)
+    cycle = (1.0, 1.2, 0.92, 1.0, 1.0, 1.0, 1.0, 1.0)
+    changed = [feed(probing, 0.03 * cycle[i % 8], ours=ours) for i in range(HELD_ROUNDS)]
+    assert changed == [False] * (HELD_ROUNDS - 1) + [True]
+    assert probing.kind == CrossTraffic.MODEL
 
 
 def test_a_fall_of_the_queue_we_did_not_make_is_a_loss_based_cut() -> None:
@@ -250,6 +285,27 @@ def test_a_queue_refilling_while_our_rate_holds_is_not_a_trend() -> None:
     assert not ramp(judge, (0.006, 0.016), (40 * D, 40 * D), TREND // 2, ours=SLOW)
     assert not feed(judge, 0.016, rounds=TREND, ours=SLOW)
     assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_queue_refilling_after_a_peer_s_drain_is_not_a_trend() -> None:
+    """A purelink link's ProbeRTT empties the queue for a moment; ours takes
+    the room it leaves (our flight grows), then gives it back as the other
+    link refills its share: the queue rises round by round from empty while
+    our rate falls, as beside a growing window, but from an emptied queue
+    (the same rise from a queue that stood is a trend): not judged from
+    rounds that begin less than TREND_WAIT after the queue was last empty."""
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.0002, rounds=4, flight=50 * D, ours=SLOW)  # the drain
+    assert not ramp(judge, (0.0002, 0.016), (50 * D, 25 * D), TREND // 2, ours=SLOW)
+    assert judge.kind == CrossTraffic.NONE
+    # a rise that goes on long after the queue last emptied is a trend
+    assert ramp(judge, (0.016, 0.04), (25 * D, 12 * D), TREND, ours=SLOW)
+    assert judge.kind == CrossTraffic.LOSS
+
+    stood = CrossTraffic(D)
+    assert not feed(stood, 0.006, rounds=4, flight=50 * D, ours=SLOW)
+    assert ramp(stood, (0.006, 0.022), (50 * D, 25 * D), TREND, ours=SLOW)
+    assert stood.kind == CrossTraffic.LOSS
 
 
 def test_a_step_of_the_queue_or_one_grown_by_our_own_flight_is_not_a_trend() -> None:
