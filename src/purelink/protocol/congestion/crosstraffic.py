@@ -131,7 +131,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
                with HELD_DRAIN: python -m bench.ccsweep --share --gap
                1,2,3 --cells 12 --seeds 2).  Not longer: beside BBR v1 on
                50 Mbit/s, 10 ms, 2 bdp, the link 5 s late, the trend after
-               BBR's ProbeRTT is what leaves the queue-share trap (0.50-0.53
+               BBR's ProbeRTT is what leaves the queue-share trap (0.50-0.52
                of the pair; with 1 s, "none" and 0.32);
              * a sawtooth, under NONE: SAW_CUTS (2) cuts within SAW_LOOK
                (12) s, each a fall as MODEL's cut is (confirmed the same
