@@ -60,6 +60,7 @@ __all__ = [
     "parse_fields",
     "run_cell",
     "run_seeds",
+    "start_gap",
     "timing",
 ]
 
@@ -185,6 +186,13 @@ def timing(cell: Cell) -> tuple[float, float]:
     return max(1.0, 8 * cell.rtt), max(2.0, 12 * cell.rtt)
 
 
+def start_gap(cell: Cell, seed: int) -> float:
+    """Seconds from one link's start to the next's: `cell.gap`, or by the seed."""
+    if cell.links < 2:
+        return 0.0
+    return cell.gap if cell.gap >= 0 else 1.5 * (seed % 4) / 3
+
+
 def run_cell(cell: Cell, seed: int) -> Outcome:
     """Ship through `cell`'s path at `seed`; utilisation per link after the warm-up."""
     rate = cell.mbit * 1e6 / 8
@@ -208,9 +216,7 @@ def run_cell(cell: Cell, seed: int) -> Outcome:
     core = CoreConfig(max_reorder=cell.reorder or max(4 << 20, int(4 * bdp)))
     sim = Simulation(net, sync_interval=0.002, core_config=core)
     warm, measured = timing(cell)
-    stagger = 0.0
-    if cell.links > 1:
-        stagger = cell.gap if cell.gap >= 0 else 1.5 * (seed % 4) / 3
+    stagger = start_gap(cell, seed)
     rng = random.Random(seed)
     total = int(rate * (warm + measured + stagger + 1) / cell.links) + 1
     start = sim.clock.now

@@ -19,7 +19,7 @@ import pytest
 # bench/ is a package of the checkout, not of the installed distribution
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.ccsweep import Cell, failures, main, run_cell, timing
+from bench.ccsweep import Cell, failures, main, run_cell, start_gap, timing
 
 CORNERS = [
     Cell(2, 0.3, queue=1.0),
@@ -61,6 +61,9 @@ def test_gap_starts_the_second_link_that_many_seconds_later(
     cell once, whatever the gaps."""
     late = Cell(2, 0.01, links=2, gap=2.5)
     assert late.label() == "2Mb 10ms q1 1000B x2 gap2.5s"
+    assert [start_gap(late, seed) for seed in range(4)] == [2.5] * 4
+    assert [start_gap(Cell(2, 0.01, links=2), seed) for seed in range(4)] == [0, 0.5, 1, 1.5]
+    assert start_gap(Cell(2, 0.01, gap=2.5), 1) == 0  # one link
     assert timing(late)[0] == timing(Cell(2, 0.01, links=2))[0] + 2.5
     paths = ["mbit=2,rtt=0.01,links=2", "mbit=2,rtt=0.01"]
     argv = [a for p in paths for a in ("--path", p)]

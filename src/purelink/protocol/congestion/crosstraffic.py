@@ -125,12 +125,12 @@ delay its own share of a queue would make.  The verdict (`kind`):
                and as it refills its share the queue rises from empty
                while our rate falls back to ours (of 72 runs of two links
                1-3 s apart on bench ccsweep's 12 drawn one-bdp paths, 23
-               ended outside 25 % of each other, most of them after a
-               trend read first; 12 without a trend from rounds that
-               include an empty one, 7 with TREND_WAIT of 0.5 or 1 s, each
-               with HELD_DRAIN: python -m bench.ccsweep --share --gap
-               1,2,3 --cells 12 --seeds 2).  Not longer: beside BBR v1 on
-               50 Mbit/s, 10 ms, 2 bdp, the link 5 s late, the trend after
+               ended outside 25 % of each other; 9 with a wait of 1 s
+               alone; with HELD_DRAIN, 12 without a trend from rounds that
+               include an empty one and 7 with a wait of 0.5 or 1 s:
+               python -m bench.ccsweep --share --gap 1,2,3 --cells 12
+               --seeds 2).  Not longer: beside BBR v1 on 50 Mbit/s, 10 ms,
+               2 bdp, the link 5 s late, the trend after
                BBR's ProbeRTT is what leaves the queue-share trap (0.50-0.52
                of the pair; with 1 s, "none" and 0.32);
              * a sawtooth, under NONE: SAW_CUTS (2) cuts within SAW_LOOK
