@@ -6,8 +6,11 @@ miss the band (docs/performance.md, ccshare).  The other half is what a
 change must not lose while it mends the rest: each cell below was within
 every target of bench/ccshare.py at both of the grid's seeds when it was
 put here, the link and one TCP flow starting together or the TCP flow 5 s
-first.  A change that loses one fails here; a change that wins a cell may
-add it.  The misses are not listed: they are the docs' tables.
+first, and, for N links beside M TCP flows (`--flows N,M`), at all four
+seeds of `python -m bench.ccshare --grid --seeds 4 --flows N,M`, each link
+and the TCP flows' mean within 1/(N+M) x [0.7, 1.3].  A change that loses
+one fails here; a change that wins a cell may add it.  The misses are not
+listed: they are the docs' tables.
 """
 
 from __future__ import annotations
@@ -49,7 +52,17 @@ HELD = [
     (100, 0.02, 5.0, "bbr", 5),
     (5, 0.01, 8.0, "bbr", 5),
 ]  # fmt: skip
-CELLS = [Cell(m, r, buffer=b, tcp=t, stagger=s) for m, r, b, t, s in HELD]
+HELD_MANY = [
+    # (Mbit/s, RTT s, buffer in bdps, TCP kind, links, TCP flows), starting together
+    (20, 0.04, 2.5, "bbr", 1, 2),
+    (100, 0.02, 5.0, "cubic", 1, 2),
+    (5, 0.01, 8.0, "bbr", 1, 2),
+    (5, 0.01, 8.0, "cubic", 2, 1),
+    (5, 0.01, 8.0, "bbr", 2, 1),
+]  # fmt: skip
+CELLS = [Cell(m, r, buffer=b, tcp=t, stagger=s) for m, r, b, t, s in HELD] + [
+    Cell(m, r, buffer=b, tcp=t, links=n, flows=f) for m, r, b, t, n, f in HELD_MANY
+]
 
 
 @pytest.mark.parametrize("seed", range(2))
