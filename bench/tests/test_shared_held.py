@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 HELD = [
     # (Mbit/s, RTT s, buffer in bdps, TCP kind, seconds TCP starts first)
+    (20, 0.04, 0.5, "cubic", 0),
     (20, 0.04, 1.0, "cubic", 0),
     (20, 0.04, 2.5, "cubic", 0),
     (20, 0.04, 10.0, "cubic", 0),
@@ -41,6 +42,7 @@ HELD = [
     (50, 0.1, 2.0, "bbr", 0),
     (50, 0.01, 2.0, "bbr", 0),
     (5, 0.01, 8.0, "bbr", 0),
+    (20, 0.04, 0.5, "cubic", 5),
     (20, 0.04, 1.0, "cubic", 5),
     (20, 0.04, 2.5, "cubic", 5),
     (20, 0.04, 10.0, "cubic", 5),

@@ -30,6 +30,8 @@ from dataclasses import replace
 import pytest
 
 from helpers.shipping import report
+from purelink.protocol.congestion import Bbr
+from purelink.protocol.congestion.bbr import QUEUE_SHARE
 from purelink.testing import (
     MSS,
     Competitor,
@@ -510,3 +512,38 @@ def test_while_it_judges_the_link_keeps_its_model() -> None:
     kind, part = verdict([SHARED, "cubic"], 2.0, mbit=20, rtt=0.1, seconds=12.0, warm=4.0)
     assert kind in ("loss", "model")
     assert part > 0.15, part
+
+
+def overflows_after(kinds: list[str], buffer: float, seed: int = 0) -> tuple[SimLink, float]:
+    """The first flow (a purelink link) after 12 s beside `kinds[1:]` on 20
+    Mbit/s, 40 ms, and its part of what the flows got from 4 s on."""
+    run = share(kinds, buffer=buffer, seconds=12.0, warm=4.0, seed=seed)
+    link = run.flows[0]
+    assert isinstance(link, SimLink)
+    return link, run.share(0)
+
+
+def test_beside_cubic_on_half_a_bdp_the_link_leaves_it_room() -> None:
+    """CUBIC backs off at each overflow of half a bdp and the queue falls
+    to a small part of the buffer (overflows.py): the link keeps no more
+    than 0.3 of the buffer of its own in the queue, not 16 datagrams, and
+    not more than 0.65 of the pair (0.77-0.83 with 16 datagrams)."""
+    link, part = overflows_after([SHARED, "cubic"], 0.5)
+    cc = link.sender.cc
+    assert isinstance(cc, Bbr)
+    assert cc.overflows.elastic
+    assert cc.overflows.buffer == pytest.approx(0.02, rel=0.25)  # half of 40 ms
+    assert cc.queue_share < QUEUE_SHARE * cc.datagram_size
+    assert part <= 0.65, part
+
+
+def test_beside_bbr_on_half_a_bdp_the_queue_stands_and_the_share_stays() -> None:
+    """BBR v1 keeps its flight through an overflow: the queue does not fall,
+    and the link keeps its 16-datagram share (a cap there starved it)."""
+    link, part = overflows_after([SHARED, "bbr"], 0.5)
+    cc = link.sender.cc
+    assert isinstance(cc, Bbr)
+    assert cc.overflows.buffer > 0  # it overflowed
+    assert not cc.overflows.elastic
+    assert cc.queue_share == QUEUE_SHARE * cc.datagram_size
+    assert part > 0.3, part

@@ -130,6 +130,26 @@ queue yields first, and a flow with less keeps its 2 bdp and grows into
 the room: they meet where each holds the share.  A lone flow on a deep
 buffer keeps a queue of 16 datagrams instead of a bdp, at the same rate.
 
+On a buffer of a bdp or less those 16 datagrams are half of it or more,
+and beside a loss-based flow (CUBIC, Reno) that is too much: the other
+flow overflows the buffer at a fraction of the window it would have,
+halves, and the link keeps 0.8 of the path (20 Mbit/s, 40 ms, 0.5 bdp).
+Such a flow backs off at an overflow, and the link can see it do so
+(overflows.py; not under "bbr-cooperative"): in PROBE_BW each round
+that lost more than the path's own loss rate and 2 % of its bytes notes
+its deepest queue (about the buffer's delay), and is judged by whether
+within the next 3 rounds a round's standing queue falls under 0.4 of
+that, beyond what the fall of the link's own flight since the overflow
+explains.
+When most of the last 16 overflows were followed by such a fall, the
+share is 0.3 of the buffer in bytes instead (its delay at the largest
+btl_bw the link has measured: at its own rate, which falls as it
+yields, the share fell with it and the link starved; at least 4
+datagrams, never more than the 16).  A model-based flow (BBR v1) and
+purelink links keep their flights through an overflow, so the queue
+stands and the share stays 16 datagrams; the judgement of what shares
+the path (below) counts in 16-datagram shares whatever the cap.
+
 Beside other traffic (not under "bbr-cooperative").  The queue-share rule is right
 beside purelink links, which yield by it as this flow does, and wrong beside
 TCP: a loss-based
@@ -211,6 +231,7 @@ from typing import Final
 from .base import CongestionControl, RateSample
 from .crosstraffic import CrossTraffic
 from .cubic import Cubic
+from .overflows import Overflows
 
 __all__ = ["Bbr"]
 
@@ -322,6 +343,9 @@ class Bbr(CongestionControl):
         self._round_acked = 0
         self._round_inflight = 0
         self._round_rtt = 0.0
+        self._round_max = 0.0
+        self.overflows = Overflows(datagram_size)
+        """Whether the queue falls after an overflow (overflows.py): the share's cap."""
         self._base_lost = 0.0
         self._base_total = 0.0
         self._undo: tuple[int | None, int, int, int] | None = None  # the last bound set, to undo
@@ -402,6 +426,7 @@ class Bbr(CongestionControl):
         self._round_inflight = max(self._round_inflight, sample.prior_in_flight)
         if sample.rtt > 0 and (not self._round_rtt or sample.rtt < self._round_rtt):
             self._round_rtt = sample.rtt  # the round's smallest: a standing queue shows in it
+        self._round_max = max(self._round_max, sample.rtt)
         self._update_round(sample, now)
         if self._round_start:
             self._check_loss_rate(sample, now)
@@ -488,6 +513,9 @@ class Bbr(CongestionControl):
         lost, acked, inflight = self._round_lost, self._round_acked, self._round_inflight
         self._round_lost = self._round_acked = self._round_inflight = 0
         round_rtt, self._round_rtt = self._round_rtt, 0.0
+        round_max, self._round_max = self._round_max, 0.0
+        if self.shared and self.mode == Bbr.PROBE_BW and not rs.is_app_limited and self.min_rtt:
+            self._check_overflows(lost, lost + acked, round_rtt, round_max)
         self._check_queue_share(round_rtt, rs.is_app_limited, now)
         if self.mode == Bbr.PROBE_RTT or rs.is_app_limited:
             return
@@ -528,6 +556,24 @@ class Bbr(CongestionControl):
             least = int(self._carried(round_rtt) / (1.0 - HEADROOM))
             self.inflight_hi = max(self.inflight_hi, least)
 
+    def _check_overflows(self, lost: int, total: int, round_rtt: float, round_max: float) -> None:
+        """At each round's end in PROBE_BW: an overflow, or the queue after
+        one, to the judgement of whether the others back off (overflows.py),
+        which caps the share of the queue we keep."""
+        overflow = (
+            lost >= LOSS_EVENTS * self.datagram_size
+            and lost > (LOSS_THRESH + self.base_loss) * total
+        )
+        self.overflows.round(
+            round_count=self.round_count,
+            overflow=overflow,
+            queue_min=round_rtt - self.min_rtt if round_rtt else None,
+            queue_max=round_max - self.min_rtt,
+            flight=self._flight,
+            btl_bw=self._bw.value,
+        )
+        self.queue_share = self.overflows.share(QUEUE_SHARE * self.datagram_size)
+
     def _carried(self, round_rtt: float) -> float:
         """The flight that carries btl_bw for a round trip: the bdp, or beside a
         model-based flow (MODEL) btl_bw x the round's standing RTT, since the
@@ -556,7 +602,7 @@ class Bbr(CongestionControl):
             now=now,
             queue_delay=self._queue_delay,
             flight=self._flight,
-            ours=self.queue_share / bw if bw else 0.0,
+            ours=QUEUE_SHARE * self.datagram_size / bw if bw else 0.0,
             btl_bw=bw,
             min_rtt=self.min_rtt,
         )
