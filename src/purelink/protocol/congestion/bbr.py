@@ -468,7 +468,7 @@ class Bbr(CongestionControl):
             self._undo = None
             return
         lost -= size
-        if lost > (LOSS_THRESH + self.base_loss) * total and lost >= LOSS_EVENTS * size:
+        if self._lossy(lost, total):
             self._undo = (prior, lost, total, round_count)
             return
         self._undo = None
@@ -529,11 +529,7 @@ class Bbr(CongestionControl):
             # of random loss and hid every overflow for seconds after it)
             self._base_lost = BASE_DECAY * self._base_lost + lost
             self._base_total = BASE_DECAY * self._base_total + total
-        if (
-            queued
-            and lost > (LOSS_THRESH + self.base_loss) * total
-            and lost >= LOSS_EVENTS * self.datagram_size
-        ):
+        if queued and self._lossy(lost, total):
             target = min(self.bdp, self.cwnd) if self.bdp else self.cwnd
             prior = self.inflight_hi
             self.inflight_hi = max(int(BETA * inflight), int(BETA * target), self.minimum)
@@ -556,17 +552,22 @@ class Bbr(CongestionControl):
             least = int(self._carried(round_rtt) / (1.0 - HEADROOM))
             self.inflight_hi = max(self.inflight_hi, least)
 
+    def _lossy(self, lost: int, total: int) -> bool:
+        """A round that lost more than the path's own loss rate and LOSS_THRESH
+        of its `total` bytes, and at least LOSS_EVENTS datagrams: with a
+        standing queue, an overflow of the buffer."""
+        return (
+            lost >= LOSS_EVENTS * self.datagram_size
+            and lost > (LOSS_THRESH + self.base_loss) * total
+        )
+
     def _check_overflows(self, lost: int, total: int, round_rtt: float, round_max: float) -> None:
         """At each round's end in PROBE_BW: an overflow, or the queue after
         one, to the judgement of whether the others back off (overflows.py),
         which caps the share of the queue we keep."""
-        overflow = (
-            lost >= LOSS_EVENTS * self.datagram_size
-            and lost > (LOSS_THRESH + self.base_loss) * total
-        )
         self.overflows.round(
             round_count=self.round_count,
-            overflow=overflow,
+            overflow=self._lossy(lost, total),
             queue_min=round_rtt - self.min_rtt if round_rtt else None,
             queue_max=round_max - self.min_rtt,
             flight=self._flight,
