@@ -10,6 +10,17 @@ Variants:
 
 * `drained accept` (the product): after one readiness event of the listening
   socket the listener accepts until EAGAIN, at most 64 (mechanism 3);
+* `wire client`: the same `purelink serve` under a client as light as the
+  echo servers' own: each connection is a plain socket that
+  speaks purelink's TCP wire itself (HELLO of an anonymous producer, the
+  ACCEPT, one DATA of the record, ACKs until it is stored, CLOSE, the
+  listener's close), in the echo clients' few Python lines, not a `Link`
+  with its own thread.  Against `drained accept` it says what the client's
+  own CPU costs the listener on a machine they share: fewer connections a
+  second, so fewer records to share each fdatasync and each wakeup of the
+  loop.  The listener runs with `--handshake-rate 0`: its HELLO limit is per
+  source address, and this client makes all its HELLOs from one at several
+  thousand a second;
 * `one accept per event` (the "before"): the same `purelink serve`, run with
   the TCP side's `ACCEPT_BUDGET` set to 1 before it starts, so every
   accept costs one epoll wakeup;
@@ -57,6 +68,9 @@ not counted):
   have one thread), and the share of it spent in the kernel (system time,
   from /proc/PID/task/TID/stat in clock ticks: coarse for short runs);
 * connections/s: connections / wall time of the run;
+* client CPU us per connection: this process's CPU time (every thread, user
+  + system, `getrusage`) over the run, divided by the connections: what the
+  client spends on one (on 2 cores, CPU the server then cannot have);
 * accepts per event: accepts / readiness events of the listening socket
   (purelink only; from the counters `purelink serve` prints when it stops,
   over all runs), and the pool's hits and misses;
@@ -74,10 +88,14 @@ not counted):
 
 Target (issue 27): purelink's CPU per connection <= 3x the uvloop echo
 server's, while purelink also stores every record durably (the uvloop durable
-3-round echo says what that shape and durability cost a C event loop).  The client is the same
-Python process for all variants and is usually the bottleneck on 2 cores,
-so connections/s says more about the client than about the servers; CPU per
-connection is the figure that compares the servers.
+3-round echo says what that shape and durability cost a C event loop).  It
+is printed for both clients: purelink's own `Link`, and the wire client,
+whose CPU per connection is the echo clients' (the client CPU column).  The
+client is the same Python process for all variants and is usually the
+bottleneck on 2 cores: connections/s says more about the client than about
+the servers, and so does a server's CPU per connection wherever it shares
+syncs and wakeups among the connections that arrive meanwhile (compare
+`drained accept` with `wire client`).
 
 Run from the checkout root: `python -m bench.connections [--links N]
 [--concurrency C] [--json]`, or `purelink bench connections`.
@@ -89,6 +107,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import os
+import random
 import resource
 import select
 import shutil
@@ -98,11 +117,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import purelink
+from purelink.protocol import wire
+from purelink.protocol.framing import FrameDecoder, encode_frame
+from purelink.protocol.messages import Accept, Ack, Hello
 
 from ._common import (
     Report,
@@ -119,6 +141,7 @@ __all__ = ["VARIANTS", "main"]
 
 VARIANTS = (
     "drained accept",
+    "wire client",
     "one accept per event",
     "uvloop echo",
     "asyncio echo",
@@ -142,6 +165,7 @@ THREE_ROUNDS = ("durable 3-round echo", "uvloop 3-round echo", "uvloop durable 3
 HELLO, ACCEPT, ACK, CLOSE = b"h" * 37, b"a" * 60, b"k" * 68, b"c" * 20
 RECORD = b"r" * 128
 TIMEOUT = 60.0
+WIRE_DATAGRAM = 1_400  # the wire client's HELLO: the largest datagram it sends
 
 # `purelink serve` with the naive accept, one per readiness event (the "before",
 # which the product does not carry): the TCP side's bound on accepts per event is
@@ -468,6 +492,39 @@ def _three_rounds_once(address: tuple[str, int]) -> None:
                 raise RuntimeError("the 3-round echo server closed early")
 
 
+def _wire_once(address: tuple[str, int]) -> None:
+    """The wire client: one short link of an anonymous producer, spoken on a
+    plain socket (docs/wire.md sections 3 and 5), its record stored before it
+    closes.  Anything but the expected answers is an error."""
+    with socket.create_connection(address, timeout=TIMEOUT) as sock:
+        hello = Hello(random.getrandbits(64), "bench", "", random.getrandbits(63) | 1 << 63,
+                      WIRE_DATAGRAM, b"")  # fmt: skip
+        sock.sendall(encode_frame(wire.encode_hello(hello)))
+        frames = _frames(sock)
+        accept = wire.decode_datagram(next(frames))
+        if not isinstance(accept, Accept):
+            raise RuntimeError(f"the listener answered a HELLO with {accept!r}")
+        seq = accept.stored + 1
+        batch = wire.encode_batch(accept.producer, accept.epoch, seq, [RECORD])
+        sock.sendall(encode_frame(wire.encode_data(accept.conn_id, 1, batch)))
+        while True:
+            ack = wire.decode_datagram(next(frames))
+            if not isinstance(ack, Ack):
+                raise RuntimeError(f"the listener answered a DATA with {ack!r}")
+            if ack.stored >= seq:
+                break
+        sock.sendall(encode_frame(wire.encode_close(accept.conn_id, accept.epoch)))
+        if next(frames, None) is not None:
+            raise RuntimeError("the listener answered a CLOSE")
+
+
+def _frames(sock: socket.socket) -> Iterator[bytes]:
+    """The datagrams of a TCP connection's frames, in order, until its end."""
+    decoder = FrameDecoder()
+    while data := sock.recv(4096):
+        yield from decoder.feed(data)
+
+
 def _busiest(
     before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]
 ) -> tuple[int, float]:
@@ -480,6 +537,12 @@ def _busiest(
             most, ticks = ns - was_ns, stime - was_stime
     tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     return most, min(ticks * tick_ns / most, 1.0) if most else 0.0
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process, the client (user + system, every thread)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _run(task: Callable[[], None], count: int, concurrency: int) -> float:
@@ -509,6 +572,8 @@ def _command(name: str, sync: str) -> list[str]:
              "--log-format", "json"]  # fmt: skip
     if name == "drained accept":
         return [sys.executable, "-m", "purelink", *serve]
+    if name == "wire client":
+        return [sys.executable, "-m", "purelink", *serve, "--handshake-rate", "0"]
     return [sys.executable, "-c", _NAIVE_SERVE, *serve]
 
 
@@ -518,6 +583,8 @@ def _task(name: str, address: tuple[str, int]) -> Callable[[], None]:
         return lambda: _three_rounds_once(address)
     if name in ECHOES:
         return lambda: _echo_once(address)
+    if name == "wire client":
+        return lambda: _wire_once(address)
     url = "tcp://%s:%d" % address
     return lambda: _short_link(url)
 
@@ -533,9 +600,12 @@ def _variant(
         busiest: list[float] = []
         in_kernel: list[float] = []
         rate: list[float] = []
+        client: list[float] = []
         for _ in range(repeat):
             before, threads = child.cpu_ns(), task_cpu_ns(child.proc.pid)
+            mine = _own_cpu()
             wall = _run(task, links, concurrency)
+            client.append((_own_cpu() - mine) / links * 1e6)
             cpu.append((child.cpu_ns() - before) / links / 1000)
             ns, kernel = _busiest(threads, task_cpu_ns(child.proc.pid))
             busiest.append(ns / links / 1000)
@@ -555,6 +625,7 @@ def _variant(
         "busiest thread us/conn": summarize(busiest, "us"),
         "busiest in kernel": summarize(in_kernel, "share"),
         "conns/s": summarize(rate, "connections/s"),
+        "client CPU us/conn": summarize(client, "us"),
     }
     if "accepts" in stats:  # purelink's counters
         row["accepts/event"] = stats["accepts"] / max(stats["accept_drains"], 1)
@@ -609,6 +680,7 @@ def _report(args: argparse.Namespace) -> Report:
             "busiest thread us/conn",
             "busiest in kernel",
             "conns/s",
+            "client CPU us/conn",
             "accepts/event",
             "events/conn",
             "ACKs/conn",
@@ -622,7 +694,7 @@ def _report(args: argparse.Namespace) -> Report:
 
 def _compare(report: Report, cpu: dict[str, Summary]) -> None:
     """The ratios of CPU per connection: purelink against the "before" and the yardsticks."""
-    after, before, echo, aio, floor, durable, shaped, uv_rounds, uv_shaped = (
+    after, light, before, echo, aio, floor, durable, shaped, uv_rounds, uv_shaped = (
         cpu.get(v) for v in VARIANTS
     )
     if after is not None and before is not None:
@@ -635,6 +707,17 @@ def _compare(report: Report, cpu: dict[str, Summary]) -> None:
         report.notes.append(
             f"purelink (stores, fdatasync) / uvloop echo (stores nothing): "
             f"{after.median / echo.median:.2f} x the CPU per connection (target <= 3: {met})"
+        )
+    if light is not None and echo is not None:
+        met = "met" if light.median <= 3 * echo.median else "NOT met"
+        report.notes.append(
+            f"purelink under the wire client (as light as the echo's) / uvloop echo: "
+            f"{light.median / echo.median:.2f} x the CPU per connection (target <= 3: {met})"
+        )
+    if after is not None and light is not None:
+        report.notes.append(
+            f"purelink under its Link client / under the wire client: "
+            f"{after.median / light.median:.2f} x the CPU per connection"
         )
     for label, ref in (
         ("asyncio echo", aio),

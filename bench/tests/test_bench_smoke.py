@@ -163,6 +163,22 @@ def test_connections_counts_the_fdatasyncs_of_each_server_that_stores() -> None:
     assert "fdatasyncs/conn" not in rows["epoll echo"]  # it stores nothing
 
 
+def test_connections_wire_client_stores_every_record_through_the_real_listener() -> None:
+    # the bench itself fails when the store holds fewer records than links were made
+    args = ["--links", "80", "--concurrency", "10", "--repeat", "1"]
+    variants = ["--variants", "drained accept,wire client"]
+    result = run_bench("bench.connections", *args, *variants, "--impl", CURRENT, "--json")
+    assert result.returncode == 0, result.stderr
+    report = one_json_object(result.stdout)
+    rows = {r["variant"]: r for r in report["rows"]}
+    wire = rows["wire client"]
+    # one session a connection: its ACCEPT is not an ACK, its "stored" answer is
+    assert wire["ACKs/conn"] >= 1
+    assert wire["events/conn"] > 0
+    assert wire["client CPU us/conn"]["median"] > 0
+    assert any("under its Link client / under the wire client" in n for n in report["notes"])
+
+
 def test_connections_reads_an_echo_servers_stop_line_and_finds_the_busiest_thread() -> None:
     from bench.connections import _busiest, _echo_counts  # noqa: PLC0415 -- what is tested
 
