@@ -87,6 +87,7 @@ fair shares: 1/(N+M) x [0.7, 1.3] of N + M flows, 0.35-0.65 of a pair
 (bench/ccshare.py's target, and the band `bench paths --shared` draws)."""
 
 READY_LINE = re.compile(r"^purelink listening .*\budp=(\S+):(\d+)\b.*\bdata=(.+)$")
+TCP_READY = re.compile(r"\btcp=(\S+):(\d+)\b")
 
 
 def serve_stats(log: str) -> dict[str, Any]:
@@ -532,6 +533,7 @@ class ServeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.host = "127.0.0.1"
         self.port = 0
+        self.tcp_port = 0  # with "--tcp" among `extra_args`: the listener's TCP port
         self.stats: dict[str, Any] = {}
         self._log_path = self.workdir / "serve.log"
         self._log: Any = None
@@ -539,6 +541,13 @@ class ServeProcess:
     @property
     def url(self) -> str:
         return f"udp://{self.host}:{self.port}"
+
+    @property
+    def tcp_url(self) -> str:
+        """tcp://, for a listener started with "--tcp HOST:PORT" among `extra_args`."""
+        if not self.tcp_port:
+            raise RuntimeError("this purelink serve listens on no TCP port")
+        return f"tcp://{self.host}:{self.tcp_port}"
 
     @property
     def pid(self) -> int:
@@ -584,6 +593,8 @@ class ServeProcess:
             self.close()
             raise RuntimeError(f"unexpected ready line from purelink serve: {line!r}")
         self.host, self.port = found.group(1).strip("[]"), int(found.group(2))
+        tcp = TCP_READY.search(line)
+        self.tcp_port = int(tcp.group(2)) if tcp else 0
         return self
 
     def cpu_ns(self) -> int:
@@ -642,9 +653,9 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def serving(sync: str = "batch") -> Iterator[ServeProcess]:
+def serving(sync: str = "batch", extra_args: Sequence[str] = ()) -> Iterator[ServeProcess]:
     """`with serving("none") as server:` -- a started ServeProcess, always cleaned up."""
-    server = ServeProcess(sync=sync)
+    server = ServeProcess(sync=sync, extra_args=extra_args)
     try:
         yield server.start()
     finally:

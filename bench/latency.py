@@ -20,6 +20,10 @@ written to the OS), each
   remedy (older revisions): `sys.setswitchinterval(0.0005)` set by this
   benchmark, to show what such a setting would buy.
 
+`--transports udp,tcp` runs the rows over a udp:// link (the default) and
+a tcp:// one (`purelink serve` then listens on TCP too), each in its own
+listener.
+
 Reported per row: p50, p90, p99 and max in microseconds, the mean, and the
 link's parks/unparks (mechanism 2) per sample.  With `--repeat N` each
 percentile is the median (min-max) over N runs.  Target: with sync=none,
@@ -142,8 +146,12 @@ def sample(link: Link, samples: int) -> dict[str, Any]:
     }
 
 
-def _modes() -> list[tuple[str, Callable[[Link], contextlib.AbstractContextManager[Any]]]]:
-    modes: list[tuple[str, Callable[[Link], contextlib.AbstractContextManager[Any]]]] = [
+Modes = list[tuple[str, Callable[[Link], contextlib.AbstractContextManager[Any]]]]
+"""(name, what turns the row's condition on around its samples), per row."""
+
+
+def _modes() -> Modes:
+    modes: Modes = [
         ("idle", lambda link: contextlib.nullcontext()),
         ("busy", lambda link: _Busy()),
     ]
@@ -168,45 +176,62 @@ def _stack(*managers: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
         yield
 
 
+def _rows(
+    transport: str, sync: str, modes: Modes, samples: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each mode's samples over one link of `transport` to its own listener."""
+    tcp = ["--tcp", "127.0.0.1:0"] if transport == "tcp" else []
+    with serving(sync, tcp) as server:
+        link = open_link(server.tcp_url if tcp else server.url, "after")
+        try:
+            sample(link, min(50, samples))  # warm-up, not reported
+            for mode, manager in modes:
+                with manager(link):
+                    yield mode, sample(link, samples)
+        finally:
+            link.close(timeout=10)
+        server.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("latency", "one record on an idle link -> told stored", repeat=1)
     parser.add_argument("--samples", type=int, default=2000, metavar="N")
     parser.add_argument("--syncs", default="none,batch", help="comma-separated sync modes")
     parser.add_argument("--no-reference", action="store_true", help="skip the reference rows")
+    parser.add_argument(
+        "--transports", default="udp", help="comma-separated of udp,tcp: the link's URL scheme"
+    )
     add_impl_argument(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if (code := run_elsewhere("latency", argv, args)) is not None:
         return code
     syncs = [s for s in args.syncs.split(",") if s]
+    transports = [t for t in args.transports.split(",") if t]
     if args.samples < 1 or args.repeat < 1 or not syncs:
         parser.error("--samples and --repeat must be at least 1, --syncs not empty")
+    if not transports or set(transports) - {"udp", "tcp"}:
+        parser.error("--transports: udp, tcp or both")
     for s in syncs:
         if s not in ("batch", "always", "none"):
             parser.error(f"unknown sync mode {s!r}")
     modes = [m for m in _modes() if not (args.no_reference and "reference" in m[0])]
 
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    runs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for _ in range(args.repeat):
-        for sync in syncs:
-            with serving(sync) as server:
-                link = open_link(server.url, "after")
-                try:
-                    sample(link, min(50, args.samples))  # warm-up, not reported
-                    for mode, manager in modes:
-                        with manager(link):
-                            runs.setdefault((sync, mode), []).append(sample(link, args.samples))
-                finally:
-                    link.close(timeout=10)
-                server.stop()
+        for transport in transports:
+            for sync in syncs:
+                for mode, got in _rows(transport, sync, modes, args.samples):
+                    runs.setdefault((transport, sync, mode), []).append(got)
 
     report = Report(
         "latency",
         "one record queued on an idle link, then wait_stored; listener process",
         parameters={"samples": args.samples, "repeat": args.repeat},
     )
-    for (sync, mode), rs in runs.items():
+    for (transport, sync, mode), rs in runs.items():
         report.add(
+            transport=transport,
             sync=sync,
             app_threads=mode,
             **{
@@ -221,14 +246,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             },
         )
-    report.extra = {"runs": {f"{s}/{m}": rs for (s, m), rs in runs.items()}}
-    none_idle = runs.get(("none", "idle"))
-    if none_idle:
-        p50 = summarize(r["p50_us"] for r in none_idle).median
-        report.notes.append(
-            f"sync=none idle p50 {p50:.0f} us (target <= {P50_TARGET_US:.0f} us): "
-            + ("met" if p50 <= P50_TARGET_US else "NOT met")
-        )
+    report.extra = {"runs": {f"{t}/{s}/{m}": rs for (t, s, m), rs in runs.items()}}
+    for transport in transports:
+        none_idle = runs.get((transport, "none", "idle"))
+        if none_idle:
+            p50 = summarize(r["p50_us"] for r in none_idle).median
+            report.notes.append(
+                f"{transport}:// sync=none idle p50 {p50:.0f} us (target <= "
+                f"{P50_TARGET_US:.0f} us): " + ("met" if p50 <= P50_TARGET_US else "NOT met")
+            )
     if product_remedy() is None:
         report.notes.append(
             "no GIL remedy in purelink yet: the 'busy, remedy' rows appear once "

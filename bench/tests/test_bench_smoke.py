@@ -179,6 +179,17 @@ def test_connections_wire_client_stores_every_record_through_the_real_listener()
     assert any("under its Link client / under the wire client" in n for n in report["notes"])
 
 
+def test_latency_runs_its_rows_over_a_tcp_link_too() -> None:
+    args = ["--samples", "10", "--syncs", "none", "--no-reference", "--transports", "udp,tcp"]
+    result = run_bench("bench.latency", *args, "--impl", CURRENT, "--json")
+    assert result.returncode == 0, result.stderr
+    report = one_json_object(result.stdout)
+    seen = {(r["transport"], r["app_threads"]) for r in report["rows"]}
+    assert {("udp", "idle"), ("tcp", "idle"), ("tcp", "busy")} <= seen
+    assert all(r["p50_us"]["median"] > 0 for r in report["rows"])
+    assert any(n.startswith("tcp:// sync=none idle p50") for n in report["notes"])
+
+
 def test_connections_reads_an_echo_servers_stop_line_and_finds_the_busiest_thread() -> None:
     from bench.connections import _busiest, _echo_counts  # noqa: PLC0415 -- what is tested
 

@@ -100,7 +100,10 @@ GSO_MAX_SEGMENTS: Final = 64
 GSO_MAX_BYTES: Final = 65000
 _GSO_REFUSED: Final = (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EMSGSIZE)
 MAX_UNSENT: Final = 32 << 20
-TCP_READ: Final = 256 << 10
+# a read's most: under glibc's mmap threshold (128 KiB), so that the bytes a
+# read allocates for an answer of a few dozen come from the heap, not from a
+# fresh mapping that is shrunk and unmapped again (docs/performance.md, latency)
+TCP_READ: Final = 64 << 10
 TCP_READ_BUDGET: Final = 64
 TCP_USER_TIMEOUT_MS: Final = 30_000
 FIRST_CONNECT_WAIT: Final = 1.0
