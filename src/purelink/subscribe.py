@@ -47,7 +47,9 @@ C-level handler writes whenever the signal comes: the wait ends, the handler
 runs (a KeyboardInterrupt is raised), and a handler that returns only has
 its bytes drained.  `purelink tail` does so (cli/common.py, `wakeup_pipe`).
 
-The subscriber receives at most 256 KiB at a time (`RECEIVE_SIZE`) and slices
+The subscriber receives at most 64 KiB at a time (`RECEIVE_SIZE`: under
+glibc's mmap threshold, so that a receive's buffer comes from the heap, not
+from a fresh mapping unmapped again when it is shrunk) and slices
 the records out of it (`TailDecoder`), so memory stays bounded; with a
 `secret` (and `key_id`) the request is an INIT and the reply comes encrypted
 (protocol/tail_seal.py); when the
@@ -76,7 +78,7 @@ from .protocol.tail import TailDecoder, encode_request
 
 __all__ = ["RECEIVE_SIZE", "Subscription", "subscribe"]
 
-RECEIVE_SIZE: Final = 256 << 10
+RECEIVE_SIZE: Final = 64 << 10
 """Bytes asked for per receive: the only buffer a subscriber holds (plus one partial batch)."""
 BACKOFF_FIRST: Final = 0.05
 BACKOFF_MAX: Final = 2.0
