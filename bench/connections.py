@@ -11,7 +11,7 @@ Variants:
 * `drained accept` (the product): after one readiness event of the listening
   socket the listener accepts until EAGAIN, at most 64 (mechanism 3);
 * `wire client`: the same `purelink serve` under a client as light as the
-  echo servers' own: each connection is a plain socket that
+  echo servers' clients: each connection is a plain socket that
   speaks purelink's TCP wire itself (HELLO of an anonymous producer, the
   ACCEPT, one DATA of the record, ACKs until it is stored, CLOSE, the
   listener's close), in the echo clients' few Python lines, not a `Link`
@@ -501,14 +501,14 @@ def _wire_once(address: tuple[str, int]) -> None:
                       WIRE_DATAGRAM, b"")  # fmt: skip
         sock.sendall(encode_frame(wire.encode_hello(hello)))
         frames = _frames(sock)
-        accept = wire.decode_datagram(next(frames))
+        accept = wire.decode_datagram(_next(frames))
         if not isinstance(accept, Accept):
             raise RuntimeError(f"the listener answered a HELLO with {accept!r}")
         seq = accept.stored + 1
         batch = wire.encode_batch(accept.producer, accept.epoch, seq, [RECORD])
         sock.sendall(encode_frame(wire.encode_data(accept.conn_id, 1, batch)))
         while True:
-            ack = wire.decode_datagram(next(frames))
+            ack = wire.decode_datagram(_next(frames))
             if not isinstance(ack, Ack):
                 raise RuntimeError(f"the listener answered a DATA with {ack!r}")
             if ack.stored >= seq:
@@ -516,6 +516,13 @@ def _wire_once(address: tuple[str, int]) -> None:
         sock.sendall(encode_frame(wire.encode_close(accept.conn_id, accept.epoch)))
         if next(frames, None) is not None:
             raise RuntimeError("the listener answered a CLOSE")
+
+
+def _next(frames: Iterator[bytes]) -> bytes:
+    frame = next(frames, None)
+    if frame is None:
+        raise RuntimeError("the listener closed the connection early")
+    return frame
 
 
 def _frames(sock: socket.socket) -> Iterator[bytes]:
@@ -711,7 +718,7 @@ def _compare(report: Report, cpu: dict[str, Summary]) -> None:
     if light is not None and echo is not None:
         met = "met" if light.median <= 3 * echo.median else "NOT met"
         report.notes.append(
-            f"purelink under the wire client (as light as the echo's) / uvloop echo: "
+            f"purelink under the wire client (as light as the echo clients) / uvloop echo: "
             f"{light.median / echo.median:.2f} x the CPU per connection (target <= 3: {met})"
         )
     if after is not None and light is not None:

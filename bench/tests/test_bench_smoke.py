@@ -17,8 +17,10 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import types
 import zipfile
 from pathlib import Path
@@ -177,6 +179,23 @@ def test_connections_wire_client_stores_every_record_through_the_real_listener()
     assert wire["events/conn"] > 0
     assert wire["client CPU us/conn"]["median"] > 0
     assert any("under its Link client / under the wire client" in n for n in report["notes"])
+
+
+def test_connections_wire_client_says_when_the_listener_closes_early() -> None:
+    from bench.connections import _wire_once  # noqa: PLC0415 -- what is tested
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def close_at_once() -> None:
+            conn, _ = server.accept()
+            conn.recv(4096)  # the HELLO, unanswered
+            conn.close()
+
+        peer = threading.Thread(target=close_at_once, daemon=True)
+        peer.start()
+        with pytest.raises(RuntimeError, match="closed the connection early"):
+            _wire_once(server.getsockname())
+        peer.join(TIMEOUT)
 
 
 def test_latency_runs_its_rows_over_a_tcp_link_too() -> None:
