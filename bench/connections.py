@@ -127,6 +127,7 @@ from purelink.protocol.framing import FrameDecoder, encode_frame
 from purelink.protocol.messages import Accept, Ack, Hello
 
 from ._common import (
+    TCP_READY,
     Report,
     Summary,
     base_parser,
@@ -423,8 +424,11 @@ class Child:
                 raise RuntimeError(f"server not ready: {self.log_path.read_text()[-500:]}")
             buf += chunk
         line = buf.split(b"\n", 1)[0].decode()
-        host, _, port = line.split("tcp=", 1)[1].split()[0].rpartition(":")
-        return host.strip("[]"), int(port)
+        found = TCP_READY.search(line)
+        if found is None:
+            self.close()
+            raise RuntimeError(f"no tcp=HOST:PORT in the server's ready line: {line!r}")
+        return found.group(1).strip("[]"), int(found.group(2))
 
     def cpu_ns(self) -> int:
         return process_cpu_ns(self.proc.pid)

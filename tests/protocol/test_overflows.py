@@ -25,9 +25,9 @@ class Rounds:
         self.o = Overflows(SIZE)
         self.count = 0
 
-    def overflow(self, depth: float = BUFFER) -> bool:
+    def overflow(self, depth: float = BUFFER) -> None:
         self.count += 1
-        return self.o.round(
+        self.o.round(
             round_count=self.count,
             overflow=True,
             queue_min=depth / 2,

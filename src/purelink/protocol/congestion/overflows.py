@@ -76,18 +76,23 @@ MIN_SHARE: Final = 4
 class Overflows:
     """The overflows of the last while, each judged by whether the queue fell after it."""
 
-    __slots__ = ("_depths", "_falls", "_flight", "_pending", "datagram_size", "elastic", "peak_bw")
+    __slots__ = ("_depths", "_falls", "_flight", "_pending", "datagram_size", "peak_bw")
 
     def __init__(self, datagram_size: int) -> None:
         self.datagram_size = datagram_size
-        self.elastic = False
-        """Most recent overflows were followed by a fall of the queue: others back off."""
         self.peak_bw = 0.0
         """The largest btl_bw reported, bytes/s: about the path's rate."""
         self._depths: deque[float] = deque(maxlen=OVERFLOWS)
         self._falls: deque[bool] = deque(maxlen=OVERFLOWS)
         self._pending = -1  # the round of the last overflow not yet judged
         self._flight = 0  # our bytes in flight at its end
+
+    @property
+    def elastic(self) -> bool:
+        """Most of the last overflows (at least 2 judged) were followed by a fall
+        of the queue: the others back off."""
+        falls = self._falls
+        return len(falls) >= 2 and 2 * sum(falls) > len(falls)
 
     @property
     def buffer(self) -> float:
@@ -103,11 +108,11 @@ class Overflows:
         queue_max: float,
         flight: int,
         btl_bw: float,
-    ) -> bool:
+    ) -> None:
         """At a round trip's end in PROBE_BW: whether it overflowed, its
         smallest and largest queue delay (RTT above min_rtt; `queue_min`
         None: the round timed no datagram), our bytes in flight at its end
-        and the model's btl_bw.  Returns `elastic`."""
+        and the model's btl_bw."""
         self.peak_bw = max(self.peak_bw, btl_bw)
         falls = self._falls
         if overflow:
@@ -126,8 +131,6 @@ class Overflows:
             elif round_count - self._pending > FALL_ROUNDS:
                 falls.append(False)
                 self._pending = -1
-        self.elastic = len(falls) >= 2 and 2 * sum(falls) > len(falls)
-        return self.elastic
 
     def share(self, most: int) -> int:
         """Bytes of our own a standing queue may hold: `most` (the cooperative
