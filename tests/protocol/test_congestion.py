@@ -502,3 +502,35 @@ def test_a_retry_seeds_the_rtt_estimator_and_starts_the_hello_backoff_over() -> 
     slow.receive_datagram(retry, now + 0.01)  # a duplicate of the RETRY
     assert slow.datagrams_to_send(now + 0.01)  # the HELLO again at once ...
     assert slow.get_timer() == pytest.approx(now + 0.01 + 0.8)  # ... the backoff kept
+
+
+def test_bbr_beside_a_model_based_flow_answers_a_loss_as_bbr_v1_does() -> None:
+    """Beside a flow that keeps a queue and does not yield ("model": Linux's
+    BBR v1) a loss is answered as that flow answers it (tcp_bbr.c): the cwnd
+    falls to the flight less what was lost and for the episode's first round
+    grows only with what is answered (packet conservation); once a datagram
+    sent after that round is answered the cwnd of before comes back.  Alone
+    or beside purelink links ("none") a loss moves no cwnd: the model keeps it."""
+    for kind in (CrossTraffic.NONE, CrossTraffic.MODEL):
+        cc = Bbr(D, seed=1)
+        now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+        flight = int(5e6 * 0.05)
+        if kind == CrossTraffic.MODEL:
+            for _ in range(40):  # a queue of others (50 ms) stands round after round
+                now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=flight)
+                if cc.cross_traffic == CrossTraffic.MODEL:
+                    break
+        assert cc.cross_traffic == kind and cc.mode == Bbr.PROBE_BW
+        before = cc.cwnd
+        assert before > flight + 2 * D
+        for _ in range(2):  # found lost a moment after the last answer
+            cc.on_lost(now - 0.1, D, now + 0.001)
+        if kind == CrossTraffic.NONE:
+            assert cc.cwnd == before
+            continue
+        assert cc.cwnd == flight - 2 * D
+        # answers of datagrams sent before the loss: no more than the flight and what they answer
+        now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=flight - 2 * D)
+        assert cc.cwnd <= flight - 2 * D + int(5e6 * 0.1 / 4)
+        now = feed_bbr(cc, 5e6, 0.1, 2, now, in_flight=flight)
+        assert cc.cwnd >= before
