@@ -22,7 +22,8 @@ written to the OS), each
 
 `--transports udp,tcp` runs the rows over a udp:// link (the default) and
 a tcp:// one (`purelink serve` then listens on TCP too), each in its own
-listener.
+listener; each row's `controller` is what the link's `stats()` says runs
+it ("kernel" on a tcp:// link, the UDP link's controller otherwise).
 
 Reported per row: p50, p90, p99 and max in microseconds, the mean, and the
 link's parks/unparks (mechanism 2) per sample.  With `--repeat N` each
@@ -185,9 +186,10 @@ def _rows(
         link = open_link(server.tcp_url if tcp else server.url, "after")
         try:
             sample(link, min(50, samples))  # warm-up, not reported
+            controller = link.stats().congestion  # "kernel": the link runs over tcp://
             for mode, manager in modes:
                 with manager(link):
-                    yield mode, sample(link, samples)
+                    yield mode, {**sample(link, samples), "controller": controller}
         finally:
             link.close(timeout=10)
         server.stop()
@@ -232,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for (transport, sync, mode), rs in runs.items():
         report.add(
             transport=transport,
+            controller=rs[0]["controller"],
             sync=sync,
             app_threads=mode,
             **{

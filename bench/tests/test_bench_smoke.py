@@ -205,6 +205,8 @@ def test_latency_runs_its_rows_over_a_tcp_link_too() -> None:
     report = one_json_object(result.stdout)
     seen = {(r["transport"], r["app_threads"]) for r in report["rows"]}
     assert {("udp", "idle"), ("tcp", "idle"), ("tcp", "busy")} <= seen
+    # the link's own word for how it ran: the kernel's TCP on a tcp:// link, BBR on udp://
+    assert all((r["controller"] == "kernel") == (r["transport"] == "tcp") for r in report["rows"])
     assert all(r["p50_us"]["median"] > 0 for r in report["rows"])
     assert any(n.startswith("tcp:// sync=none idle p50") for n in report["notes"])
 
