@@ -534,3 +534,30 @@ def test_bbr_beside_a_model_based_flow_answers_a_loss_as_bbr_v1_does() -> None:
         assert cc.cwnd <= flight - 2 * D + int(5e6 * 0.1 / 4)
         now = feed_bbr(cc, 5e6, 0.1, 2, now, in_flight=flight)
         assert cc.cwnd >= before
+
+
+def test_bbr_a_probe_rtt_in_a_loss_episode_ends_with_the_cwnd_of_before_the_loss() -> None:
+    """Under "model", a ProbeRTT that begins while a loss episode conserves
+    packets ends with the cwnd of before the loss, not the conserved one."""
+    cc = Bbr(D, seed=1)
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    flight = int(5e6 * 0.05)
+    for _ in range(40):
+        now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=flight)
+        if cc.cross_traffic == CrossTraffic.MODEL:
+            break
+    assert cc.cross_traffic == CrossTraffic.MODEL
+    before = cc.cwnd
+    cc.on_lost(now - 0.1, D, now + 0.001)
+    assert cc.cwnd < before
+    # the next answers come after min_rtt went 10 s without a lower sample:
+    # ProbeRTT; small answers, so that its end is not hidden by regrowth
+    now = feed_bbr(cc, 1e5, 0.1, 1, now + 10.0, in_flight=D)
+    assert cc.mode == Bbr.PROBE_RTT
+    for _ in range(8):
+        now = feed_bbr(cc, 1e5, 0.1, 1, now, in_flight=D)
+        if cc.mode != Bbr.PROBE_RTT:
+            break
+    assert cc.mode == Bbr.PROBE_BW
+    # back to it, less what the model's target now allows (without the fold, about 0.4 of it)
+    assert cc.cwnd >= 0.9 * before
