@@ -377,8 +377,9 @@ class Bbr(CongestionControl):
         self._flight = 0  # bytes in flight after the last answer
         self._before_yield = (0.0, 0)
         self._cuts = 0
-        # a loss episode under MODEL: (since when, packet conservation, the cwnd before it)
-        self._episode: tuple[float, bool, int] | None = None
+        # a loss episode under MODEL: (since when, packet conservation); the
+        # cwnd before it waits in _prior_cwnd, as it does through a ProbeRTT
+        self._episode: tuple[float, bool] | None = None
 
     # ------------------------------------------------------------ model
     @property
@@ -515,28 +516,28 @@ class Bbr(CongestionControl):
         beside a flow that answers so: the cwnd loses what was lost; an
         episode's first loss saves the cwnd and conserves packets for a round."""
         if self._episode is None:
-            self._episode = (now, True, self.cwnd)
+            self._episode = (now, True)
+            self._prior_cwnd = self.cwnd  # bbr_save_cwnd, outside a ProbeRTT
             self.cwnd = self._flight
         self.cwnd = max(self.cwnd - size, self.minimum)
 
     def _episode_ack(self, sample: RateSample) -> None:
         """An answer in a loss episode: its first round ends when a datagram
         sent after its start is answered; the episode, a round later, with
-        the cwnd of before."""
+        the cwnd of before.  A new verdict's rules, or a ProbeRTT (which ends
+        with the cwnd saved), take over from it."""
         if self._episode is None:
             return
-        since, conserving, prior = self._episode
+        since, conserving = self._episode
         if self.cross.kind != CrossTraffic.MODEL or self.mode != Bbr.PROBE_BW:
-            # a new verdict's rules take over; a ProbeRTT restores the cwnd of before
-            if self.mode == Bbr.PROBE_RTT:
-                self._prior_cwnd = max(self._prior_cwnd, prior)
             self._episode = None
         elif sample.last_sent > since:
             if conserving:
-                self._episode = (sample.last_sent, False, prior)
+                self._episode = (sample.last_sent, False)
             else:
                 self._episode = None
-                self.cwnd = max(self.cwnd, prior)
+                self.cwnd = max(self.cwnd, self._prior_cwnd)
+                self._prior_cwnd = 0
 
     # -------------------------------------------------------- internals
     def _update_round(self, rs: RateSample, now: float) -> None:
