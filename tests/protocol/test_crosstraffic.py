@@ -20,6 +20,9 @@ from purelink.protocol.congestion.crosstraffic import (
     SAW_ROUNDS,
     SAW_TIME,
     SETTLE_DEEP,
+    SQUEEZE_FALL,
+    SQUEEZE_QUEUE,
+    SQUEEZE_ROUNDS,
     TREND_ROUNDS,
     TREND_TIME,
     CrossTraffic,
@@ -338,6 +341,45 @@ def test_a_queue_deeper_than_a_model_based_flow_keeps_is_a_loss_based_one() -> N
     judge = CrossTraffic(D)
     assert not feed(judge, deep, rounds=4 * DEEP_ROUNDS, ours=deep)
     assert judge.kind == CrossTraffic.NONE
+
+
+def squeeze(judge: CrossTraffic, delays: list[float], fall: float) -> bool:
+    """Rounds of `delays` over which btl_bw falls in a line to `fall` of BW."""
+    changed = False
+    for i, delay in enumerate(delays):
+        bw = BW * (1.0 - (1.0 - fall) * i / (len(delays) - 1))
+        changed |= feed(judge, delay, btl_bw=bw)
+    return changed
+
+
+def test_a_queue_that_squeezes_our_model_is_a_loss_based_one() -> None:
+    """Under MODEL, a queue deeper than two models make (a min RTT) in which
+    our btl_bw keeps falling is not a model-based flow's, even under
+    DEEP_QUEUE: our 2 bdp carries less than btl_bw in it each round trip."""
+    under_deep = (DEEP_QUEUE - 0.1) * RTT
+    assert under_deep > SQUEEZE_QUEUE * RTT
+    falls = SQUEEZE_FALL - 0.05  # past the limit over SQUEEZE_ROUNDS rounds
+    judge = model()
+    assert not feed(judge, under_deep, rounds=3 * SQUEEZE_ROUNDS)  # our rate holds
+    judge = model()
+    assert not squeeze(judge, [under_deep] * (SQUEEZE_ROUNDS - 1), falls)  # too few rounds
+    assert judge.kind == CrossTraffic.MODEL
+    judge = model()
+    assert squeeze(judge, [under_deep] * SQUEEZE_ROUNDS, falls)
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
+    # a fall within SQUEEZE_FALL: nothing
+    judge = model()
+    assert not squeeze(judge, [under_deep] * SQUEEZE_ROUNDS, SQUEEZE_FALL + 0.05)
+    # one round of a queue two models make (or BBR's ProbeRTT emptying it): nothing
+    judge = model()
+    delays = [under_deep] * SQUEEZE_ROUNDS
+    delays[SQUEEZE_ROUNDS // 2] = 0.9 * SQUEEZE_QUEUE * RTT
+    assert not squeeze(judge, delays, falls)
+    assert judge.kind == CrossTraffic.MODEL
+    # the settling rounds (the model's bandwidth of before the yield, forgotten) do not count
+    judge = model(settled=False)
+    assert not squeeze(judge, [under_deep] * SQUEEZE_ROUNDS, falls)
+    assert judge.kind == CrossTraffic.MODEL
 
 
 def test_a_trend_deeper_than_a_model_based_flow_keeps_is_left_to_the_deep_rule() -> None:

@@ -91,8 +91,9 @@ delay its own share of a queue would make.  The verdict (`kind`):
                higher (read as growth, it sent a link beside BBR v1 on 10
                bdp, 20 Mbit/s, 40 ms, into a slow start that took 0.65 of
                the pair; 0.51 with the new high).
-           Three more ways to LOSS, for a loss-based flow that the rounds of a
-           queue not ours (MODEL's test) miss or take too long to find:
+           Four more ways to LOSS, for a loss-based flow that the rounds of a
+           queue not ours (MODEL's test) miss, take too long to find or take
+           for a model-based flow:
              * a trend, under NONE: over the last TREND_TIME (1 s) and at
                least TREND_ROUNDS (12) rounds the queue's mean delay rose
                quarter by quarter, each rise between a tenth and TREND_STEP
@@ -162,7 +163,23 @@ delay its own share of a queue would make.  The verdict (`kind`):
                MODEL): a model-based flow caps its flight at 2 bdp, one min
                RTT of queue, and so do we under MODEL; a loss-based flow
                fills whatever buffer there is.
-           All three start from our flight and slow-start, as `growing` does.
+             * a squeeze, under MODEL: for SQUEEZE_ROUNDS (12) rounds in a
+               row after the settling ones (below), more than SQUEEZE_QUEUE
+               (1) min RTT of queue in each, while our btl_bw fell under
+               SQUEEZE_FALL (0.85) of what it was at their first.  Two
+               models that each keep 2 bdp in flight make a min RTT of
+               queue between them and keep their rates; in a deeper one our
+               2 bdp carries less than btl_bw each round trip, the max
+               filter forgets the rate and the flight follows it down, round
+               after round.  A loss-based flow that has not overflowed its
+               buffer for a while (CUBIC's window flat by its last maximum)
+               gives MODEL, and keeps such a queue: beside CUBIC on 50
+               Mbit/s, 100 ms, 2 bdp the queue stood at 1.4-1.5 min RTTs,
+               under DEEP_QUEUE, and btl_bw fell from 1.6 to 1.0 MB/s in 9
+               s.  Beside BBR v1 under MODEL btl_bw holds (11 % lower after
+               10 s on 20 Mbit/s, 40 ms, 10 bdp: that is 110 rounds), and
+               its ProbeRTT empties the queue every 10 s.
+           All four start from our flight and slow-start, as `growing` does.
            Neither growth nor a deep queue gives its verdict in the first
            MODEL_SETTLE (10) rounds after a switch to MODEL: bbr.py gives the
            model back the bandwidth of before the yield, which its filter
@@ -258,6 +275,9 @@ SAW_ROUNDS: Final = 4  # and this many rounds
 SAW_STEP: Final = 0.5  # no round of it rising by more than this part of the whole
 SAW_LOOK: Final = 12.0  # seconds of rounds kept to judge it by
 SAW_CUTS: Final = 2  # such cuts within SAW_LOOK s: a newcomer's startup and drain makes one
+SQUEEZE_ROUNDS: Final = 12  # under MODEL, rounds of a queue deeper than two models make ...
+SQUEEZE_QUEUE: Final = 1.0  # (this many min RTTs of it in each) ...
+SQUEEZE_FALL: Final = 0.85  # ... over which btl_bw fell under this part of itself
 
 
 class CrossTraffic:
@@ -303,6 +323,8 @@ class CrossTraffic:
         # (when, btl_bw) of those rounds, falling: the most of SAW_LOOK s first
         self._peaks: deque[tuple[float, float]] = deque(maxlen=1024)
         self._saw_cuts: deque[float] = deque()  # when each cut of a sawtooth was confirmed
+        # (delay, btl_bw) of the last rounds under MODEL once settled
+        self._squeeze: deque[tuple[float, float]] = deque(maxlen=SQUEEZE_ROUNDS)
 
     def round(
         self,
@@ -351,6 +373,8 @@ class CrossTraffic:
         self._deep = self._deep + 1 if deep else 0
         if self._deep >= DEEP_ROUNDS:
             return self._growing(flight)
+        if settled and self._squeezed(queue_delay, btl_bw, min_rtt):
+            return self._growing(flight)
         self._queues.append(queue_delay)
         if len(self._grown) == GROW_ROUNDS:
             self._high = max(self._high, self._grown[0][0])  # older than the window
@@ -383,6 +407,18 @@ class CrossTraffic:
             self._held += 1
         else:
             self._held = 0
+
+    def _squeezed(self, delay: float, btl_bw: float, min_rtt: float) -> bool:
+        """Under MODEL, settled: the queue stood deeper than two models make
+        for SQUEEZE_ROUNDS rounds while our btl_bw fell by more than
+        SQUEEZE_FALL allows (module docstring)."""
+        rounds = self._squeeze
+        rounds.append((delay, btl_bw))
+        return (
+            len(rounds) == SQUEEZE_ROUNDS
+            and min(d for d, _ in rounds) > SQUEEZE_QUEUE * min_rtt
+            and rounds[-1][1] < SQUEEZE_FALL * rounds[0][1]
+        )
 
     def _trending(self, now: float, delay: float, flight: int, min_rtt: float) -> bool:
         """Under NONE: the queue grew steadily over the last TREND_TIME s and
@@ -557,6 +593,7 @@ class CrossTraffic:
         self._saw.clear()
         self._peaks.clear()
         self._saw_cuts.clear()
+        self._squeeze.clear()
         self._queues.clear()
         self._grown.clear()
         self._high = 0.0
