@@ -7,6 +7,7 @@ from __future__ import annotations
 from purelink.protocol.congestion.crosstraffic import (
     DEEP_QUEUE,
     DEEP_ROUNDS,
+    EMPTIED_SETTLE,
     EMPTY_ROUNDS,
     FALL_HOLD,
     GROW_ROUNDS,
@@ -213,6 +214,32 @@ def test_the_rounds_after_a_model_verdict_settle_before_growth_or_depth_counts()
     feed(judge, 0.03, rounds=2)
     feed(judge, 0.015, rounds=hold_rounds(0.015) + 1)
     assert judge.kind == CrossTraffic.LOSS and not judge.growing
+
+
+def test_the_rounds_after_the_queue_emptied_settle_again() -> None:
+    """Under MODEL a round whose queue is empty is the other flow's ProbeRTT:
+    our filter takes the path's whole rate meanwhile and the two models
+    overfill the queue until it has forgotten it.  Growth, a deep queue and
+    a squeeze count again only EMPTIED_SETTLE rounds after it (a queue
+    deeper than two models make counts at once, as in the first settling)."""
+    assert SQUEEZE_ROUNDS < EMPTIED_SETTLE
+    deep = (DEEP_QUEUE + 0.2) * RTT
+    judge = model()
+    assert not feed(judge, 0.0)
+    assert not feed(judge, deep, rounds=EMPTIED_SETTLE + DEEP_ROUNDS - 2)
+    assert judge.kind == CrossTraffic.MODEL
+    assert feed(judge, deep)
+    assert judge.kind == CrossTraffic.LOSS and judge.growing
+    judge = model()
+    assert not feed(judge, 0.0)
+    under_deep = (DEEP_QUEUE - 0.1) * RTT
+    assert not squeeze(judge, [under_deep] * SQUEEZE_ROUNDS, SQUEEZE_FALL - 0.05)
+    assert judge.kind == CrossTraffic.MODEL
+    judge = model()
+    assert not feed(judge, 0.0)
+    assert not feed(judge, (SETTLE_DEEP + 0.5) * RTT, rounds=DEEP_ROUNDS - 1)
+    assert feed(judge, (SETTLE_DEEP + 0.5) * RTT)
+    assert judge.kind == CrossTraffic.LOSS
 
 
 def test_a_fall_that_comes_back_is_no_cut() -> None:

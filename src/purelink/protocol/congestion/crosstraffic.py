@@ -204,6 +204,19 @@ delay its own share of a queue would make.  The verdict (`kind`):
            most 3 min RTTs of it (beside CUBIC on 10 bdp of 20 Mbit/s, 40
            ms, waiting out the rounds there, each of them as long as the
            queue, took the link from 0.58-0.63 of the pair to 0.42-0.47).
+           Nor do growth, a deep queue or a squeeze count in the first
+           EMPTIED_SETTLE (20) rounds after a round whose queue was empty
+           (a deeper queue than SETTLE_DEEP again excepted): a model-based
+           flow's ProbeRTT, in which our filter took the whole path's rate.
+           It keeps that rate for 10 rounds, the two overfill the queue
+           meanwhile, and the rates of the overfill fill the 10 rounds
+           after.  Beside BBR v1 on 20 Mbit/s, 40 ms, 10 bdp, a queue of
+           1.8-2.9 min RTTs in the second after BBR's ProbeRTT gave LOSS
+           (with 10 rounds' wait, one of 1.5-2.1 min RTTs in the second
+           after that), and the slow start took up to 0.85 of the
+           pair over 60 s at four seeds; 0.52 with 20 (bench ccshare --grid
+           --seeds 4 --seconds 60 --warm 10).  A loss-based flow does not
+           empty a buffer deep enough for these rules.
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
@@ -262,6 +275,7 @@ EMPTY_QUEUE: Final = 0.1
 DEEP_QUEUE: Final = 1.5  # min RTTs of queue that no model-based flow keeps
 DEEP_ROUNDS: Final = 4
 MODEL_SETTLE: Final = 10  # rounds after a switch to MODEL before growth or depth counts
+EMPTIED_SETTLE: Final = 20  # rounds after a round of an empty queue before they count again
 SETTLE_DEEP: Final = 3.0  # min RTTs of queue that counts in them: more than two models overfill
 TREND_TIME: Final = 1.0  # seconds of rounds in which the queue's trend is judged
 TREND_ROUNDS: Final = 12  # and at least this many rounds
@@ -365,6 +379,9 @@ class CrossTraffic:
             return False
         if self._empty >= EMPTY_ROUNDS:
             return self._switch(CrossTraffic.NONE)
+        if self._empty:  # the other flow's ProbeRTT: our filter has the path's rate again
+            self._settled = MODEL_SETTLE - EMPTIED_SETTLE  # settled EMPTIED_SETTLE rounds on
+            self._squeeze.clear()
         self._settled += 1
         settled = self._settled > MODEL_SETTLE
         # a deep round counts once settled (or beyond what two models make)
