@@ -235,11 +235,36 @@ def test_the_rounds_after_the_queue_emptied_settle_again() -> None:
     under_deep = (DEEP_QUEUE - 0.1) * RTT
     assert not squeeze(judge, [under_deep] * SQUEEZE_ROUNDS, SQUEEZE_FALL - 0.05)
     assert judge.kind == CrossTraffic.MODEL
+    # the rounds of before the empty one are forgotten: they do not make a
+    # squeeze with the first round that counts again
+    judge = model()
+    fallen = (SQUEEZE_FALL - 0.05) * BW
+    assert not feed(judge, under_deep, rounds=SQUEEZE_ROUNDS - 1)
+    assert not feed(judge, 0.0)
+    assert not feed(judge, under_deep, rounds=EMPTIED_SETTLE, btl_bw=fallen)
+    assert judge.kind == CrossTraffic.MODEL
     judge = model()
     assert not feed(judge, 0.0)
     assert not feed(judge, (SETTLE_DEEP + 0.5) * RTT, rounds=DEEP_ROUNDS - 1)
     assert feed(judge, (SETTLE_DEEP + 0.5) * RTT)
     assert judge.kind == CrossTraffic.LOSS
+
+
+def test_a_squeeze_counts_only_rounds_of_the_present_model_verdict() -> None:
+    """Rounds of an earlier MODEL verdict, before a LOSS and back, are not
+    part of a squeeze under the next one."""
+    under_deep = (DEEP_QUEUE - 0.1) * RTT
+    deep = (DEEP_QUEUE + 0.2) * RTT
+    judge = model()
+    assert not feed(judge, under_deep, rounds=SQUEEZE_ROUNDS - DEEP_ROUNDS)
+    assert not feed(judge, deep, rounds=DEEP_ROUNDS - 1)
+    assert feed(judge, deep)  # LOSS
+    assert not feed(judge, deep, rounds=LOSSY_ROUNDS - 1, cut=True)
+    assert feed(judge, deep, cut=True)
+    assert judge.kind == CrossTraffic.MODEL
+    assert not feed(judge, 0.03, rounds=MODEL_SETTLE)
+    assert not feed(judge, under_deep, btl_bw=(SQUEEZE_FALL - 0.05) * BW)
+    assert judge.kind == CrossTraffic.MODEL
 
 
 def test_a_fall_that_comes_back_is_no_cut() -> None:

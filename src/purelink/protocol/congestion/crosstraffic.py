@@ -162,7 +162,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
                NONE, while a queue not ours is being counted) or in all (under
                MODEL): a model-based flow caps its flight at 2 bdp, one min
                RTT of queue, and so do we under MODEL; a loss-based flow
-               fills whatever buffer there is.
+               fills whatever buffer there is;
              * a squeeze, under MODEL: for SQUEEZE_ROUNDS (12) rounds in a
                row after the settling ones (below), more than SQUEEZE_QUEUE
                (1) min RTT of queue in each, while our btl_bw fell under
@@ -177,11 +177,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
                Mbit/s, 100 ms, 2 bdp the queue stood at 1.4-1.5 min RTTs,
                under DEEP_QUEUE, and btl_bw fell from 1.6 to 1.0 MB/s in 9
                s.  Beside BBR v1 under MODEL btl_bw holds (11 % lower after
-               10 s on 20 Mbit/s, 40 ms, 10 bdp: that is 110 rounds), and
+               10 s on 20 Mbit/s, 40 ms, 10 bdp: about 110 rounds), and
                its ProbeRTT empties the queue every 10 s.
            All four start from our flight and slow-start, as `growing` does.
-           Neither growth nor a deep queue gives its verdict in the first
-           MODEL_SETTLE (10) rounds after a switch to MODEL: bbr.py gives the
+           Neither growth, a deep queue nor a squeeze gives its verdict in
+           the first MODEL_SETTLE (10) rounds after a switch to MODEL: bbr.py gives the
            model back the bandwidth of before the yield, which its filter
            keeps for 10 rounds, while the competitor's model took the room
            we left; until the filter forgets it, the two overfill the queue,
@@ -204,9 +204,10 @@ delay its own share of a queue would make.  The verdict (`kind`):
            most 3 min RTTs of it (beside CUBIC on 10 bdp of 20 Mbit/s, 40
            ms, waiting out the rounds there, each of them as long as the
            queue, took the link from 0.58-0.63 of the pair to 0.42-0.47).
-           Nor do growth, a deep queue or a squeeze count in the first
-           EMPTIED_SETTLE (20) rounds after a round whose queue was empty
-           (a deeper queue than SETTLE_DEEP again excepted): a model-based
+           Nor do growth, a deep queue or a squeeze count in the
+           EMPTIED_SETTLE (20) rounds from one whose queue was empty (under
+           0.1 min RTT; that round and the 19 after it; a deeper queue than
+           SETTLE_DEEP again excepted): a model-based
            flow's ProbeRTT, in which our filter took the whole path's rate.
            It keeps that rate for 10 rounds, the two overfill the queue
            meanwhile, and the rates of the overfill fill the 10 rounds
@@ -380,7 +381,7 @@ class CrossTraffic:
         if self._empty >= EMPTY_ROUNDS:
             return self._switch(CrossTraffic.NONE)
         if self._empty:  # the other flow's ProbeRTT: our filter has the path's rate again
-            self._settled = MODEL_SETTLE - EMPTIED_SETTLE  # settled EMPTIED_SETTLE rounds on
+            self._settled = MODEL_SETTLE - EMPTIED_SETTLE  # it and EMPTIED_SETTLE - 1 more wait
             self._squeeze.clear()
         self._settled += 1
         settled = self._settled > MODEL_SETTLE
