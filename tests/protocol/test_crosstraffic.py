@@ -63,6 +63,15 @@ def ramp(judge: CrossTraffic, delays: tuple[float, float], flights: tuple[int, i
     return changed
 
 
+def squeeze(judge: CrossTraffic, delays: list[float], fall: float) -> bool:
+    """Rounds of `delays` over which btl_bw falls in a line to `fall` of BW."""
+    changed = False
+    for i, delay in enumerate(delays):
+        bw = BW * (1.0 - (1.0 - fall) * i / (len(delays) - 1))
+        changed |= feed(judge, delay, btl_bw=bw)
+    return changed
+
+
 SLOW = 0.2
 """Our share's delay when the queue has left us a small rate: a link that
 holds QUEUE_SHARE datagrams in a queue of delay d has QUEUE_SHARE / d of the
@@ -393,15 +402,6 @@ def test_a_queue_deeper_than_a_model_based_flow_keeps_is_a_loss_based_one() -> N
     judge = CrossTraffic(D)
     assert not feed(judge, deep, rounds=4 * DEEP_ROUNDS, ours=deep)
     assert judge.kind == CrossTraffic.NONE
-
-
-def squeeze(judge: CrossTraffic, delays: list[float], fall: float) -> bool:
-    """Rounds of `delays` over which btl_bw falls in a line to `fall` of BW."""
-    changed = False
-    for i, delay in enumerate(delays):
-        bw = BW * (1.0 - (1.0 - fall) * i / (len(delays) - 1))
-        changed |= feed(judge, delay, btl_bw=bw)
-    return changed
 
 
 def test_a_queue_that_squeezes_our_model_is_a_loss_based_one() -> None:

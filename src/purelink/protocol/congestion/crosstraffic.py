@@ -175,14 +175,15 @@ delay its own share of a queue would make.  The verdict (`kind`):
                buffer for a while (CUBIC's window flat by its last maximum)
                gives MODEL, and keeps such a queue: beside CUBIC on 50
                Mbit/s, 100 ms, 2 bdp the queue stood at 1.4-1.5 min RTTs,
-               under DEEP_QUEUE, and btl_bw fell from 1.6 to 1.0 MB/s in 9
-               s.  Beside BBR v1 under MODEL btl_bw holds (11 % lower after
+               under DEEP_QUEUE, and without this rule btl_bw fell from 1.6
+               to 1.0 MB/s in 9 s.  Beside BBR v1 under MODEL btl_bw holds (11 % lower after
                10 s on 20 Mbit/s, 40 ms, 10 bdp: about 110 rounds), and
                its ProbeRTT empties the queue every 10 s.
            All four start from our flight and slow-start, as `growing` does.
            Neither growth, a deep queue nor a squeeze gives its verdict in
-           the first MODEL_SETTLE (10) rounds after a switch to MODEL: bbr.py gives the
-           model back the bandwidth of before the yield, which its filter
+           the first MODEL_SETTLE (10) rounds after a switch to MODEL:
+           bbr.py gives the model back the bandwidth of before the yield,
+           which its filter
            keeps for 10 rounds, while the competitor's model took the room
            we left; until the filter forgets it, the two overfill the queue,
            and the queue that grows is ours.  Growth's rounds count
