@@ -13,7 +13,7 @@ import pytest
 
 from purelink.protocol import wire
 from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
-from purelink.protocol.congestion.bbr import QUEUE_SHARE
+from purelink.protocol.congestion.bbr import MIN_RTT_WINDOW, PROBE_RTT_LATE, QUEUE_SHARE
 from purelink.protocol.congestion.crosstraffic import CrossTraffic
 from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
@@ -120,6 +120,24 @@ def test_bbr_finds_the_bottleneck_drains_and_paces_at_it() -> None:
         cc.on_lost(now - 0.05, D, now)
     feed_bbr(cc, 5e6, 0.05, 2, now)
     assert cc.btl_bw == 5e6
+
+
+def test_bbr_puts_its_probe_rtt_off_while_another_flow_s_is_watched_for() -> None:
+    """While the judgement watches for another flow's ProbeRTT (crosstraffic.py's
+    dip), ours comes PROBE_RTT_LATE later, and the judgement learns when it ended."""
+    cc = Bbr(D)
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    refreshed = now  # the last answer at min_rtt
+    cc.cross.watching = lambda now: True  # type: ignore[method-assign]
+    ended: list[float] = []
+    cc.cross.probed = ended.append  # type: ignore[method-assign]
+    now = feed_bbr(cc, 5e6, 0.06, 4, refreshed + MIN_RTT_WINDOW + 0.5)
+    assert cc.mode == Bbr.PROBE_BW
+    now = feed_bbr(cc, 5e6, 0.06, 4, refreshed + MIN_RTT_WINDOW + PROBE_RTT_LATE + 0.1)
+    assert cc.mode == Bbr.PROBE_RTT and not ended
+    now = feed_bbr(cc, 5e6, 0.05, 8, now, in_flight=cc.minimum)
+    assert cc.mode == Bbr.PROBE_BW
+    assert len(ended) == 1 and refreshed + MIN_RTT_WINDOW < ended[0] <= now
 
 
 def test_bbr_keeps_its_model_through_an_outage_and_restores_its_window() -> None:

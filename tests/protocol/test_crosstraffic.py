@@ -7,6 +7,12 @@ from __future__ import annotations
 from purelink.protocol.congestion.crosstraffic import (
     DEEP_QUEUE,
     DEEP_ROUNDS,
+    DIP_AFTER,
+    DIP_EMPTY,
+    DIP_GAP,
+    DIP_QUEUE,
+    DIP_SHARES,
+    DIP_STOOD,
     EMPTIED_SETTLE,
     EMPTY_ROUNDS,
     FALL_HOLD,
@@ -307,6 +313,86 @@ def test_an_empty_queue_ends_a_model_verdict() -> None:
     assert judge.kind == CrossTraffic.NONE
 
 
+TRAPPED = RTT
+"""Our share's delay in the queue-share trap: our yields have left us
+QUEUE_SHARE datagrams per min RTT, and the queue a model-based flow keeps
+(one min RTT) is our own share's delay."""
+
+TRAP_QUEUE = 1.1 * RTT
+"""A queue of a model-based flow that stands at the trap: above DIP_QUEUE
+min RTTs, under the 1.25 shares that the count of held rounds needs."""
+
+
+def stand(judge: CrossTraffic, seconds: float, *, ours: float = TRAPPED,
+          delay: float = TRAP_QUEUE) -> bool:  # fmt: skip
+    """Rounds of a standing queue for at least `seconds`."""
+    return feed(judge, delay, ours=ours, rounds=int(seconds / (RTT + delay)) + 2)
+
+
+def test_a_queue_that_empties_right_after_standing_is_a_model_s_probe_rtt() -> None:
+    """In the queue-share trap the count of held rounds stops; the other
+    flow's ProbeRTT, an empty round right after a queue that stood, tells
+    a model-based flow (module docstring, MODEL)."""
+    judge = CrossTraffic(D)
+    assert not stand(judge, DIP_STOOD)
+    assert judge.watching(CLOCK[id(judge)])
+    assert feed(judge, 0.0, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.MODEL
+    assert not judge.watching(CLOCK[id(judge)])
+
+
+def test_a_dip_counts_only_where_our_bdp_is_about_one_share() -> None:
+    """The trap leaves our bdp at one share (DIP_SHARES about it): a path
+    of less than that, or a link with more, is not in it."""
+    low, high = DIP_SHARES
+    assert 1.2 / high > DIP_QUEUE  # a queue can stand, held rounds not count
+    none, model = CrossTraffic.NONE, CrossTraffic.MODEL
+    for shares, kind in ((0.95 * low, none), (1.05 * low, model),
+                         (0.95 * high, model), (1.05 * high, none)):  # fmt: skip
+        judge = CrossTraffic(D)
+        ours = RTT / shares
+        assert not stand(judge, DIP_STOOD, ours=ours, delay=1.2 * ours)
+        assert judge.watching(CLOCK[id(judge)]) == (kind == CrossTraffic.MODEL)
+        feed(judge, 0.0, ours=ours)
+        assert judge.kind == kind, shares
+
+
+def test_a_queue_not_quite_empty_is_no_dip_but_keeps_the_stand() -> None:
+    """A ProbeRTT that leaves some queue (a purelink link's half bdp) is no
+    dip; the round on the way down ends nothing."""
+    judge = CrossTraffic(D)
+    stand(judge, DIP_STOOD)
+    assert not feed(judge, 1.5 * DIP_EMPTY * RTT, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.NONE
+    assert feed(judge, 0.5 * DIP_EMPTY * RTT, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.MODEL
+
+
+def test_a_dip_after_our_own_probe_rtt_or_a_short_stand_is_no_verdict() -> None:
+    judge = CrossTraffic(D)
+    stand(judge, DIP_STOOD)
+    judge.probed(CLOCK[id(judge)])  # the queue our own ProbeRTT emptied
+    assert not feed(judge, 0.0, ours=TRAPPED)
+    # a stand shorter than DIP_STOOD (the empty round began a new one)
+    assert not stand(judge, DIP_AFTER + 0.5 * (DIP_STOOD - DIP_AFTER))
+    assert not feed(judge, 0.0, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.NONE
+    assert not stand(judge, DIP_STOOD)
+    assert feed(judge, 0.0, ours=TRAPPED)
+
+
+def test_a_queue_that_fell_before_it_emptied_is_no_dip() -> None:
+    """The empty round must come within DIP_GAP of the last standing one: a
+    queue that drains over longer is not a flight taken out at once."""
+    judge = CrossTraffic(D)
+    stand(judge, DIP_STOOD)
+    low = 0.5 * DIP_QUEUE * RTT
+    feed(judge, low, ours=TRAPPED, rounds=int(DIP_GAP / (RTT + low)) + 1)
+    assert not judge.watching(CLOCK[id(judge)])
+    assert not feed(judge, 0.0, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.NONE
+
+
 def test_a_queue_growing_back_to_where_it_stood_is_not_a_growing_window() -> None:
     """A model-based flow that comes back after its ProbeRTT refills the queue
     to its old level over a few rounds: growth counts only to a new high."""
@@ -339,6 +425,20 @@ def test_a_queue_that_grows_as_we_yield_is_a_loss_based_window() -> None:
     assert ramp(judge, (0.02, 0.08), (40 * D, 25 * D), TREND, ours=SLOW)
     assert judge.kind == CrossTraffic.LOSS and judge.growing
     assert 25 * D <= judge.window <= 40 * D
+
+
+def test_a_queue_refilling_after_a_model_verdict_ended_is_not_a_trend() -> None:
+    """MODEL ends with rounds of an empty queue (both flows' ProbeRTTs at
+    once, say), and the queue that refills under NONE is no trend for
+    TREND_WAIT: read as one, it started a slow start beside BBR v1."""
+    rounds = int((TREND_TIME + 0.3) / (RTT + 0.03)) + 1
+    for ended, kind in ((False, CrossTraffic.LOSS), (True, CrossTraffic.NONE)):
+        judge = model() if ended else CrossTraffic(D)
+        if ended:
+            assert feed(judge, 0.0, rounds=EMPTY_ROUNDS)
+        assert judge.kind == CrossTraffic.NONE
+        ramp(judge, (0.01, 0.05), (40 * D, 25 * D), rounds, ours=SLOW)
+        assert judge.kind == kind
 
 
 def test_a_queue_refilling_while_our_rate_holds_is_not_a_trend() -> None:

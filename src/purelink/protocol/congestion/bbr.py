@@ -70,7 +70,10 @@ States:
                falls to one bdp.
     PROBE_RTT  when min_rtt has not been refreshed for 10 s: cwnd = max(4 datagrams,
                bdp / 2) for 200 ms and one round trip, so the queue empties and
-               the true propagation delay is measured; then back.
+               the true propagation delay is measured; then back.  2.5 s later
+               while the judgement below watches for another flow's ProbeRTT
+               (crosstraffic.py's dip: flows that started together would
+               probe together, and ours would hide theirs).
 
 Random loss does not move the model (a path that drops 1 % or 5 % at random
 has not got slower).  Loss that comes with a queue does bound it, as BBR
@@ -256,6 +259,7 @@ PACING_MARGIN: Final = 0.01
 BW_FILTER_ROUNDS: Final = 10
 EXTRA_ACKED_ROUNDS: Final = 10
 MIN_RTT_WINDOW: Final = 10.0
+PROBE_RTT_LATE: Final = 2.5  # s later while crosstraffic.py watches for another's ProbeRTT
 PROBE_RTT_TIME: Final = 0.2
 FULL_BW_GROWTH: Final = 1.25
 FULL_BW_ROUNDS: Final = 3
@@ -790,11 +794,10 @@ class Bbr(CongestionControl):
             # beside a loss-based flow the queue never empties: no ProbeRTT
             self._min_rtt_stamp = now
             return
-        if (
-            self.mode != Bbr.PROBE_RTT
-            and self.min_rtt
-            and now - self._min_rtt_stamp > MIN_RTT_WINDOW
-        ):
+        window = MIN_RTT_WINDOW
+        if self.shared and self.cross.watching(now):
+            window += PROBE_RTT_LATE  # another flow's ProbeRTT is due: ours would hide it
+        if self.mode != Bbr.PROBE_RTT and self.min_rtt and now - self._min_rtt_stamp > window:
             self._prior_cwnd = max(self._prior_cwnd, self.cwnd)
             self._enter(Bbr.PROBE_RTT, now)
             self._probe_rtt_done = 0.0
@@ -807,6 +810,7 @@ class Bbr(CongestionControl):
             return
         if now >= self._probe_rtt_done and self.round_count > self._probe_rtt_round:
             self._min_rtt_stamp = now  # the min_rtt taken meanwhile stands for 10 s more
+            self.cross.probed(now)
             self.cwnd = max(self.cwnd, self._prior_cwnd)
             self._prior_cwnd = 0
             if self.filled:
