@@ -133,11 +133,13 @@ def test_bbr_puts_its_probe_rtt_off_while_another_flow_s_is_watched_for() -> Non
     cc.cross.probed = ended.append  # type: ignore[method-assign]
     now = feed_bbr(cc, 5e6, 0.06, 4, refreshed + MIN_RTT_WINDOW + 0.5)
     assert cc.mode == Bbr.PROBE_BW
+    now = feed_bbr(cc, 5e6, 0.06, 1, refreshed + MIN_RTT_WINDOW + PROBE_RTT_LATE - 0.1)
+    assert cc.mode == Bbr.PROBE_BW  # (its last answer just before the late window ends)
     now = feed_bbr(cc, 5e6, 0.06, 4, refreshed + MIN_RTT_WINDOW + PROBE_RTT_LATE + 0.1)
     assert cc.mode == Bbr.PROBE_RTT and not ended
     now = feed_bbr(cc, 5e6, 0.05, 8, now, in_flight=cc.minimum)
     assert cc.mode == Bbr.PROBE_BW
-    assert len(ended) == 1 and refreshed + MIN_RTT_WINDOW < ended[0] <= now
+    assert len(ended) == 1 and refreshed + MIN_RTT_WINDOW + PROBE_RTT_LATE < ended[0] <= now
 
 
 def test_bbr_keeps_its_model_through_an_outage_and_restores_its_window() -> None:

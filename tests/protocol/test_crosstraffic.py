@@ -345,7 +345,7 @@ def test_a_dip_counts_only_where_our_bdp_is_about_one_share() -> None:
     """The trap leaves our bdp at one share (DIP_SHARES about it): a path
     of less than that, or a link with more, is not in it."""
     low, high = DIP_SHARES
-    assert 1.2 / high > DIP_QUEUE  # a queue can stand, held rounds not count
+    assert 1.2 / (1.05 * high) > DIP_QUEUE  # a queue can stand, held rounds not count
     none, model = CrossTraffic.NONE, CrossTraffic.MODEL
     for shares, kind in ((0.95 * low, none), (1.05 * low, model),
                          (0.95 * high, model), (1.05 * high, none)):  # fmt: skip
@@ -369,11 +369,13 @@ def test_a_queue_not_quite_empty_is_no_dip_but_keeps_the_stand() -> None:
 
 
 def test_a_dip_after_our_own_probe_rtt_or_a_short_stand_is_no_verdict() -> None:
+    """Our own ProbeRTT empties the queue too (DIP_AFTER); and an empty round
+    ends the stand, so the next dip needs DIP_STOOD s of a new one."""
     judge = CrossTraffic(D)
     stand(judge, DIP_STOOD)
     judge.probed(CLOCK[id(judge)])  # the queue our own ProbeRTT emptied
     assert not feed(judge, 0.0, ours=TRAPPED)
-    # a stand shorter than DIP_STOOD (the empty round began a new one)
+    # a stand shorter than DIP_STOOD (the empty round ended the one before)
     assert not stand(judge, DIP_AFTER + 0.5 * (DIP_STOOD - DIP_AFTER))
     assert not feed(judge, 0.0, ours=TRAPPED)
     assert judge.kind == CrossTraffic.NONE
@@ -391,6 +393,38 @@ def test_a_queue_that_fell_before_it_emptied_is_no_dip() -> None:
     assert not judge.watching(CLOCK[id(judge)])
     assert not feed(judge, 0.0, ours=TRAPPED)
     assert judge.kind == CrossTraffic.NONE
+    # after such a gap a stand begins anew: shorter than DIP_STOOD, no dip
+    assert not stand(judge, 0.5 * DIP_STOOD)
+    feed(judge, low, ours=TRAPPED, rounds=int(DIP_GAP / (RTT + low)) + 1)
+    assert not stand(judge, 0.6 * DIP_STOOD)
+    assert not feed(judge, 0.0, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_stand_does_not_outlast_a_change_of_verdict() -> None:
+    """A stand seen before MODEL does not count once MODEL has ended."""
+    judge = CrossTraffic(D)
+    stand(judge, DIP_STOOD)
+    assert feed(judge, 0.03, rounds=HELD_ROUNDS)  # a queue of others: MODEL by the count
+    assert judge.kind == CrossTraffic.MODEL
+    assert feed(judge, 0.0, rounds=EMPTY_ROUNDS)  # it left
+    assert not feed(judge, TRAP_QUEUE, ours=TRAPPED)
+    assert not feed(judge, 0.0, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.NONE
+
+
+def test_the_rounds_after_a_dip_settle_as_after_an_empty_one() -> None:
+    """The dip is an empty round: under MODEL, a deep queue counts only once
+    the EMPTIED_SETTLE rounds from it are over (our filter has the whole
+    path's rate from the other flow's ProbeRTT)."""
+    judge = CrossTraffic(D)
+    stand(judge, DIP_STOOD)
+    assert feed(judge, 0.0, ours=TRAPPED)
+    assert judge.kind == CrossTraffic.MODEL
+    deep = 0.5 * (DEEP_QUEUE + SETTLE_DEEP) * RTT  # deep, but no deeper than two models make
+    assert not feed(judge, deep, rounds=EMPTIED_SETTLE + DEEP_ROUNDS - 1)
+    assert feed(judge, deep)
+    assert judge.kind == CrossTraffic.LOSS
 
 
 def test_a_queue_growing_back_to_where_it_stood_is_not_a_growing_window() -> None:

@@ -70,10 +70,11 @@ States:
                falls to one bdp.
     PROBE_RTT  when min_rtt has not been refreshed for 10 s: cwnd = max(4 datagrams,
                bdp / 2) for 200 ms and one round trip, so the queue empties and
-               the true propagation delay is measured; then back.  2.5 s later
-               while the judgement below watches for another flow's ProbeRTT
-               (crosstraffic.py's dip: flows that started together would
-               probe together, and ours would hide theirs).
+               the true propagation delay is measured; then back.  After
+               12.5 s instead of 10 while the judgement below watches for
+               another flow's ProbeRTT (crosstraffic.py's dip: flows that
+               started together would probe together, and ours would hide
+               theirs); at once if the watch ends past 10 s.
 
 Random loss does not move the model (a path that drops 1 % or 5 % at random
 has not got slower).  Loss that comes with a queue does bound it, as BBR

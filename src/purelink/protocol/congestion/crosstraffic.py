@@ -31,7 +31,8 @@ delay its own share of a queue would make.  The verdict (`kind`):
            none; what it costs: a link whose yields have already lowered
            its rate sees its share's delay grow, and may never count
            the rounds -- beside BBR v1 on 20 Mbit/s, 40 ms, 2.5 bdp it
-           stays at "none" and 0.22 of the pair at one seed of two) and
+           stays at "none" until the dip below, and 0.22 of the pair at
+           one seed of two without it) and
            did not shrink below HELD_SHRINK of
            where it was at the first.  Purelink links that share a queue
            yield too, so it shrinks, and they hover about their shares,
@@ -76,11 +77,15 @@ delay its own share of a queue would make.  The verdict (`kind`):
            pipe idle, and the queue is gone; one of N other purelink
            links takes out its share and half its bdp and leaves most of
            the others' standing.  So a round with a queue under
-           DIP_EMPTY (0.02) min RTT, at most DIP_GAP (0.5 s) after one of
-           a queue that stood at DIP_QUEUE (0.75) min RTT or more in
-           every round for DIP_STOOD (2 s), while our bdp is within
-           DIP_SHARES (0.75-1.25) of one share, and at least DIP_AFTER
-           (1 s) after our own ProbeRTT ended, is MODEL.  Where the
+           DIP_EMPTY (0.02) min RTT, at most DIP_GAP (0.5 s) after a
+           stand -- rounds of DIP_QUEUE (0.75) min RTT of queue or more,
+           none more than DIP_GAP apart, over DIP_STOOD (2 s) -- while
+           our bdp is within DIP_SHARES (0.75-1.25) of one share, and at
+           least DIP_AFTER (1 s) after our own ProbeRTT ended, is MODEL,
+           and the rounds after it settle as after any empty round
+           (EMPTIED_SETTLE, below).  Where a round trip lasts more than
+           DIP_GAP (a min RTT of about 0.25 s and more, with the queue)
+           no stand is seen, and the dip is not judged.  Where the
            whole path is about two shares (two purelink links at one
            share each) a peer's ProbeRTT can empty the queue too: of 36
            pairs of links 1-3 s apart on 12 drawn one-bdp paths, one
@@ -91,11 +96,13 @@ delay its own share of a queue would make.  The verdict (`kind`):
            the dip is due, our own ProbeRTT would hide it (flows that
            started together measured min RTT together and probe it
            together), so while it is watched for (`watching`) bbr.py puts
-           ours off by PROBE_RTT_LATE (2.5 s).  Beside BBR v1 on 2.5 and
-           10 bdp of 20 Mbit/s, 40 ms the verdict comes at its first
-           ProbeRTT, 10 s in, and the link then takes 0.42-0.43 of the
-           pair (0.31 of the 20 s from the warm-up on, against 0.22
-           without; 0.45-0.52 over a minute).  Then BBR v1's rules: no
+           ours off by PROBE_RTT_LATE (2.5 s); purelink links that see
+           each other in the trap's shape probe every 12.5 s instead of
+           10.  BBR v1 probes its min RTT 10 s after it last fell: beside
+           it on 2.5 and 10 bdp of 20 Mbit/s, 40 ms, both starting
+           together, the verdict comes 10.2 s in, and the link takes 0.31
+           of the pair from 3 s to 20 s (0.22 without), 0.45-0.52 from
+           10 s to 60 s at four seeds.  Then BBR v1's rules: no
            queue-share yield (bbr.py keeps its loss bound, set again at
            an overflow)
     LOSS   the competitor is elastic: it backs off when the buffer
@@ -271,11 +278,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
            buffer beside CUBIC to BBR v1's rules, where it fell to 0.07 of
            the path); MODEL -> NONE once the queue has been
            under 0.1 min RTT for EMPTY_ROUNDS rounds in a row (it left;
-           or both flows' ProbeRTTs came at once: the queue that refills
-           then is no trend for TREND_WAIT, as after any empty round --
-           read as one beside BBR v1 on 10 bdp of 20 Mbit/s, 40 ms, it
-           started a slow start that took 0.67 of the pair over 60 s at
-           one seed of four).
+           or both flows' ProbeRTTs came at once: a trend's rounds must
+           begin TREND_WAIT after it, as after any empty round under
+           NONE -- without, beside BBR v1 on 10 bdp of 20 Mbit/s, 40 ms,
+           the refill reads as a trend, and the slow start that follows
+           takes 0.67 of the pair over 60 s at one seed of four).
            LOSS stays LOSS: a lone loss-based window's own queue cannot be
            told from a competitor's, so it goes back through MODEL.
 
@@ -333,12 +340,12 @@ SAW_CUTS: Final = 2  # such cuts within SAW_LOOK s: a newcomer's startup and dra
 SQUEEZE_ROUNDS: Final = 12  # under MODEL, rounds of a queue deeper than two models make ...
 SQUEEZE_QUEUE: Final = 1.0  # (this many min RTTs of it in each) ...
 SQUEEZE_FALL: Final = 0.85  # ... over which btl_bw fell under this part of itself
-DIP_QUEUE: Final = 0.75  # min RTTs of queue in every round before a dip ...
-DIP_STOOD: Final = 2.0  # ... for this many seconds
-DIP_GAP: Final = 0.5  # seconds from the last of them to the empty round, at most
+DIP_QUEUE: Final = 0.75  # min RTTs of queue in rounds before a dip ...
+DIP_STOOD: Final = 2.0  # ... over this many seconds ...
+DIP_GAP: Final = 0.5  # ... none more than this apart, nor from the last to the empty round
 DIP_AFTER: Final = 1.0  # seconds after our own ProbeRTT ended, at least
 DIP_SHARES: Final = (0.75, 1.25)  # our bdp in queue shares (min RTT / our share's delay)
-DIP_EMPTY: Final = 0.02  # min RTTs of queue, at most, in the empty round
+DIP_EMPTY: Final = 0.02  # min RTTs of queue the empty round stays under
 
 
 class CrossTraffic:
@@ -369,7 +376,8 @@ class CrossTraffic:
         # (when, delay, flight) of the rounds under NONE; the bound keeps a
         # path of sub-millisecond rounds (over 1,024 a second) from any trend
         self._trend: deque[tuple[float, float, int]] = deque(maxlen=1024)
-        self._emptied = -math.inf  # when a round under NONE last found the queue empty
+        # when a round under NONE last found the queue empty, or MODEL ended at an empty one
+        self._emptied = -math.inf
         self._queues: deque[float] = deque(maxlen=FALL_ROUNDS)  # each round's standing delay
         self._grown: deque[tuple[float, int]] = deque(maxlen=GROW_ROUNDS)  # (delay, flight)
         self._flights: deque[int] = deque(maxlen=FLIGHT_ROUNDS)
@@ -387,7 +395,7 @@ class CrossTraffic:
         # (delay, btl_bw) of the last rounds under MODEL once settled
         self._squeeze: deque[tuple[float, float]] = deque(maxlen=SQUEEZE_ROUNDS)
         # under NONE: since when, and until when, the queue stood at DIP_QUEUE
-        # min RTTs or more in every round; whether our bdp was within
+        # min RTTs or more in rounds at most DIP_GAP apart; whether our bdp was within
         # DIP_SHARES shares in the last round; when our own ProbeRTT ended
         self._stood_since = math.inf
         self._stood_last = -math.inf
@@ -454,7 +462,10 @@ class CrossTraffic:
     ) -> bool:
         """A round under NONE (`round`): MODEL's and LOSS's ways out of it."""
         if self._dipped(queue, ours, min_rtt, now):
-            return self._switch(CrossTraffic.MODEL)
+            self._switch(CrossTraffic.MODEL)
+            # an empty round under MODEL: the rounds after it settle as after one
+            self._settled = MODEL_SETTLE - EMPTIED_SETTLE
+            return True
         if self._trending(now, queue, flight, min_rtt):
             return self._growing(flight)
         if self._sawtooth(queue, flight, btl_bw, min_rtt, now):
