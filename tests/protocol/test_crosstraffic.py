@@ -463,8 +463,8 @@ def test_a_queue_that_grows_as_we_yield_is_a_loss_based_window() -> None:
 
 def test_a_queue_refilling_after_a_model_verdict_ended_is_not_a_trend() -> None:
     """MODEL ends with rounds of an empty queue (both flows' ProbeRTTs at
-    once, say), and the queue that refills under NONE is no trend for
-    TREND_WAIT: read as one, it started a slow start beside BBR v1."""
+    once, say): a trend under NONE must begin TREND_WAIT after it, so the
+    queue that refills is none (read as one beside BBR v1, it slow-starts)."""
     rounds = int((TREND_TIME + 0.3) / (RTT + 0.03)) + 1
     for ended, kind in ((False, CrossTraffic.LOSS), (True, CrossTraffic.NONE)):
         judge = model() if ended else CrossTraffic(D)

@@ -795,10 +795,15 @@ class Bbr(CongestionControl):
             # beside a loss-based flow the queue never empties: no ProbeRTT
             self._min_rtt_stamp = now
             return
-        window = MIN_RTT_WINDOW
-        if self.shared and self.cross.watching(now):
-            window += PROBE_RTT_LATE  # another flow's ProbeRTT is due: ours would hide it
-        if self.mode != Bbr.PROBE_RTT and self.min_rtt and now - self._min_rtt_stamp > window:
+        late = now - self._min_rtt_stamp - MIN_RTT_WINDOW  # > 0: min_rtt is stale
+        if (
+            self.mode != Bbr.PROBE_RTT
+            and self.min_rtt
+            and late > 0
+            # another flow's ProbeRTT is due: ours would hide it (asked only
+            # once min_rtt is stale, not at every answer)
+            and not (late <= PROBE_RTT_LATE and self.shared and self.cross.watching(now))
+        ):
             self._prior_cwnd = max(self._prior_cwnd, self.cwnd)
             self._enter(Bbr.PROBE_RTT, now)
             self._probe_rtt_done = 0.0

@@ -217,8 +217,9 @@ delay its own share of a queue would make.  The verdict (`kind`):
                gives MODEL, and keeps such a queue: beside CUBIC on 50
                Mbit/s, 100 ms, 2 bdp the queue stood at 1.4-1.5 min RTTs,
                under DEEP_QUEUE, and without this rule btl_bw fell from 1.6
-               to 1.0 MB/s in 9 s.  Beside BBR v1 under MODEL btl_bw holds (11 % lower after
-               10 s on 20 Mbit/s, 40 ms, 10 bdp: about 110 rounds), and
+               to 1.0 MB/s in 9 s.  Beside BBR v1 under MODEL btl_bw holds
+               (11 % lower after 10 s on 20 Mbit/s, 40 ms, 10 bdp: about
+               110 rounds), and
                its ProbeRTT empties the queue every 10 s.
            All four start from our flight and slow-start, as `growing` does.
            Neither growth, a deep queue nor a squeeze gives its verdict in
@@ -432,8 +433,7 @@ class CrossTraffic:
             self._emptied = now  # under NONE the queue refills now: no trend (TREND_WAIT)
             return self._switch(CrossTraffic.NONE)
         if self._empty:  # the other flow's ProbeRTT: our filter has the path's rate again
-            self._settled = MODEL_SETTLE - EMPTIED_SETTLE  # it and EMPTIED_SETTLE - 1 more wait
-            self._squeeze.clear()
+            self._settle_again()
         self._settled += 1
         settled = self._settled > MODEL_SETTLE
         # a deep round counts once settled (or beyond what two models make)
@@ -457,14 +457,19 @@ class CrossTraffic:
         self.window = min(max(window, flight), MAX_START * max(flight, 4 * self.datagram_size))
         return self._switch(CrossTraffic.LOSS)
 
+    def _settle_again(self) -> None:
+        """Under MODEL, a round of an empty queue: it and the EMPTIED_SETTLE - 1
+        rounds after it wait, as the first settling's do (module docstring)."""
+        self._settled = MODEL_SETTLE - EMPTIED_SETTLE
+        self._squeeze.clear()
+
     def _round_none(
         self, queue: float, flight: int, ours: float, btl_bw: float, min_rtt: float, now: float
     ) -> bool:
         """A round under NONE (`round`): MODEL's and LOSS's ways out of it."""
         if self._dipped(queue, ours, min_rtt, now):
             self._switch(CrossTraffic.MODEL)
-            # an empty round under MODEL: the rounds after it settle as after one
-            self._settled = MODEL_SETTLE - EMPTIED_SETTLE
+            self._settle_again()  # the dip is an empty round under MODEL's eyes
             return True
         if self._trending(now, queue, flight, min_rtt):
             return self._growing(flight)
