@@ -16,6 +16,31 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Returning None, NotImplemented, True or False takes a reference, made by
+ * the running interpreter.  The Py_RETURN_* macros of the CPython 3.12 and
+ * 3.13 headers (CPython gh-134989, fixed in later 3.13 releases) return the
+ * object with no new reference even in the limited API of 3.11, as if it
+ * were immortal, which it is from 3.12 on but not on 3.11: a module built by
+ * a 3.12 (its abi3 wheel installs on a 3.11 too) took one reference from
+ * None at every such return on a 3.11 until the interpreter aborted
+ * ("deallocating None").  tests/native/test_abi.py checks a build of the
+ * newest headers on the oldest interpreter (.ci/run). */
+#undef Py_RETURN_NONE
+#define Py_RETURN_NONE return pl_new_ref(Py_None)
+#undef Py_RETURN_NOTIMPLEMENTED
+#define Py_RETURN_NOTIMPLEMENTED return pl_new_ref(Py_NotImplemented)
+#undef Py_RETURN_TRUE
+#define Py_RETURN_TRUE return pl_new_ref(Py_True)
+#undef Py_RETURN_FALSE
+#define Py_RETURN_FALSE return pl_new_ref(Py_False)
+
+static inline PyObject *
+pl_new_ref(PyObject *o)
+{
+    Py_IncRef(o);
+    return o;
+}
+
 /* Each part's exec function: add its names to the module; 0, or -1 with an
  * exception set. */
 int pl_crc32c_exec(PyObject *module);
