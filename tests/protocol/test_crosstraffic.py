@@ -20,6 +20,7 @@ from purelink.protocol.congestion.crosstraffic import (
     HELD_QUIET,
     HELD_ROUNDS,
     LOSSY_ROUNDS,
+    LOSSY_WINDOW,
     MAX_START,
     MODEL_SETTLE,
     SAW_CUTS,
@@ -306,6 +307,24 @@ def test_persistent_cuts_turn_a_loss_verdict_to_model() -> None:
     assert judge.kind == CrossTraffic.MODEL
 
 
+def test_cuts_spread_over_the_window_turn_a_loss_verdict_to_model() -> None:
+    """Beside BBR v1 on a buffer of one bdp our window is cut at its probes,
+    every 15 round trips or so, never in consecutive ones: LOSSY_ROUNDS cuts
+    within the last LOSSY_WINDOW rounds count; spread wider, they do not."""
+    for every, kind in ((LOSSY_WINDOW // LOSSY_ROUNDS, CrossTraffic.MODEL),
+                        (LOSSY_WINDOW // (LOSSY_ROUNDS - 1) + 1, CrossTraffic.LOSS)):  # fmt: skip
+        judge = model()
+        feed(judge, 0.03, rounds=2)
+        feed(judge, 0.015, rounds=hold_rounds(0.015) + 1)
+        assert judge.kind == CrossTraffic.LOSS
+        for _ in range(2 * LOSSY_ROUNDS):
+            feed(judge, 0.03, cut=True)
+            if judge.kind != CrossTraffic.LOSS:
+                break
+            feed(judge, 0.03, rounds=every - 1)
+        assert judge.kind == kind, every
+
+
 def test_an_empty_queue_ends_a_model_verdict() -> None:
     judge = model()
     assert not feed(judge, 0.0, rounds=EMPTY_ROUNDS - 1)
@@ -339,6 +358,19 @@ def test_a_queue_that_empties_right_after_standing_is_a_model_s_probe_rtt() -> N
     assert feed(judge, 0.0, ours=TRAPPED)
     assert judge.kind == CrossTraffic.MODEL
     assert not judge.watching(CLOCK[id(judge)])
+
+
+def test_a_stand_of_half_a_min_rtt_counts_on_a_shallow_buffer() -> None:
+    """On a buffer of one bdp BBR v1's probes and the drops move the queue
+    between half and one min RTT: a stand is DIP_QUEUE (half a min RTT) or
+    more; a queue under it stands for nothing."""
+    assert DIP_QUEUE <= 0.5
+    for level, kind in ((1.1 * DIP_QUEUE, CrossTraffic.MODEL),
+                        (0.9 * DIP_QUEUE, CrossTraffic.NONE)):  # fmt: skip
+        judge = CrossTraffic(D)
+        assert not stand(judge, DIP_STOOD, delay=level * RTT)
+        feed(judge, 0.0, ours=TRAPPED)
+        assert judge.kind == kind, level
 
 
 def test_a_dip_counts_only_where_our_bdp_is_about_one_share() -> None:

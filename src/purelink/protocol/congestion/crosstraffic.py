@@ -78,12 +78,21 @@ delay its own share of a queue would make.  The verdict (`kind`):
            links takes out its share and half its bdp and leaves most of
            the others' standing.  So a round with a queue under
            DIP_EMPTY (0.02) min RTT, at most DIP_GAP (0.5 s) after a
-           stand -- rounds of DIP_QUEUE (0.75) min RTT of queue or more,
+           stand -- rounds of DIP_QUEUE (0.5) min RTT of queue or more,
            none more than DIP_GAP apart, over DIP_STOOD (2 s) -- while
            our bdp is within DIP_SHARES (0.75-1.25) of one share, and at
            least DIP_AFTER (1 s) after our own ProbeRTT ended, is MODEL,
            and the rounds after it settle as after any empty round
-           (EMPTIED_SETTLE, below).  Where a round trip lasts more than
+           (EMPTIED_SETTLE, below).  Half a min RTT, not more: on a
+           buffer of one bdp, BBR v1's probes and the full buffer's drops
+           move the queue between half and one min RTT, and rounds of 0.75
+           min RTT or more came over DIP_GAP apart; no stand was seen, and
+           the link stayed in the trap (beside BBR v1 on 20 Mbit/s, 40 ms,
+           1 bdp: 0.24 of the pair at one seed in virtual time, 0.32 at
+           0.5, where the dip comes with BBR's ProbeRTT, by 11 s; beside
+           Linux's BBR on the path emulator, 0.21 (0.19-0.49) of the pair
+           in three runs, 0.40 (0.40-0.51) at 0.5, with LOSSY_WINDOW's 32
+           below).  Where a round trip lasts more than
            DIP_GAP (a min RTT of about 0.25 s and more, with the queue)
            no stand is seen, and the dip is not judged.  Where the
            whole path is about two shares (two purelink links at one
@@ -92,7 +101,14 @@ delay its own share of a queue would make.  The verdict (`kind`):
            more ended outside 25 % of each other (24.9 Mbit/s, 14 ms,
            3 s apart: 0.93 -> 0.63 at one seed; python -m bench.ccsweep
            --share --gap 1,2,3 --cells 12 --seeds 2), where the trap
-           would have left a fair part anyway (16 datagrams of 32).  Where
+           would have left a fair part anyway (16 datagrams of 32).  With
+           the stand at half a min RTT and LOSSY_WINDOW's 32, the same path
+           2 s apart went from 0.93 to 0.62 at its worst seed, and 3.8
+           Mbit/s, 10 ms, 3 s apart from 0.75 to 0.57 (each link's bdp a
+           fifth of a share: there the verdicts go back and forth
+           whatever the constants), while 6.1 Mbit/s, 16 ms, 2 s apart went
+           from 0.68 to 0.75 and 50 Mbit/s, 43 ms, 1 s apart from 0.72 to
+           0.78: 6 of the 36 outside 25 % either way.  Where
            the dip is due, our own ProbeRTT would hide it (flows that
            started together measured min RTT together and probe it
            together), so while it is watched for (`watching`) bbr.py puts
@@ -271,8 +287,13 @@ delay its own share of a queue would make.  The verdict (`kind`):
            the window slow-starts to the first loss, as the competitor's
            own did; never below our flight nor above 3 x it.
     back   LOSS -> MODEL when our loss-based window cut in LOSSY_ROUNDS (3)
-           of the last 8 rounds while in congestion avoidance (the
-           competitor does not back off: it keeps the buffer overflowing;
+           of the last LOSSY_WINDOW (32) rounds while in congestion
+           avoidance (the competitor does not back off: it keeps the
+           buffer overflowing.  Beside BBR v1 on a buffer of one bdp,
+           which overflows at its probes, our window was cut about once a
+           second, every 15 round trips or so, and never 3 times in 8: the
+           link kept LOSS from 2 s on and 0.20 of the pair on 20 Mbit/s,
+           40 ms at one seed of four in virtual time, 0.51 with 32;
            a CUBIC competitor's epochs last seconds, and the end of our own
            slow start, an overshoot of ours, does not count: counting lost
            rounds instead sent a link that slow-started into a 10-bdp
@@ -316,7 +337,7 @@ GROW_RATIO: Final = 1.2
 GROW_HIGH: Final = 1.1
 EMPTY_ROUNDS: Final = 8
 LOSSY_ROUNDS: Final = 3
-LOSSY_WINDOW: Final = 8
+LOSSY_WINDOW: Final = 32
 FLIGHT_ROUNDS: Final = 6
 CUBIC_CUT: Final = 0.3
 MAX_START: Final = 3.0
@@ -341,7 +362,7 @@ SAW_CUTS: Final = 2  # such cuts within SAW_LOOK s: a newcomer's startup and dra
 SQUEEZE_ROUNDS: Final = 12  # under MODEL, rounds of a queue deeper than two models make ...
 SQUEEZE_QUEUE: Final = 1.0  # (this many min RTTs of it in each) ...
 SQUEEZE_FALL: Final = 0.85  # ... over which btl_bw fell under this part of itself
-DIP_QUEUE: Final = 0.75  # min RTTs of queue in rounds before a dip ...
+DIP_QUEUE: Final = 0.5  # min RTTs of queue in rounds before a dip ...
 DIP_STOOD: Final = 2.0  # ... over this many seconds ...
 DIP_GAP: Final = 0.5  # ... none more than this apart, nor from the last to the empty round
 DIP_AFTER: Final = 1.0  # seconds after our own ProbeRTT ended, at least
