@@ -17,14 +17,15 @@
 #include <Python.h>
 
 /* Returning None, NotImplemented, True or False takes a reference, made by
- * the running interpreter.  The Py_RETURN_* macros of the CPython 3.12 and
- * 3.13 headers (CPython gh-134989, fixed in later 3.13 releases) return the
- * object with no new reference even in the limited API of 3.11, as if it
- * were immortal, which it is from 3.12 on but not on 3.11: a module built by
- * a 3.12 (its abi3 wheel installs on a 3.11 too) took one reference from
- * None at every such return on a 3.11 until the interpreter aborted
- * ("deallocating None").  tests/native/test_abi.py checks a build of the
- * newest headers on the oldest interpreter (.ci/run). */
+ * the running interpreter.  The Py_RETURN_* macros of the headers of CPython
+ * 3.12, of 3.13 before its fixes, and (for NotImplemented) of 3.14.0 return
+ * the object with no new reference even in the limited API of 3.11, as if it
+ * were immortal, which it is from 3.12 on but not on 3.11 (CPython
+ * gh-134989, gh-140487): a module built by such a CPython (its abi3 wheel
+ * installs on a 3.11 too) takes one reference from None at every such
+ * return on a 3.11, until the interpreter aborts ("deallocating None").
+ * tests/native/test_abi.py checks the counts; .ci/run runs tests/native on
+ * the oldest interpreter against the binary each newer one builds. */
 #undef Py_RETURN_NONE
 #define Py_RETURN_NONE return pl_new_ref(Py_None)
 #undef Py_RETURN_NOTIMPLEMENTED

@@ -5,14 +5,16 @@ Why: the extension is built for the limited API of 3.11, so one binary (an
 abi3 wheel) serves 3.11 and every later CPython.  On 3.11 those four objects
 are counted like any other; from 3.12 on they are immortal.  The Py_RETURN_*
 macros of the 3.12 and 3.13 headers return them without taking a reference,
-even in the limited API of 3.11 (CPython gh-134989), so a binary built by a
-3.12 or 3.13 took one reference from None at each such return when it ran on
-a 3.11, until the interpreter aborted ("deallocating None") after some
-thousands of short links.  speedups.h makes every such return take its
-reference; the tests below call each C function that returns one of these
-objects many times and check the counts.  On 3.12 and later the counts never
-move, so these tests can only fail on 3.11: .ci/run runs them there against
-the binary that the newest interpreter builds, as well as in every suite.
+even in the limited API of 3.11 (CPython gh-134989, gh-140487), so a binary
+built by such a CPython took one reference from None at each such return
+when it ran on a 3.11, until the interpreter aborted ("deallocating None")
+after some thousands of short links.  speedups.h makes every such return
+take its reference; the tests below call each C function that returns None
+or NotImplemented so, many times, and check the counts.  (intake.c's
+make_address returns None only for an address family that a UDP socket of
+IPv4 or IPv6 never gives.)  On 3.12 and later the counts never move, so
+these tests can only fail on 3.11: .ci/run runs them there against the
+binary that each newer interpreter builds, as well as in every suite.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def _assert_kept(call: Callable[[], Any]) -> None:
     for _ in range(CALLS):
         call()
     after = _counts()
-    lost = {name: before[name] - after[name] for name in SINGLETONS}
-    assert all(n < CALLS // 2 for n in lost.values()), f"references lost over {CALLS} calls: {lost}"
+    moved = {name: after[name] - before[name] for name in SINGLETONS}
+    assert all(abs(n) < CALLS // 2 for n in moved.values()), f"over {CALLS} calls: {moved}"
 
 
 @pytest.fixture
@@ -90,13 +92,3 @@ def test_the_ledger_declines_with_notimplemented_and_its_reference() -> None:
     other.retx = True  # a retransmission: InFlight.resent's, which the C loop declines
     assert core.ledger_sent({2: other}, {}, 100, 0, 0.0, 0.0, False) is NotImplemented
     _assert_kept(lambda: core.ledger_sent({2: other}, {}, 100, 0, 0.0, 0.0, False))
-
-
-def test_the_ring_answers_true_and_false_with_their_references(link: Link) -> None:
-    assert core is not None
-    gens = link._gens
-    _assert_kept(lambda: core.ring_has(gens, 1))
-    link.queue(b"x")
-    assert core.ring_has(link._gens, 1) is True
-    gens = link._gens
-    _assert_kept(lambda: core.ring_has(gens, 1))

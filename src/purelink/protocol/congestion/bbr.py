@@ -214,7 +214,7 @@ On a "model" verdict the bandwidth and cwnd of before those rounds come
 back (the yield was for a queue that was not ours), and a "loss" window
 starts from no less than that cwnd or the flight.
 
-A loss-based window that keeps cutting (in 3 of 8 round trips, in
+A loss-based window that keeps cutting (in 3 of 32 round trips, in
 congestion avoidance: the competitor does not back off) goes to "model"; a
 "model" verdict whose queue stays empty for 8 round trips goes back to
 "none".  Alone the verdict stays "none" and the flow is the BBR above.

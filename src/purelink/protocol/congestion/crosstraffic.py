@@ -85,14 +85,15 @@ delay its own share of a queue would make.  The verdict (`kind`):
            and the rounds after it settle as after any empty round
            (EMPTIED_SETTLE, below).  Half a min RTT, not more: on a
            buffer of one bdp, BBR v1's probes and the full buffer's drops
-           move the queue between half and one min RTT, and rounds of 0.75
-           min RTT or more came over DIP_GAP apart; no stand was seen, and
-           the link stayed in the trap (beside BBR v1 on 20 Mbit/s, 40 ms,
-           1 bdp: 0.24 of the pair at one seed in virtual time, 0.32 at
-           0.5, where the dip comes with BBR's ProbeRTT, by 11 s; beside
-           Linux's BBR on the path emulator, 0.21 (0.19-0.49) of the pair
-           in three runs, 0.40 (0.40-0.51) at 0.5, with LOSSY_WINDOW's 32
-           below).  Where a round trip lasts more than
+           move the queue between half and one min RTT, so rounds of 0.75
+           min RTT or more come more than DIP_GAP apart.  Beside BBR v1 on
+           20 Mbit/s, 40 ms, 1 bdp the dip comes with BBR's ProbeRTT, by
+           11 s, and the link takes 0.32 of the pair at seed 1 (python -m
+           bench.ccshare --path mbit=20,rtt=0.04,buffer=1,tcp=bbr --seed 1
+           --trace 1); beside Linux's BBR on the path emulator 0.40
+           (0.40-0.51) and 0.41 (0.22-0.51) in two invocations of three
+           runs (python -m bench.paths --shared --paths 20mbit-40ms-1bdp
+           --transports bbr --repeat 3).  Where a round trip lasts more than
            DIP_GAP (a min RTT of about 0.25 s and more, with the queue)
            no stand is seen, and the dip is not judged.  Where the
            whole path is about two shares (two purelink links at one
@@ -101,14 +102,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
            more ended outside 25 % of each other (24.9 Mbit/s, 14 ms,
            3 s apart: 0.93 -> 0.63 at one seed; python -m bench.ccsweep
            --share --gap 1,2,3 --cells 12 --seeds 2), where the trap
-           would have left a fair part anyway (16 datagrams of 32).  With
-           the stand at half a min RTT and LOSSY_WINDOW's 32, the same path
-           2 s apart went from 0.93 to 0.62 at its worst seed, and 3.8
-           Mbit/s, 10 ms, 3 s apart from 0.75 to 0.57 (each link's bdp a
-           fifth of a share: there the verdicts go back and forth
-           whatever the constants), while 6.1 Mbit/s, 16 ms, 2 s apart went
-           from 0.68 to 0.75 and 50 Mbit/s, 43 ms, 1 s apart from 0.72 to
-           0.78: 6 of the 36 outside 25 % either way.  Where
+           would have left a fair part anyway (16 datagrams of 32).  Of
+           those 36 pairs 6 end outside 25 %, among them that path 2 s
+           apart (0.62 at its worst seed) and 3 s apart (0.63), and 3.8
+           Mbit/s, 10 ms, 3 s apart (0.57), where each link's bdp is a
+           fifth of a share and the verdicts switch back and forth.  Where
            the dip is due, our own ProbeRTT would hide it (flows that
            started together measured min RTT together and probe it
            together), so while it is watched for (`watching`) bbr.py puts
@@ -290,10 +288,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
            of the last LOSSY_WINDOW (32) rounds while in congestion
            avoidance (the competitor does not back off: it keeps the
            buffer overflowing.  Beside BBR v1 on a buffer of one bdp,
-           which overflows at its probes, our window was cut about once a
-           second, every 15 round trips or so, and never 3 times in 8: the
-           link kept LOSS from 2 s on and 0.20 of the pair on 20 Mbit/s,
-           40 ms at one seed of four in virtual time, 0.51 with 32;
+           which overflows at its probes, our window is cut about once a
+           second, every 15 round trips or so, seldom 3 times in 8: on 20
+           Mbit/s, 40 ms at seed 3 the link takes LOSS at 2 s, MODEL again
+           by 7 s, and 0.51 of the pair (python -m bench.ccshare --path
+           mbit=20,rtt=0.04,buffer=1,tcp=bbr --seed 3 --trace 0.5);
            a CUBIC competitor's epochs last seconds, and the end of our own
            slow start, an overshoot of ours, does not count: counting lost
            rounds instead sent a link that slow-started into a 10-bdp
