@@ -1,6 +1,7 @@
 """A stand-in for the Sender that keeps what a link thread pushes, for the
 ring's tests (tests/link/test_ring.py, tests/native/test_ring.py): it takes
-the pure path's push and the compiled core's push_taken alike."""
+the pure path's push and the compiled core's push_taken alike; and a link
+made, not connected, with one for its sender (`make`, `free`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from array import array
 
 from purelink import native
 from purelink.link import ring
+from purelink.link.link import Link
 
 
 class Collector:
@@ -30,3 +32,16 @@ class Collector:
         table = part.ring_take_into(gens, start, end, records)  # type: ignore[attr-defined]
         self.push(records, array("H", table))
         return len(records)
+
+
+def make(cls: type[Link] = Link, capacity: int = 1 << 15, capacity_bytes: int = 256 << 20) -> Link:
+    """A link made, not connected (no thread), whose sender is a Collector."""
+    link = cls("udp://127.0.0.1:9", "s", capacity=capacity, capacity_bytes=capacity_bytes)
+    link._sender = Collector()  # type: ignore[assignment]
+    return link
+
+
+def free(link: Link) -> None:
+    """Close what `make`'s link opened (its socket and its wakeup)."""
+    link._transport.close()
+    link._wakeup.close()

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from helpers.ring import free, make
 from purelink import native
 from purelink.link.link import Link
 from purelink.protocol import packing
@@ -56,12 +57,11 @@ def _assert_kept(call: Callable[[], Any]) -> None:
 
 @pytest.fixture
 def link() -> Iterator[Link]:
-    made = Link("udp://127.0.0.1:9", "s", capacity=1 << 15)  # made, not connected
+    made = make()
     try:
         yield made
     finally:
-        made._transport.close()
-        made._wakeup.close()
+        free(made)
 
 
 def test_a_new_grant_returns_none_with_its_reference(link: Link) -> None:

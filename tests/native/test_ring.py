@@ -31,7 +31,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from helpers.ring import Collector
+from helpers.ring import Collector, free, make
 from purelink import native
 from purelink.errors import LinkError
 from purelink.link import ring
@@ -76,18 +76,6 @@ def small_rings(size: int = 4) -> Iterator[None]:
         yield
     finally:
         ring.RING_MIN = before  # type: ignore[misc]
-
-
-def make(cls: type[Link], capacity: int, capacity_bytes: int) -> Link:
-    """A link made, not connected (no thread), whose sender is a Collector."""
-    link = cls("udp://127.0.0.1:9", "s", capacity=capacity, capacity_bytes=capacity_bytes)
-    link._sender = Collector()  # type: ignore[assignment]
-    return link
-
-
-def free(link: Link) -> None:
-    link._transport.close()
-    link._wakeup.close()
 
 
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:

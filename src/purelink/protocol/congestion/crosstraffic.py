@@ -91,9 +91,10 @@ delay its own share of a queue would make.  The verdict (`kind`):
            11 s, and the link takes 0.32 of the pair at seed 1 (python -m
            bench.ccshare --path mbit=20,rtt=0.04,buffer=1,tcp=bbr --seed 1
            --trace 1); beside Linux's BBR on the path emulator 0.40
-           (0.40-0.51) and 0.41 (0.22-0.51) in two invocations of three
-           runs (python -m bench.paths --shared --paths 20mbit-40ms-1bdp
-           --transports bbr --repeat 3).  Where a round trip lasts more than
+           (0.40-0.51) of the pair in three runs (python -m bench.paths
+           --shared --paths 20mbit-40ms-1bdp --transports bbr --repeat 3),
+           and 0.41 (0.22-0.51) in three more (the same with --paths
+           20mbit-40ms-0.5bdp,20mbit-40ms-1bdp).  Where a round trip lasts more than
            DIP_GAP (a min RTT of about 0.25 s and more, with the queue)
            no stand is seen, and the dip is not judged.  Where the
            whole path is about two shares (two purelink links at one
