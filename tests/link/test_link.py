@@ -23,6 +23,7 @@ import pytest
 
 import purelink
 import purelink.link.thread as link_module
+from helpers.ring import free
 from purelink.link.link import Link
 from purelink.primitives.wakeup import Wakeup
 from purelink.protocol import wire
@@ -598,8 +599,7 @@ def test_a_hole_needs_time_and_looks_before_it_fails_the_link() -> None:
         assert link._hole_failed(now)
         assert isinstance(link._error, purelink.LinkError)
     finally:
-        link._transport.close()
-        link._wakeup.close()
+        free(link)
 
 
 def test_congestion_is_chosen_by_name_and_checked(listener: purelink.Listener) -> None:

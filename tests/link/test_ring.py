@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import purelink
-from helpers.ring import Collector
+from helpers.ring import Collector, free, make
 from purelink.link import ring
 from purelink.link.link import Link
 from purelink.store.store import Store
@@ -49,9 +49,9 @@ def writer(link: Link, count: int, out: list[int]) -> Iterator[None]:
 @pytest.mark.parametrize("seed", range(12))
 def test_every_record_is_taken_once_in_order_while_the_ring_grows_and_shrinks(seed: int) -> None:
     rng = random.Random(seed)
-    link = Link("udp://127.0.0.1:9", "s", capacity=1 << 15)  # made, not connected
-    sink = Collector()
-    link._sender = sink  # type: ignore[assignment]
+    link = make(capacity=1 << 15)
+    sink = link._sender
+    assert isinstance(sink, Collector)
     try:
         seqs: list[int] = []
         writers = [writer(link, rng.randrange(2_000, 12_000), seqs) for _ in range(4)]
@@ -93,8 +93,7 @@ def test_every_record_is_taken_once_in_order_while_the_ring_grows_and_shrinks(se
                 link._stored = s
         assert len(link._slots[0]) == ring.RING_MIN
     finally:
-        link._transport.close()
-        link._wakeup.close()
+        free(link)
 
 
 def test_a_straggler_is_found_in_the_list_it_loaded() -> None:
@@ -102,9 +101,9 @@ def test_a_straggler_is_found_in_the_list_it_loaded() -> None:
     is switched out; the next grant doubles the ring; the straggler then stores
     into the OLD list (it had loaded the pair before the switch), and the new
     writers into the new one.  The link thread takes all, in order."""
-    link = Link("udp://127.0.0.1:9", "s", capacity=10_000)
-    sink = Collector()
-    link._sender = sink  # type: ignore[assignment]
+    link = make(capacity=10_000)
+    sink = link._sender
+    assert isinstance(sink, Collector)
     try:
         size = len(link._slots[0])
         for _ in range(size - 1):
@@ -121,8 +120,7 @@ def test_a_straggler_is_found_in_the_list_it_loaded() -> None:
         assert sink.records[-2:] == [b"late", b"b"]
         assert len(link._gens) == 1 and link._slots[0] is not old
     finally:
-        link._transport.close()
-        link._wakeup.close()
+        free(link)
 
 
 def test_size_for() -> None:
@@ -150,8 +148,7 @@ def test_a_new_link_costs_kilobytes_not_megabytes() -> None:
                 link.queue(b"x")
             assert len(link._slots[0]) >= 100_000
         finally:
-            link._transport.close()
-            link._wakeup.close()
+            free(link)
     finally:
         tracemalloc.stop()
     assert made < 256 << 10, made
