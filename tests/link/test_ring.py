@@ -49,7 +49,7 @@ def writer(link: Link, count: int, out: list[int]) -> Iterator[None]:
 @pytest.mark.parametrize("seed", range(12))
 def test_every_record_is_taken_once_in_order_while_the_ring_grows_and_shrinks(seed: int) -> None:
     rng = random.Random(seed)
-    link = make(capacity=1 << 15)
+    link = make()
     sink = link._sender
     assert isinstance(sink, Collector)
     try:

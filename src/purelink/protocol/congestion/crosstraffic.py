@@ -101,7 +101,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
            share each) a peer's ProbeRTT can empty the queue too: of 36
            pairs of links 1-3 s apart on 12 drawn one-bdp paths, one
            more ended outside 25 % of each other (24.9 Mbit/s, 14 ms,
-           3 s apart: 0.93 -> 0.63 at one seed; python -m bench.ccsweep
+           3 s apart: 0.63 at one seed, 0.93 without the dip; python -m bench.ccsweep
            --share --gap 1,2,3 --cells 12 --seeds 2), where the trap
            would have left a fair part anyway (16 datagrams of 32).  Of
            those 36 pairs 6 end outside 25 %, among them that path 2 s
