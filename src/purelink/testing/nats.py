@@ -39,7 +39,7 @@ from ..store.jetstream.client import NatsThread
 from ..store.jetstream.writer import JetStreamWriter
 from .ports import free_ports
 
-__all__ = ["NatsCluster", "nats_server_binary"]
+__all__ = ["NatsCluster", "nats_server_binary", "wait_stopped"]
 
 
 class _NodeExited(RuntimeError):
@@ -286,11 +286,18 @@ class NatsCluster:
         self.settled = self._whole = False
 
     def pause(self, i: int) -> None:
-        """SIGSTOP node `i` (it keeps its connections and answers nothing)."""
+        """SIGSTOP node `i` (it keeps its connections and answers nothing), and
+        return once every thread of it has stopped: the stop reaches each of
+        a Go server's threads as it is next scheduled, and on a busy machine
+        a thread still running could answer a write that the test means no
+        quorum to see."""
         p = self.procs[i]
         assert p is not None
         p.send_signal(signal.SIGSTOP)
         self.settled = self._whole = False
+        wait_stopped(p.pid)
+        if p.poll() is not None:
+            raise RuntimeError(f"nats-server n{i + 1} exited ({p.returncode}) instead of pausing")
 
     def resume(self, i: int) -> None:
         """SIGCONT node `i` after `pause(i)`."""
@@ -312,6 +319,31 @@ class NatsCluster:
                     os.kill(p.pid, signal.SIGKILL)
                     p.wait(5)
             self.procs[i] = None
+
+
+def wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Until every thread of process `pid` is stopped ("T" in its
+    /proc/<pid>/task/<tid>/stat), or the process has exited (a zombie, or
+    gone); at once where /proc is not there to say."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for stat in tasks.glob("*/stat"):
+            try:
+                # the state follows the command's closing parenthesis
+                states.append(stat.read_text().rpartition(")")[2].split()[0])
+            except (OSError, IndexError):
+                continue  # a thread that ended meanwhile
+        if not states or any(state in "ZX" for state in states):
+            return  # it exited: nothing is left to stop
+        if all(state in "tT" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} did not stop within {timeout:g} s: {states}")
+        time.sleep(0.001)
 
 
 def ready_writer(
