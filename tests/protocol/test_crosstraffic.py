@@ -120,6 +120,42 @@ def test_a_queue_of_others_that_stands_is_a_competitor() -> None:
     assert judge.kind == CrossTraffic.MODEL
 
 
+def test_a_count_holds_our_share_at_the_rate_it_began_with() -> None:
+    """While the rounds are counted the cwnd is capped at bdp + QUEUE_SHARE and
+    the max filter forgets the rate we had, so our share's delay grows round
+    by round: the count compares the queue with our share at the rate of its
+    first round, so that our own yield does not end it (the queue-share
+    trap); a count that begins at that grown share never starts, one whose
+    queue falls under the share of its first round ends, and where our
+    share fell instead the smaller one counts."""
+    queue = 0.03
+    grown = queue / 1.1  # our share's delay once we have yielded: the queue is 1.1 of it
+    judge = CrossTraffic(D)
+    shares = [OURS + (grown - OURS) * i / (HELD_ROUNDS - 1) for i in range(HELD_ROUNDS)]
+    changed = [feed(judge, queue, ours=ours) for ours in shares]
+    assert changed == [False] * (HELD_ROUNDS - 1) + [True]
+    assert judge.kind == CrossTraffic.MODEL
+
+    trapped = CrossTraffic(D)  # already yielded: no count begins
+    assert not feed(trapped, queue, ours=grown, rounds=4 * HELD_ROUNDS)
+    assert trapped.kind == CrossTraffic.NONE
+
+    # a queue at 1.2 of the first round's share ends the count, however
+    # our share grew meanwhile (1.2 / 1.3 is within the shrink it allows)
+    fell = CrossTraffic(D)
+    assert not feed(fell, 1.3 * OURS, rounds=HELD_ROUNDS - 2)
+    assert not feed(fell, 1.2 * OURS, ours=2 * OURS)
+    assert not feed(fell, 1.3 * OURS, rounds=HELD_ROUNDS - 1)
+    assert fell.kind == CrossTraffic.NONE
+
+    # and where our share fell (our rate rose), the smaller one counts
+    rose = CrossTraffic(D)
+    first, less = 0.022, 0.015  # the queue over them: 0.029 and 0.027
+    assert not feed(rose, 0.029, ours=first)
+    changed = [feed(rose, 0.027, ours=less) for _ in range(HELD_ROUNDS - 1)]
+    assert changed == [False] * (HELD_ROUNDS - 2) + [True]
+
+
 def test_purelink_links_shares_are_no_competitor() -> None:
     """Links that each keep their share of a queue hover about it (each
     yields when over it): no verdict; nor a queue of others that shrinks as
