@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from purelink.testing.nats import NatsCluster, nats_server_binary, wait_stopped
+from purelink.testing.nats import NatsCluster, nats_server_binary, thread_states, wait_stopped
 
 pytestmark = pytest.mark.skipif(nats_server_binary() is None, reason="no nats-server")
 
@@ -56,12 +56,6 @@ def test_after_a_test_killed_a_node_an_exit_is_reported_at_once(tmp_path: Path) 
         assert time.monotonic() - began < 5.0
     finally:
         cluster.stop()
-
-
-def thread_states(pid: int) -> list[str]:
-    """The state letter of each thread of process `pid` (/proc/<pid>/task/*/stat)."""
-    tasks = Path(f"/proc/{pid}/task").glob("*/stat")
-    return [stat.read_text().rpartition(")")[2].split()[0] for stat in tasks]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="no /proc")

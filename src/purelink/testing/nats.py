@@ -39,7 +39,7 @@ from ..store.jetstream.client import NatsThread
 from ..store.jetstream.writer import JetStreamWriter
 from .ports import free_ports
 
-__all__ = ["NatsCluster", "nats_server_binary", "wait_stopped"]
+__all__ = ["NatsCluster", "nats_server_binary", "thread_states", "wait_stopped"]
 
 
 class _NodeExited(RuntimeError):
@@ -321,6 +321,19 @@ class NatsCluster:
             self.procs[i] = None
 
 
+def thread_states(pid: int) -> list[str]:
+    """The state letter of each thread of process `pid` (/proc/<pid>/task/*/stat);
+    none for a process that is gone or where /proc is not there."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            # the state follows the command's closing parenthesis
+            states.append(stat.read_text().rpartition(")")[2].split()[0])
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+    return states
+
+
 def wait_stopped(pid: int, timeout: float = 10.0) -> None:
     """Until every thread of process `pid` is stopped ("T" in its
     /proc/<pid>/task/<tid>/stat), or the process has exited (a zombie, or
@@ -330,13 +343,7 @@ def wait_stopped(pid: int, timeout: float = 10.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while True:
-        states = []
-        for stat in tasks.glob("*/stat"):
-            try:
-                # the state follows the command's closing parenthesis
-                states.append(stat.read_text().rpartition(")")[2].split()[0])
-            except (OSError, IndexError):
-                continue  # a thread that ended meanwhile
+        states = thread_states(pid)
         if not states or any(state in "ZX" for state in states):
             return  # it exited: nothing is left to stop
         if all(state in "tT" for state in states):
