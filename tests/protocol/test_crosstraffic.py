@@ -23,6 +23,7 @@ from purelink.protocol.congestion.crosstraffic import (
     LOSSY_WINDOW,
     MAX_START,
     MODEL_SETTLE,
+    PROBED_ROUNDS,
     SAW_CUTS,
     SAW_LOOK,
     SAW_ROUNDS,
@@ -741,6 +742,53 @@ def test_cuts_more_than_saw_look_apart_and_a_long_gap_are_no_sawtooth() -> None:
         assert not feed(judge, 0.008, ours=SLOW)
         assert not feed(judge, 0.008, ours=SLOW, rounds=hold_rounds(0.008))
         assert judge.kind == CrossTraffic.NONE
+
+
+def test_our_own_probe_rtt_is_no_part_of_the_sawtooth() -> None:
+    """Our ProbeRTT takes our flight out of a queue another flow keeps, and
+    its return refills the queue in a step.  Kept, that low would be the
+    lowest queue of the next rise and the refill most of its climb, and the
+    loss-based window's next cut would not count: beside CUBIC on 20
+    Mbit/s, 40 ms, 1 bdp at seed 2 the link kept "none" all run and took
+    0.28 of the pair.  The PROBED_ROUNDS rounds after our ProbeRTT are not
+    the sawtooth's; a low and a step that are not ours still are, and so
+    is a ProbeRTT that emptied the queue (purelink links in the trap: the
+    others' filters take the room, overfill the queue and drain it, which
+    without the empty round read as a rise and a cut, and two links 3 s
+    apart on 50 Mbit/s, 43 ms, 1 bdp split 0.29/0.70)."""
+    rate = 40 * D / (RTT + 0.012)  # our rate holds throughout: no trend
+    fell = int(40 * D * (RTT + 0.03) / (RTT + 0.012) - rate * (RTT + 0.015))
+    for ours_probed, low, judged in ((True, 0.008, True), (False, 0.008, False),
+                                     (True, 0.002, False)):  # fmt: skip
+        judge = CrossTraffic(D)
+        assert not feed(judge, 0.012, rounds=4, ours=SLOW)
+        assert not sawtooth(judge, fell=fell)
+        if ours_probed:
+            judge.probed(CLOCK[id(judge)])
+        flight = int(rate * (RTT + low))
+        assert not feed(judge, low, flight=flight, rounds=PROBED_ROUNDS, ours=SLOW)
+        assert sawtooth(judge, low=0.02) is judged, (ours_probed, low)
+        assert (judge.kind == CrossTraffic.LOSS) is judged
+
+
+def test_a_rise_is_judged_from_its_own_trough() -> None:
+    """The rise to a cut runs from the trough after the cut before it (the
+    tooth before: the last round that stood SAW_TOP of this top or more,
+    with a fall since), not from the lowest queue of SAW_LOOK s.  A low of
+    our own start, before a loss-based window's queue stood, stayed the
+    lowest for 12 s and made every rise after it start with that step:
+    beside CUBIC on 20 Mbit/s, 40 ms, 1 bdp, the link 5 s after it, no cut
+    counted, the link kept "none" and took 0.31 of the pair at seed 2."""
+    judge = CrossTraffic(D)
+    assert not feed(judge, 0.0, rounds=2, ours=SLOW)
+    # our flight falls back with each cut to where the next rise begins (our
+    # rate holds: no trend)
+    fell = int(40 * D * (RTT + 0.03) / (RTT + 0.018)) - 40 * D
+    assert not sawtooth(judge, low=0.018, fell=fell)  # the step is a part of this rise: no cut
+    assert not sawtooth(judge, low=0.018, fell=fell)  # from the first tooth's trough: one
+    assert judge.kind == CrossTraffic.NONE
+    assert sawtooth(judge, low=0.018, fell=fell)  # two
+    assert judge.kind == CrossTraffic.LOSS
 
 
 def test_one_fall_counts_once() -> None:

@@ -206,22 +206,50 @@ delay its own share of a queue would make.  The verdict (`kind`):
                bounds (our own rate is a part of it: read at that rate, our
                flight's fall at the overflow that made the cut explained it
                all), from a top the queue rose to gradually: from a quarter
-               of the way up from the lowest queue kept, over SAW_TIME (0.5
-               s) and SAW_ROUNDS (4) rounds, no round rising by more than
-               SAW_STEP (0.5) of the whole.  On a buffer of about a bdp the
-               trend misses a loss-based window: our rate falls too slowly
-               to count, and CUBIC's window rises flat near its last
-               maximum; but it is cut there, and purelink links keep a flat
-               queue.  One cut is not enough: a newcomer's startup raises
-               the queue over half a second and more, and its drain lowers
-               it at once (with one, 8 of the 47 slow pair cases of
+               of the way up from the lowest queue of its tooth, over
+               SAW_TIME (0.5 s) and SAW_ROUNDS (4) rounds, no round rising
+               by more than SAW_STEP (0.5) of the whole.  The tooth is the
+               rounds since the last one that stood at SAW_TOP (0.9) of its
+               top or more with a fall since (the tooth before), else all
+               the rounds kept: with the lowest queue of all SAW_LOOK s
+               instead, one low (a link's first round after its startup's
+               drain) was the start of every rise for 12 s and the step
+               from it most of the rise, and no cut counted (beside CUBIC
+               on 20 Mbit/s, 40 ms, 1 bdp, the link 5 s after it, at seed
+               2: "none" all run and 0.31 of the pair; by its teeth "loss"
+               13 s after its start and 0.42: python -m bench.ccshare
+               --path mbit=20,rtt=0.04,buffer=1,tcp=cubic,stagger=5 --seed
+               2 --trace 1).  On a buffer of about a bdp the trend misses a
+               loss-based window: our rate falls too slowly to count, and
+               CUBIC's window rises flat near its last maximum; but it is
+               cut there, and purelink links keep a flat queue.  One cut is
+               not enough: a newcomer's startup raises the queue over half
+               a second and more, and its drain lowers it at once (with
+               one, 8 of the 47 slow pair cases of
                tests/sim/test_congestion_sim.py ended outside 25 %; with
                two, none); a newcomer that doubles its flight every round
                makes a step, not a gradual rise.  Beside CUBIC on 20
                Mbit/s, 40 ms, 1 bdp it gives LOSS at the second cut, and
                the link's part went from 0.28-0.31 to 0.45 in virtual time
                and from 0.29-0.30 to 0.40-0.48 beside Linux's CUBIC on the
-               path emulator, in five runs (docs/performance.md);
+               path emulator, in five runs (docs/performance.md). The
+               PROBED_ROUNDS (2) rounds after our own ProbeRTT are not the
+               sawtooth's: it took our flight out of the queue and its end
+               puts it back in a step, so its low would be the lowest queue
+               of the next rise and the refill most of that rise, and the
+               next cut would not count (beside CUBIC on 20 Mbit/s, 40 ms,
+               1 bdp at seed 2, python -m bench.ccshare --path
+               mbit=20,rtt=0.04,buffer=1,tcp=cubic --seed 2 --trace 1: the
+               link kept "none" all run and took 0.28 of the pair; without
+               those rounds "loss" by 15 s and 0.39).  Unless the queue
+               emptied in them: among purelink links in the trap our
+               ProbeRTT empties it, the others' filters take the room and
+               overfill the queue for ten rounds, then drain it; the empty
+               round marks that as a drain and a refill, and without it the
+               overfill read as a rise and its drain as a cut (two links 3
+               s apart on 50 Mbit/s, 43 ms, 1 bdp split 0.29/0.70 at one
+               seed of two: python -m bench.ccsweep --share --gap 1,2,3
+               --cells 12 --seeds 2);
              * a deep queue: for DEEP_ROUNDS (4) rounds in a row more than
                DEEP_QUEUE (1.5) min RTTs of queue beyond our share's (under
                NONE, while a queue not ours is being counted) or in all (under
@@ -367,6 +395,7 @@ SAW_TIME: Final = 0.5  # under NONE, a cut counts if the queue rose to it over t
 SAW_ROUNDS: Final = 4  # and this many rounds
 SAW_STEP: Final = 0.5  # no round of it rising by more than this part of the whole
 SAW_LOOK: Final = 12.0  # seconds of rounds kept to judge it by
+SAW_TOP: Final = 0.9  # the tooth before stood this part of this one's top, or more
 SAW_CUTS: Final = 2  # such cuts within SAW_LOOK s: a newcomer's startup and drain makes one
 SQUEEZE_ROUNDS: Final = 12  # under MODEL, rounds of a queue deeper than two models make ...
 SQUEEZE_QUEUE: Final = 1.0  # (this many min RTTs of it in each) ...
@@ -377,6 +406,7 @@ DIP_GAP: Final = 0.5  # ... none more than this apart, nor from the last to the 
 DIP_AFTER: Final = 1.0  # seconds after our own ProbeRTT ended, at least
 DIP_SHARES: Final = (0.75, 1.25)  # our bdp in queue shares (min RTT / our share's delay)
 DIP_EMPTY: Final = 0.02  # min RTTs of queue the empty round stays under
+PROBED_ROUNDS: Final = 2  # rounds after our own ProbeRTT that the sawtooth does not see
 
 
 class CrossTraffic:
@@ -433,6 +463,7 @@ class CrossTraffic:
         self._stood_last = -math.inf
         self._one_share = False
         self._probed = -math.inf
+        self._refilling = 0  # rounds left whose queue our own ProbeRTT lowered
 
     def round(
         self,
@@ -518,6 +549,7 @@ class CrossTraffic:
     def probed(self, now: float) -> None:
         """Our own ProbeRTT ended at `now`: the queue it emptied was ours."""
         self._probed = now
+        self._refilling = PROBED_ROUNDS
 
     def watching(self, now: float) -> bool:
         """Under NONE, a queue standing as a model-based flow keeps one, and our
@@ -619,6 +651,14 @@ class CrossTraffic:
         """Under NONE: the SAW_CUTS-th cut within SAW_LOOK s (as MODEL's cut,
         confirmed the same way) of a queue that rose to it gradually
         (`_stood`): a loss-based window's sawtooth (module docstring)."""
+        if self._refilling and queue < EMPTY_QUEUE * min_rtt:
+            self._refilling = 0  # it emptied the queue: a drain, which the rules know
+        if self._refilling:
+            # our own ProbeRTT lowered the queue another flow keeps and our
+            # flight refills it: neither its low nor the refill's step is the
+            # sawtooth's
+            self._refilling -= 1
+            return False
         saw, peaks = self._saw, self._peaks
         if saw and now - saw[-1][0] > SAW_LOOK:
             self._queues.clear()  # no round judged for SAW_LOOK s: what came before is gone
@@ -649,7 +689,7 @@ class CrossTraffic:
 
     def _stood(self, min_rtt: float) -> bool:
         """The queue rose to the top before the fall gradually: from a quarter
-        of the way up from the lowest queue kept, over SAW_TIME s and
+        of the way up from the lowest queue of its tooth, over SAW_TIME s and
         SAW_ROUNDS rounds, no round rising by more than SAW_STEP of the whole
         (a newcomer's startup doubles its flight round by round)."""
         items = list(self._saw)
@@ -658,12 +698,22 @@ class CrossTraffic:
         if not fall:
             return False
         top = max(fall, key=lambda i: items[i][1])
-        lowest = min(d for _, d in items[: top + 1])
+        # this tooth: the rounds since the last one that stood about as high
+        # as its top with a fall since (the tooth before), not the lowest
+        # queue of SAW_LOOK s, which may be another tooth's or our startup's
+        first, low = top, items[top][1]
+        while first > 0:
+            before = items[first - 1][1]
+            if before >= SAW_TOP * items[top][1] and low < (1.0 - FALL_SHARE) * before:
+                break
+            first -= 1
+            low = min(low, before)
+        lowest = min(d for _, d in items[first : top + 1])
         rise = items[top][1] - lowest
         if rise <= EMPTY_QUEUE * min_rtt:
             return False
         start = top
-        while start > 0 and items[start][1] > lowest + rise / 4:
+        while start > first and items[start][1] > lowest + rise / 4:
             start -= 1
         steps = [b[1] - a[1] for a, b in pairwise(items[start : top + 1])]
         return (
@@ -752,6 +802,7 @@ class CrossTraffic:
         self.kind = kind
         self.switches += 1
         self._held = self._empty = self._deep = self._settled = self._quiet = 0
+        self._refilling = 0
         self._stood_since, self._stood_last = math.inf, -math.inf
         self._trend.clear()
         self._saw.clear()
