@@ -338,9 +338,6 @@ def wait_stopped(pid: int, timeout: float = 10.0) -> None:
     """Until every thread of process `pid` is stopped ("T" in its
     /proc/<pid>/task/<tid>/stat), or the process has exited (a zombie, or
     gone); at once where /proc is not there to say."""
-    tasks = Path(f"/proc/{pid}/task")
-    if not tasks.is_dir():
-        return
     deadline = time.monotonic() + timeout
     while True:
         states = thread_states(pid)

@@ -708,7 +708,7 @@ class CrossTraffic:
                 break
             first -= 1
             low = min(low, before)
-        lowest = min(d for _, d in items[first : top + 1])
+        lowest = low  # the lowest queue of the tooth, items[first : top + 1]
         rise = items[top][1] - lowest
         if rise <= EMPTY_QUEUE * min_rtt:
             return False
