@@ -754,8 +754,9 @@ def test_our_own_probe_rtt_is_no_part_of_the_sawtooth() -> None:
     the sawtooth's; a low and a step that are not ours still are, and so
     is a ProbeRTT that emptied the queue (purelink links in the trap: the
     others' filters take the room, overfill the queue and drain it, which
-    without the empty round read as a rise and a cut, and two links 3 s
-    apart on 50 Mbit/s, 43 ms, 1 bdp split 0.29/0.70)."""
+    without the empty round read as a rise and a cut: with that exception
+    taken out, two links 3 s apart on 50 Mbit/s, 43 ms, 1 bdp split
+    0.29/0.70)."""
     rate = 40 * D / (RTT + 0.012)  # our rate holds throughout: no trend
     fell = int(40 * D * (RTT + 0.03) / (RTT + 0.012) - rate * (RTT + 0.015))
     for ours_probed, low, judged in ((True, 0.008, True), (False, 0.008, False),

@@ -246,10 +246,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
                ProbeRTT empties it, the others' filters take the room and
                overfill the queue for ten rounds, then drain it; the empty
                round marks that as a drain and a refill, and without it the
-               overfill read as a rise and its drain as a cut (two links 3
-               s apart on 50 Mbit/s, 43 ms, 1 bdp split 0.29/0.70 at one
-               seed of two: python -m bench.ccsweep --share --gap 1,2,3
-               --cells 12 --seeds 2);
+               overfill read as a rise and its drain as a cut (with the
+               empty round's exception taken out, two links 3 s apart on
+               50 Mbit/s, 43 ms, 1 bdp split 0.29/0.70 at one seed of two:
+               python -m bench.ccsweep --share --gap 1,2,3 --cells 12
+               --seeds 2);
              * a deep queue: for DEEP_ROUNDS (4) rounds in a row more than
                DEEP_QUEUE (1.5) min RTTs of queue beyond our share's (under
                NONE, while a queue not ours is being counted) or in all (under
@@ -701,14 +702,13 @@ class CrossTraffic:
         # this tooth: the rounds since the last one that stood about as high
         # as its top with a fall since (the tooth before), not the lowest
         # queue of SAW_LOOK s, which may be another tooth's or our startup's
-        first, low = top, items[top][1]
+        first, lowest = top, items[top][1]  # lowest: of items[first : top + 1]
         while first > 0:
             before = items[first - 1][1]
-            if before >= SAW_TOP * items[top][1] and low < (1.0 - FALL_SHARE) * before:
+            if before >= SAW_TOP * items[top][1] and lowest < (1.0 - FALL_SHARE) * before:
                 break
             first -= 1
-            low = min(low, before)
-        lowest = low  # the lowest queue of the tooth, items[first : top + 1]
+            lowest = min(lowest, before)
         rise = items[top][1] - lowest
         if rise <= EMPTY_QUEUE * min_rtt:
             return False
