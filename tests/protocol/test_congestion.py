@@ -15,6 +15,7 @@ from purelink.protocol import wire
 from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
 from purelink.protocol.congestion.bbr import MIN_RTT_WINDOW, PROBE_RTT_LATE, QUEUE_SHARE
 from purelink.protocol.congestion.crosstraffic import CrossTraffic
+from purelink.protocol.congestion.overflows import OVERFLOWS, SHALLOW_SHARE
 from purelink.protocol.listener_core import ListenerCore
 from purelink.protocol.recovery import REORDER_RESET, Rack, RttEstimator
 from purelink.protocol.sender import Sender, SenderConfig, SenderState
@@ -555,6 +556,34 @@ def test_bbr_beside_a_model_based_flow_answers_a_loss_as_bbr_v1_does() -> None:
         assert cc.cwnd <= flight - 2 * D + int(1e5 * 0.1 / 4)
         now = feed_bbr(cc, 1e5, 0.1, 2, now, in_flight=flight)
         assert cc.cwnd >= 0.9 * before  # at most the target the model now allows
+
+
+def test_bbr_beside_a_model_based_flow_on_a_calm_shallow_buffer_keeps_its_part_of_it() -> None:
+    """Under "model", on a buffer shallower than the bdp of queue a
+    model-based flow keeps, whose overflows have stopped (overflows.py's
+    shallow_part: the other flow is not keeping 2 bdp in it), the cwnd is
+    one bdp and half of the buffer; while it still overflows, and on a
+    buffer of a bdp, the cwnd keeps its 2 bdp."""
+    cwnds = {}
+    for depth in (0.01, 0.05):  # 10 ms of buffer on a 50 ms path; 50 ms: one bdp
+        cc = Bbr(D, seed=1)
+        now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+        flight = int(5e6 * 0.05)
+        for _ in range(40):  # a queue of others stands round after round
+            now = feed_bbr(cc, 5e6, 0.05 + depth, 1, now, in_flight=flight)
+            if cc.cross_traffic == CrossTraffic.MODEL:
+                break
+        assert cc.cross_traffic == CrossTraffic.MODEL
+        for _ in range(2):  # two overflows: the buffer is known
+            for _ in range(10):
+                cc.on_lost(now - 0.05, D, now)
+            now = feed_bbr(cc, 5e6, 0.05 + depth, 1, now, in_flight=flight)
+        now = feed_bbr(cc, 5e6, 0.05 + depth, 2, now, in_flight=flight)  # the episode ends
+        assert cc.cwnd >= 2 * 5e6 * 0.05  # still overflowing lately: 2 bdp
+        now = feed_bbr(cc, 5e6, 0.05 + depth, OVERFLOWS, now, in_flight=flight)  # calm
+        cwnds[depth] = cc.cwnd
+    assert cwnds[0.05] >= 2 * 5e6 * 0.05
+    assert cwnds[0.01] <= int(5e6 * 0.05 + SHALLOW_SHARE * 5e6 * 0.01)
 
 
 def test_bbr_a_probe_rtt_in_a_loss_episode_ends_with_the_cwnd_of_before_the_loss() -> None:

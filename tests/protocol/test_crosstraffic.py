@@ -330,6 +330,18 @@ def test_a_fall_that_comes_back_is_no_cut() -> None:
     assert judge.kind == CrossTraffic.MODEL
 
 
+def test_a_fall_that_ends_in_an_empty_queue_is_no_cut() -> None:
+    """A BBR flow's ProbeRTT beside a link that keeps less than the path
+    (a shallow buffer's part, overflows.py) empties the queue, and the
+    queue comes back slowly, below where it stood: a drain, not a cut."""
+    judge = model()
+    feed(judge, 0.03, rounds=2)
+    assert not feed(judge, 0.015)  # the fall begins: a cut if it stays down
+    assert not feed(judge, 0.0, rounds=2)  # it empties
+    assert not feed(judge, 0.005, rounds=hold_rounds(0.005))
+    assert judge.kind == CrossTraffic.MODEL
+
+
 def test_persistent_cuts_turn_a_loss_verdict_to_model() -> None:
     """Our loss-based window cut in LOSSY_ROUNDS of the last 8 round trips
     (in avoidance: a slow start's end is our own overshoot): the competitor

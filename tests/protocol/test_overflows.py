@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from purelink.protocol.congestion.overflows import (
+    CALM,
     FALL,
     FALL_ROUNDS,
     MIN_SHARE,
     OVERFLOWS,
+    SHALLOW,
+    SHALLOW_SHARE,
     SHARE_OF_BUFFER,
     Overflows,
 )
@@ -202,3 +205,32 @@ def test_the_share_is_in_bytes_at_the_largest_rate_measured() -> None:
         )
     assert o.elastic and o.peak_bw == BW
     assert o.share(MOST) == int(SHARE_OF_BUFFER * BW * BUFFER)
+
+
+def test_a_shallow_buffer_that_calmed_leaves_half_of_it_as_our_part() -> None:
+    """Under "model" (bbr.py): on a buffer under SHALLOW min RTTs, once at
+    most CALM of the last OVERFLOWS round trips overflowed, our part is
+    SHALLOW_SHARE of the buffer at the largest rate measured."""
+    short = BUFFER / SHALLOW * 2  # a min RTT for which BUFFER is shallow
+    r = Rounds()
+    r.overflow()
+    r.quiet(0.5 * BUFFER, OVERFLOWS)
+    assert r.o.shallow_part(short) is None  # one overflow: no buffer known yet
+    for _ in range(CALM + 1):
+        r.overflow()
+    assert r.o.shallow_part(short) is None  # overflowing: not calm
+    r.quiet(0.5 * BUFFER, OVERFLOWS - CALM)
+    assert r.o.shallow_part(short) == int(SHALLOW_SHARE * BW * BUFFER)
+    assert r.o.shallow_part(BUFFER) is None  # a buffer of a bdp is not shallow
+    assert r.o.shallow_part(0.0) is None  # no min RTT measured
+    for _ in range(CALM + 1):  # overflowing again
+        r.overflow()
+    assert r.o.shallow_part(short) is None
+
+
+def test_the_part_of_a_shallow_buffer_is_at_least_min_share_datagrams() -> None:
+    r = Rounds()
+    for _ in range(2):
+        r.overflow(0.0001)  # a tenth of a millisecond of buffer
+    r.quiet(0.0, OVERFLOWS)
+    assert r.o.shallow_part(0.01) == MIN_SHARE * SIZE

@@ -187,7 +187,18 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             1 bdp over four seeds, 0.46-0.73 on 50 Mbit/s, 100 ms, 0.4 bdp
             with BBR 5 s first; with it 0.20-0.65 and 0.37-0.60 (bench
             ccshare --grid, and with --stagger 5; the 0.20 is a run that
-            kept "none")
+            kept "none"); and on a shallow buffer, under 0.8 min RTT of
+            queue (from the overflows, overflows.py), once its overflows
+            have calmed (at most one of the last 16 round trips
+            overflowed: two flows that each keep 2 bdp overfill it
+            round after round), the cwnd is one bdp and half of the
+            buffer (`shallow_part`): a loss-based flow judged "model"
+            whose cuts are too small to see keeps no more than its
+            window there, and the link's 2 bdp take the rest (CUBIC's
+            window at about 45 KB beside the link's 440 KB on 81.5
+            Mbit/s, 38 ms, 0.52 bdp, the link at 0.88-0.91 of the pair;
+            with the cap 0.49-0.65, and beside BBR v1 0.65-0.74 ->
+            0.52-0.62)
     loss    a competitor that backs off at an overflow and grows its window
             with every answer (CUBIC, Reno): the window is CUBIC's (RFC
             9438: its curve, its Reno-friendly estimate, one cut per round
@@ -867,6 +878,10 @@ class Bbr(CongestionControl):
         if self.mode == Bbr.PROBE_BW and self._over_share():
             # more than our share of a standing queue: one bdp and the share
             cwnd = min(cwnd, int(bdp + self.queue_share))
+        if self.mode == Bbr.PROBE_BW and self.cross.kind == CrossTraffic.MODEL:
+            part = self.overflows.shallow_part(self.min_rtt)
+            if part is not None:  # a shallow buffer that calmed: one bdp and our part of it
+                cwnd = min(cwnd, int(bdp + part))
         if self.inflight_hi is not None and self.mode == Bbr.PROBE_BW:
             # leave some room for others' probes except while probing (BBR v2's headroom)
             room = 1.0 if self.pacing_gain > 1.0 else 1.0 - HEADROOM

@@ -142,7 +142,9 @@ delay its own share of a queue would make.  The verdict (`kind`):
                FALL_HOLD (0.3 s) and two min RTTs.  A BBR flow's ProbeRTT
                beside ours does not empty the queue (our part stands) and
                lowers it for 200 ms and a round trip, then the flow's
-               flight comes back whole;
+               flight comes back whole; where it does empty it (our flight
+               held to a shallow buffer's part, overflows.py) the fall is a
+               drain, however slowly the queue comes back;
              * growth: over GROW_ROUNDS rounds the queue grew nearly every
                round, from at least 0.1 min RTT (not a refill after a
                drain), by GROW_RATIO and by a quarter of the smaller of min
@@ -525,6 +527,7 @@ class CrossTraffic:
         rounds after it wait, as the first settling's do (module docstring)."""
         self._settled = MODEL_SETTLE - EMPTIED_SETTLE
         self._squeeze.clear()
+        self._fall = None  # a fall that ends in an empty queue is a drain, not a cut
 
     def _round_none(
         self, queue: float, flight: int, ours: float, btl_bw: float, min_rtt: float, now: float
@@ -757,7 +760,8 @@ class CrossTraffic:
     ) -> float | None:
         """A cut stands only once the queue stayed down for FALL_HOLD s and two
         round trips: a BBR flow's ProbeRTT lowers it for 200 ms and a round
-        trip, then its flight comes back whole."""
+        trip, then its flight comes back whole (and an empty round drops the
+        pending fall: `_settle_again`)."""
         pending = self._fall
         if pending is None:
             if window is not None:

@@ -46,6 +46,17 @@ queue that stands above it makes the link yield round after round, its
 rate and so its share falling together: with the TCP flow 5 s first on
 20 Mbit/s, 40 ms, 0.5 bdp, one seed of four fell to 0.29 of the pair.
 
+Under "model" (crosstraffic.py: a flow that keeps a queue and does not
+yield to one) the link keeps BBR v1's 2 bdp, and on a buffer shallower
+than the one bdp of queue that BBR v1 keeps, two such flows overfill it
+round after round.  Where the overflows have stopped instead (at most
+CALM of the last OVERFLOWS round trips overflowed, on a buffer of under
+SHALLOW min RTTs known from 2 overflows or more) the other flow is not
+keeping 2 bdp in it: a loss-based flow judged "model" whose cuts are too
+small to see against the link's flight.  There the link keeps one bdp
+and SHALLOW_SHARE of the buffer (`shallow_part`, in bytes at `peak_bw`,
+as the share above), and the other flow has room to grow into.
+
 Why these figures: docs/performance.md, ccshare ("Beside a flow that backs
 off"), has each variant's shares at eight seeds.  In short, on 20 Mbit/s,
 40 ms, 0.5 bdp beside CUBIC: with the 16 datagrams 0.76-0.83 of the pair,
@@ -71,12 +82,23 @@ FALL: Final = 0.4
 FALL_ROUNDS: Final = 3
 SHARE_OF_BUFFER: Final = 0.3
 MIN_SHARE: Final = 4
+SHALLOW: Final = 0.8  # min RTTs of buffer, under which a model-based flow's queue does not fit
+SHALLOW_SHARE: Final = 0.5  # of such a buffer, the link's own part under "model" ...
+CALM: Final = 1  # ... once at most this many of the last OVERFLOWS round trips overflowed
 
 
 class Overflows:
     """The overflows of the last while, each judged by whether the queue fell after it."""
 
-    __slots__ = ("_depths", "_falls", "_flight", "_pending", "datagram_size", "peak_bw")
+    __slots__ = (
+        "_depths",
+        "_falls",
+        "_flight",
+        "_pending",
+        "_rounds",
+        "datagram_size",
+        "peak_bw",
+    )
 
     def __init__(self, datagram_size: int) -> None:
         self.datagram_size = datagram_size
@@ -85,6 +107,7 @@ class Overflows:
         self._depths: deque[float] = deque(maxlen=OVERFLOWS)
         self._falls: deque[bool] = deque(maxlen=OVERFLOWS)
         self._pending = -1  # the round of the last overflow not yet judged
+        self._rounds: deque[bool] = deque(maxlen=OVERFLOWS)  # whether each round overflowed
         self._flight = 0  # our bytes in flight at its end
 
     @property
@@ -114,6 +137,7 @@ class Overflows:
         None: the round timed no datagram), our bytes in flight at its end
         and the model's btl_bw."""
         self.peak_bw = max(self.peak_bw, btl_bw)
+        self._rounds.append(overflow)
         falls = self._falls
         if overflow:
             self._depths.append(queue_max)
@@ -131,6 +155,24 @@ class Overflows:
             elif round_count - self._pending > FALL_ROUNDS:
                 falls.append(False)
                 self._pending = -1
+
+    def shallow_part(self, min_rtt: float) -> int | None:
+        """Under "model": on a buffer of under SHALLOW min RTTs (from 2
+        overflows or more) that has calmed (at most CALM of the last
+        OVERFLOWS round trips overflowed), the bytes of our own it may
+        hold, SHALLOW_SHARE of it at `peak_bw` (at least MIN_SHARE
+        datagrams); else None (module docstring)."""
+        rounds = self._rounds
+        if (
+            len(self._depths) < 2
+            or not 0.0 < self.buffer < SHALLOW * min_rtt
+            or len(rounds) < OVERFLOWS
+            or sum(rounds) > CALM
+            or not self.peak_bw
+        ):
+            return None
+        least = MIN_SHARE * self.datagram_size
+        return max(least, int(SHALLOW_SHARE * self.peak_bw * self.buffer))
 
     def share(self, most: int) -> int:
         """Bytes of our own a standing queue may hold: `most` (the cooperative
