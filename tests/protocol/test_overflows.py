@@ -222,6 +222,9 @@ def test_a_shallow_buffer_that_calmed_leaves_half_of_it_as_our_part() -> None:
     r.quiet(0.5 * BUFFER, OVERFLOWS - CALM)
     assert r.o.shallow_part(short) == int(SHALLOW_SHARE * BW * BUFFER)
     assert r.o.shallow_part(BUFFER) is None  # a buffer of a bdp is not shallow
+    edge = BUFFER / SHALLOW  # the min RTT for which BUFFER is SHALLOW of it
+    assert r.o.shallow_part(edge * 1.001) is not None
+    assert r.o.shallow_part(edge * 0.999) is None
     assert r.o.shallow_part(0.0) is None  # no min RTT measured
     for _ in range(CALM + 1):  # overflowing again
         r.overflow()

@@ -197,8 +197,8 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             window there, and the link's 2 bdp take the rest (CUBIC's
             window at about 45 KB beside the link's 440 KB on 81.5
             Mbit/s, 38 ms, 0.52 bdp, the link at 0.88-0.91 of the pair;
-            with the cap 0.49-0.65, and beside BBR v1 0.65-0.74 ->
-            0.52-0.62)
+            with the cap 0.49-0.65; beside BBR v1 0.65-0.74 without it,
+            0.52-0.62 with it)
     loss    a competitor that backs off at an overflow and grows its window
             with every answer (CUBIC, Reno): the window is CUBIC's (RFC
             9438: its curve, its Reno-friendly estimate, one cut per round

@@ -760,8 +760,8 @@ class CrossTraffic:
     ) -> float | None:
         """A cut stands only once the queue stayed down for FALL_HOLD s and two
         round trips: a BBR flow's ProbeRTT lowers it for 200 ms and a round
-        trip, then its flight comes back whole (and an empty round drops the
-        pending fall: `_settle_again`)."""
+        trip, then its flight comes back whole (and under MODEL an empty
+        round drops the pending fall: `_settle_again`)."""
         pending = self._fall
         if pending is None:
             if window is not None:

@@ -50,7 +50,8 @@ Under "model" (crosstraffic.py: a flow that keeps a queue and does not
 yield to one) the link keeps BBR v1's 2 bdp, and on a buffer shallower
 than the one bdp of queue that BBR v1 keeps, two such flows overfill it
 round after round.  Where the overflows have stopped instead (at most
-CALM of the last OVERFLOWS round trips overflowed, on a buffer of under
+CALM of the last OVERFLOWS round trips overflowed, of those `round` is
+told of: in PROBE_BW and not app-limited, bbr.py; on a buffer of under
 SHALLOW min RTTs known from 2 overflows or more) the other flow is not
 keeping 2 bdp in it: a loss-based flow judged "model" whose cuts are too
 small to see against the link's flight.  There the link keeps one bdp
