@@ -92,6 +92,7 @@ class Overflows:
     """The overflows of the last while, each judged by whether the queue fell after it."""
 
     __slots__ = (
+        "_calm",
         "_depths",
         "_falls",
         "_flight",
@@ -109,6 +110,7 @@ class Overflows:
         self._falls: deque[bool] = deque(maxlen=OVERFLOWS)
         self._pending = -1  # the round of the last overflow not yet judged
         self._rounds: deque[bool] = deque(maxlen=OVERFLOWS)  # whether each round overflowed
+        self._calm = 0.0  # the buffer while the overflows have calmed (else 0), per round
         self._flight = 0  # our bytes in flight at its end
 
     @property
@@ -156,6 +158,9 @@ class Overflows:
             elif round_count - self._pending > FALL_ROUNDS:
                 falls.append(False)
                 self._pending = -1
+        rounds = self._rounds
+        calm = len(self._depths) >= 2 and len(rounds) == OVERFLOWS and sum(rounds) <= CALM
+        self._calm = self.buffer if calm else 0.0  # read on every ACK under "model" (bbr.py)
 
     def shallow_part(self, min_rtt: float) -> int | None:
         """Under "model": on a buffer of under SHALLOW min RTTs (from 2
@@ -163,17 +168,11 @@ class Overflows:
         OVERFLOWS round trips overflowed), the bytes of our own it may
         hold, SHALLOW_SHARE of it at `peak_bw` (at least MIN_SHARE
         datagrams); else None (module docstring)."""
-        rounds = self._rounds
-        if (
-            len(self._depths) < 2
-            or not 0.0 < self.buffer < SHALLOW * min_rtt
-            or len(rounds) < OVERFLOWS
-            or sum(rounds) > CALM
-            or not self.peak_bw
-        ):
+        buffer = self._calm
+        if not 0.0 < buffer < SHALLOW * min_rtt or not self.peak_bw:
             return None
         least = MIN_SHARE * self.datagram_size
-        return max(least, int(SHALLOW_SHARE * self.peak_bw * self.buffer))
+        return max(least, int(SHALLOW_SHARE * self.peak_bw * buffer))
 
     def share(self, most: int) -> int:
         """Bytes of our own a standing queue may hold: `most` (the cooperative
