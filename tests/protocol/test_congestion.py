@@ -13,7 +13,12 @@ import pytest
 
 from purelink.protocol import wire
 from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
-from purelink.protocol.congestion.bbr import MIN_RTT_WINDOW, PROBE_RTT_LATE, QUEUE_SHARE
+from purelink.protocol.congestion.bbr import (
+    MIN_RTT_WINDOW,
+    PROBE_RTT_LATE,
+    QUEUE_SHARE,
+    ROOM_GAIN,
+)
 from purelink.protocol.congestion.crosstraffic import CrossTraffic
 from purelink.protocol.congestion.overflows import OVERFLOWS, SHALLOW_SHARE
 from purelink.protocol.listener_core import ListenerCore
@@ -108,6 +113,27 @@ def feed_bbr(
     return now
 
 
+def until_model(cc: Bbr, now: float, rtt: float, flight: int) -> float:
+    """Rounds of a path of `rtt` (a queue of others above the 50 ms one the
+    model measured) at most 40, until the verdict is "model"."""
+    for _ in range(40):
+        now = feed_bbr(cc, 5e6, rtt, 1, now, in_flight=flight)
+        if cc.cross_traffic == CrossTraffic.MODEL:
+            break
+    return now
+
+
+def probing(kind: str) -> tuple[Bbr, float, int]:
+    """A Bbr in PROBE_BW on a path of 5 MB/s and 50 ms, its verdict `kind`
+    ("model": after a queue of others of 50 ms stood): it, the time, the bdp."""
+    cc = Bbr(D, seed=1)
+    now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
+    flight = int(5e6 * 0.05)
+    if kind == CrossTraffic.MODEL:
+        now = until_model(cc, now, 0.1, flight)
+    return cc, now, flight
+
+
 def test_bbr_finds_the_bottleneck_drains_and_paces_at_it() -> None:
     cc = Bbr(D, seed=1)
     assert cc.mode == Bbr.STARTUP
@@ -196,10 +222,7 @@ def test_bbr_beside_a_model_based_flow_bounds_its_flight_no_lower_than_carries_i
         assert cc.mode == Bbr.PROBE_BW and cc.cross_traffic == CrossTraffic.NONE
         if kind == CrossTraffic.MODEL:
             # a queue of others (50 ms) stands round after round: the verdict
-            for _ in range(40):
-                now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=int(5e6 * 0.05))
-                if cc.cross_traffic == CrossTraffic.MODEL:
-                    break
+            now = until_model(cc, now, 0.1, int(5e6 * 0.05))
             assert cc.cross_traffic == CrossTraffic.MODEL
         assert cc.btl_bw == 5e6
         for _ in range(30):  # 30 KB of 250 KB lost in a round with the queue standing
@@ -533,14 +556,7 @@ def test_bbr_beside_a_model_based_flow_answers_a_loss_as_bbr_v1_does() -> None:
     sent after that round is answered the cwnd of before comes back.  Alone
     or beside purelink links ("none") a loss moves no cwnd: the model keeps it."""
     for kind in (CrossTraffic.NONE, CrossTraffic.MODEL):
-        cc = Bbr(D, seed=1)
-        now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
-        flight = int(5e6 * 0.05)
-        if kind == CrossTraffic.MODEL:
-            for _ in range(40):  # a queue of others (50 ms) stands round after round
-                now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=flight)
-                if cc.cross_traffic == CrossTraffic.MODEL:
-                    break
+        cc, now, flight = probing(kind)
         assert cc.cross_traffic == kind and cc.mode == Bbr.PROBE_BW
         before = cc.cwnd
         assert before > flight + 2 * D
@@ -563,16 +579,14 @@ def test_bbr_beside_a_model_based_flow_on_a_calm_shallow_buffer_keeps_its_part_o
     model-based flow keeps, whose overflows have stopped (overflows.py's
     shallow_part: the other flow is not keeping 2 bdp in it), the cwnd is
     one bdp and half of the buffer; while it still overflows, and on a
-    buffer of a bdp, the cwnd keeps its 2 bdp."""
-    cwnds = {}
+    buffer of a bdp, the cwnd keeps its 2 bdp.  And an empty queue there is
+    no other flow's ProbeRTT to probe the room of (ROOM_GAIN)."""
+    cwnds, rooms = {}, {}
     for depth in (0.01, 0.05):  # 10 ms of buffer on a 50 ms path; 50 ms: one bdp
         cc = Bbr(D, seed=1)
         now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
         flight = int(5e6 * 0.05)
-        for _ in range(40):  # a queue of others stands round after round
-            now = feed_bbr(cc, 5e6, 0.05 + depth, 1, now, in_flight=flight)
-            if cc.cross_traffic == CrossTraffic.MODEL:
-                break
+        now = until_model(cc, now, 0.05 + depth, flight)  # a queue of others stands
         assert cc.cross_traffic == CrossTraffic.MODEL
         for _ in range(2):  # two overflows: the buffer is known
             for _ in range(10):
@@ -583,9 +597,42 @@ def test_bbr_beside_a_model_based_flow_on_a_calm_shallow_buffer_keeps_its_part_o
         now = feed_bbr(cc, 5e6, 0.05 + depth, OVERFLOWS, now, in_flight=flight)  # calm
         assert cc.cross_traffic == CrossTraffic.MODEL and cc.mode == Bbr.PROBE_BW
         cwnds[depth] = cc.cwnd
+        gains = []
+        for _ in range(4):  # the queue empties
+            now = feed_bbr(cc, 5e6, 0.05, 1, now, in_flight=int(cc.pacing_gain * flight))
+            gains.append(cc.pacing_gain)
+        rooms[depth] = ROOM_GAIN in gains
     assert cwnds[0.05] >= 2 * 5e6 * 0.05
     # one bdp and the part (more than the bdp: not a ProbeRTT's 4 datagrams)
     assert 5e6 * 0.05 < cwnds[0.01] <= int(5e6 * 0.05 + SHALLOW_SHARE * 5e6 * 0.01)
+    # there an empty queue is the other flow's cut, not its ProbeRTT: no
+    # round at ROOM_GAIN (on the buffer of a bdp, still overflowing, there is)
+    for depth, probed in rooms.items():
+        assert probed == (depth == 0.05)
+
+
+def test_bbr_beside_a_model_based_flow_probes_the_room_its_probe_rtt_leaves() -> None:
+    """Under "model", the first round of an empty queue is the other flow's
+    ProbeRTT (crosstraffic.py's `room`): the next round paces at ROOM_GAIN
+    x btl_bw, so that the max filter measures the room the other flow left,
+    not only the part we paced at; the phase ends as BBR's 1.25 one does and
+    the gain cycle goes on (0.75 next), once.  Alone ("none") an empty
+    queue is the cruise's: no such round."""
+    gains: dict[str, list[float]] = {}
+    for kind in (CrossTraffic.NONE, CrossTraffic.MODEL):
+        cc, now, flight = probing(kind)
+        if kind == CrossTraffic.MODEL:
+            now = feed_bbr(cc, 5e6, 0.1, 2, now, in_flight=flight)
+        assert cc.cross_traffic == kind and cc.mode == Bbr.PROBE_BW
+        gains[kind] = []
+        for _ in range(8):  # the queue is gone: the flight is what the gain lets out
+            now = feed_bbr(cc, 5e6, 0.05, 1, now, in_flight=int(cc.pacing_gain * flight))
+            gains[kind].append(cc.pacing_gain)
+        assert cc.cross_traffic == kind
+    model = gains[CrossTraffic.MODEL]
+    assert model.count(ROOM_GAIN) == 1  # one round, once
+    assert model[model.index(ROOM_GAIN) + 1] < 1.0  # then the cycle's drain phase
+    assert ROOM_GAIN not in gains[CrossTraffic.NONE]
 
 
 def test_bbr_a_probe_rtt_in_a_loss_episode_ends_with_the_cwnd_of_before_the_loss() -> None:
@@ -594,10 +641,7 @@ def test_bbr_a_probe_rtt_in_a_loss_episode_ends_with_the_cwnd_of_before_the_loss
     cc = Bbr(D, seed=1)
     now = feed_bbr(cc, 5e6, 0.05, 12, 100.0)
     flight = int(5e6 * 0.05)
-    for _ in range(40):
-        now = feed_bbr(cc, 5e6, 0.1, 1, now, in_flight=flight)
-        if cc.cross_traffic == CrossTraffic.MODEL:
-            break
+    now = until_model(cc, now, 0.1, flight)
     assert cc.cross_traffic == CrossTraffic.MODEL
     before = cc.cwnd
     cc.on_lost(now - 0.1, D, now + 0.001)

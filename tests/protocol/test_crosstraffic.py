@@ -382,6 +382,26 @@ def test_an_empty_queue_ends_a_model_verdict() -> None:
     assert judge.kind == CrossTraffic.NONE
 
 
+def test_the_first_empty_round_under_model_is_the_other_flow_s_room() -> None:
+    """Under MODEL the first round of an empty queue is the other flow's
+    ProbeRTT: `room` (bbr.py measures it); not the rounds after it, not a
+    standing queue's, and not an empty queue under NONE (alone, or our own)."""
+    judge = model()
+    feed(judge, 0.03)
+    assert not judge.room
+    feed(judge, 0.0)
+    assert judge.room and judge.kind == CrossTraffic.MODEL
+    feed(judge, 0.0)
+    assert not judge.room  # the second empty round: the probe was made
+    feed(judge, 0.03)
+    assert not judge.room
+    feed(judge, 0.0)
+    assert judge.room  # the next ProbeRTT
+    alone = CrossTraffic(D)
+    feed(alone, 0.0, rounds=3)
+    assert alone.kind == CrossTraffic.NONE and not alone.room
+
+
 TRAPPED = RTT
 """Our share's delay in the queue-share trap: our yields have left us
 QUEUE_SHARE datagrams per min RTT, and the queue a model-based flow keeps

@@ -67,7 +67,8 @@ States:
                a seeded RNG): probe for more bandwidth, drain what the probe
                queued, cruise.  The 1.25 phase ends early on a loss or once a
                1.25 bdp is in flight; the 0.75 phase ends early once in flight
-               falls to one bdp.
+               falls to one bdp.  Beside a model-based flow, its ProbeRTT's
+               room is probed at ROOM_GAIN instead of 1.25 (below).
     PROBE_RTT  when min_rtt has not been refreshed for 10 s: cwnd = max(4 datagrams,
                bdp / 2) for 200 ms and one round trip, so the queue empties and
                the true propagation delay is measured; then back.  After
@@ -198,7 +199,23 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             window at about 45 KB beside the link's 440 KB on 81.5
             Mbit/s, 38 ms, 0.52 bdp, the link at 0.88-0.91 of the pair;
             with the cap 0.49-0.65; beside BBR v1 0.65-0.74 without it,
-            0.52-0.62 with it)
+            0.52-0.62 with it); and the round after the first one whose
+            queue is empty (the other flow's ProbeRTT, crosstraffic.py's
+            `room`) is paced at ROOM_GAIN (2) x btl_bw, in the place of
+            the cycle's 1.25 phase and ending as it ends: two models
+            that each keep 2 bdp of their own rates make one min RTT of
+            queue at any split of the path, so a link whose yields had
+            left it a small part keeps it, until its filter measures the
+            room the other flow's ProbeRTT leaves (beside BBR v1 on
+            29.4 Mbit/s, 143 ms, 2.27 bdp, 33.3 Mbit/s, 145 ms, 9.05 bdp
+            and 57.6 Mbit/s, 138 ms, 3.88 bdp the link takes 0.38-0.52
+            of the pair at four seeds, 0.30-0.31 at the worst seed
+            without the round; 0.42-0.52 on 50 Mbit/s, 100 ms, 2 bdp,
+            0.34 without: bench ccshare --cells 12 and --grid).  Not on
+            a shallow buffer whose overflows have calmed (`shallow_part`
+            above): the other flow there is a loss-based one, and the
+            empty queue its cut (with the round, beside CUBIC on 81.5
+            Mbit/s, 38 ms, 0.52 bdp one seed of four took 0.71)
     loss    a competitor that backs off at an overflow and grows its window
             with every answer (CUBIC, Reno): the window is CUBIC's (RFC
             9438: its curve, its Reno-friendly estimate, one cut per round
@@ -290,6 +307,7 @@ JITTER_RTTS: Final = 2.0
 TYPICAL_SHARE: Final = 0.625
 COMPETING_BETA: Final = 0.5
 COMPETING_SLOW_START: Final = True
+ROOM_GAIN: Final = 2.0
 
 
 class _MaxFilter:
@@ -673,6 +691,12 @@ class Bbr(CongestionControl):
             self._before_yield = (bw, self.cwnd)  # what we had before a queue not ours
         if changed:
             self._compete()
+        if self.cross.room and self.overflows.shallow_part(self.min_rtt) is None:
+            # the other flow's ProbeRTT: a round at ROOM_GAIN measures the room
+            # it left (not on a calm shallow buffer: there the other flow is a
+            # loss-based one, and its cut emptied the queue)
+            self._cycle, self._cycle_stamp = 0, now
+            self.pacing_gain = ROOM_GAIN
         if rate and self._over_share() and not self.cross.held:
             # the max filter's samples from our probes were others' room: the
             # rate the round delivered is our rate

@@ -124,9 +124,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
            10.  BBR v1 probes its min RTT 10 s after it last fell: a
            link that comes 5 s after it on 2.5 and 10 bdp of 20 Mbit/s,
            40 ms yields into the trap, gives the verdict at BBR's
-           ProbeRTT about 5 s after its start, and takes 0.38-0.40 of
+           ProbeRTT about 5 s after its start, and takes 0.48-0.54 of
            the pair 3-20 s after its start at four seeds (python -m
-           bench.ccshare --grid --seeds 4 --tcp bbr --stagger 5).  Then BBR v1's rules: no
+           bench.ccshare --grid --seeds 4 --tcp bbr --stagger 5; the
+           round at ROOM_GAIN in BBR's next ProbeRTT, below, moves it
+           from 0.38-0.40).  Then BBR v1's rules: no
            queue-share yield (bbr.py keeps its loss bound, set again at
            an overflow)
     LOSS   the competitor is elastic: it backs off when the buffer
@@ -316,6 +318,17 @@ delay its own share of a queue would make.  The verdict (`kind`):
            pair over 60 s at four seeds; 0.52 with 20 (bench ccshare --grid
            --seeds 4 --seconds 60 --warm 10).  A loss-based flow does not
            empty a buffer deep enough for these rules.
+           The first round of an empty queue under MODEL is `room`: the
+           other flow's ProbeRTT has left it the path, and bbr.py paces the
+           round after it at ROOM_GAIN (2) x btl_bw, so that our filter
+           does take the path's rate, not only the part we paced at
+           (beside BBR v1's ProbeRTT on 83.5 Mbit/s, 139 ms, 1.27 bdp at
+           seed 3, 10.5 s in, our btl_bw went from 1.70 to 4.26 MB/s of
+           the path's 10.4; paced at the cycle's 1.25, from 1.58 to 1.70).
+           Two models that each keep 2 bdp of their own rates make
+           one min RTT of queue at any split of the path, and a split
+           moves only when one of them measures more than it had: the
+           room of a ProbeRTT is where that can happen.
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
@@ -467,6 +480,9 @@ class CrossTraffic:
         self._one_share = False
         self._probed = -math.inf
         self._refilling = 0  # rounds left whose queue our own ProbeRTT lowered
+        self.room = False
+        """Under MODEL, the last round was the first of an empty queue: the other
+        flow's ProbeRTT, its room ours to measure (bbr.py probes it)."""
 
     def round(
         self,
@@ -487,6 +503,7 @@ class CrossTraffic:
         self._flights.append(flight)
         self._deepest = max(self._deepest, queue_delay)
         self._lossy.append(cut)
+        self.room = False
         if self.kind == CrossTraffic.NONE:
             return self._round_none(queue_delay, flight, ours, btl_bw, min_rtt, now)
         self._empty = self._empty + 1 if queue_delay < EMPTY_QUEUE * min_rtt else 0
@@ -499,6 +516,7 @@ class CrossTraffic:
             return self._switch(CrossTraffic.NONE)
         if self._empty:  # the other flow's ProbeRTT: our filter has the path's rate again
             self._settle_again()
+            self.room = self._empty == 1
         self._settled += 1
         settled = self._settled > MODEL_SETTLE
         # a deep round counts once settled (or beyond what two models make)
