@@ -127,8 +127,8 @@ delay its own share of a queue would make.  The verdict (`kind`):
            ProbeRTT about 5 s after its start, and takes 0.48-0.54 of
            the pair 3-20 s after its start at four seeds (python -m
            bench.ccshare --grid --seeds 4 --tcp bbr --stagger 5; the
-           round at ROOM_GAIN in BBR's next ProbeRTT, below, moves it
-           from 0.38-0.40).  Then BBR v1's rules: no
+           round at ROOM_GAIN after the dip, the queue still empty,
+           below, moves it from 0.38-0.40).  Then BBR v1's rules: no
            queue-share yield (bbr.py keeps its loss bound, set again at
            an overflow)
     LOSS   the competitor is elastic: it backs off when the buffer
@@ -328,7 +328,9 @@ delay its own share of a queue would make.  The verdict (`kind`):
            Two models that each keep 2 bdp of their own rates make
            one min RTT of queue at any split of the path, and a split
            moves only when one of them measures more than it had: the
-           room of a ProbeRTT is where that can happen.
+           room of a ProbeRTT is where that can happen.  (Not where a
+           shallow buffer's overflows have calmed, bbr.py: there the empty
+           queue is a loss-based flow's cut.)
            Then a window that competes as a loss-based flow does (bbr.py:
            CUBIC's curve with a deeper cut), from `window`: the fair share
            that the cut implies when it was a cut (a CUBIC cut of 0.3 W
