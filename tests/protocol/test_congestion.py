@@ -615,24 +615,32 @@ def test_bbr_beside_a_model_based_flow_probes_the_room_its_probe_rtt_leaves() ->
     """Under "model", the first round of an empty queue is the other flow's
     ProbeRTT (crosstraffic.py's `room`): the next round paces at ROOM_GAIN
     x btl_bw, so that the max filter measures the room the other flow left,
-    not only the part we paced at; the phase ends as BBR's 1.25 one does and
-    the gain cycle goes on (0.75 next), once.  Alone ("none") an empty
-    queue is the cruise's: no such round."""
-    gains: dict[str, list[float]] = {}
-    for kind in (CrossTraffic.NONE, CrossTraffic.MODEL):
+    not only the part we paced at; the phase lasts one round trip, whatever
+    it put in flight (a window or a bound that holds the flight under
+    ROOM_GAIN bdp does not stretch it), and the gain cycle goes on (0.75
+    next), once.  Alone ("none") an empty queue is the cruise's: no such
+    round."""
+    gains: dict[tuple[str, float], list[float]] = {}
+    for kind, held in (
+        (CrossTraffic.NONE, ROOM_GAIN),
+        (CrossTraffic.MODEL, ROOM_GAIN),
+        (CrossTraffic.MODEL, 1.0),
+    ):
         cc, now, flight = probing(kind)
         if kind == CrossTraffic.MODEL:
             now = feed_bbr(cc, 5e6, 0.1, 2, now, in_flight=flight)
         assert cc.cross_traffic == kind and cc.mode == Bbr.PROBE_BW
-        gains[kind] = []
-        for _ in range(8):  # the queue is gone: the flight is what the gain lets out
-            now = feed_bbr(cc, 5e6, 0.05, 1, now, in_flight=int(cc.pacing_gain * flight))
-            gains[kind].append(cc.pacing_gain)
+        run = gains[kind, held] = []
+        for _ in range(8):  # the queue is gone: the flight is what the gain (or `held`) lets out
+            in_flight = int(min(cc.pacing_gain, held) * flight)
+            now = feed_bbr(cc, 5e6, 0.05, 1, now, in_flight=in_flight)
+            run.append(cc.pacing_gain)
         assert cc.cross_traffic == kind
-    model = gains[CrossTraffic.MODEL]
-    assert model.count(ROOM_GAIN) == 1  # one round, once
+    for held in (ROOM_GAIN, 1.0):
+        assert gains[CrossTraffic.MODEL, held].count(ROOM_GAIN) == 1  # one round, once
+    model = gains[CrossTraffic.MODEL, ROOM_GAIN]
     assert model[model.index(ROOM_GAIN) + 1] < 1.0  # then the cycle's drain phase
-    assert ROOM_GAIN not in gains[CrossTraffic.NONE]
+    assert ROOM_GAIN not in gains[CrossTraffic.NONE, ROOM_GAIN]
 
 
 def test_bbr_a_probe_rtt_in_a_loss_episode_ends_with_the_cwnd_of_before_the_loss() -> None:

@@ -201,16 +201,20 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             with the cap 0.49-0.65; beside BBR v1 0.65-0.74 without it,
             0.52-0.62 with it); and the round after the first one whose
             queue is empty (the other flow's ProbeRTT, crosstraffic.py's
-            `room`) is paced at ROOM_GAIN (2) x btl_bw, in the place of
-            the cycle's 1.25 phase and ending as it ends: two models
+            `room`) is paced at ROOM_GAIN (2) x btl_bw for one round
+            trip, in the place of the cycle's 1.25 phase (which ends at
+            1.25 bdp in flight or a loss: ended so, a window or an
+            inflight bound that holds the flight under 2 bdp would keep
+            the room's round going for round trips, whatever the other
+            flow has taken back meanwhile): two models
             that each keep 2 bdp of their own rates make one min RTT of
             queue at any split of the path, so a link whose yields had
             left it a small part keeps it, until its filter measures the
             room the other flow's ProbeRTT leaves (beside BBR v1 on
             29.4 Mbit/s, 143 ms, 2.27 bdp, 33.3 Mbit/s, 145 ms, 9.05 bdp
-            and 57.6 Mbit/s, 138 ms, 3.88 bdp the link takes 0.38-0.52
+            and 57.6 Mbit/s, 138 ms, 3.88 bdp the link takes 0.37-0.52
             of the pair at four seeds, 0.30-0.31 at the worst seed
-            without the round; 0.42-0.52 on 50 Mbit/s, 100 ms, 2 bdp,
+            without the round; 0.41-0.51 on 50 Mbit/s, 100 ms, 2 bdp,
             0.34 without: bench ccshare --cells 12 and --grid).  Not on
             a shallow buffer whose overflows have calmed (`shallow_part`
             above): the other flow there is a loss-based one, and the
@@ -374,8 +378,9 @@ class Bbr(CongestionControl):
         self._full_bw = 0.0
         self._full_bw_rounds = 0
         self._rng = random.Random(seed)
-        self._cycle = 0
-        self._cycle_stamp = 0.0
+        # the PROBE_BW phase: its index, when it began, whether it is the
+        # room's round (ROOM_GAIN in the place of the 1.25 phase)
+        self._cycle, self._cycle_stamp, self._room = 0, 0.0, False
         self._probe_rtt_done = 0.0
         self._probe_rtt_round = -1
         self._prior_cwnd = 0
@@ -695,8 +700,7 @@ class Bbr(CongestionControl):
             # the other flow's ProbeRTT: a round at ROOM_GAIN measures the room
             # it left (not on a calm shallow buffer: there the other flow is a
             # loss-based one, and its cut emptied the queue)
-            self._cycle, self._cycle_stamp = 0, now
-            self.pacing_gain = ROOM_GAIN
+            self._phase(0, now, ROOM_GAIN)
         if rate and self._over_share() and not self.cross.held:
             # the max filter's samples from our probes were others' room: the
             # rate the round delivered is our rate
@@ -807,23 +811,28 @@ class Bbr(CongestionControl):
         self.mode = Bbr.PROBE_BW
         self.cwnd_gain = CWND_GAIN
         # any phase but the 0.75 one (index 1), from the seeded RNG
-        self._cycle = (2 + self._rng.randrange(len(PROBE_BW_GAINS) - 1)) % len(PROBE_BW_GAINS)
-        self._cycle_stamp = now
-        self.pacing_gain = PROBE_BW_GAINS[self._cycle]
+        self._phase((2 + self._rng.randrange(len(PROBE_BW_GAINS) - 1)) % len(PROBE_BW_GAINS), now)
 
     def _advance_cycle(self, rs: RateSample, now: float) -> None:
         elapsed = now - self._cycle_stamp > self.typical_rtt
         gain = self.pacing_gain
-        if gain > 1.0:
+        if self._room:
+            done = elapsed  # the room's round: one round trip, whatever it put in flight
+        elif gain > 1.0:
             done = elapsed and (rs.newly_lost > 0 or rs.prior_in_flight >= gain * self.bdp)
         elif gain < 1.0:
             done = elapsed or rs.prior_in_flight <= self.bdp
         else:
             done = elapsed
         if done:
-            self._cycle = (self._cycle + 1) % len(PROBE_BW_GAINS)
-            self._cycle_stamp = now
-            self.pacing_gain = PROBE_BW_GAINS[self._cycle]
+            self._phase((self._cycle + 1) % len(PROBE_BW_GAINS), now)
+
+    def _phase(self, index: int, now: float, gain: float | None = None) -> None:
+        """Enter phase `index` of the PROBE_BW cycle at `now`, paced at its gain
+        (or at `gain`: the room's round, in the place of the 1.25 phase)."""
+        self._cycle, self._cycle_stamp = index, now
+        self.pacing_gain = PROBE_BW_GAINS[index] if gain is None else gain
+        self._room = gain is not None
 
     def _check_probe_rtt(self, rs: RateSample, now: float) -> None:
         if self._window is not None:

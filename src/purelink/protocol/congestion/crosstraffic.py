@@ -124,7 +124,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
            10.  BBR v1 probes its min RTT 10 s after it last fell: a
            link that comes 5 s after it on 2.5 and 10 bdp of 20 Mbit/s,
            40 ms yields into the trap, gives the verdict at BBR's
-           ProbeRTT about 5 s after its start, and takes 0.48-0.54 of
+           ProbeRTT about 5 s after its start, and takes 0.47-0.48 of
            the pair 3-20 s after its start at four seeds (python -m
            bench.ccshare --grid --seeds 4 --tcp bbr --stagger 5; the
            round at ROOM_GAIN after the dip, the queue still empty,
@@ -323,7 +323,7 @@ delay its own share of a queue would make.  The verdict (`kind`):
            round after it at ROOM_GAIN (2) x btl_bw, so that our filter
            does take the path's rate, not only the part we paced at
            (beside BBR v1's ProbeRTT on 83.5 Mbit/s, 139 ms, 1.27 bdp at
-           seed 3, 10.5 s in, our btl_bw went from 1.70 to 4.26 MB/s of
+           seed 3, 10.5 s in, our btl_bw went from 1.70 to 3.36 MB/s of
            the path's 10.4; paced at the cycle's 1.25, from 1.58 to 1.70).
            Two models that each keep 2 bdp of their own rates make
            one min RTT of queue at any split of the path, and a split
