@@ -700,7 +700,7 @@ class Bbr(CongestionControl):
             # the other flow's ProbeRTT: a round at ROOM_GAIN measures the room
             # it left (not on a calm shallow buffer: there the other flow is a
             # loss-based one, and its cut emptied the queue)
-            self._phase(0, now, ROOM_GAIN)
+            self._phase(0, now, room=True)
         if rate and self._over_share() and not self.cross.held:
             # the max filter's samples from our probes were others' room: the
             # rate the round delivered is our rate
@@ -827,12 +827,11 @@ class Bbr(CongestionControl):
         if done:
             self._phase((self._cycle + 1) % len(PROBE_BW_GAINS), now)
 
-    def _phase(self, index: int, now: float, gain: float | None = None) -> None:
+    def _phase(self, index: int, now: float, *, room: bool = False) -> None:
         """Enter phase `index` of the PROBE_BW cycle at `now`, paced at its gain
-        (or at `gain`: the room's round, in the place of the 1.25 phase)."""
-        self._cycle, self._cycle_stamp = index, now
-        self.pacing_gain = PROBE_BW_GAINS[index] if gain is None else gain
-        self._room = gain is not None
+        (or, `room`, the room's round at ROOM_GAIN in the place of the 1.25 phase)."""
+        self._cycle, self._cycle_stamp, self._room = index, now, room
+        self.pacing_gain = ROOM_GAIN if room else PROBE_BW_GAINS[index]
 
     def _check_probe_rtt(self, rs: RateSample, now: float) -> None:
         if self._window is not None:
