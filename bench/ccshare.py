@@ -48,6 +48,16 @@ shares, the total's above 0.90), the grid's in its own order.
     python -m bench.ccshare --grid                               # = purelink bench ccshare --grid
     python -m bench.ccshare --path mbit=20,rtt=0.04,buffer=1,tcp=cubic --seed 2 --trace 0.1
 
+`--reference KIND` puts a TCP flow of KIND (reno, cubic or bbr: Linux's,
+as the simulation models it) in each link's place, with the link's start:
+what Linux's flow gets on the same cells, beside the same flows, judged by
+the same targets ("purelink" is then its part).  Where Linux's BBR v1
+misses a target too, the link's miss is the path's (BBR v1 beside CUBIC
+on a buffer of a bdp takes most of it); where it does not, the link's is
+its own.
+
+    python -m bench.ccshare --grid --reference bbr               # Linux's BBR v1 on the grid
+
 `--trace S` runs one cell at one seed (`--seed`, default 0) and prints it
 sampled every S s of virtual time instead of the table: the queue, each
 link's verdict, state, model and window, each flow's rate (bench/cctrace.py).
@@ -117,6 +127,9 @@ class Cell:
     """Random loss, each way."""
     congestion: str = "bbr"
     """The links' congestion controller."""
+    reference: str = ""
+    """A TCP kind whose flows take the links' place (their number, their
+    start): what Linux's flow gets there, the bar the links are set beside."""
     seconds: float = 20.0
     """Virtual seconds from the links' start to the end of the run."""
     warm: float = 3.0
@@ -139,7 +152,8 @@ class Cell:
     @property
     def kinds(self) -> list[str]:
         """The flows, as `purelink.testing.sharing.share` names them: the links first."""
-        return [f"{PURELINK}-{self.congestion}"] * self.links + [self.tcp] * self.flows
+        ours = self.reference or f"{PURELINK}-{self.congestion}"
+        return [ours] * self.links + [self.tcp] * self.flows
 
     def setup(self) -> str:
         """What differs from one link beside one TCP flow starting together, if anything."""
@@ -150,7 +164,9 @@ class Cell:
             parts.append(f"tcp{self.stagger:g}s-first")
         if self.loss:
             parts.append(f"loss{self.loss:.1%}")
-        if self.congestion != Cell.congestion:
+        if self.reference:
+            parts.append(f"{self.reference}-in-place")
+        elif self.congestion != Cell.congestion:
             parts.append(f"purelink-{self.congestion}")
         return " ".join(parts) or "-"
 
@@ -287,6 +303,9 @@ def report(cells: Sequence[Cell], results: Mapping[Cell, Sequence[Outcome]], gri
     if not grid:
         rows.sort(key=lambda r: r["margin"])
     title = "purelink links beside TCP flows in virtual time: each cell's worst seed"
+    reference = {c.reference for c in cells} - {""}
+    if reference:  # (one --reference for every cell)
+        title = f"Linux's {min(reference)} in the links' place, a reference: each cell's worst seed"
     columns = list(COMPACT if grid else DRAWN)
     if grid and any(c.setup() != "-" for c in cells):
         columns.insert(3, "setup")
@@ -338,6 +357,8 @@ def _parser() -> argparse.ArgumentParser:
     stagger = "the TCP flows start S s before the links; several: a cell each (default 0)"
     add("--stagger", type=_staggers, default=[0.0], metavar="S[,S]", help=stagger)
     add("--congestion", choices=NAMES, default=Cell.congestion, help="the links' (default bbr)")
+    reference = "a TCP flow of KIND in each link's place, a reference (reno, cubic or bbr)"
+    add("--reference", choices=KINDS, default="", metavar="KIND", help=reference)
     add("--loss", type=float, default=0.0, help="random loss each way (default 0)")
     add("--seconds", type=float, default=Cell.seconds, help="virtual s from the links' start")
     add("--warm", type=float, default=Cell.warm, help="virtual s before the measure (default 3)")
@@ -360,7 +381,7 @@ def cells_of(args: argparse.Namespace) -> list[Cell]:
     at every --stagger and beside every --tcp kind (unless a --path names its own)."""
     links, flows = args.flows
     base = Cell(0.0, 0.0, links=links, flows=flows, loss=args.loss, congestion=args.congestion,
-                seconds=args.seconds, warm=args.warm)  # fmt: skip
+                reference=args.reference, seconds=args.seconds, warm=args.warm)  # fmt: skip
     if args.path:
         given = [parse_fields(p, Cell) for p in args.path]
         if any(not ({"mbit", "rtt"} <= set(f) and f.get("tcp", "cubic") in KINDS) for f in given):

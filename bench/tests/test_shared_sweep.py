@@ -122,6 +122,7 @@ def test_the_grid_is_a_compact_table_in_its_own_order(capsys: pytest.CaptureFixt
         ["--path", "mbit=2"],
         ["--path", "rate=2,rtt=1"],
         ["--seeds", "0"],
+        ["--reference", "purelink"],
         ["--trace", "0.5", "--path", "mbit=2,rtt=0.01"],  # two cells: beside cubic and bbr
         ["--trace", "-1", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
         ["--trace", "nan", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
@@ -131,6 +132,29 @@ def test_bad_options_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([*argv, *TINY])
     assert exc.value.code == 2
+
+
+def test_a_reference_runs_linux_s_flow_in_the_link_s_place(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--reference bbr: the cell's first flow is the TCP model (no purelink
+    link runs), named in the setup and the title, and its shares are the
+    run of those two TCP flows at that seed, started as the link would be."""
+    path = "mbit=5,rtt=0.02,buffer=2,tcp=cubic"
+    assert main(["--path", path, "--reference", "bbr", "--seeds", "2", *TINY]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    (row,) = rep["rows"]
+    assert row["setup"] == "bbr-in-place" and "Linux's bbr" in rep["title"]
+    cell = Cell(5, 0.02, 2, tcp="cubic", reference="bbr", seconds=4, warm=1)
+    assert cell.kinds == ["bbr", "cubic"]
+    out = run_cell(cell, 1)
+    sane(out, 2)
+    late = 0.02 * 1 / 4  # seed 1: a quarter of an RTT late, as a link would be
+    tcp = share(["bbr", "cubic"], mbit=5, rtt=0.02, buffer=2, seconds=4, warm=1, seed=1,
+                starts=[late, 0.0])  # fmt: skip
+    assert out.shares == tcp.shares
+    assert row["range"] == "{:.2f}-{:.2f}".format(*sorted(
+        [run_cell(cell, 0).purelink, out.purelink]))  # fmt: skip
 
 
 def test_a_trace_is_the_run_it_samples(capsys: pytest.CaptureFixture[str]) -> None:
