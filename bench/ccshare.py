@@ -48,13 +48,13 @@ shares, the total's above 0.90), the grid's in its own order.
     python -m bench.ccshare --grid                               # = purelink bench ccshare --grid
     python -m bench.ccshare --path mbit=20,rtt=0.04,buffer=1,tcp=cubic --seed 2 --trace 0.1
 
-`--reference KIND` puts a TCP flow of KIND (reno, cubic or bbr: Linux's,
-as the simulation models it) in each link's place, with the link's start:
-what Linux's flow gets on the same cells, beside the same flows, judged by
-the same targets ("purelink" is then its part).  Where Linux's BBR v1
-misses a target too, the link's miss is the path's (BBR v1 beside CUBIC
-on a buffer of a bdp takes most of it); where it does not, the link's is
-its own.
+`--reference KIND` (or `reference=KIND` in a `--path`) puts a TCP flow of
+KIND (reno, cubic or bbr: Linux's, as the simulation models it) in each
+link's place, with the link's start: what Linux's flow gets on the same
+cells, beside the same flows, judged by the same targets ("purelink" is
+then its part). Where Linux's BBR v1 misses a target too, the path is
+hard for TCP itself (BBR v1 beside CUBIC on a buffer of a bdp takes most
+of it); where it does not, the link's miss is its own.
 
     python -m bench.ccshare --grid --reference bbr               # Linux's BBR v1 on the grid
 
@@ -303,9 +303,11 @@ def report(cells: Sequence[Cell], results: Mapping[Cell, Sequence[Outcome]], gri
     if not grid:
         rows.sort(key=lambda r: r["margin"])
     title = "purelink links beside TCP flows in virtual time: each cell's worst seed"
-    reference = {c.reference for c in cells} - {""}
-    if reference:  # (one --reference for every cell)
-        title = f"Linux's {min(reference)} in the links' place, a reference: each cell's worst seed"
+    references = sorted({c.reference for c in cells})
+    if len(references) > 1:  # (--path cells with and without reference=)
+        title = "purelink links, or Linux's flows in their place (setup), beside TCP flows"
+    elif references != [""]:
+        title = f"Linux's {references[0]} in the links' place, a reference: each cell's worst seed"
     columns = list(COMPACT if grid else DRAWN)
     if grid and any(c.setup() != "-" for c in cells):
         columns.insert(3, "setup")
@@ -317,6 +319,11 @@ def report(cells: Sequence[Cell], results: Mapping[Cell, Sequence[Outcome]], gri
         "targets: each link's part within 1/(N+M) x [0.7, 1.3] (band; purelink = the links'), "
         f"the TCP flows' mean part too, total >= {TOTAL:.2f} of the bottleneck"
     )
+    if references != [""]:
+        out.notes.append(
+            "where setup says KIND-in-place, Linux's KIND flows run in the links' place: "
+            "purelink is their part, tcp_timeouts counts theirs too"
+        )
     return out
 
 
@@ -386,6 +393,8 @@ def cells_of(args: argparse.Namespace) -> list[Cell]:
         given = [parse_fields(p, Cell) for p in args.path]
         if any(not ({"mbit", "rtt"} <= set(f) and f.get("tcp", "cubic") in KINDS) for f in given):
             raise ValueError(f"a path needs mbit= and rtt=, and tcp= one of {', '.join(KINDS)}")
+        if any(f.get("reference", "") not in ("", *KINDS) for f in given):
+            raise ValueError(f"reference= is one of {', '.join(KINDS)}")
         paths = [(replace(base, **fields), set(fields)) for fields in given]
     elif args.grid:
         paths = [(replace(base, mbit=m, rtt=r, buffer=b), set()) for m, r, b in GRID]
@@ -420,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_seeds(run_cell, cells, args.seeds, args.jobs)
     took = time.perf_counter() - began
     out = report(cells, results, args.grid)
-    shown = {k: v for k, v in vars(args).items() if k not in ("json", "path", "cells", "draw")}
+    hidden = {"json", "path", "cells", "draw"} | ({"congestion"} if args.reference else set())
+    shown = {k: v for k, v in vars(args).items() if k not in hidden}
     shown.update(tcp=",".join(args.tcp), flows="{},{}".format(*args.flows))
     shown["stagger"] = ",".join(f"{s:g}" for s in args.stagger)
     if args.path:

@@ -123,6 +123,7 @@ def test_the_grid_is_a_compact_table_in_its_own_order(capsys: pytest.CaptureFixt
         ["--path", "rate=2,rtt=1"],
         ["--seeds", "0"],
         ["--reference", "purelink"],
+        ["--path", "mbit=2,rtt=0.01,reference=vegas"],
         ["--trace", "0.5", "--path", "mbit=2,rtt=0.01"],  # two cells: beside cubic and bbr
         ["--trace", "-1", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
         ["--trace", "nan", "--path", "mbit=2,rtt=0.01,tcp=bbr"],
@@ -155,6 +156,17 @@ def test_a_reference_runs_linux_s_flow_in_the_link_s_place(
     assert out.shares == tcp.shares
     assert row["range"] == "{:.2f}-{:.2f}".format(*sorted(
         [run_cell(cell, 0).purelink, out.purelink]))  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", [["--grid"], ["--cells", "3"], ["--grid", "--flows", "2,1"]])
+def test_a_reference_takes_every_link_s_place_on_every_kind_of_cell(argv: list[str]) -> None:
+    """--reference cubic on the grid's and drawn cells, and with two links:
+    every link's place is a CUBIC flow's, the TCP flows stay as asked."""
+    cells = ccshare.cells_of(ccshare._parser().parse_args([*argv, "--reference", "cubic"]))
+    assert cells and all(c.reference == "cubic" for c in cells)
+    for c in cells:
+        assert c.kinds == ["cubic"] * c.links + [c.tcp] * c.flows
+        assert not any(k.startswith("purelink") for k in c.kinds)
 
 
 def test_a_trace_is_the_run_it_samples(capsys: pytest.CaptureFixture[str]) -> None:
