@@ -302,12 +302,13 @@ def report(cells: Sequence[Cell], results: Mapping[Cell, Sequence[Outcome]], gri
     rows = [summarize(cell, results[cell]) for cell in cells]
     if not grid:
         rows.sort(key=lambda r: r["margin"])
-    title = "purelink links beside TCP flows in virtual time: each cell's worst seed"
+    what = "purelink links beside TCP flows in virtual time"
     references = sorted({c.reference for c in cells})
     if len(references) > 1:  # (--path cells with and without reference=)
-        title = "purelink links, or Linux's flows in their place (setup), beside TCP flows"
+        what = "purelink links, or Linux's flows in their place (setup), beside TCP flows"
     elif references != [""]:
-        title = f"Linux's {references[0]} in the links' place, a reference: each cell's worst seed"
+        what = f"Linux's {references[0]} in the links' place, a reference"
+    title = f"{what}: each cell's worst seed"
     columns = list(COMPACT if grid else DRAWN)
     if grid and any(c.setup() != "-" for c in cells):
         columns.insert(3, "setup")

@@ -169,6 +169,19 @@ def test_a_reference_takes_every_link_s_place_on_every_kind_of_cell(argv: list[s
         assert not any(k.startswith("purelink") for k in c.kinds)
 
 
+def test_a_table_of_cells_with_and_without_a_reference_says_so() -> None:
+    """--path cells with and without reference=: the title names neither
+    alone, and a note says what "purelink" is in the reference's rows."""
+    cells = [Cell(5, 0.02), Cell(5, 0.02, reference="bbr")]
+    fair = {c: [Outcome(0, 1, [0.49, 0.49], 0)] for c in cells}
+    out = report(cells, fair, grid=False)
+    assert out.title.startswith("purelink links, or Linux's flows in their place")
+    assert any("in-place" in note for note in out.notes)
+    assert sorted(r["setup"] for r in out.rows) == ["-", "bbr-in-place"]
+    alone = report(cells[:1], fair, grid=False)
+    assert alone.title.startswith("purelink links beside") and len(alone.notes) == 2
+
+
 def test_a_trace_is_the_run_it_samples(capsys: pytest.CaptureFixture[str]) -> None:
     """--trace: one cell at --seed, a sample every S s of virtual time from
     the start to the end, and the shares it ends with are those of the same
