@@ -70,7 +70,10 @@ HELD_MANY = [
     # (Mbit/s, RTT s, buffer in bdps, TCP kind, links, TCP flows), starting together
     (20, 0.04, 1.0, "bbr", 1, 2),
     (20, 0.04, 2.5, "bbr", 1, 2),
+    (20, 0.04, 2.5, "cubic", 1, 2),
+    (50, 0.1, 2.0, "bbr", 1, 2),
     (100, 0.02, 5.0, "cubic", 1, 2),
+    (100, 0.02, 5.0, "bbr", 1, 2),
     (5, 0.01, 8.0, "bbr", 1, 2),
     (5, 0.01, 8.0, "cubic", 2, 1),
     (5, 0.01, 8.0, "bbr", 2, 1),

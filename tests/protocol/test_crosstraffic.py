@@ -19,6 +19,8 @@ from purelink.protocol.congestion.crosstraffic import (
     GROW_ROUNDS,
     HELD_QUIET,
     HELD_ROUNDS,
+    HELD_SHARES,
+    HELD_SHRINK,
     LOSSY_ROUNDS,
     LOSSY_WINDOW,
     MAX_START,
@@ -168,6 +170,28 @@ def test_purelink_links_shares_are_no_competitor() -> None:
     for i in range(4 * HELD_ROUNDS):
         feed(judge, 0.03 * 0.85**i)  # 15 % less every round
     assert judge.kind == CrossTraffic.NONE
+
+
+def test_a_queue_many_shares_deep_counts_through_our_own_yield() -> None:
+    """A queue of HELD_SHARES of our shares or more is others' whatever we
+    do (purelink links at their shares make one of about one share of ours):
+    while it stands that deep, its shrinking is our own yield's (the cwnd
+    capped at bdp + QUEUE_SHARE from the count's first round), and the count
+    goes on to a "model" verdict; shallower, the same shrinking is others
+    yielding too, and it ends the count."""
+    fall = 0.97  # 3 % less a round: under HELD_SHRINK of the first in 4 rounds
+    assert fall**4 < HELD_SHRINK
+    deep = CrossTraffic(D)
+    first = 1.2 * RTT  # 10 shares, and under the deep queue of DEEP_QUEUE min RTTs
+    assert first * fall ** (HELD_ROUNDS - 1) >= HELD_SHARES * OURS
+    changed = [feed(deep, first * fall**i) for i in range(HELD_ROUNDS)]
+    assert changed == [False] * (HELD_ROUNDS - 1) + [True]
+    assert deep.kind == CrossTraffic.MODEL
+
+    shallow = CrossTraffic(D)
+    first = 0.9 * HELD_SHARES * OURS
+    assert not any(feed(shallow, first * fall**i) for i in range(2 * HELD_ROUNDS))
+    assert shallow.kind == CrossTraffic.NONE
 
 
 def test_a_newcomer_s_startup_and_drain_is_no_competitor() -> None:

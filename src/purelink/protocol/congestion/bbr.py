@@ -212,9 +212,9 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             left it a small part keeps it, until its filter measures the
             room the other flow's ProbeRTT leaves (beside BBR v1 on
             29.4 Mbit/s, 143 ms, 2.27 bdp, 33.3 Mbit/s, 145 ms, 9.05 bdp
-            and 57.6 Mbit/s, 138 ms, 3.88 bdp the link takes 0.37-0.52
-            of the pair at four seeds, 0.30-0.31 at the worst seed
-            without the round; 0.41-0.51 on 50 Mbit/s, 100 ms, 2 bdp,
+            and 57.6 Mbit/s, 138 ms, 3.88 bdp the link takes 0.37-0.38
+            of the pair at the worst of four seeds, 0.30-0.31 without the
+            round; 0.41-0.51 on 50 Mbit/s, 100 ms, 2 bdp,
             0.34 without: bench ccshare --cells 12 and --grid).  Not on
             a shallow buffer whose overflows have calmed (`shallow_part`
             above): the other flow there is a loss-based one, and the

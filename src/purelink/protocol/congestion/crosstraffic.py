@@ -43,7 +43,8 @@ delay its own share of a queue would make.  The verdict (`kind`):
            before any count began sees its share's delay grown, and may
            never count the rounds, the queue-share trap below) and
            did not shrink below HELD_SHRINK of
-           where it was at the first.  Purelink links that share a queue
+           where it was at the first (unless it still stood at HELD_SHARES
+           (6) of our shares or more, below).  Purelink links that share a queue
            yield too, so it shrinks, and they hover about their shares,
            over one round and under the next; HELD_ROUNDS (16) outlasts
            a newcomer's startup and drain, whose queue stands a few
@@ -71,7 +72,20 @@ delay its own share of a queue would make.  The verdict (`kind`):
            one after the other, a link that came 5 s after BBR v1 on
            50 Mbit/s, 100 ms, 0.4 bdp stayed at "none" and took
            0.23-0.40 of the pair in bench ccshare's grid, 0.46-0.53
-           without).  Copa's test of a queue that never empties, with
+           without).  A queue of HELD_SHARES (6) of our shares or more
+           is others' however it shrinks: N purelink links that each keep
+           their share make a queue of N shares at the path's rate C,
+           which is N r / C of our share's delay at our rate r, so six
+           would take six links or more and us with the whole path; what
+           shrinks such a queue is our own yield (the cwnd capped at bdp +
+           QUEUE_SHARE from the count's first round) and the other flow's
+           probing.  At a high rate our 16 datagrams are a millisecond or
+           two of a queue of tens: beside BBR v1 on 200 Mbit/s, 200 ms,
+           10 bdp, each count ended within a few rounds while the link
+           yielded round after round, and it took 0.11-0.41 of the pair
+           at four seeds; 0.27-0.41 with the rule (python -m
+           bench.ccshare --path mbit=200,rtt=0.2,buffer=10,tcp=bbr
+           --seeds 4).  Copa's test of a queue that never empties, with
            our own part taken out.  Or a dip (`_dipped`): the other
            flow's ProbeRTT, seen where the count cannot see it.  Once our
            yields have left us QUEUE_SHARE datagrams per min RTT, the
@@ -110,10 +124,11 @@ delay its own share of a queue would make.  The verdict (`kind`):
            share each) a peer's ProbeRTT can empty the queue too, where
            the trap would have left a fair part anyway (16 datagrams of
            32).  Of 36 pairs of links 1-3 s apart on 12 drawn one-bdp
-           paths 6 end outside 25 % of each other (python -m
-           bench.ccsweep --share --gap 1,2,3 --cells 12 --seeds 2), among
-           them such a path, 24.9 Mbit/s, 14 ms, 2 s apart (0.62 at its
-           worst seed), and 3.8 Mbit/s, 10 ms, 3 s apart (0.57), where
+           paths 8 end outside 25 % of each other at a seed of two
+           (python -m bench.ccsweep --share --gap 1,2,3 --cells 12 --seeds
+           2), among them such a path, 24.9 Mbit/s, 14 ms, 1-3 s apart
+           (0.58-0.67 at the worst seed), and 3.8 Mbit/s, 10 ms, 3 s
+           apart (0.55), where
            each link's bdp is a fifth of a share and the verdicts switch
            back and forth.  Where
            the dip is due, our own ProbeRTT would hide it (flows that
@@ -379,6 +394,7 @@ __all__ = ["CrossTraffic"]
 
 HELD_ROUNDS: Final = 16
 HELD_SHRINK: Final = 0.9
+HELD_SHARES: Final = 6.0  # a queue of this many of our shares or more: no shrink ends a count
 HELD_PEAK: Final = 4  # the first rounds of a count, whose highest queue is its peak
 HELD_DRAIN: Final = 0.7  # a round under this part of that peak ends the count
 HELD_QUIET: Final = 8  # rounds of our own queue alone before a count, for HELD_DRAIN to apply
@@ -618,9 +634,12 @@ class CrossTraffic:
             self._held_ours = ours
             self._held_peak = queue if fresh else 0.0
             self._quiet = 0
-        elif queue >= HELD_SHRINK * self._held_from and queue >= HELD_DRAIN * self._held_peak:
+        elif (
+            queue >= HELD_SHRINK * self._held_from or queue >= HELD_SHARES * ours
+        ) and queue >= HELD_DRAIN * self._held_peak:
             # a queue that shrinks as we yield is one that others yield to
-            # too; one that falls from its first rounds' peak, a newcomer's drain
+            # too, unless HELD_SHARES of ours still stand in it; one that
+            # falls from its first rounds' peak, a newcomer's drain
             if self._held < HELD_PEAK and self._held_peak:
                 self._held_peak = max(self._held_peak, queue)
             self._held += 1
