@@ -79,15 +79,17 @@ delay its own share of a queue would make.  The verdict (`kind`):
            would take six links or more and us with the whole path; what
            shrinks such a queue is our own yield (the cwnd capped at bdp +
            QUEUE_SHARE from the count's first round) and the other flow's
-           probing.  At a high rate our 16 datagrams are a millisecond or
-           two of a queue of tens: beside BBR v1 on 200 Mbit/s, 200 ms,
-           10 bdp, each count ended within a few rounds while the link
-           yielded round after round, and it took 0.11-0.41 of the pair
-           at four seeds; 0.27-0.41 with the rule (python -m
-           bench.ccshare --path mbit=200,rtt=0.2,buffer=10,tcp=bbr
-           --seeds 4).  Copa's test of a queue that never empties, with
-           our own part taken out.  Or a dip (`_dipped`): the other
-           flow's ProbeRTT, seen where the count cannot see it.  Once our
+           probing; its rounds of a queue deeper than DEEP_QUEUE go on
+           counting too (the deep rule below).  At a high rate our 16
+           datagrams are a millisecond or two of a queue of tens: beside
+           BBR v1 on 200 Mbit/s, 200 ms, 10 bdp, without the rule each
+           count ends within a few rounds while the link yields round
+           after round, and it takes 0.11-0.41 of the pair at four seeds;
+           with it 0.27-0.41 (python -m bench.ccshare --path
+           mbit=200,rtt=0.2,buffer=10,tcp=bbr --seeds 4).  Copa's test
+           of a queue that never empties, with our own part taken out.
+           Or a dip (`_dipped`): the other flow's ProbeRTT, seen where
+           the count cannot see it.  Once our
            yields have left us QUEUE_SHARE datagrams per min RTT, the
            queue a model-based flow keeps (one min RTT: BBR v1 caps its
            flight at 2 bdp) is the delay of our own share at our rate,
@@ -635,7 +637,7 @@ class CrossTraffic:
             self._held_peak = queue if fresh else 0.0
             self._quiet = 0
         elif (
-            queue >= HELD_SHRINK * self._held_from or queue >= HELD_SHARES * ours
+            queue >= HELD_SHRINK * self._held_from or 0 < HELD_SHARES * ours <= queue
         ) and queue >= HELD_DRAIN * self._held_peak:
             # a queue that shrinks as we yield is one that others yield to
             # too, unless HELD_SHARES of ours still stand in it; one that
