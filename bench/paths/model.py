@@ -114,6 +114,22 @@ class Impairment:
         return cls(**data)  # type: ignore[arg-type]
 
 
+_PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6"}
+
+
+def _protocol(packet: bytes) -> str:
+    """The IP protocol of `packet` by name ("tcp", "udp", ...), "ip-N" for
+    another number, "other" for what is not IPv4 or IPv6."""
+    version = packet[0] >> 4 if packet else 0
+    if version == 4 and len(packet) >= 20:
+        number = packet[9]
+    elif version == 6 and len(packet) >= 40:
+        number = packet[6]  # the first next header (no extension headers on these paths)
+    else:
+        return "other"
+    return _PROTOCOLS.get(number, f"ip-{number}")
+
+
 def checksum(data: bytes | bytearray | memoryview) -> int:
     """The Internet checksum (RFC 1071) of `data`."""
     if len(data) % 2:
@@ -213,6 +229,10 @@ class Path:
         """Per direction: packets handed out by `due` (duplicates and fragments included)."""
         self.icmp_sent = [0, 0]
         """Per direction: ICMP "fragmentation needed" messages sent back."""
+        self.protocols: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
+        """Per direction: IP protocol ("tcp", "udp", ...) -> [packets, queue drops]:
+        who the bottleneck's drop-tail queue drops (a paced flow and an
+        unpaced one lose at different rates at one full buffer)."""
         self._replies: list[bytes] = []
         self._heap: list[tuple[float, int, int, bytes]] = []
         self._order = 0
@@ -223,6 +243,7 @@ class Path:
             d.reset(now)
         self.delivered = [0, 0]
         self.icmp_sent = [0, 0]
+        self.protocols = ({}, {})
 
     def stats(self, side: int) -> dict[str, Any]:
         """The counters of the direction of packets read from `side`."""
@@ -230,6 +251,10 @@ class Path:
             **self.directions[side].stats.to_json(),
             "delivered": self.delivered[side],
             "icmp_sent": self.icmp_sent[side],
+            "protocols": {
+                name: {"packets": n, "queue_drops": d}
+                for name, (n, d) in sorted(self.protocols[side].items())
+            },
         }
 
     def flush(self) -> int:
@@ -242,7 +267,9 @@ class Path:
         heap, push = self._heap, heapq.heappush
         out = 1 - side
         order = self._order
-        for at, piece in self.directions[side].arrive(packet, now):
+        direction = self.directions[side]
+        drops = direction.stats.queue_drops
+        for at, piece in direction.arrive(packet, now):
             order += 1
             push(heap, (at, order, out, piece))
         replies = self._replies
@@ -253,6 +280,9 @@ class Path:
                 push(heap, (now, order, side, reply))
             replies.clear()
         self._order = order
+        counts = self.protocols[side].setdefault(_protocol(packet), [0, 0])
+        counts[0] += 1
+        counts[1] += direction.stats.queue_drops - drops
 
     def _too_big(self, packet: bytes, mtu: int) -> list[bytes]:
         """The model's `oversize` hook: fragments to go on, or [] (and maybe an ICMP error)."""

@@ -392,10 +392,23 @@ def _progress(name: str, cc: str, result: dict[str, Any]) -> None:
         f"  TCP {result.get('tcp_kbps', 0):>7,.0f} KB/s  share {result.get('share', 0):.2f}"
         f"  of line {result.get('line_share', 0):.2f}"
         f"{'' if result.get('ok') else '  (FAILED: ' + '; '.join(result.get('errors', [])) + ')'}"
-        f"  router late p99 {late.get('p99', 0):,.0f} us",
+        f"  router late p99 {late.get('p99', 0):,.0f} us{_drops(result)}",
         file=sys.stderr,
         flush=True,
     )
+
+
+def _drops(result: dict[str, Any]) -> str:
+    """The bottleneck queue's drops by protocol in the data's direction, as a
+    part of each one's packets (a paced link and an unpaced TCP flow lose
+    at different rates at one full buffer); "" where the router gave none."""
+    protocols = result.get("router", {}).get("forward", {}).get("protocols", {})
+    parts = [
+        f"{name.upper()} {100 * c['queue_drops'] / c['packets']:.2f} %"
+        for name, c in protocols.items()
+        if name in ("tcp", "udp") and c.get("packets")
+    ]
+    return f"  queue drops {', '.join(parts)}" if parts else ""
 
 
 def _tabulate(

@@ -54,6 +54,27 @@ def path(**kw: float) -> Path:
     return Path(imp, imp, now=0.0, seed=3, router=ROUTER)
 
 
+def test_the_queue_drops_are_counted_per_ip_protocol() -> None:
+    # 1 Mbit/s and 2 packets of queue: the tail of each burst is dropped,
+    # and the counters say whose packets they were
+    p = path(rate=1e6, queue_bytes=2500)
+    for _ in range(3):
+        p.arrive(A_TO_B, ipv4(1250, proto=6), 0.0)
+    for _ in range(2):
+        p.arrive(A_TO_B, ipv4(1250, proto=17), 0.0)
+    p.arrive(A_TO_B, ipv4(1250, proto=17), 0.05)
+    p.arrive(A_TO_B, b"\x00junk", 0.05)
+    protocols = p.stats(A_TO_B)["protocols"]
+    assert protocols == {
+        "tcp": {"packets": 3, "queue_drops": 1},
+        "udp": {"packets": 3, "queue_drops": 2},
+        "other": {"packets": 1, "queue_drops": 0},
+    }
+    assert p.stats(A_TO_B)["queue_drops"] == 3 and p.stats(B_TO_A)["protocols"] == {}
+    p.reset(1.0)
+    assert p.stats(A_TO_B)["protocols"] == {}
+
+
 def test_a_packet_leaves_after_the_delay_not_before_on_the_other_side() -> None:
     p = path(delay=0.025)
     p.arrive(A_TO_B, b"x" * 100, 1.0)

@@ -197,6 +197,9 @@ def test_the_bottleneck_limits_the_rate_and_bounds_its_queue(emu: Emulator) -> N
     fwd = result["router"]["forward"]
     assert fwd["max_backlog"] <= 64 * 1024
     assert fwd["queue_drops"] > 0  # TCP fills any queue it is given
+    # and they were all TCP's: the router counts whose packets it dropped
+    tcp = fwd["protocols"]["tcp"]
+    assert tcp["queue_drops"] == fwd["queue_drops"] and tcp["packets"] >= 3_000_000 // 1500
 
 
 @pytest.mark.parametrize("transport", ["udp", "tcp"])
