@@ -117,15 +117,10 @@ class Impairment:
 _PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6"}
 
 
-def _protocol(packet: bytes) -> str:
-    """The IP protocol of `packet` by name ("tcp", "udp", ...), "ip-N" for
-    another number, "other" for what is not IPv4 or IPv6."""
-    version = packet[0] >> 4 if packet else 0
-    if version == 4 and len(packet) >= 20:
-        number = packet[9]
-    elif version == 6 and len(packet) >= 40:
-        number = packet[6]  # the first next header (no extension headers on these paths)
-    else:
+def _protocol_name(number: int) -> str:
+    """An IP protocol number by name ("tcp", "udp", ...), "ip-N" for another
+    number, "other" for -1 (not an IPv4 or IPv6 packet, or a cut-off header)."""
+    if number < 0:
         return "other"
     return _PROTOCOLS.get(number, f"ip-{number}")
 
@@ -229,10 +224,10 @@ class Path:
         """Per direction: packets handed out by `due` (duplicates and fragments included)."""
         self.icmp_sent = [0, 0]
         """Per direction: ICMP "fragmentation needed" messages sent back."""
-        self.protocols: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
-        """Per direction: IP protocol ("tcp", "udp", ...) -> [packets, queue drops]:
-        who the bottleneck's drop-tail queue drops (a paced flow and an
-        unpaced one lose at different rates at one full buffer)."""
+        self.protocols: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})
+        """Per direction: IP protocol number (-1: not IP) -> [packets, queue
+        drops]: who the bottleneck's drop-tail queue drops (a paced flow and
+        an unpaced one lose at different rates at one full buffer)."""
         self._replies: list[bytes] = []
         self._heap: list[tuple[float, int, int, bytes]] = []
         self._order = 0
@@ -252,8 +247,8 @@ class Path:
             "delivered": self.delivered[side],
             "icmp_sent": self.icmp_sent[side],
             "protocols": {
-                name: {"packets": n, "queue_drops": d}
-                for name, (n, d) in sorted(self.protocols[side].items())
+                _protocol_name(number): {"packets": n, "queue_drops": d}
+                for number, (n, d) in sorted(self.protocols[side].items())
             },
         }
 
@@ -280,7 +275,16 @@ class Path:
                 push(heap, (now, order, side, reply))
             replies.clear()
         self._order = order
-        counts = self.protocols[side].setdefault(_protocol(packet), [0, 0])
+        version = packet[0] >> 4 if packet else 0  # per packet: no call
+        if version == 4 and len(packet) >= 20:
+            number = packet[9]
+        elif version == 6 and len(packet) >= 40:
+            number = packet[6]  # the first next header (no extension headers on these paths)
+        else:
+            number = -1
+        counts = self.protocols[side].get(number)
+        if counts is None:
+            counts = self.protocols[side][number] = [0, 0]
         counts[0] += 1
         counts[1] += direction.stats.queue_drops - drops
 

@@ -226,8 +226,11 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             trip of loss, the undo of a spurious one) but with a cut to 0.5
             instead of 0.7 (a paced window loses less than the unpaced
             flows beside it at a drop-tail queue; 0.5 gives back what
-            pacing takes), paced as CUBIC paces, starting in avoidance at
-            the fair window the verdict estimated from a cut, or, when the
+            pacing takes in the simulation, not all of it beside Linux's
+            CUBIC on short paths, where the link loses far less still:
+            docs/performance.md, paths), paced as CUBIC paces, starting
+            in avoidance at the fair window the verdict estimated from a
+            cut, or, when the
             verdict came from a growing queue (the competitor still in its
             first climb), a steadily rising one, one deeper than a model
             keeps or, under "none", the queue's sawtooth (crosstraffic.py),
