@@ -225,9 +225,10 @@ class Path:
         self.icmp_sent = [0, 0]
         """Per direction: ICMP "fragmentation needed" messages sent back."""
         self.protocols: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})
-        """Per direction: IP protocol number (-1: not IP) -> [packets, queue
-        drops]: who the bottleneck's drop-tail queue drops (a paced flow and
-        an unpaced one lose at different rates at one full buffer)."""
+        """Per direction: IP protocol number (-1: not IP) -> [packets read,
+        pieces the bottleneck's drop-tail queue dropped (a fragmented packet
+        is several)]: whose packets it drops (a paced flow and an unpaced one
+        lose at different rates at one full buffer)."""
         self._replies: list[bytes] = []
         self._heap: list[tuple[float, int, int, bytes]] = []
         self._order = 0

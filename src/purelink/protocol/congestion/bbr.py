@@ -230,12 +230,12 @@ competes by the verdict (`cross_traffic`, and `competing` when not "none"):
             CUBIC on short paths, where the link loses far less still:
             docs/performance.md, paths), paced as CUBIC paces, starting
             in avoidance at the fair window the verdict estimated from a
-            cut, or, when the
-            verdict came from a growing queue (the competitor still in its
-            first climb), a steadily rising one, one deeper than a model
-            keeps or, under "none", the queue's sawtooth (crosstraffic.py),
-            in slow start without HyStart from our flight to
-            the first loss, as the competitor climbs to it.  No ProbeRTT
+            cut, or, when the verdict came from a growing queue (the
+            competitor still in its first climb), a steadily rising one,
+            one deeper than a model keeps or, under "none", the queue's
+            sawtooth (crosstraffic.py), in slow start without HyStart from
+            our flight to the first loss, as the competitor climbs to it.
+            No ProbeRTT
             (beside a loss-based flow the queue never empties, and a
             ProbeRTT would hand it the buffer); the model keeps measuring
             underneath, for the way back
