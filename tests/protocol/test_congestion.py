@@ -14,6 +14,7 @@ import pytest
 from purelink.protocol import wire
 from purelink.protocol.congestion import Bbr, Cubic, NewReno, RateSample, create
 from purelink.protocol.congestion.bbr import (
+    FLOOR_SHARE,
     MIN_RTT_WINDOW,
     PROBE_RTT_LATE,
     QUEUE_SHARE,
@@ -233,6 +234,40 @@ def test_bbr_beside_a_model_based_flow_bounds_its_flight_no_lower_than_carries_i
     carried = 5e6 * 0.05 / 0.85
     assert carried <= bounds[CrossTraffic.NONE] < 1.2 * carried
     assert bounds[CrossTraffic.MODEL] >= int(5e6 * 0.1 / 0.85)  # twice the bdp / 0.85
+
+
+def test_bbr_on_a_shallow_buffer_bounds_its_flight_to_carry_its_rate_and_share() -> None:
+    """Overflows with a queue standing under "none": once two of them have
+    shown a buffer under SHALLOW min RTTs (15 ms of queue on a 50 ms path),
+    the bound goes no lower than what carries btl_bw at the round trip that
+    queue makes, up to the bdp and FLOOR_SHARE of our share of the queue (a
+    model-based flow's queue there is too short for the verdict, and a
+    bound of one bdp carries only min RTT / RTT of the rate); after the
+    first overflow, on a deep buffer (60 ms of queue), and without the
+    judgement, the bdp."""
+
+    def bounds(rate: float, rtt: float, shared: bool = True) -> list[int]:
+        cc = Bbr(D, seed=1, shared=shared)
+        now = feed_bbr(cc, rate, 0.05, 12, 100.0)
+        flight = int(rate * 0.05)
+        now = feed_bbr(cc, rate, rtt, 2, now, in_flight=flight)
+        seen = []
+        for _ in range(3):
+            for _ in range(max(2, flight // D // 8)):  # an eighth of the flight: an overflow
+                cc.on_lost(now - rtt, D, now)
+            now = feed_bbr(cc, rate, rtt, 1, now, in_flight=flight)
+            assert cc.cross_traffic == CrossTraffic.NONE and cc.inflight_hi is not None
+            seen.append(cc.inflight_hi)
+        return seen
+
+    bdp, share = 5e6 * 0.05, FLOOR_SHARE * QUEUE_SHARE * D
+    first, *shallow = bounds(5e6, 0.065)
+    assert first == int(bdp / 0.85)
+    assert shallow == [int((bdp + share) / 0.85)] * 2  # 15 ms x 5 MB/s: more than that
+    assert bounds(5e6, 0.11) == [int(bdp / 0.85)] * 3  # a deep buffer
+    assert bounds(5e6, 0.065, shared=False) == [int(bdp / 0.85)] * 3
+    slow = bounds(3e5, 0.065)  # 15 ms x 0.3 MB/s: less than that
+    assert slow[1:] == [int(3e5 * 0.065 / 0.85)] * 2
 
 
 def test_bbr_holding_more_than_its_share_of_a_standing_queue_takes_its_rate() -> None:

@@ -237,3 +237,16 @@ def test_the_part_of_a_shallow_buffer_is_at_least_min_share_datagrams() -> None:
         r.overflow(0.0001)  # a tenth of a millisecond of buffer
     r.quiet(0.0, OVERFLOWS)
     assert r.o.shallow_part(0.01) == MIN_SHARE * SIZE
+
+
+def test_a_buffer_is_shallow_once_two_overflows_put_it_under_shallow_min_rtts() -> None:
+    """`shallow`: the deepest queue of 2 overflows or more under SHALLOW min
+    RTTs, whether or not the overflows have calmed (bbr.py's bound floor)."""
+    min_rtt = BUFFER / SHALLOW * 1.1  # the buffer is a little under SHALLOW of it
+    r = Rounds()
+    assert not r.o.shallow(min_rtt)
+    r.overflow()
+    assert not r.o.shallow(min_rtt)  # one overflow does not tell the buffer
+    r.overflow()
+    assert r.o.shallow(min_rtt) and r.o.shallow_part(min_rtt) is None  # not calm
+    assert not r.o.shallow(BUFFER / SHALLOW * 0.9)  # a shorter path: one min RTT fits

@@ -113,6 +113,23 @@ flight by more; both regain alike).
   v1 on a 1-bdp buffer of 20 Mbit/s, 40 ms on the path emulator, a link
   that had given the verdict fell to 0.24 of the pair; with this floor,
   three that gave it took 0.52-0.66 (docs/performance.md, paths).
+  On a shallow buffer (under overflows.py's SHALLOW, 0.8 min RTTs, known
+  from two overflows) the floor is that under "none" too, but no more
+  than the bdp and FLOOR_SHARE (0.5) of our share of the queue
+  (`queue_share`): BBR v1 keeps such a buffer full, and its whole delay
+  (20 ms on half a bdp of 20 Mbit/s, 40 ms) is under the 1.25 of our
+  shares that crosstraffic.py counts toward "model", so the verdict stays
+  "none" and each of BBR's overflows cut the link's bound to the bdp: its
+  btl_bw halved in 20 s, and it took 0.28-0.38 of the pair on the path
+  emulator (five runs), 0.34-0.49 at four seeds in virtual time; with
+  the floor 0.41-0.51 (three runs) and 0.46-0.51.  Half the share, not
+  all of it: each link keeps its floor however many flows share the
+  buffer, and a few shares fill a shallow one (with the whole share one
+  link took 0.51-0.55 beside one BBR v1 flow, but two links took
+  0.86-0.93 of the path beside one, and one link 0.49-0.53 beside two;
+  docs/performance.md, "Measured and not kept").  On a deeper buffer a
+  standing queue under "none" is ours, and the bound still drains it to
+  the bdp.
 * A loss proven spurious (the original arrived) no longer counts toward
   its round, and a bound it helped set in the last two rounds is undone
   once that round's remaining losses are under the threshold.
@@ -315,6 +332,7 @@ TYPICAL_SHARE: Final = 0.625
 COMPETING_BETA: Final = 0.5
 COMPETING_SLOW_START: Final = True
 ROOM_GAIN: Final = 2.0
+FLOOR_SHARE: Final = 0.5  # of the queue share: above the bdp, the shallow buffer's floor
 
 
 class _MaxFilter:
@@ -666,9 +684,16 @@ class Bbr(CongestionControl):
     def _carried(self, round_rtt: float) -> float:
         """The flight that carries btl_bw for a round trip: the bdp, or beside a
         model-based flow (MODEL) btl_bw x the round's standing RTT, since the
-        other flow's queue is in every round trip (module docstring)."""
-        if self.cross.kind == CrossTraffic.MODEL and round_rtt > self.min_rtt:
+        other flow's queue is in every round trip; on a shallow buffer under
+        NONE that too, but no more than the bdp and FLOOR_SHARE of our share
+        of the queue (module docstring)."""
+        if round_rtt <= self.min_rtt:
+            return self.bdp
+        if self.cross.kind == CrossTraffic.MODEL:
             return self._bw.value * round_rtt
+        if self.shared and self.overflows.shallow(self.min_rtt):
+            most = self.bdp + FLOOR_SHARE * self.queue_share
+            return max(self.bdp, min(self._bw.value * round_rtt, most))
         return self.bdp
 
     def _check_queue_share(self, round_rtt: float, app_limited: bool, now: float) -> None:

@@ -56,7 +56,10 @@ SHALLOW min RTTs known from 2 overflows or more) the other flow is not
 keeping 2 bdp in it: a loss-based flow judged "model" whose cuts are too
 small to see against the link's flight.  There the link keeps one bdp
 and SHALLOW_SHARE of the buffer (`shallow_part`, in bytes at `peak_bw`,
-as the share above), and the other flow has room to grow into.
+as the share above), and the other flow has room to grow into.  Whether
+the buffer is that shallow at all, calm or not (`shallow`), sets bbr.py's
+loss bound's floor under "none": what carries the link's rate at the
+round trip of the standing queue, up to the bdp and half its share.
 
 Why these figures: docs/performance.md, ccshare ("Beside a flow that backs
 off"), has each variant's shares at eight seeds.  In short, on 20 Mbit/s,
@@ -161,6 +164,11 @@ class Overflows:
         rounds = self._rounds
         calm = len(self._depths) >= 2 and len(rounds) == OVERFLOWS and sum(rounds) <= CALM
         self._calm = self.buffer if calm else 0.0  # read on every ACK under "model" (bbr.py)
+
+    def shallow(self, min_rtt: float) -> bool:
+        """The buffer, known from 2 overflows or more, is under SHALLOW min RTTs:
+        a model-based flow's queue of one min RTT does not fit in it."""
+        return len(self._depths) >= 2 and 0.0 < self.buffer < SHALLOW * min_rtt
 
     def shallow_part(self, min_rtt: float) -> int | None:
         """Under "model": on a buffer of under SHALLOW min RTTs (from 2
