@@ -249,4 +249,4 @@ def test_a_buffer_is_shallow_once_two_overflows_put_it_under_shallow_min_rtts() 
     assert not r.o.shallow(min_rtt)  # one overflow does not tell the buffer
     r.overflow()
     assert r.o.shallow(min_rtt) and r.o.shallow_part(min_rtt) is None  # not calm
-    assert not r.o.shallow(BUFFER / SHALLOW * 0.9)  # a shorter path: one min RTT fits
+    assert not r.o.shallow(BUFFER / SHALLOW * 0.9)  # a shorter path: over SHALLOW min RTTs

@@ -176,11 +176,10 @@ class Overflows:
         OVERFLOWS round trips overflowed), the bytes of our own it may
         hold, SHALLOW_SHARE of it at `peak_bw` (at least MIN_SHARE
         datagrams); else None (module docstring)."""
-        buffer = self._calm
-        if not 0.0 < buffer < SHALLOW * min_rtt or not self.peak_bw:
+        if not self._calm or not self.shallow(min_rtt) or not self.peak_bw:
             return None
         least = MIN_SHARE * self.datagram_size
-        return max(least, int(SHALLOW_SHARE * self.peak_bw * buffer))
+        return max(least, int(SHALLOW_SHARE * self.peak_bw * self._calm))
 
     def share(self, most: int) -> int:
         """Bytes of our own a standing queue may hold: `most` (the cooperative
